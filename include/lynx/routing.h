@@ -1,0 +1,98 @@
+// Routing policies: the seam between an MoE layer's router and its expert computation.
+//
+// Per MoE layer and per step, a policy receives the router logits of every token in the
+// step ([T x N], row-major), each token's phase, and the model's gating config, and returns
+// for every token exactly k distinct expert ids with their mixing weights. Exact top-k is the
+// model as trained; Lynx and its peers (../shared/docs/mission.md) remap low-confidence
+// choices so the batch activates fewer distinct experts. Shared experts are not routed and
+// never pass through here.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lynx/error.h"
+
+namespace lynx {
+
+enum class GatingFunc : uint8_t { kSoftmax, kSigmoid };
+
+struct GatingConfig {
+  int n_expert = 0;          // N
+  int n_expert_used = 0;     // k
+  GatingFunc func = GatingFunc::kSoftmax;
+  bool norm_topk = true;     // renormalize the k selected weights to sum 1
+  float weights_scale = 1.f; // multiplies the final weights (DeepSeek's routed_scaling_factor)
+};
+
+// Per-token flags of a step.
+enum TokenFlags : uint8_t {
+  kTokenDecode = 0,
+  kTokenPrefill = 1 << 0,  // part of a prompt (prefill chunk): always exact top-k
+  kTokenExact = 1 << 1,    // decode token of a request that asked for exact routing
+};
+
+struct RoutingInput {
+  const float* logits = nullptr;   // [T x N] raw router logits (pre-softmax / pre-sigmoid)
+  const uint8_t* flags = nullptr;  // [T] TokenFlags; nullptr = all decode
+  int n_tokens = 0;                // T
+  int layer = 0;                   // MoE layer index (for layer-adaptive policies and stats)
+  const GatingConfig* gating = nullptr;
+};
+
+struct RoutingOutput {
+  int32_t* ids = nullptr;  // [T x k]
+  float* weights = nullptr;  // [T x k] final mixing weights (gating, norm and scale applied)
+};
+
+class RoutingPolicy {
+ public:
+  virtual ~RoutingPolicy() = default;
+  // The canonical spec string, e.g. "lynx:alpha=3,beta=4".
+  virtual std::string spec() const = 0;
+  // Fills out.ids/out.weights for every token. Must not allocate per call in steady state
+  // (scratch lives in the policy object); a policy object is used by one thread at a time.
+  virtual void route(const RoutingInput& in, RoutingOutput& out) = 0;
+};
+
+// Creates a policy from a spec string: "topk", "lynx:alpha=3,beta=4", "oea:k0=4",
+// "budget:m=24", "ser:kmin=4,t=0.2", "static-k:k=6". Throws lynx::Error naming the problem
+// (unknown policy, unknown or malformed parameter).
+std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec);
+// Names of the registered policies, for --help texts.
+std::vector<std::string> routing_policy_names();
+
+// Exact top-k with the model's gating; the reference every statistic compares against.
+// ids/weights are [T x k]; ids of a token are in descending logit order.
+void route_topk(const RoutingInput& in, RoutingOutput& out);
+
+// Per layer and step statistics comparing a policy's output with exact top-k. Cheap enough
+// to compute every step (O(T*k + N)).
+struct RoutingStats {
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  int64_t distinct_policy = 0;     // summed over steps: distinct experts the policy activated
+  int64_t distinct_exact = 0;      // ... and what exact top-k would have activated
+  int64_t assignments = 0;         // tokens * k
+  int64_t assignments_changed = 0; // (token, expert) pairs not in the token's exact top-k
+  int64_t top1_kept = 0;           // tokens whose exact top-1 expert is among their experts
+  double mass_kept = 0;            // summed over tokens: router prob mass of chosen experts /
+                                   // prob mass of exact top-k
+  void add(const RoutingStats& o);
+  double mean_distinct_policy() const { return steps ? double(distinct_policy) / steps : 0; }
+  double mean_distinct_exact() const { return steps ? double(distinct_exact) / steps : 0; }
+  double frac_changed() const { return assignments ? double(assignments_changed) / assignments : 0; }
+  double frac_top1_kept() const { return tokens ? double(top1_kept) / tokens : 0; }
+  double mean_mass_kept() const { return tokens ? mass_kept / tokens : 0; }
+  double tokens_per_expert() const {
+    return distinct_policy ? double(assignments) / double(distinct_policy) : 0;
+  }
+};
+
+// Adds one step's statistics for `out` (the policy's choice) against exact top-k on `in`.
+void accumulate_routing_stats(const RoutingInput& in, const RoutingOutput& out,
+                              RoutingStats& stats);
+
+}  // namespace lynx

@@ -1,0 +1,16 @@
+// Each command of the `lynx-moe` tool lives in its own cmd_<name>.cc and registers a CLI11
+// subcommand here. Commands are thin: they parse flags and call the library.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace lynx::cli {
+
+void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_route_sim(CLI::App& app);
+
+}  // namespace lynx::cli

@@ -1,0 +1,32 @@
+// lynx-moe: command-line front end of the engine.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "lynx/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"lynx-moe: batch-aware Mixture-of-Experts inference on CPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("lynx-moe 0.1.0 (") + LYNX_GIT_COMMIT + ")");
+  // Registration order is the order --help lists the commands in.
+  lynx::cli::register_inspect(app);
+  lynx::cli::register_tokenize(app);
+  lynx::cli::register_generate(app);
+  lynx::cli::register_logits(app);
+  lynx::cli::register_synth(app);
+  lynx::cli::register_bench(app);
+  lynx::cli::register_route_sim(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const lynx::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
