@@ -27,6 +27,8 @@ inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kDefaultAlignment = 32;
 inline constexpr int kMaxDims = 4;
+// Arrays of arrays deeper than this are rejected (bounds the reader's recursion).
+inline constexpr int kMaxArrayNesting = 8;
 
 enum class ValueType : uint32_t {
   UINT8 = 0,
@@ -63,12 +65,24 @@ enum class TensorType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
   I64 = 27,
   F64 = 28,
+  IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
 };
 // Name as ggml prints it ("f32", "q8_0", ...); "unknown" for a value not in the enum.
 const char* tensor_type_name(TensorType t);
@@ -154,6 +168,8 @@ class File {
   uint32_t alignment() const;
   const std::string& path() const;
   size_t file_size() const;
+  // Byte offset of the data section (tensor offsets are relative to it).
+  uint64_t data_offset() const;
 
   const std::vector<KeyValue>& metadata() const;
   const Value* find(std::string_view key) const;  // nullptr when absent
