@@ -1,0 +1,100 @@
+// An inference context over a loaded model: the worker threads, the per-sequence KV cache,
+// the routing policy and the statistics. One `eval` runs one step of the batched forward
+// pass over tokens of many sequences at once (prefill chunks and decode tokens mixed);
+// sequences join and leave between steps (continuous batching).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lynx/model.h"
+#include "lynx/routing.h"
+
+namespace lynx {
+
+struct ContextOptions {
+  int n_threads = 0;          // 0 = hardware concurrency
+  int n_ctx = 4096;           // context limit per sequence (positions)
+  std::string routing = "topk";  // routing policy spec, see make_routing_policy
+  bool record_trace = false;  // keep router logits of each step (see take_trace)
+};
+
+// One token of a step.
+struct BatchToken {
+  int32_t token = 0;
+  int32_t seq = 0;      // sequence id (from Context::new_sequence)
+  int32_t pos = 0;      // position in its sequence; must be the next position of the sequence
+  uint8_t flags = kTokenDecode;  // TokenFlags: prefill / decode / exact
+  bool logits = false;  // return the logits of this token
+};
+
+// Per-layer figures of the last step (MoE layers only; dense layers read all FFN weights).
+struct LayerStepStats {
+  int distinct_experts = 0;  // experts the policy activated (weight > 0)
+  int distinct_exact = 0;    // experts exact top-k would have activated
+  size_t expert_bytes = 0;   // expert weight bytes streamed in this layer
+};
+
+struct StepStats {
+  int n_tokens = 0;
+  int n_decode = 0;
+  size_t weight_bytes = 0;  // all weight bytes read in the step (experts, attention, output...)
+  size_t expert_bytes = 0;
+  std::vector<LayerStepStats> layers;
+  double mean_distinct() const;
+  double mean_distinct_exact() const;
+};
+
+// One recorded router invocation (routing trace): layer, tokens, [T x N] logits, flags.
+struct TraceRecord {
+  int layer = 0;
+  int n_tokens = 0;
+  std::vector<float> logits;
+  std::vector<uint8_t> flags;
+};
+
+class Context {
+ public:
+  Context(const Model& model, const ContextOptions& opts);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Model& model() const;
+  int n_threads() const;
+  int n_ctx() const;
+
+  // Sequences: ids are small non-negative integers reused after free.
+  int32_t new_sequence();
+  void free_sequence(int32_t seq);
+  int32_t sequence_length(int32_t seq) const;  // positions already in the KV cache
+  // Drops the KV entries at positions >= len (for re-evaluation / speculative rollback).
+  void truncate_sequence(int32_t seq, int32_t len);
+
+  // Runs one step. Throws lynx::Error (and changes nothing) on a bad batch: unknown sequence,
+  // out-of-order position, context limit exceeded, token id out of range.
+  void eval(std::span<const BatchToken> batch);
+  // Logits of the i-th token of the last batch that had `logits` set, in batch order.
+  std::span<const float> logits(int i) const;
+  int n_logits() const;
+
+  // Routing policy: replaced between steps (the server may run several policies' specs).
+  void set_routing(const std::string& spec);
+  const std::string& routing() const;
+
+  const StepStats& last_step() const;
+  // Cumulative routing statistics per MoE layer since the last reset.
+  const std::vector<RoutingStats>& routing_stats() const;
+  void reset_stats();
+
+  // Router logits of the steps since the last call (when record_trace is on).
+  std::vector<TraceRecord> take_trace();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lynx

@@ -1,0 +1,118 @@
+// A loaded GGUF model: its configuration (architecture differences resolved to data at load
+// time) and zero-copy views of its weights in the memory-mapped file.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lynx/gguf.h"
+#include "lynx/routing.h"
+
+namespace lynx {
+
+struct ModelArena;  // owned F32 copies of small tensors (norms, biases)
+
+enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
+enum class QKNorm : uint8_t { kNone, kPerHead, kFull };
+
+// Everything the forward pass needs to know about an architecture, as data. Filled from the
+// GGUF metadata plus per-architecture traits (llama.cpp's conventions) by Model::load.
+struct ModelConfig {
+  std::string arch;  // general.architecture
+  std::string name;  // general.name
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;  // {arch}.attention.key_length, else n_embd / n_head
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  int n_ff = 0;       // dense FFN width (layers without experts)
+  int n_expert = 0;   // 0 = dense model
+  int n_expert_used = 0;
+  int n_ff_exp = 0;   // per-expert FFN width
+  int n_ff_shexp = 0; // shared-expert FFN width (0 = none)
+  bool shexp_gate = false;  // shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)
+  bool qkv_bias = false;
+  QKNorm qk_norm = QKNorm::kNone;
+  RopeType rope = RopeType::kNorm;
+  float rope_base = 10000.f;
+  float rms_eps = 1e-5f;
+  GatingConfig gating;  // router gating of MoE layers
+  bool tied_output = false;  // output projection shares token_embd
+
+  bool is_moe() const { return n_expert > 0; }
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// A weight matrix in file order: `rows` rows of `cols` contiguous elements of `type`
+// (ggml ne = [cols, rows]); for expert tensors, `n_mat` such matrices back to back.
+struct Weight {
+  gguf::TensorType type = gguf::TensorType::F32;
+  const uint8_t* data = nullptr;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  int64_t n_mat = 1;
+  size_t row_bytes = 0;
+  size_t mat_bytes = 0;
+  bool present() const { return data != nullptr; }
+  const uint8_t* mat(int64_t i) const { return data + i * mat_bytes; }
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;
+  Weight wq, wk, wv, wo;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  // Dense FFN.
+  Weight ffn_gate, ffn_up, ffn_down;
+  // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
+  Weight router;
+  Weight gate_exps, up_exps, down_exps;
+  // Shared expert.
+  Weight gate_shexp, up_shexp, down_shexp;
+  const float* shexp_gate = nullptr;  // [n_embd]
+};
+
+struct LoadOptions {
+  // Called while the file is read ahead (bytes done, total).
+  std::function<void(size_t, size_t)> progress;
+  bool prefetch = true;
+};
+
+class Model {
+ public:
+  // Loads and validates `path`: an unsupported architecture, a missing tensor or a tensor of
+  // the wrong shape or type throws lynx::Error naming it.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return cfg_; }
+  const gguf::File& file() const { return file_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  const Weight& token_embd() const { return token_embd_; }
+  const Weight& output() const { return output_; }
+  const float* output_norm() const { return output_norm_; }
+  // Bytes of one expert's three matrices (gate, up, down) in layer `il`.
+  size_t expert_bytes(int il) const;
+
+ private:
+  Model(gguf::File file) : file_(std::move(file)) {}
+  gguf::File file_;
+  ModelConfig cfg_;
+  std::vector<LayerWeights> layers_;
+  Weight token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::shared_ptr<ModelArena> arena_;
+};
+
+// Architectures this engine runs (general.architecture values).
+std::vector<std::string> supported_architectures();
+
+}  // namespace lynx

@@ -1,0 +1,102 @@
+// Sampling and continuous batching on top of a Context.
+//
+// The Scheduler owns the step loop of a set of generation requests: each step it puts one
+// token of every decoding sequence into the batch, then fills the remaining token budget
+// with prompt chunks of sequences still in prefill (chunked prefill, so a long prompt never
+// stalls the others), runs Context::eval, samples, and reports tokens through callbacks.
+// Requests join and leave between steps. Not thread-safe: one thread drives it (the CLI's,
+// or the server's engine loop).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lynx/context.h"
+
+namespace lynx {
+
+struct SamplingParams {
+  float temperature = 0.f;  // 0 = greedy
+  int top_k = 0;            // 0 = off
+  float top_p = 1.f;        // 1 = off
+  uint64_t seed = 0;
+};
+
+// Seeded sampler: the same seed and logits give the same tokens.
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+  int32_t sample(std::span<const float> logits);
+  // log-probability of `token` under the (temperature-scaled) distribution last sampled from.
+  float last_logprob(int32_t token) const;
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+  float last_logsum_ = 0.f;
+  float last_max_ = 0.f;
+  std::span<const float> last_logits_;
+};
+
+// Greedy arg max (lowest id on ties).
+int32_t argmax(std::span<const float> logits);
+
+enum class FinishReason : uint8_t { kNone, kLength, kStop, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // must not be empty
+  int max_tokens = 16;
+  SamplingParams sampling;
+  bool exact_routing = false;          // decode tokens of this request are never remapped
+  std::vector<int32_t> stop_tokens;    // end-of-generation ids (EOS, EOT, ...)
+  // Called for every generated token; return false to stop the request (e.g. a stop string
+  // matched, or the client went away).
+  std::function<bool(int32_t token)> on_token;
+  // Called once when the request ends (also on cancel), after its last on_token.
+  std::function<void(FinishReason)> on_finish;
+};
+
+struct SchedulerOptions {
+  int max_batch = 16;          // sequences decoding at once
+  int max_step_tokens = 256;   // token budget of one step (decode tokens + prefill chunks)
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t decode_tokens = 0;
+  int64_t prefill_tokens = 0;
+  double decode_seconds = 0;   // time of steps with no prefill token
+  double prefill_seconds = 0;  // time of steps with prefill tokens
+};
+
+class Scheduler {
+ public:
+  Scheduler(Context& ctx, const SchedulerOptions& opts);
+  ~Scheduler();
+
+  // Queues a request; returns its id. Throws lynx::Error on an invalid request (empty prompt,
+  // prompt + max_tokens beyond the context limit, max_tokens < 1).
+  int64_t submit(GenerationRequest req);
+  // Ends a request at the next step boundary (its KV cache is freed then).
+  void cancel(int64_t id);
+  // Runs one step if there is work; returns false when idle.
+  bool step();
+  // Runs steps until every request has finished.
+  void run_until_idle();
+
+  size_t n_active() const;   // requests admitted (prefill or decode)
+  size_t n_waiting() const;  // requests queued for a free slot
+  const SchedulerStats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lynx

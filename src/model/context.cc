@@ -1,0 +1,173 @@
+// Context: sequences, KV cache, batch validation, and the step driver. The transformer
+// layer math lives in forward.cc.
+#include "lynx/context.h"
+
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "model/forward.h"
+
+namespace lynx {
+
+double StepStats::mean_distinct() const {
+  if (layers.empty()) return 0;
+  double s = 0;
+  for (const auto& l : layers) s += l.distinct_experts;
+  return s / double(layers.size());
+}
+
+double StepStats::mean_distinct_exact() const {
+  if (layers.empty()) return 0;
+  double s = 0;
+  for (const auto& l : layers) s += l.distinct_exact;
+  return s / double(layers.size());
+}
+
+Context::Context(const Model& model, const ContextOptions& opts)
+    : impl_(std::make_unique<Impl>(model, opts)) {}
+Context::~Context() = default;
+
+const Model& Context::model() const { return impl_->model; }
+int Context::n_threads() const { return impl_->pool.size(); }
+int Context::n_ctx() const { return impl_->n_ctx; }
+
+int32_t Context::new_sequence() {
+  auto& seqs = impl_->seqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].in_use) {
+      seqs[i].in_use = true;
+      seqs[i].len = 0;
+      return int32_t(i);
+    }
+  }
+  seqs.emplace_back();
+  seqs.back().in_use = true;
+  seqs.back().layers.resize(size_t(impl_->model.config().n_layer));
+  return int32_t(seqs.size() - 1);
+}
+
+void Context::free_sequence(int32_t seq) {
+  Sequence& s = impl_->sequence(seq);
+  s.in_use = false;
+  s.len = 0;
+  // Release the cache memory: a finished request must not keep its KV cache alive.
+  for (auto& l : s.layers) {
+    std::vector<float>().swap(l.k);
+    std::vector<float>().swap(l.v);
+  }
+  s.cap = 0;
+}
+
+int32_t Context::sequence_length(int32_t seq) const { return impl_->sequence(seq).len; }
+
+void Context::truncate_sequence(int32_t seq, int32_t len) {
+  Sequence& s = impl_->sequence(seq);
+  if (len < 0 || len > s.len) {
+    throw Error("truncate_sequence: length " + std::to_string(len) + " outside [0, " +
+                std::to_string(s.len) + "]");
+  }
+  s.len = len;
+}
+
+void Context::eval(std::span<const BatchToken> batch) { impl_->eval(batch); }
+
+std::span<const float> Context::logits(int i) const {
+  if (i < 0 || i >= impl_->n_out) throw Error("logits index out of range");
+  const int V = impl_->model.config().n_vocab;
+  return {impl_->out_logits.data() + size_t(i) * V, size_t(V)};
+}
+int Context::n_logits() const { return impl_->n_out; }
+
+void Context::set_routing(const std::string& spec) {
+  impl_->policy = make_routing_policy(spec);
+  impl_->routing_spec = spec;
+}
+const std::string& Context::routing() const { return impl_->routing_spec; }
+const StepStats& Context::last_step() const { return impl_->step; }
+const std::vector<RoutingStats>& Context::routing_stats() const { return impl_->rstats; }
+void Context::reset_stats() {
+  for (auto& r : impl_->rstats) r = RoutingStats{};
+}
+std::vector<TraceRecord> Context::take_trace() {
+  std::vector<TraceRecord> out;
+  out.swap(impl_->trace);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+
+Context::Impl::Impl(const Model& m, const ContextOptions& o)
+    : model(m),
+      pool(o.n_threads > 0 ? o.n_threads
+                           : std::max(1, int(std::thread::hardware_concurrency()))),
+      n_ctx(o.n_ctx),
+      record_trace(o.record_trace) {
+  if (o.n_ctx <= 0) throw Error("context size must be positive");
+  policy = make_routing_policy(o.routing);
+  routing_spec = o.routing;
+  rstats.resize(size_t(m.config().n_layer));
+  thread_scores.resize(size_t(pool.size()));
+}
+
+Sequence& Context::Impl::sequence(int32_t seq) {
+  if (seq < 0 || size_t(seq) >= seqs.size() || !seqs[size_t(seq)].in_use) {
+    throw Error("unknown sequence id " + std::to_string(seq));
+  }
+  return seqs[size_t(seq)];
+}
+
+void Context::Impl::validate(std::span<const BatchToken> batch) {
+  const ModelConfig& c = model.config();
+  if (batch.empty()) throw Error("empty batch");
+  // Positions must continue each sequence in batch order, so the KV cache has no holes.
+  std::vector<std::pair<int32_t, int32_t>> next;  // (seq, next pos)
+  for (const BatchToken& t : batch) {
+    Sequence& s = sequence(t.seq);
+    if (t.token < 0 || t.token >= c.n_vocab) {
+      throw Error("token id " + std::to_string(t.token) + " out of range [0, " +
+                  std::to_string(c.n_vocab) + ")");
+    }
+    auto it = std::find_if(next.begin(), next.end(), [&](auto& p) { return p.first == t.seq; });
+    int32_t expect = it == next.end() ? s.len : it->second;
+    if (t.pos != expect) {
+      throw Error("sequence " + std::to_string(t.seq) + ": position " + std::to_string(t.pos) +
+                  " given, " + std::to_string(expect) + " expected");
+    }
+    if (t.pos >= n_ctx) {
+      throw Error("sequence " + std::to_string(t.seq) + " exceeds the context limit of " +
+                  std::to_string(n_ctx) + " tokens");
+    }
+    if (it == next.end()) {
+      next.emplace_back(t.seq, t.pos + 1);
+    } else {
+      it->second = t.pos + 1;
+    }
+  }
+}
+
+void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
+  if (need <= s.cap) return;
+  const int kv = model.config().kv_dim();
+  int32_t cap = std::max<int32_t>(need, std::min<int32_t>(n_ctx, std::max(64, s.cap * 2)));
+  for (auto& l : s.layers) {
+    l.k.resize(size_t(cap) * kv);
+    l.v.resize(size_t(cap) * kv);
+  }
+  s.cap = cap;
+}
+
+void Context::Impl::eval(std::span<const BatchToken> batch) {
+  validate(batch);
+  for (const BatchToken& t : batch) {
+    Sequence& s = sequence(t.seq);
+    reserve_cache(s, t.pos + 1);
+  }
+  forward(*this, batch);
+  for (const BatchToken& t : batch) {
+    Sequence& s = sequence(t.seq);
+    s.len = std::max(s.len, t.pos + 1);
+  }
+}
+
+}  // namespace lynx

@@ -1,0 +1,69 @@
+// Internal state of a Context and the batched forward pass over it.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/thread_pool.h"
+#include "lynx/context.h"
+
+namespace lynx {
+
+// KV cache of one sequence: per layer, [cap x kv_dim] keys and values (F32, grown on demand
+// up to the context limit).
+struct SequenceLayer {
+  std::vector<float> k, v;
+};
+struct Sequence {
+  bool in_use = false;
+  int32_t len = 0;  // positions stored
+  int32_t cap = 0;  // positions allocated
+  std::vector<SequenceLayer> layers;
+};
+
+// Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
+// steady state).
+struct StepBuffers {
+  std::vector<float> x, xn, q, k, v, attn, tmp;        // [T x ...]
+  std::vector<float> router;                            // [T x N]
+  std::vector<int32_t> ids;                             // [T x k]
+  std::vector<float> weights;                           // [T x k]
+  std::vector<int32_t> count, offset;                   // [N], [N + 1]
+  std::vector<int32_t> row_token;                       // [T*k] token of each grouped row
+  std::vector<int32_t> assign_row;                      // [T*k] grouped row of (t, slot)
+  std::vector<int32_t> active;                          // active expert ids
+  std::vector<float> xin, gate, up, down;               // grouped rows
+  std::vector<float> sh_gate, sh_up, sh_down;           // shared expert / dense FFN
+  std::vector<float> out_in;                            // normed rows needing logits
+  std::vector<int32_t> out_rows;                        // token index of each logits row
+};
+
+struct Context::Impl {
+  Impl(const Model& m, const ContextOptions& o);
+
+  Sequence& sequence(int32_t seq);
+  void validate(std::span<const BatchToken> batch);
+  void reserve_cache(Sequence& s, int32_t need);
+  void eval(std::span<const BatchToken> batch);
+
+  const Model& model;
+  kernels::ThreadPool pool;
+  int n_ctx;
+  bool record_trace;
+  std::unique_ptr<RoutingPolicy> policy;
+  std::string routing_spec;
+  std::vector<Sequence> seqs;
+  StepBuffers buf;
+  std::vector<std::vector<float>> thread_scores;  // attention scores, one per worker
+  std::vector<float> out_logits;                  // [n_out x n_vocab]
+  int n_out = 0;
+  StepStats step;
+  std::vector<RoutingStats> rstats;
+  std::vector<TraceRecord> trace;
+};
+
+// Runs the whole model over a validated batch whose cache space is reserved.
+void forward(Context::Impl& ctx, std::span<const BatchToken> batch);
+
+}  // namespace lynx
