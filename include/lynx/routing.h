@@ -20,11 +20,11 @@ namespace lynx {
 enum class GatingFunc : uint8_t { kSoftmax, kSigmoid };
 
 struct GatingConfig {
-  int n_expert = 0;          // N
-  int n_expert_used = 0;     // k
+  int n_expert = 0;       // N
+  int n_expert_used = 0;  // k
   GatingFunc func = GatingFunc::kSoftmax;
-  bool norm_topk = true;     // renormalize the k selected weights to sum 1
-  float weights_scale = 1.f; // multiplies the final weights (DeepSeek's routed_scaling_factor)
+  bool norm_topk = true;      // renormalize the k selected weights to sum 1
+  float weights_scale = 1.f;  // multiplies the final weights (DeepSeek's routed_scaling_factor)
 };
 
 // Per-token flags of a step.
@@ -42,8 +42,15 @@ struct RoutingInput {
   const GatingConfig* gating = nullptr;
 };
 
+// The contract every policy keeps: each token gets exactly k DISTINCT valid expert ids in
+// [0, N), with finite non-negative weights. Policies that reduce k (ser, static-k) keep the
+// ids of the slots they drop and give them weight exactly 0: an assignment with weight 0 is
+// INACTIVE, the expert computation skips it and it costs nothing (it does not count as an
+// active expert in the statistics either). Active ids come first, in descending logit order
+// for topk / ser / static-k; batch-aware policies list their chosen ids in descending logit
+// order too.
 struct RoutingOutput {
-  int32_t* ids = nullptr;  // [T x k]
+  int32_t* ids = nullptr;    // [T x k]
   float* weights = nullptr;  // [T x k] final mixing weights (gating, norm and scale applied)
 };
 
@@ -69,30 +76,53 @@ std::vector<std::string> routing_policy_names();
 void route_topk(const RoutingInput& in, RoutingOutput& out);
 
 // Per layer and step statistics comparing a policy's output with exact top-k. Cheap enough
-// to compute every step (O(T*k + N)).
+// to compute every step (O(T*N) for the exact top-k, O(T*k + N) for the rest). Only ACTIVE
+// assignments (weight > 0) count: a dropped slot of ser / static-k is not an active expert.
 struct RoutingStats {
   int64_t steps = 0;
   int64_t tokens = 0;
-  int64_t distinct_policy = 0;     // summed over steps: distinct experts the policy activated
-  int64_t distinct_exact = 0;      // ... and what exact top-k would have activated
-  int64_t assignments = 0;         // tokens * k
-  int64_t assignments_changed = 0; // (token, expert) pairs not in the token's exact top-k
-  int64_t top1_kept = 0;           // tokens whose exact top-1 expert is among their experts
-  double mass_kept = 0;            // summed over tokens: router prob mass of chosen experts /
-                                   // prob mass of exact top-k
+  int64_t distinct_policy = 0;      // summed over steps: distinct experts the policy activated
+  int64_t distinct_exact = 0;       // ... and what exact top-k would have activated
+  int64_t assignments = 0;          // tokens * k
+  int64_t assignments_active = 0;   // assignments with weight > 0
+  int64_t assignments_changed = 0;  // exact top-k (token, expert) pairs the policy did not keep
+                                    // active (replaced by another expert, or dropped)
+  int64_t top1_kept = 0;            // tokens whose exact top-1 expert is among their active ones
+  double mass_kept = 0;             // summed over tokens: router prob mass of the active experts
+                                    // / prob mass of exact top-k (softmax probs over all N, or
+                                    // sigmoid scores for sigmoid gating)
   void add(const RoutingStats& o);
   double mean_distinct_policy() const { return steps ? double(distinct_policy) / steps : 0; }
   double mean_distinct_exact() const { return steps ? double(distinct_exact) / steps : 0; }
-  double frac_changed() const { return assignments ? double(assignments_changed) / assignments : 0; }
+  double frac_changed() const {
+    return assignments ? double(assignments_changed) / assignments : 0;
+  }
   double frac_top1_kept() const { return tokens ? double(top1_kept) / tokens : 0; }
   double mean_mass_kept() const { return tokens ? mass_kept / tokens : 0; }
+  double ratio_distinct() const {
+    return distinct_exact ? double(distinct_policy) / double(distinct_exact) : 0;
+  }
+  // Active assignments per active expert: how well each streamed expert is amortized.
   double tokens_per_expert() const {
-    return distinct_policy ? double(assignments) / double(distinct_policy) : 0;
+    return distinct_policy ? double(assignments_active) / double(distinct_policy) : 0;
   }
 };
 
 // Adds one step's statistics for `out` (the policy's choice) against exact top-k on `in`.
+// Convenience form: allocates its scratch on every call.
 void accumulate_routing_stats(const RoutingInput& in, const RoutingOutput& out,
                               RoutingStats& stats);
+
+// The same with reusable scratch, for code that computes statistics every step (engine,
+// simulator): no allocation in steady state. One object per thread.
+class RoutingStatsAccumulator {
+ public:
+  void add(const RoutingInput& in, const RoutingOutput& out, RoutingStats& stats);
+
+ private:
+  std::vector<int32_t> exact_ids_;
+  std::vector<float> exact_w_;
+  std::vector<uint8_t> mark_;
+};
 
 }  // namespace lynx

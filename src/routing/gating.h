@@ -1,0 +1,68 @@
+// Shared helpers of the routing policies: the model's gating function, exact top-k selection
+// and the weight rules every policy applies to the experts it chose. Internal to src/routing.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "lynx/routing.h"
+
+namespace lynx::routing {
+
+// The one total order on a token's experts used everywhere: higher logit first, ties broken
+// by the lower expert id (so results never depend on sort stability).
+inline bool logit_before(const float* z, int32_t a, int32_t b) {
+  return z[a] > z[b] || (z[a] == z[b] && a < b);
+}
+
+// A token may be remapped only when it is a decode token that did not ask for exact routing.
+inline bool is_remappable(const RoutingInput& in, int t) {
+  return in.flags == nullptr || (in.flags[t] & (kTokenPrefill | kTokenExact)) == 0;
+}
+inline bool is_prefill(const RoutingInput& in, int t) {
+  return in.flags != nullptr && (in.flags[t] & kTokenPrefill) != 0;
+}
+
+// Throws lynx::Error when the input cannot be routed (missing gating, k outside [1, N],
+// null buffers). Cheap: called once per route().
+void check_routing_args(const RoutingInput& in, const RoutingOutput& out);
+
+// Per-token constants of the gating function: the row maximum and, for softmax, 1/Z with
+// Z = sum_e exp(z_e - max) over ALL N experts (the model's probabilities).
+struct RowGate {
+  float zmax = 0;
+  float inv_z = 1;
+};
+RowGate row_gate(const float* z, int n, GatingFunc func);
+
+// The router probability of one expert: softmax over all N, or the sigmoid score.
+inline float gate_prob(float z, const RowGate& g, GatingFunc func) {
+  if (func == GatingFunc::kSoftmax) return std::exp(z - g.zmax) * g.inv_z;
+  return 1.f / (1.f + std::exp(-z));
+}
+
+// Top-k of a row by logit_before, written to ids[0..k) in that order. O(N*k) insertion,
+// which beats a sort for the k <= 16 of real models.
+void topk_row(const float* z, int n, int k, int32_t* ids);
+// Top-k among candidate experts cand[0..n_cand); returns how many were written (<= k).
+int topk_among(const float* z, const int32_t* cand, int n_cand, int k, int32_t* ids);
+
+// The weight rule shared by all policies. ids[0..n_active) are the active experts in
+// descending logit order; slots n_active..k-1 get weight exactly 0 (inactive).
+//   p_j  = gate_prob(z[ids[j]])
+//   norm_topk:            w_j = p_j / sum_active p
+//   else, target > 0:     w_j = p_j * target / sum_active p   (remap: keep the token's
+//                                                             original top-k mass)
+//   else:                 w_j = p_j                            (the model's own gating)
+// and finally w_j *= weights_scale.
+// For softmax gating, p_j / sum p over a subset equals a softmax over that subset, so this is
+// exactly mission.md's "gating function over U, then renormalize or rescale".
+void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const int32_t* ids,
+                 int n_active, float target, float* w);
+
+// Exact top-k for one token (ids and weights), as the model was trained.
+void route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w);
+
+// Sum of router probabilities of ids[0..n).
+float prob_mass(const float* z, const RowGate& rg, GatingFunc func, const int32_t* ids, int n);
+
+}  // namespace lynx::routing
