@@ -1,0 +1,394 @@
+"""Reference forward pass (float64, written plainly) for the GGUF architectures lynx-moe runs:
+`llama` (dense, or Mixtral-style with experts), `qwen2moe`, `qwen3moe`, `olmoe`.
+
+Every fact this relies on, with its source in llama.cpp, is listed in docs/reference.md.
+
+    /usr/bin/python3 tests/reference/reference.py MODEL.gguf TOKEN [TOKEN ...]
+
+prints, per position, the arg-max token and the experts chosen in each layer.
+
+Conventions: a GGUF tensor with ggml ne=[in, out] is read as a numpy array of shape
+(out, in) (numpy C order is reversed ne), so y = W @ x. Expert tensors ne=[in, out, n_expert]
+become (n_expert, out, in).
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_np  # noqa: E402
+
+ROPE_NORM = "norm"   # rotate pairs (2i, 2i+1)
+ROPE_NEOX = "neox"   # rotate pairs (i, i + n_rot/2)
+
+# Per-architecture behaviour (see docs/reference.md for the llama.cpp sources).
+ARCH = {
+    # rope mode, normalize top-k weights, q/k norm kind
+    "llama":    {"rope": ROPE_NORM, "norm_topk": True,  "qk_norm": None},
+    "qwen2moe": {"rope": ROPE_NEOX, "norm_topk": False, "qk_norm": None},
+    "qwen3moe": {"rope": ROPE_NEOX, "norm_topk": True,  "qk_norm": "per_head"},
+    "olmoe":    {"rope": ROPE_NEOX, "norm_topk": False, "qk_norm": "whole"},
+}
+
+# Lower bound ggml puts on the sum of the top-k weights before dividing (llama-graph.cpp
+# build_moe_ffn: ggml_clamp(weights_sum, 6.103515625e-5, INFINITY)).
+WEIGHTS_SUM_MIN = 6.103515625e-5
+
+
+class Model:
+    pass
+
+
+def load_model(path):
+    """Reads a GGUF file and dequantizes every tensor to float64."""
+    g = gguf_np.read_gguf(path)
+    arch = g.get("general.architecture")
+    if arch not in ARCH:
+        raise ValueError("unsupported architecture %r" % arch)
+    m = Model()
+    m.path = path
+    m.arch = arch
+    m.gguf = g
+
+    def key(name, default=None, required=True):
+        v = g.get(arch + "." + name)
+        if v is None:
+            if required and default is None:
+                raise KeyError(arch + "." + name)
+            return default
+        return v
+
+    m.n_layer = key("block_count")
+    m.n_embd = key("embedding_length")
+    m.n_head = key("attention.head_count")
+    m.n_head_kv = key("attention.head_count_kv", m.n_head, required=False)
+    m.eps = float(key("attention.layer_norm_rms_epsilon"))
+    m.rope_base = float(key("rope.freq_base", 10000.0, required=False))
+    m.n_expert = key("expert_count", 0, required=False)
+    m.n_expert_used = key("expert_used_count", 0, required=False)
+    m.n_ff = key("feed_forward_length", 0, required=False)
+    m.n_ctx_train = key("context_length")
+    # head sizes: default n_embd / n_head, overridden by key_length / value_length
+    m.head_dim_k = key("attention.key_length", m.n_embd // m.n_head, required=False)
+    m.head_dim_v = key("attention.value_length", m.n_embd // m.n_head, required=False)
+    m.n_rot = key("rope.dimension_count", m.head_dim_k, required=False)
+    if m.head_dim_k != m.head_dim_v or m.n_rot != m.head_dim_k:
+        raise ValueError("these architectures require key_length == value_length == n_rot")
+    m.head_dim = m.head_dim_k
+    m.rope = ARCH[arch]["rope"]
+    m.norm_topk = ARCH[arch]["norm_topk"]
+    m.qk_norm = ARCH[arch]["qk_norm"]
+
+    def w(name, required=True):
+        t = g.tensors.get(name)
+        if t is None:
+            if required:
+                raise KeyError("missing tensor " + name)
+            return None
+        return t.to_numpy().astype(np.float64)
+
+    m.tok_embd = w("token_embd.weight")              # (n_vocab, n_embd)
+    m.n_vocab = m.tok_embd.shape[0]
+    m.output_norm = w("output_norm.weight")
+    m.output = w("output.weight", required=False)
+    if m.output is None:
+        m.output = m.tok_embd                         # tied embeddings
+    m.layers = []
+    for i in range(m.n_layer):
+        p = "blk.%d." % i
+        L = Model()
+        L.attn_norm = w(p + "attn_norm.weight")
+        L.wq = w(p + "attn_q.weight")
+        L.wk = w(p + "attn_k.weight")
+        L.wv = w(p + "attn_v.weight")
+        L.wo = w(p + "attn_output.weight")
+        L.bq = w(p + "attn_q.bias", required=False)
+        L.bk = w(p + "attn_k.bias", required=False)
+        L.bv = w(p + "attn_v.bias", required=False)
+        L.bo = w(p + "attn_output.bias", required=False)
+        L.q_norm = w(p + "attn_q_norm.weight", required=m.qk_norm is not None)
+        L.k_norm = w(p + "attn_k_norm.weight", required=m.qk_norm is not None)
+        L.ffn_norm = w(p + "ffn_norm.weight")
+        L.gate_inp = w(p + "ffn_gate_inp.weight", required=False)    # (n_expert, n_embd)
+        if L.gate_inp is not None:
+            L.gate_exps = w(p + "ffn_gate_exps.weight")   # (n_expert, n_ff_exp, n_embd)
+            L.up_exps = w(p + "ffn_up_exps.weight")       # (n_expert, n_ff_exp, n_embd)
+            L.down_exps = w(p + "ffn_down_exps.weight")   # (n_expert, n_embd, n_ff_exp)
+            L.gate_inp_shexp = w(p + "ffn_gate_inp_shexp.weight", required=False)
+            L.gate_shexp = w(p + "ffn_gate_shexp.weight", required=False)
+            L.up_shexp = w(p + "ffn_up_shexp.weight", required=False)
+            L.down_shexp = w(p + "ffn_down_shexp.weight", required=False)
+            if arch == "qwen2moe" and (L.gate_shexp is None or L.gate_inp_shexp is None):
+                raise KeyError("qwen2moe requires the shared expert tensors")
+        else:
+            if arch != "llama" or m.n_expert != 0:
+                raise KeyError("missing tensor %sffn_gate_inp.weight" % p)
+            L.ffn_gate = w(p + "ffn_gate.weight")
+            L.ffn_up = w(p + "ffn_up.weight")
+            L.ffn_down = w(p + "ffn_down.weight")
+        m.layers.append(L)
+    return m
+
+
+# ---------------------------------------------------------------------------------------
+# Building blocks (one vector at a time)
+# ---------------------------------------------------------------------------------------
+
+def rms_norm(x, weight, eps):
+    return x / math.sqrt(float(np.mean(x * x)) + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def rope(vec, pos, mode, base):
+    """Rotates one head vector (length n_rot) for position pos."""
+    n = vec.shape[0]
+    out = vec.copy()
+    for i in range(n // 2):
+        theta = pos * base ** (-2.0 * i / n)
+        c, s = math.cos(theta), math.sin(theta)
+        if mode == ROPE_NORM:
+            a, b = 2 * i, 2 * i + 1
+        else:
+            a, b = i, i + n // 2
+        x0, x1 = vec[a], vec[b]
+        out[a] = x0 * c - x1 * s
+        out[b] = x0 * s + x1 * c
+    return out
+
+
+def topk_ids(scores, k):
+    """Indices of the k largest scores, descending; ties broken by the lower index."""
+    order = sorted(range(len(scores)), key=lambda e: (-scores[e], e))
+    return order[:k]
+
+
+def route(m, L, x):
+    """Router for one token: returns (ids, weights, router_logits, margin)."""
+    logits = L.gate_inp @ x
+    z = logits - np.max(logits)
+    probs = np.exp(z) / np.sum(np.exp(z))
+    ids = topk_ids(list(probs), m.n_expert_used)
+    weights = np.array([probs[e] for e in ids])
+    if m.norm_topk:
+        weights = weights / max(float(np.sum(weights)), WEIGHTS_SUM_MIN)
+    srt = sorted(logits, reverse=True)
+    k = m.n_expert_used
+    margin = float(srt[k - 1] - srt[k]) if k < len(srt) else float("inf")
+    return ids, weights, logits, margin
+
+
+def moe_ffn(m, L, x, info):
+    ids, weights, logits, margin = route(m, L, x)
+    out = np.zeros(m.n_embd)
+    for e, we in zip(ids, weights):
+        h = silu(L.gate_exps[e] @ x) * (L.up_exps[e] @ x)
+        out += we * (L.down_exps[e] @ h)
+    if L.gate_shexp is not None:
+        h = silu(L.gate_shexp @ x) * (L.up_shexp @ x)
+        shared = L.down_shexp @ h
+        if L.gate_inp_shexp is not None:
+            shared = shared * sigmoid(float(L.gate_inp_shexp @ x))
+        out += shared
+    info.append({"ids": list(ids), "weights": [float(v) for v in weights],
+                 "margin": margin})
+    return out
+
+
+def dense_ffn(L, x):
+    h = silu(L.ffn_gate @ x) * (L.ffn_up @ x)
+    return L.ffn_down @ h
+
+
+# ---------------------------------------------------------------------------------------
+# Forward pass
+# ---------------------------------------------------------------------------------------
+
+def forward(m, tokens):
+    """Logits at every position of `tokens` (one sequence, positions 0..n-1).
+
+    Returns (logits [n_tokens, n_vocab] float64, routing) where routing[layer][pos] is
+    {"ids": [...], "weights": [...], "margin": float} for MoE layers (empty list for
+    dense layers)."""
+    n = len(tokens)
+    hd = m.head_dim
+    group = m.n_head // m.n_head_kv
+    scale = 1.0 / math.sqrt(hd)
+    hidden = [m.tok_embd[t].copy() for t in tokens]
+    routing = []
+    for L in m.layers:
+        # --- attention ---
+        qs, ks, vs = [], [], []
+        for p in range(n):
+            x = rms_norm(hidden[p], L.attn_norm, m.eps)
+            q = L.wq @ x
+            k = L.wk @ x
+            v = L.wv @ x
+            if L.bq is not None:
+                q = q + L.bq
+            if L.bk is not None:
+                k = k + L.bk
+            if L.bv is not None:
+                v = v + L.bv
+            if m.qk_norm == "whole":
+                q = rms_norm(q, L.q_norm, m.eps)
+                k = rms_norm(k, L.k_norm, m.eps)
+            q_heads, k_heads, v_heads = [], [], []
+            for h in range(m.n_head):
+                qh = q[h * hd:(h + 1) * hd]
+                if m.qk_norm == "per_head":
+                    qh = rms_norm(qh, L.q_norm, m.eps)
+                q_heads.append(rope(qh, p, m.rope, m.rope_base))
+            for h in range(m.n_head_kv):
+                kh = k[h * hd:(h + 1) * hd]
+                if m.qk_norm == "per_head":
+                    kh = rms_norm(kh, L.k_norm, m.eps)
+                k_heads.append(rope(kh, p, m.rope, m.rope_base))
+                v_heads.append(v[h * hd:(h + 1) * hd])
+            qs.append(q_heads)
+            ks.append(k_heads)
+            vs.append(v_heads)
+        attn_out = []
+        for p in range(n):
+            heads = []
+            for h in range(m.n_head):
+                kvh = h // group
+                scores = np.array([float(qs[p][h] @ ks[j][kvh]) * scale for j in range(p + 1)])
+                scores = np.exp(scores - np.max(scores))
+                probs = scores / np.sum(scores)
+                o = np.zeros(hd)
+                for j in range(p + 1):
+                    o += probs[j] * vs[j][kvh]
+                heads.append(o)
+            a = L.wo @ np.concatenate(heads)
+            if L.bo is not None:
+                a = a + L.bo
+            attn_out.append(a)
+        # --- feed-forward ---
+        info = []
+        for p in range(n):
+            hidden[p] = hidden[p] + attn_out[p]
+            x = rms_norm(hidden[p], L.ffn_norm, m.eps)
+            if L.gate_inp is not None:
+                f = moe_ffn(m, L, x, info)
+            else:
+                f = dense_ffn(L, x)
+            hidden[p] = hidden[p] + f
+        routing.append(info)
+    logits = np.zeros((n, m.n_vocab))
+    for p in range(n):
+        logits[p] = m.output @ rms_norm(hidden[p], m.output_norm, m.eps)
+    return logits, routing
+
+
+def forward_fast(m, tokens):
+    """The same computation vectorized over positions (used to search token sequences and
+    as a cross-check of `forward`). Returns (logits, min routing margin, routing ids)."""
+    n = len(tokens)
+    hd = m.head_dim
+    group = m.n_head // m.n_head_kv
+    pos = np.arange(n, dtype=np.float64)
+
+    def norm_rows(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + m.eps) * w
+
+    inv = m.rope_base ** (-2.0 * np.arange(hd // 2) / hd)
+    ang = pos[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope_all(t):  # t: (n, heads, hd)
+        if m.rope == ROPE_NORM:
+            x0, x1 = t[..., 0::2], t[..., 1::2]
+            out = np.empty_like(t)
+            out[..., 0::2] = x0 * cos - x1 * sin
+            out[..., 1::2] = x0 * sin + x1 * cos
+        else:
+            x0, x1 = t[..., :hd // 2], t[..., hd // 2:]
+            out = np.concatenate([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1)
+        return out
+
+    h = m.tok_embd[np.array(tokens)]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    min_margin = float("inf")
+    all_ids = []
+    for L in m.layers:
+        x = norm_rows(h, L.attn_norm)
+        q, k, v = x @ L.wq.T, x @ L.wk.T, x @ L.wv.T
+        if L.bq is not None:
+            q, k, v = q + L.bq, k + L.bk, v + L.bv
+        if m.qk_norm == "whole":
+            q, k = norm_rows(q, L.q_norm), norm_rows(k, L.k_norm)
+        q = q.reshape(n, m.n_head, hd)
+        k = k.reshape(n, m.n_head_kv, hd)
+        v = v.reshape(n, m.n_head_kv, hd)
+        if m.qk_norm == "per_head":
+            q, k = norm_rows(q, L.q_norm), norm_rows(k, L.k_norm)
+        q, k = rope_all(q), rope_all(k)
+        kk = np.repeat(k, group, axis=1)
+        vv = np.repeat(v, group, axis=1)
+        s = np.einsum("phd,jhd->hpj", q, kk) / math.sqrt(hd) + mask[None]
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s = s / s.sum(axis=-1, keepdims=True)
+        o = np.einsum("hpj,jhd->phd", s, vv).reshape(n, m.n_head * hd)
+        a = o @ L.wo.T
+        if L.bo is not None:
+            a = a + L.bo
+        h = h + a
+        x = norm_rows(h, L.ffn_norm)
+        if L.gate_inp is None:
+            f = (silu(x @ L.ffn_gate.T) * (x @ L.ffn_up.T)) @ L.ffn_down.T
+            all_ids.append(None)
+        else:
+            logits = x @ L.gate_inp.T
+            probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+            probs = probs / probs.sum(axis=1, keepdims=True)
+            k_used = m.n_expert_used
+            # stable sort on -p keeps lower ids first among ties
+            order = np.argsort(-probs, axis=1, kind="stable")[:, :k_used]
+            wts = np.take_along_axis(probs, order, axis=1)
+            if m.norm_topk:
+                wts = wts / np.maximum(wts.sum(axis=1, keepdims=True), WEIGHTS_SUM_MIN)
+            srt = -np.sort(-logits, axis=1)
+            if k_used < m.n_expert:
+                min_margin = min(min_margin, float(np.min(srt[:, k_used - 1] - srt[:, k_used])))
+            f = np.zeros_like(x)
+            for p in range(n):
+                for e, we in zip(order[p], wts[p]):
+                    hh = silu(L.gate_exps[e] @ x[p]) * (L.up_exps[e] @ x[p])
+                    f[p] += we * (L.down_exps[e] @ hh)
+            if L.gate_shexp is not None:
+                sh = (silu(x @ L.gate_shexp.T) * (x @ L.up_shexp.T)) @ L.down_shexp.T
+                if L.gate_inp_shexp is not None:
+                    sh = sh * (1.0 / (1.0 + np.exp(-(x @ L.gate_inp_shexp))))[:, None]
+                f = f + sh
+            all_ids.append(order)
+        h = h + f
+    out = norm_rows(h, m.output_norm) @ m.output.T
+    return out, min_margin, all_ids
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__)
+        return 2
+    m = load_model(argv[1])
+    tokens = [int(t) for t in argv[2:]]
+    logits, routing = forward(m, tokens)
+    for p in range(len(tokens)):
+        experts = " ".join(str(r[p]["ids"]) for r in routing if r)
+        print("pos %d token %d argmax %d max %.6f %s"
+              % (p, tokens[p], int(np.argmax(logits[p])), float(np.max(logits[p])), experts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
