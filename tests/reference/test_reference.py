@@ -1,0 +1,347 @@
+"""Self-checks of the reference implementation (plain asserts, no pytest):
+
+    /usr/bin/python3 tests/reference/test_reference.py
+
+1. GGUF writer -> reader round trip (every metadata type, every tensor type, alignments
+   32 and 64), and byte-exact re-serialization of every committed fixture.
+2. Quantizers: ggml's byte layout and rounding on hand-made blocks, error bounds on random
+   data; BF16 / F16 round-to-nearest-even.
+3. RoPE: NORM vs NEOX pairing, norm preservation, relative-position property.
+4. Causality: logits at position p equal those of the prefix tokens[0..p].
+5. MoE sanity: identical experts == the dense FFN; top-k == n_expert with normalization is
+   invariant under a permutation of the experts.
+6. The committed goldens are what reference.py computes from the committed files.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gguf_np as G  # noqa: E402
+import make_fixtures as MF  # noqa: E402
+import reference as R  # noqa: E402
+
+FIXTURES = os.path.join(HERE, "fixtures")
+
+
+def test_roundtrip():
+    rng = np.random.default_rng(7)
+    kv = [
+        ("general.architecture", G.string("llama")),
+        ("a.u8", G.Value(G.T_UINT8, 200)), ("a.i8", G.Value(G.T_INT8, -100)),
+        ("a.u16", G.Value(G.T_UINT16, 60000)), ("a.i16", G.Value(G.T_INT16, -30000)),
+        ("a.u32", G.Value(G.T_UINT32, 4000000000)), ("a.i32", G.Value(G.T_INT32, -2000000000)),
+        ("a.f32", G.f32(0.1)), ("a.bool", G.Value(G.T_BOOL, True)),
+        ("a.str", G.string("héllo")), ("a.u64", G.Value(G.T_UINT64, 2 ** 63 + 5)),
+        ("a.i64", G.Value(G.T_INT64, -2 ** 62)), ("a.f64", G.Value(G.T_FLOAT64, 1.0 / 3)),
+        ("a.arr_i32", G.Value(G.T_ARRAY, [1, -2, 3], G.T_INT32)),
+        ("a.arr_str", G.Value(G.T_ARRAY, ["a", "", "ccc"], G.T_STRING)),
+        ("a.arr_empty", G.Value(G.T_ARRAY, [], G.T_FLOAT32)),
+    ]
+    for align in (None, 32, 64):
+        tensors = []
+        for ty in (G.GGML_F32, G.GGML_F16, G.GGML_BF16, G.GGML_Q8_0, G.GGML_Q4_0):
+            for shape in [(3, 64), (2, 3, 32), (96,)]:
+                if len(shape) == 1 and ty in (G.GGML_Q8_0, G.GGML_Q4_0):
+                    shape = (1, 96)
+                arr = rng.standard_normal(shape).astype(np.float32)
+                name = "t.%s.%s" % (G.TYPE_NAMES[ty], "x".join(map(str, shape)))
+                tensors.append((name, list(reversed(shape)), ty, G.encode_tensor(arr, ty)))
+        tensors.append(("odd.f32", [5], G.GGML_F32, G.encode_tensor(np.arange(5.0), G.GGML_F32)))
+        data = G.build_gguf(kv, tensors, alignment=align)
+        g = G.parse_gguf(data)
+        expect_align = align or 32
+        assert g.alignment == expect_align
+        assert g.data_offset % expect_align == 0
+        assert len(data) % expect_align == 0
+        keys = [k for k, _ in kv] + (["general.alignment"] if align else [])
+        assert list(g.kv) == keys
+        for k, v in kv:
+            assert g.kv[k] == v, (k, g.kv[k], v)
+        assert list(g.tensors) == [t[0] for t in tensors]
+        for name, ne, ty, raw in tensors:
+            t = g.tensors[name]
+            assert t.ne == ne and t.type == ty and t.raw == raw, name
+            assert t.offset % expect_align == 0
+        # re-serialize what was read: identical bytes
+        again = G.build_gguf(list(g.kv.items()),
+                             [(t.name, t.ne, t.type, t.raw) for t in g.tensors.values()])
+        assert again == data
+    # truncated or corrupted files are rejected
+    for bad in (data[:10], b"GGUX" + data[4:], data[:g.data_offset + 8]):
+        try:
+            G.parse_gguf(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("malformed file accepted")
+
+
+def test_fixture_files_reserialize():
+    for name in sorted(os.listdir(FIXTURES)):
+        if not name.endswith(".gguf"):
+            continue
+        with open(os.path.join(FIXTURES, name), "rb") as f:
+            data = f.read()
+        g = G.parse_gguf(data)
+        again = G.build_gguf(list(g.kv.items()),
+                             [(t.name, t.ne, t.type, t.raw) for t in g.tensors.values()])
+        assert again == data, name
+
+
+def test_q8_0():
+    # amax 127 -> d = 1 exactly; roundf rounds halves away from zero
+    x = np.zeros(32, dtype=np.float32)
+    x[:8] = [127, -126.5, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49]
+    raw = G.quantize_q8_0(x)
+    assert raw.shape == (34,)
+    assert raw[0:2].view(np.float16)[0] == 1.0
+    q = raw[2:].view(np.int8)
+    assert list(q[:8]) == [127, -127, 1, -1, 2, 3, -3, 0], list(q[:8])
+    # all-zero block: d = 0, q = 0
+    z = G.quantize_q8_0(np.zeros(32, dtype=np.float32))
+    assert not z.any()
+    # error bound on random data: |x - q*d16| <= d/2 + 127*|d - d16| (+ f32 slack)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 32)) * rng.uniform(0.01, 10, (64, 1))).astype(np.float32)
+    y = G.dequantize_q8_0(G.quantize_q8_0(x), x.size).reshape(x.shape)
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    d = amax / 127
+    d16 = d.astype(np.float16).astype(np.float64)
+    bound = d / 2 + 127 * np.abs(d - d16) + 1e-6 * amax
+    assert np.all(np.abs(x - y) <= bound)
+
+
+def test_q4_0():
+    # d = max / -8 where max is the signed value of largest magnitude; here max = -8 -> d = 1
+    x = np.zeros(32, dtype=np.float32)
+    for j in range(16):
+        x[j] = j - 8            # nibble j
+        x[16 + j] = 7 - j       # nibble 15 - j
+    raw = G.quantize_q4_0(x)
+    assert raw.shape == (18,)
+    assert raw[0:2].view(np.float16)[0] == 1.0
+    for j in range(16):
+        assert raw[2 + j] == (j | ((15 - j) << 4)), (j, raw[2 + j])
+    assert np.array_equal(G.dequantize_q4_0(raw, 32), x)
+    # positive extreme: max = +8 -> d = -1; +8 maps to nibble 0, -8 would be nibble 16 -> 15
+    y = np.zeros(32, dtype=np.float32)
+    y[0], y[1], y[2] = 8.0, -8.0, 3.0
+    raw = G.quantize_q4_0(y)
+    assert raw[0:2].view(np.float16)[0] == -1.0
+    deq = G.dequantize_q4_0(raw, 32)
+    assert deq[0] == 8.0 and deq[1] == -7.0 and deq[2] == 3.0
+    # the first element of largest magnitude decides the sign of d
+    t = np.zeros(32, dtype=np.float32)
+    t[3], t[9] = -2.0, 2.0
+    assert G.quantize_q4_0(t)[0:2].view(np.float16)[0] == 0.25
+    # error bound on random data: |x - deq| <= |d| (clamped side) + 8*|d - d16| (+ slack)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((64, 32)) * rng.uniform(0.01, 10, (64, 1))).astype(np.float32)
+    y = G.dequantize_q4_0(G.quantize_q4_0(x), x.size).reshape(x.shape)
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    d = amax / 8
+    d16 = d.astype(np.float16).astype(np.float64)
+    bound = d + 8 * np.abs(d - d16) + 1e-6 * amax
+    assert np.all(np.abs(x - y) <= bound)
+    # most elements are within half a step
+    assert np.mean(np.abs(x - y) <= d / 2 + 8 * np.abs(d - d16) + 1e-6 * amax) > 0.95
+
+
+def test_bf16_f16():
+    one = np.float32(1.0)
+    step = np.float32(2.0 ** -7)  # bf16 spacing at 1.0
+    vals = np.array([one + step / 2, one + 3 * step / 2, one + step / 2 + 2.0 ** -20,
+                     -2.5, 0.0, np.inf], dtype=np.float32)
+    back = G.bf16_bits_to_f32(G.f32_to_bf16_bits(vals))
+    assert back[0] == 1.0                     # tie -> even
+    assert back[1] == one + 2 * step          # tie -> even (up)
+    assert back[2] == one + step              # above the tie -> up
+    assert back[3] == -2.5 and back[4] == 0.0 and np.isinf(back[5])
+    assert np.isnan(G.bf16_bits_to_f32(G.f32_to_bf16_bits(np.array([np.nan], np.float32))))[0]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1000).astype(np.float32)
+    b = G.bf16_bits_to_f32(G.f32_to_bf16_bits(x))
+    assert np.all(np.abs(x - b) <= np.abs(x) * 2.0 ** -8)
+    h = G.decode_tensor(G.encode_tensor(x, G.GGML_F16), G.GGML_F16, [1000])
+    assert np.all(np.abs(x - h) <= np.abs(x) * 2.0 ** -11 + 2.0 ** -25)
+
+
+def test_rope():
+    rng = np.random.default_rng(4)
+    v = rng.standard_normal(16)
+    for mode in (R.ROPE_NORM, R.ROPE_NEOX):
+        assert np.allclose(R.rope(v, 0, mode, 10000.0), v)
+        assert abs(np.linalg.norm(R.rope(v, 7, mode, 10000.0)) - np.linalg.norm(v)) < 1e-12
+        q, k = rng.standard_normal(16), rng.standard_normal(16)
+        a = R.rope(q, 9, mode, 10000.0) @ R.rope(k, 4, mode, 10000.0)
+        b = R.rope(q, 25, mode, 10000.0) @ R.rope(k, 20, mode, 10000.0)
+        assert abs(a - b) < 1e-9
+    # NEOX on v == NORM on the interleaved vector, de-interleaved
+    perm = np.empty(16, dtype=int)
+    perm[0::2] = np.arange(8)
+    perm[1::2] = np.arange(8) + 8
+    norm_out = R.rope(v[perm], 5, R.ROPE_NORM, 10000.0)
+    neox_out = R.rope(v, 5, R.ROPE_NEOX, 10000.0)
+    assert np.allclose(norm_out, neox_out[perm])
+    # pair 0 rotates by exactly pos radians, pair i by pos * base^(-2i/n)
+    e = np.zeros(16)
+    e[2] = 1.0
+    r = R.rope(e, 3, R.ROPE_NORM, 10000.0)
+    th = 3 * 10000.0 ** (-2.0 / 16)
+    assert abs(r[2] - np.cos(th)) < 1e-12 and abs(r[3] - np.sin(th)) < 1e-12
+
+
+def _fixture(name):
+    m = json.load(open(os.path.join(FIXTURES, "goldens.json")))
+    for f in m["fixtures"]:
+        if f["name"] == name:
+            return f
+    raise KeyError(name)
+
+
+def test_causality():
+    for name in ("llama-moe-f32", "llama-dense-q4_0", "qwen2moe-f32", "qwen3moe-q8_0",
+                 "olmoe-bf16"):
+        f = _fixture(name)
+        m = R.load_model(os.path.join(FIXTURES, f["file"]))
+        toks = f["tokens"]
+        full, routing = R.forward(m, toks)
+        for p in (0, 1, 6, len(toks) - 1):
+            part, proute = R.forward(m, toks[:p + 1])
+            assert np.max(np.abs(part[p] - full[p])) < 1e-11, (name, p)
+            for layer_full, layer_part in zip(routing, proute):
+                if layer_full:
+                    assert layer_full[p]["ids"] == layer_part[p]["ids"]
+        # a different future does not change the past
+        other = toks[:8] + [(t + 1) % f["n_vocab"] for t in toks[8:]]
+        alt, _ = R.forward(m, other)
+        assert np.max(np.abs(alt[:8] - full[:8])) < 1e-11
+        assert np.max(np.abs(alt[8:] - full[8:])) > 1e-3
+
+
+def _write_model(path, name, arch, c, weights):
+    kv = MF.make_kv(name, arch, c, "f32")
+    G.write_gguf(path, kv, MF.encode(weights, "f32"), alignment=c.get("alignment"))
+    return R.load_model(path)
+
+
+def test_moe_identical_experts_equal_dense():
+    tmp = tempfile.mkdtemp(prefix="lynx-ref-")
+    for arch, k in (("llama", 2), ("llama", 8), ("olmoe", 8)):
+        c = dict(MF.COMMON)
+        c.update(n_expert=8, n_expert_used=k, n_ff=32, eps=1e-5, tied=False, head_dim=16)
+        w = MF.make_weights(arch, 77, c)
+        moe = []
+        for name, arr, qz in w:
+            if name.endswith("_exps.weight"):
+                arr = np.repeat(arr[:1], arr.shape[0], axis=0)
+            moe.append((name, arr, qz))
+        mm = _write_model(os.path.join(tmp, "moe.gguf"), "moe", arch, c, moe)
+        toks = [3, 17, 99, 5, 5, 64, 127, 0]
+        lm, routing = R.forward(mm, toks)
+        if arch == "llama":
+            # the same model with a dense FFN made of expert 0
+            dense = []
+            for name, arr, qz in moe:
+                if name.endswith("ffn_gate_inp.weight"):
+                    continue
+                if name.endswith("_exps.weight"):
+                    name = name.replace("_exps.weight", ".weight")
+                    arr = arr[0]
+                dense.append((name, arr, qz))
+            cd = dict(c)
+            cd.update(n_expert=0, n_expert_used=0)
+            md = _write_model(os.path.join(tmp, "dense.gguf"), "dense", arch, cd, dense)
+            ld, _ = R.forward(md, toks)
+            assert np.max(np.abs(lm - ld)) < 1e-10, (arch, k)
+        # k == n_expert: every weight sums to one, with or without normalization
+        if k == 8:
+            for layer in routing:
+                for r in layer:
+                    assert abs(sum(r["weights"]) - 1.0) < 1e-12
+                    assert sorted(r["ids"]) == list(range(8))
+
+
+def test_moe_permutation_invariance():
+    tmp = tempfile.mkdtemp(prefix="lynx-ref-")
+    c = dict(MF.COMMON)
+    c.update(n_expert=8, n_expert_used=8, n_ff=32, eps=1e-5, tied=False, head_dim=16)
+    w = MF.make_weights("llama", 78, c)
+    perm = np.array([3, 7, 0, 5, 1, 6, 2, 4])
+    pw = []
+    for name, arr, qz in w:
+        if name.endswith("_exps.weight") or name.endswith("ffn_gate_inp.weight"):
+            arr = arr[perm]
+        pw.append((name, arr, qz))
+    m1 = _write_model(os.path.join(tmp, "a.gguf"), "a", "llama", c, w)
+    m2 = _write_model(os.path.join(tmp, "b.gguf"), "b", "llama", c, pw)
+    toks = [1, 2, 3, 4, 100, 50, 25, 12]
+    l1, r1 = R.forward(m1, toks)
+    l2, r2 = R.forward(m2, toks)
+    assert np.max(np.abs(l1 - l2)) < 1e-10
+    inv = np.argsort(perm)  # expert e of model 1 is expert inv[e] of model 2
+    for a, b in zip(r1, r2):
+        for ra, rb in zip(a, b):
+            assert [int(inv[e]) for e in ra["ids"]] == rb["ids"]
+    # and with top-2: the same experts (mapped) are chosen
+    c2 = dict(c)
+    c2.update(n_expert_used=2)
+    m3 = _write_model(os.path.join(tmp, "c.gguf"), "c", "llama", c2, w)
+    m4 = _write_model(os.path.join(tmp, "d.gguf"), "d", "llama", c2, pw)
+    l3, r3 = R.forward(m3, toks)
+    l4, r4 = R.forward(m4, toks)
+    assert np.max(np.abs(l3 - l4)) < 1e-10
+    assert np.max(np.abs(l3 - l1)) > 1e-3
+
+
+def test_topk_ties():
+    assert R.topk_ids([0.5, 0.9, 0.9, 0.1, 0.9], 2) == [1, 2]
+    assert R.topk_ids([0.2, 0.2, 0.2], 3) == [0, 1, 2]
+
+
+def test_goldens_up_to_date():
+    m = json.load(open(os.path.join(FIXTURES, "goldens.json")))
+    names = set()
+    for f in m["fixtures"]:
+        names.add((f["model"], f["type"]))
+        path = os.path.join(FIXTURES, f["file"])
+        data = open(path, "rb").read()
+        assert hashlib.sha256(data).hexdigest() == f["gguf_sha256"], f["name"]
+        raw = open(os.path.join(FIXTURES, f["logits_file"]), "rb").read()
+        assert len(raw) == 4 * f["n_tokens"] * f["n_vocab"]
+        assert hashlib.sha256(raw).hexdigest() == f["logits_sha256"], f["name"]
+        gold = np.frombuffer(raw, dtype="<f4").reshape(f["n_tokens"], f["n_vocab"])
+        model = R.load_model(path)
+        assert model.arch == f["arch"]
+        logits, routing = R.forward(model, f["tokens"])
+        assert np.array_equal(logits.astype(np.float32), gold), f["name"]
+        assert [[r["ids"] for r in layer] for layer in routing] == f["routing"]
+        assert [int(i) for i in np.argmax(gold, axis=1)] == f["argmax"]
+        g = model.gguf
+        for t in g.tensors.values():
+            quantizable = t.name.endswith(".weight") and len(t.ne) >= 2 and \
+                "_norm" not in t.name and "ffn_gate_inp" not in t.name
+            want = G.TYPE_BY_NAME[f["type"]] if quantizable else G.GGML_F32
+            assert t.type == want, (f["name"], t.name, t.type)
+    expected = {(a[0], t) for a in MF.ARCHS for t in MF.TYPES}
+    assert names == expected, names ^ expected
+
+
+def main():
+    tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
+    for name, fn in tests:
+        fn()
+        print("ok   %s" % name)
+    print("all %d reference self-checks passed" % len(tests))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
