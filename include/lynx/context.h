@@ -15,19 +15,19 @@
 namespace lynx {
 
 struct ContextOptions {
-  int n_threads = 0;          // 0 = hardware concurrency
-  int n_ctx = 4096;           // context limit per sequence (positions)
+  int n_threads = 0;             // 0 = hardware concurrency
+  int n_ctx = 4096;              // context limit per sequence (positions)
   std::string routing = "topk";  // routing policy spec, see make_routing_policy
-  bool record_trace = false;  // keep router logits of each step (see take_trace)
+  bool record_trace = false;     // keep router logits of each step (see take_trace)
 };
 
 // One token of a step.
 struct BatchToken {
   int32_t token = 0;
-  int32_t seq = 0;      // sequence id (from Context::new_sequence)
-  int32_t pos = 0;      // position in its sequence; must be the next position of the sequence
+  int32_t seq = 0;  // sequence id (from Context::new_sequence)
+  int32_t pos = 0;  // position in its sequence; must be the next position of the sequence
   uint8_t flags = kTokenDecode;  // TokenFlags: prefill / decode / exact
-  bool logits = false;  // return the logits of this token
+  bool logits = false;           // return the logits of this token
 };
 
 // Per-layer figures of the last step (MoE layers only; dense layers read all FFN weights).
@@ -92,8 +92,9 @@ class Context {
   // Router logits of the steps since the last call (when record_trace is on).
   std::vector<TraceRecord> take_trace();
 
+  struct Impl;  // defined in src/model/forward.h (the forward pass works on it directly)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -29,18 +29,18 @@ struct ModelConfig {
   int head_dim = 0;  // {arch}.attention.key_length, else n_embd / n_head
   int n_vocab = 0;
   int n_ctx_train = 0;
-  int n_ff = 0;       // dense FFN width (layers without experts)
-  int n_expert = 0;   // 0 = dense model
+  int n_ff = 0;      // dense FFN width (layers without experts)
+  int n_expert = 0;  // 0 = dense model
   int n_expert_used = 0;
-  int n_ff_exp = 0;   // per-expert FFN width
-  int n_ff_shexp = 0; // shared-expert FFN width (0 = none)
+  int n_ff_exp = 0;         // per-expert FFN width
+  int n_ff_shexp = 0;       // shared-expert FFN width (0 = none)
   bool shexp_gate = false;  // shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)
   bool qkv_bias = false;
   QKNorm qk_norm = QKNorm::kNone;
   RopeType rope = RopeType::kNorm;
   float rope_base = 10000.f;
   float rms_eps = 1e-5f;
-  GatingConfig gating;  // router gating of MoE layers
+  GatingConfig gating;       // router gating of MoE layers
   bool tied_output = false;  // output projection shares token_embd
 
   bool is_moe() const { return n_expert > 0; }

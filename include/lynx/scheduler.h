@@ -53,8 +53,8 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;  // must not be empty
   int max_tokens = 16;
   SamplingParams sampling;
-  bool exact_routing = false;          // decode tokens of this request are never remapped
-  std::vector<int32_t> stop_tokens;    // end-of-generation ids (EOS, EOT, ...)
+  bool exact_routing = false;        // decode tokens of this request are never remapped
+  std::vector<int32_t> stop_tokens;  // end-of-generation ids (EOS, EOT, ...)
   // Called for every generated token; return false to stop the request (e.g. a stop string
   // matched, or the client went away).
   std::function<bool(int32_t token)> on_token;
@@ -63,8 +63,8 @@ struct GenerationRequest {
 };
 
 struct SchedulerOptions {
-  int max_batch = 16;          // sequences decoding at once
-  int max_step_tokens = 256;   // token budget of one step (decode tokens + prefill chunks)
+  int max_batch = 16;         // sequences decoding at once
+  int max_step_tokens = 256;  // token budget of one step (decode tokens + prefill chunks)
 };
 
 struct SchedulerStats {

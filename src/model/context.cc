@@ -28,9 +28,15 @@ Context::Context(const Model& model, const ContextOptions& opts)
     : impl_(std::make_unique<Impl>(model, opts)) {}
 Context::~Context() = default;
 
-const Model& Context::model() const { return impl_->model; }
-int Context::n_threads() const { return impl_->pool.size(); }
-int Context::n_ctx() const { return impl_->n_ctx; }
+const Model& Context::model() const {
+  return impl_->model;
+}
+int Context::n_threads() const {
+  return impl_->pool.size();
+}
+int Context::n_ctx() const {
+  return impl_->n_ctx;
+}
 
 int32_t Context::new_sequence() {
   auto& seqs = impl_->seqs;
@@ -59,7 +65,9 @@ void Context::free_sequence(int32_t seq) {
   s.cap = 0;
 }
 
-int32_t Context::sequence_length(int32_t seq) const { return impl_->sequence(seq).len; }
+int32_t Context::sequence_length(int32_t seq) const {
+  return impl_->sequence(seq).len;
+}
 
 void Context::truncate_sequence(int32_t seq, int32_t len) {
   Sequence& s = impl_->sequence(seq);
@@ -70,22 +78,32 @@ void Context::truncate_sequence(int32_t seq, int32_t len) {
   s.len = len;
 }
 
-void Context::eval(std::span<const BatchToken> batch) { impl_->eval(batch); }
+void Context::eval(std::span<const BatchToken> batch) {
+  impl_->eval(batch);
+}
 
 std::span<const float> Context::logits(int i) const {
   if (i < 0 || i >= impl_->n_out) throw Error("logits index out of range");
   const int V = impl_->model.config().n_vocab;
   return {impl_->out_logits.data() + size_t(i) * V, size_t(V)};
 }
-int Context::n_logits() const { return impl_->n_out; }
+int Context::n_logits() const {
+  return impl_->n_out;
+}
 
 void Context::set_routing(const std::string& spec) {
   impl_->policy = make_routing_policy(spec);
   impl_->routing_spec = spec;
 }
-const std::string& Context::routing() const { return impl_->routing_spec; }
-const StepStats& Context::last_step() const { return impl_->step; }
-const std::vector<RoutingStats>& Context::routing_stats() const { return impl_->rstats; }
+const std::string& Context::routing() const {
+  return impl_->routing_spec;
+}
+const StepStats& Context::last_step() const {
+  return impl_->step;
+}
+const std::vector<RoutingStats>& Context::routing_stats() const {
+  return impl_->rstats;
+}
 void Context::reset_stats() {
   for (auto& r : impl_->rstats) r = RoutingStats{};
 }
@@ -99,8 +117,7 @@ std::vector<TraceRecord> Context::take_trace() {
 
 Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
-      pool(o.n_threads > 0 ? o.n_threads
-                           : std::max(1, int(std::thread::hardware_concurrency()))),
+      pool(o.n_threads > 0 ? o.n_threads : std::max(1, int(std::thread::hardware_concurrency()))),
       n_ctx(o.n_ctx),
       record_trace(o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");

@@ -21,8 +21,8 @@ void ensure(V& v, size_t n) {
 }
 
 // y[T x rows] = W x[T x cols], rows split across the pool; `bytes` counts weight traffic.
-void project(ThreadPool& pool, const Weight& w, const float* x, int T, float* y,
-             size_t& bytes, int64_t mat = 0) {
+void project(ThreadPool& pool, const Weight& w, const float* x, int T, float* y, size_t& bytes,
+             int64_t mat = 0) {
   kernels::matmul(pool, w.type, w.mat(mat), w.rows, w.cols, x, w.cols, T, y, w.rows);
   bytes += w.mat_bytes;
 }
@@ -75,8 +75,10 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
       kernels::rmsnorm(q, L.q_norm, q, Q, c.rms_eps);
       kernels::rmsnorm(k, L.k_norm, k, KV, c.rms_eps);
     } else if (c.qk_norm == QKNorm::kPerHead) {
-      for (int h = 0; h < c.n_head; ++h) kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
-      for (int h = 0; h < c.n_head_kv; ++h) kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < c.n_head; ++h)
+        kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < c.n_head_kv; ++h)
+        kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
     const int pos = batch[size_t(t)].pos;
     for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, hd, pos, c.rope_base, c.rope);
@@ -167,29 +169,35 @@ void run_experts(Context::Impl& ctx, int il, int T) {
 
   const int64_t n_active = int64_t(B.active.size());
   // gate and up: rows F per active expert.
-  ctx.pool.parallel_for(n_active * F, [&](int64_t b, int64_t e, int) {
-    while (b < e) {
-      const int64_t ai = b / F, r0 = b % F, r1 = std::min<int64_t>(F, r0 + (e - b));
-      const int ex = B.active[size_t(ai)];
-      const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-      kernels::matmul_rows(L.gate_exps.type, L.gate_exps.mat(ex), E, r0, r1,
-                           &B.xin[size_t(off) * E], E, cnt, &B.gate[size_t(off) * F], F);
-      kernels::matmul_rows(L.up_exps.type, L.up_exps.mat(ex), E, r0, r1,
-                           &B.xin[size_t(off) * E], E, cnt, &B.up[size_t(off) * F], F);
-      b += r1 - r0;
-    }
-  }, 16);
+  ctx.pool.parallel_for(
+      n_active * F,
+      [&](int64_t b, int64_t e, int) {
+        while (b < e) {
+          const int64_t ai = b / F, r0 = b % F, r1 = std::min<int64_t>(F, r0 + (e - b));
+          const int ex = B.active[size_t(ai)];
+          const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
+          kernels::matmul_rows(L.gate_exps.type, L.gate_exps.mat(ex), E, r0, r1,
+                               &B.xin[size_t(off) * E], E, cnt, &B.gate[size_t(off) * F], F);
+          kernels::matmul_rows(L.up_exps.type, L.up_exps.mat(ex), E, r0, r1,
+                               &B.xin[size_t(off) * E], E, cnt, &B.up[size_t(off) * F], F);
+          b += r1 - r0;
+        }
+      },
+      16);
   kernels::swiglu(B.gate.data(), B.up.data(), B.gate.data(), int64_t(rows) * F);
-  ctx.pool.parallel_for(n_active * E, [&](int64_t b, int64_t e, int) {
-    while (b < e) {
-      const int64_t ai = b / E, r0 = b % E, r1 = std::min<int64_t>(E, r0 + (e - b));
-      const int ex = B.active[size_t(ai)];
-      const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-      kernels::matmul_rows(L.down_exps.type, L.down_exps.mat(ex), F, r0, r1,
-                           &B.gate[size_t(off) * F], F, cnt, &B.down[size_t(off) * E], E);
-      b += r1 - r0;
-    }
-  }, 16);
+  ctx.pool.parallel_for(
+      n_active * E,
+      [&](int64_t b, int64_t e, int) {
+        while (b < e) {
+          const int64_t ai = b / E, r0 = b % E, r1 = std::min<int64_t>(E, r0 + (e - b));
+          const int ex = B.active[size_t(ai)];
+          const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
+          kernels::matmul_rows(L.down_exps.type, L.down_exps.mat(ex), F, r0, r1,
+                               &B.gate[size_t(off) * F], F, cnt, &B.down[size_t(off) * E], E);
+          b += r1 - r0;
+        }
+      },
+      16);
 
   // Mix: each token adds its experts' outputs in slot order (independent of the batch).
   for (int t = 0; t < T; ++t) {
@@ -301,7 +309,7 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
   ctx.step = StepStats{};
   ctx.step.n_tokens = T;
   ctx.step.layers.assign(size_t(c.n_layer), LayerStepStats{});
-  std::vector<uint8_t> flags(size_t(T));
+  std::vector<uint8_t> flags(static_cast<size_t>(T));
   for (int t = 0; t < T; ++t) {
     flags[size_t(t)] = batch[size_t(t)].flags;
     if ((batch[size_t(t)].flags & kTokenPrefill) == 0) ++ctx.step.n_decode;

@@ -25,18 +25,18 @@ struct Sequence {
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
 // steady state).
 struct StepBuffers {
-  std::vector<float> x, xn, q, k, v, attn, tmp;        // [T x ...]
-  std::vector<float> router;                            // [T x N]
-  std::vector<int32_t> ids;                             // [T x k]
-  std::vector<float> weights;                           // [T x k]
-  std::vector<int32_t> count, offset;                   // [N], [N + 1]
-  std::vector<int32_t> row_token;                       // [T*k] token of each grouped row
-  std::vector<int32_t> assign_row;                      // [T*k] grouped row of (t, slot)
-  std::vector<int32_t> active;                          // active expert ids
-  std::vector<float> xin, gate, up, down;               // grouped rows
-  std::vector<float> sh_gate, sh_up, sh_down;           // shared expert / dense FFN
-  std::vector<float> out_in;                            // normed rows needing logits
-  std::vector<int32_t> out_rows;                        // token index of each logits row
+  std::vector<float> x, xn, q, k, v, attn, tmp;  // [T x ...]
+  std::vector<float> router;                     // [T x N]
+  std::vector<int32_t> ids;                      // [T x k]
+  std::vector<float> weights;                    // [T x k]
+  std::vector<int32_t> count, offset;            // [N], [N + 1]
+  std::vector<int32_t> row_token;                // [T*k] token of each grouped row
+  std::vector<int32_t> assign_row;               // [T*k] grouped row of (t, slot)
+  std::vector<int32_t> active;                   // active expert ids
+  std::vector<float> xin, gate, up, down;        // grouped rows
+  std::vector<float> sh_gate, sh_up, sh_down;    // shared expert / dense FFN
+  std::vector<float> out_in;                     // normed rows needing logits
+  std::vector<int32_t> out_rows;                 // token index of each logits row
 };
 
 struct Context::Impl {

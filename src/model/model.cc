@@ -103,8 +103,7 @@ class Binder {
                   std::to_string(n) + "]");
     }
     if (!kernels::is_compute_type(t->type)) {
-      throw Error("tensor '" + name + "' has unsupported type " +
-                  gguf::tensor_type_name(t->type));
+      throw Error("tensor '" + name + "' has unsupported type " + gguf::tensor_type_name(t->type));
     }
     arena_.emplace_back(size_t(n));
     kernels::ref::dequantize_row(t->type, t->data, arena_.back().data(), n);

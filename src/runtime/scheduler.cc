@@ -19,11 +19,16 @@ int32_t argmax(std::span<const float> logits) {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-    default: return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+    default:
+      return "none";
   }
 }
 
@@ -106,7 +111,7 @@ struct Active {
   Sampler sampler;
   size_t prefilled = 0;  // prompt tokens already in the cache
   int generated = 0;
-  int32_t last = -1;     // last sampled token, fed next step
+  int32_t last = -1;  // last sampled token, fed next step
   bool cancel = false;
 };
 }  // namespace
@@ -149,7 +154,8 @@ int64_t Scheduler::submit(GenerationRequest req) {
   }
   const int n_vocab = impl_->ctx.model().config().n_vocab;
   for (int32_t t : req.prompt) {
-    if (t < 0 || t >= n_vocab) throw Error("prompt token id " + std::to_string(t) + " out of range");
+    if (t < 0 || t >= n_vocab)
+      throw Error("prompt token id " + std::to_string(t) + " out of range");
   }
   const int64_t id = impl_->next_id++;
   impl_->waiting.emplace_back(id, std::move(req));
@@ -170,9 +176,15 @@ void Scheduler::cancel(int64_t id) {
   }
 }
 
-size_t Scheduler::n_active() const { return impl_->active.size(); }
-size_t Scheduler::n_waiting() const { return impl_->waiting.size(); }
-const SchedulerStats& Scheduler::stats() const { return impl_->stats; }
+size_t Scheduler::n_active() const {
+  return impl_->active.size();
+}
+size_t Scheduler::n_waiting() const {
+  return impl_->waiting.size();
+}
+const SchedulerStats& Scheduler::stats() const {
+  return impl_->stats;
+}
 
 bool Scheduler::step() {
   Impl& s = *impl_;

@@ -1,0 +1,41 @@
+// Random-weight models at the shapes of real MoE models, written as GGUF files. They are
+// how speed is measured at real sizes on machines that cannot download real weights; the
+// router can be driven by recorded traces (see the bench) so routing looks like a trained
+// model's.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lynx/gguf.h"
+
+namespace lynx {
+
+struct SynthShape {
+  std::string name;  // "olmoe-1b-7b", ...
+  std::string arch;  // general.architecture
+  int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int n_vocab = 0, n_ctx = 4096;
+  int n_ff = 0;  // dense width (dense models) or 0
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  float rope_base = 10000.f, rms_eps = 1e-5f;
+};
+
+// Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, and small ones used by
+// tests and the demo (tiny-moe, tiny-mixtral). Throws lynx::Error for an unknown name.
+SynthShape synth_shape(const std::string& name);
+std::vector<std::string> synth_shape_names();
+
+struct SynthOptions {
+  SynthShape shape;
+  gguf::TensorType type = gguf::TensorType::F16;  // weight matrices; norms/router stay F32
+  uint64_t seed = 1;
+  float router_std = 1.5f;  // std of router logits at unit-variance input
+  std::function<void(size_t done, size_t total)> progress;
+};
+
+// Writes the model (with a byte-level BPE vocabulary so text round-trips) to `path`.
+void write_synth_model(const SynthOptions& opts, const std::string& path);
+
+}  // namespace lynx

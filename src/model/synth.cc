@@ -1,0 +1,231 @@
+// Random-weight GGUF models at real shapes (see lynx/synth.h).
+#include "lynx/synth.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace lynx {
+namespace {
+
+// Shapes from the models' published configs (config.json of each release).
+const SynthShape kShapes[] = {
+    // OLMoE-1B-7B: 64 experts, 8 per token, no shared expert.
+    {"olmoe-1b-7b", "olmoe", 16, 2048, 16, 16, 128, 50304, 4096, 0, 64, 8, 1024, 0, 10000.f, 1e-5f},
+    // Qwen2-57B-A14B: 64 experts, 8 per token, one shared expert of width 20480.
+    {"qwen2-57b", "qwen2moe", 28, 3584, 28, 4, 128, 151936, 4096, 0, 64, 8, 2560, 20480, 1e6f,
+     1e-6f},
+    // Qwen3-30B-A3B: 128 experts, 8 per token, head_dim 128 != n_embd / n_head.
+    {"qwen3-30b", "qwen3moe", 48, 2048, 32, 4, 128, 151936, 4096, 0, 128, 8, 768, 0, 1e6f, 1e-6f},
+    // Mixtral-8x7B: 8 experts, 2 per token.
+    {"mixtral-8x7b", "llama", 32, 4096, 32, 8, 128, 32000, 4096, 0, 8, 2, 14336, 0, 1e6f, 1e-5f},
+    // Small shapes for tests and the demo: an OLMoE-like 64/8 and a Mixtral-like 8/2.
+    {"tiny-moe", "olmoe", 4, 256, 4, 4, 64, 512, 2048, 0, 64, 8, 128, 0, 10000.f, 1e-5f},
+    {"tiny-mixtral", "llama", 4, 256, 4, 2, 64, 512, 2048, 0, 8, 2, 512, 0, 10000.f, 1e-5f},
+};
+
+// splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Approximately normal: sum of uniforms (Irwin-Hall, 4 terms), unit variance.
+  float normal() {
+    uint64_t r = next();
+    float acc = 0;
+    for (int i = 0; i < 4; ++i) acc += float((r >> (16 * i)) & 0xFFFF) / 65535.f;
+    return (acc - 2.f) * 1.7320508f;
+  }
+};
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others are moved to
+// code points 256 and up, so every byte has a visible one-character token.
+std::string byte_token(int b) {
+  auto printable = [](int c) {
+    return (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+  };
+  int cp = b;
+  if (!printable(b)) {
+    int n = 0;
+    for (int c = 0; c < b; ++c) n += !printable(c);
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += char(cp);
+  } else {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+class SynthWriter {
+ public:
+  SynthWriter(const SynthOptions& o, gguf::Writer& w) : o_(o), w_(w) {}
+
+  void matrix(const std::string& name, gguf::TensorType type, int64_t cols, int64_t rows,
+              int64_t n_mat, float std) {
+    std::vector<int64_t> ne = {cols, rows};
+    if (n_mat > 1) ne.push_back(n_mat);
+    const size_t row_bytes = gguf::row_size(type, cols);
+    const uint64_t seed = hash_name(name, o_.seed);
+    total_ += row_bytes * size_t(rows * n_mat);
+    w_.add_tensor_lazy(name, type, ne, [=, this](uint8_t* dst, size_t) {
+      Rng rng{seed};
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows * n_mat; ++r) {
+        for (auto& v : row) v = rng.normal() * std;
+        kernels::quantize_row(type, row.data(), dst + size_t(r) * row_bytes, cols);
+        done_ += row_bytes;
+      }
+      if (o_.progress) o_.progress(done_, total_);
+    });
+  }
+
+  void vector(const std::string& name, int64_t n, float mean, float std) {
+    std::vector<float> v(static_cast<size_t>(n));
+    Rng rng{hash_name(name, o_.seed)};
+    for (auto& x : v) x = mean + std * rng.normal();
+    w_.add_tensor(name, gguf::TensorType::F32, {n}, v.data(), v.size() * sizeof(float));
+  }
+
+ private:
+  const SynthOptions& o_;
+  gguf::Writer& w_;
+  size_t total_ = 0;
+  size_t done_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> synth_shape_names() {
+  std::vector<std::string> out;
+  for (const auto& s : kShapes) out.push_back(s.name);
+  return out;
+}
+
+SynthShape synth_shape(const std::string& name) {
+  for (const auto& s : kShapes) {
+    if (s.name == name) return s;
+  }
+  std::string list;
+  for (const auto& s : kShapes) list += (list.empty() ? "" : ", ") + s.name;
+  throw Error("unknown shape '" + name + "' (known: " + list + ")");
+}
+
+void write_synth_model(const SynthOptions& o, const std::string& path) {
+  const SynthShape& s = o.shape;
+  if (!kernels::is_compute_type(o.type)) {
+    throw Error(std::string("synth: unsupported weight type ") + gguf::tensor_type_name(o.type));
+  }
+  gguf::Writer w;
+  const std::string a = s.arch + ".";
+  w.set("general.architecture", gguf::Value::str(s.arch));
+  w.set("general.name", gguf::Value::str("synth-" + s.name));
+  w.set("general.file_type", gguf::Value::u32(uint32_t(o.type)));
+  w.set(a + "block_count", gguf::Value::u32(uint32_t(s.n_layer)));
+  w.set(a + "context_length", gguf::Value::u32(uint32_t(s.n_ctx)));
+  w.set(a + "embedding_length", gguf::Value::u32(uint32_t(s.n_embd)));
+  w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.n_head)));
+  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.n_head_kv)));
+  w.set(a + "attention.key_length", gguf::Value::u32(uint32_t(s.head_dim)));
+  w.set(a + "attention.value_length", gguf::Value::u32(uint32_t(s.head_dim)));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rms_eps));
+  w.set(a + "rope.freq_base", gguf::Value::f32(s.rope_base));
+  const bool moe = s.n_expert > 0;
+  w.set(a + "feed_forward_length", gguf::Value::u32(uint32_t(moe ? s.n_ff_exp : s.n_ff)));
+  if (moe) {
+    w.set(a + "expert_count", gguf::Value::u32(uint32_t(s.n_expert)));
+    w.set(a + "expert_used_count", gguf::Value::u32(uint32_t(s.n_expert_used)));
+    w.set(a + "expert_feed_forward_length", gguf::Value::u32(uint32_t(s.n_ff_exp)));
+    if (s.n_ff_shexp > 0) {
+      w.set(a + "expert_shared_feed_forward_length", gguf::Value::u32(uint32_t(s.n_ff_shexp)));
+    }
+  }
+
+  // Byte-level BPE vocabulary: 256 byte tokens, an end-of-text control token, then unused
+  // control tokens up to the shape's vocabulary size (so the output matrix has its real size).
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(byte_token(b));
+    types.push_back(1);
+  }
+  tokens.push_back("<|endoftext|>");
+  types.push_back(3);
+  while (int(tokens.size()) < s.n_vocab) {
+    tokens.push_back("<|extra_" + std::to_string(tokens.size()) + "|>");
+    types.push_back(3);
+  }
+  w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+  w.set("tokenizer.ggml.pre", gguf::Value::str("default"));
+  w.set("tokenizer.ggml.tokens", gguf::Value::str_array(tokens));
+  w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(types));
+  w.set("tokenizer.ggml.merges", gguf::Value::str_array({}));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(256));
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(256));
+  w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(false));
+
+  SynthWriter sw(o, w);
+  const int64_t E = s.n_embd, Q = int64_t(s.n_head) * s.head_dim,
+                KV = int64_t(s.n_head_kv) * s.head_dim;
+  const float in_std = 1.f / std::sqrt(float(E));
+  sw.matrix("token_embd.weight", o.type, E, s.n_vocab, 1, 1.f);
+  sw.vector("output_norm.weight", E, 1.f, 0.05f);
+  sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
+  for (int il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    sw.vector(p + "attn_norm.weight", E, 1.f, 0.05f);
+    sw.matrix(p + "attn_q.weight", o.type, E, Q, 1, in_std);
+    sw.matrix(p + "attn_k.weight", o.type, E, KV, 1, in_std);
+    sw.matrix(p + "attn_v.weight", o.type, E, KV, 1, in_std);
+    sw.matrix(p + "attn_output.weight", o.type, Q, E, 1, 1.f / std::sqrt(float(Q)));
+    if (s.arch == "qwen2moe" || s.arch == "qwen2") {
+      sw.vector(p + "attn_q.bias", Q, 0.f, 0.02f);
+      sw.vector(p + "attn_k.bias", KV, 0.f, 0.02f);
+      sw.vector(p + "attn_v.bias", KV, 0.f, 0.02f);
+    }
+    if (s.arch == "olmoe") {
+      sw.vector(p + "attn_q_norm.weight", Q, 1.f, 0.05f);
+      sw.vector(p + "attn_k_norm.weight", KV, 1.f, 0.05f);
+    } else if (s.arch == "qwen3moe" || s.arch == "qwen3") {
+      sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.f, 0.05f);
+      sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.f, 0.05f);
+    }
+    sw.vector(p + "ffn_norm.weight", E, 1.f, 0.05f);
+    if (moe) {
+      const int64_t F = s.n_ff_exp, N = s.n_expert;
+      // The router stays F32, as llama.cpp's quantizer leaves it.
+      sw.matrix(p + "ffn_gate_inp.weight", gguf::TensorType::F32, E, N, 1, o.router_std * in_std);
+      sw.matrix(p + "ffn_gate_exps.weight", o.type, E, F, N, in_std);
+      sw.matrix(p + "ffn_up_exps.weight", o.type, E, F, N, in_std);
+      sw.matrix(p + "ffn_down_exps.weight", o.type, F, E, N, 1.f / std::sqrt(float(F)));
+      if (s.n_ff_shexp > 0) {
+        const int64_t S = s.n_ff_shexp;
+        sw.matrix(p + "ffn_gate_shexp.weight", o.type, E, S, 1, in_std);
+        sw.matrix(p + "ffn_up_shexp.weight", o.type, E, S, 1, in_std);
+        sw.matrix(p + "ffn_down_shexp.weight", o.type, S, E, 1, 1.f / std::sqrt(float(S)));
+        sw.vector(p + "ffn_gate_inp_shexp.weight", E, 0.f, in_std);
+      }
+    } else {
+      sw.matrix(p + "ffn_gate.weight", o.type, E, s.n_ff, 1, in_std);
+      sw.matrix(p + "ffn_up.weight", o.type, E, s.n_ff, 1, in_std);
+      sw.matrix(p + "ffn_down.weight", o.type, s.n_ff, E, 1, 1.f / std::sqrt(float(s.n_ff)));
+    }
+  }
+  w.write(path);
+}
+
+}  // namespace lynx

@@ -1,0 +1,257 @@
+// `lynx-moe bench`: decode speed per batch size and routing policy, next to the machine's
+// measured memory read bandwidth (the physical limit of a memory-bound decode step).
+//
+// Modelled on llama-bench: list-valued options, the cross product runs, md/csv/json output.
+// Policies run interleaved inside each repetition so that drift of a shared machine affects
+// all of them alike and cancels in the speedup ratios.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "kernels/thread_pool.h"
+#include "lynx/context.h"
+#include "lynx/scheduler.h"
+
+namespace lynx::cli {
+namespace {
+
+struct Args {
+  std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
+  int prompt = 32, gen = 16, reps = 3, ctx = 0;
+  uint64_t seed = 1;
+  double bw_gb = 0;  // 0 = measure
+};
+
+struct Sample {
+  double step_s = 0;       // mean decode step time
+  double prefill_tps = 0;  // prompt tokens per second
+  double distinct = 0;     // mean distinct experts per MoE layer per decode step
+  double bytes = 0;        // weight bytes read per decode step
+};
+
+struct Row {
+  std::string policy;
+  int batch = 0, threads = 0;
+  std::vector<Sample> reps;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / double(v.size() - 1));
+}
+
+Sample run_once(const Model& model, const Args& a, const std::string& policy, int B, int T,
+                uint64_t seed) {
+  ContextOptions co;
+  co.n_threads = T;
+  co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
+  co.routing = policy;
+  Context ctx(model, co);
+  std::mt19937_64 rng(seed);
+  const int V = model.config().n_vocab;
+  std::vector<int32_t> seqs(static_cast<size_t>(B)), last(static_cast<size_t>(B));
+  Sample s;
+  // Prefill: every sequence's prompt (random ids, different per sequence) in one step each.
+  double prefill_s = 0;
+  for (int b = 0; b < B; ++b) {
+    seqs[size_t(b)] = ctx.new_sequence();
+    std::vector<BatchToken> batch(size_t(a.prompt));
+    for (int i = 0; i < a.prompt; ++i) {
+      batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[size_t(b)], i, kTokenPrefill,
+                          i + 1 == a.prompt};
+    }
+    const double t0 = now_seconds();
+    ctx.eval(batch);
+    prefill_s += now_seconds() - t0;
+    last[size_t(b)] = argmax(ctx.logits(0));
+  }
+  s.prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
+  // Decode: B tokens per step, greedy, all sequences advancing together.
+  std::vector<BatchToken> batch(size_t(B));
+  double total = 0, distinct = 0, bytes = 0;
+  for (int g = 0; g < a.gen; ++g) {
+    for (int b = 0; b < B; ++b) {
+      batch[size_t(b)] = {last[size_t(b)], seqs[size_t(b)], a.prompt + g, kTokenDecode, true};
+    }
+    const double t0 = now_seconds();
+    ctx.eval(batch);
+    total += now_seconds() - t0;
+    for (int b = 0; b < B; ++b) last[size_t(b)] = argmax(ctx.logits(b));
+    distinct += ctx.last_step().mean_distinct();
+    bytes += double(ctx.last_step().weight_bytes);
+  }
+  s.step_s = total / a.gen;
+  s.distinct = distinct / a.gen;
+  s.bytes = bytes / a.gen;
+  return s;
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t p = line.find(':');
+      return p == std::string::npos ? line : line.substr(p + 2);
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("bench", "Decode/prefill speed per batch size and policy");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("--batch", a->batch, "Batch sizes, e.g. 1,2,4,8,16,32");
+  cmd->add_option("--routing", a->routing,
+                  "Routing specs, separated by ';' (or ',' between names)");
+  cmd->add_option("--threads", a->threads, "Thread counts, e.g. 1,2");
+  cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence");
+  cmd->add_option("--gen", a->gen, "Decode steps measured");
+  cmd->add_option("-r,--reps", a->reps, "Repetitions");
+  cmd->add_option("--seed", a->seed, "Seed of the random prompts");
+  cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
+  cmd->add_option("-o,--output", a->output, "md, csv or json");
+  cmd->callback([a] {
+    if (a->output != "md" && a->output != "csv" && a->output != "json") {
+      throw Error("-o must be md, csv or json");
+    }
+    if (a->prompt < 1 || a->gen < 1 || a->reps < 1)
+      throw Error("--prompt, --gen and -r must be >= 1");
+    const auto batches = parse_int_list(a->batch, "--batch");
+    const auto threads = parse_int_list(a->threads, "--threads");
+    const auto policies = split_specs(a->routing);
+    for (int b : batches) {
+      if (b < 1) throw Error("--batch values must be >= 1");
+    }
+    for (int t : threads) {
+      if (t < 1) throw Error("--threads values must be >= 1");
+    }
+    auto model = load_model(a->model);
+    const ModelConfig& c = model->config();
+    std::map<int, double> bw;  // per thread count
+    for (int t : threads) {
+      kernels::ThreadPool pool(t);
+      bw[t] = a->bw_gb > 0 ? a->bw_gb : kernels::measure_read_bandwidth_gbps(pool);
+    }
+    std::vector<Row> rows;
+    for (int t : threads) {
+      for (int b : batches) {
+        for (const auto& p : policies) rows.push_back(Row{p, b, t, {}});
+      }
+    }
+    // Repetition-major, policies interleaved within each (threads, batch) cell.
+    for (int r = 0; r < a->reps; ++r) {
+      for (auto& row : rows) {
+        row.reps.push_back(run_once(*model, *a, row.policy, row.batch, row.threads,
+                                    a->seed + uint64_t(r) * 1000 + uint64_t(row.batch)));
+      }
+      std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a->reps);
+    }
+    std::fprintf(stderr, "\n");
+
+    std::string wtype = "mixed";
+    if (c.is_moe())
+      wtype = gguf::tensor_type_name(model->layer(0).gate_exps.type);
+    else
+      wtype = gguf::tensor_type_name(model->layer(0).ffn_up.type);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& row : rows) {
+      std::vector<double> tps, tpot, dist, bytes, pre;
+      for (const auto& s : row.reps) {
+        tps.push_back(row.batch / s.step_s);
+        tpot.push_back(s.step_s * 1e3);
+        dist.push_back(s.distinct);
+        bytes.push_back(s.bytes);
+        pre.push_back(s.prefill_tps);
+      }
+      double base_tpot = 0;
+      for (const auto& o : rows) {
+        if (o.batch == row.batch && o.threads == row.threads && o.policy == policies[0]) {
+          std::vector<double> v;
+          for (const auto& s : o.reps) v.push_back(s.step_s * 1e3);
+          base_tpot = mean(v);
+        }
+      }
+      const double gbps = mean(bytes) / (mean(tpot) * 1e-3) / 1e9;
+      const double roof_ms = mean(bytes) / (bw[row.threads] * 1e9) * 1e3;
+      out.push_back({{"model", c.name},
+                     {"type", wtype},
+                     {"policy", row.policy},
+                     {"batch", row.batch},
+                     {"threads", row.threads},
+                     {"decode_tps", mean(tps)},
+                     {"decode_tps_sd", stddev(tps)},
+                     {"tpot_ms", mean(tpot)},
+                     {"tpot_ms_sd", stddev(tpot)},
+                     {"prefill_tps", mean(pre)},
+                     {"distinct_experts", mean(dist)},
+                     {"bytes_per_step", mean(bytes)},
+                     {"achieved_gbps", gbps},
+                     {"roofline_ms", roof_ms},
+                     {"roofline_ratio", mean(tpot) / roof_ms},
+                     {"speedup_vs_first", base_tpot / mean(tpot)}});
+    }
+    const std::string commit = LYNX_GIT_COMMIT;
+    if (a->output == "json") {
+      nlohmann::json doc = {{"commit", commit}, {"cpu", cpu_name()}, {"rows", out}};
+      for (auto& [t, g] : bw) doc["read_bandwidth_gbps"][std::to_string(t)] = g;
+      std::printf("%s\n", doc.dump(2).c_str());
+      return;
+    }
+    if (a->output == "csv") {
+      std::printf(
+          "model,type,policy,batch,threads,decode_tps,decode_tps_sd,tpot_ms,tpot_ms_sd,"
+          "prefill_tps,distinct_experts,bytes_per_step,achieved_gbps,read_bw_gbps,"
+          "roofline_ratio,speedup\n");
+      for (const auto& j : out) {
+        std::printf("%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f\n",
+                    j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+                    j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
+                    j["threads"].get<int>(), j["decode_tps"].get<double>(),
+                    j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
+                    j["tpot_ms_sd"].get<double>(), j["prefill_tps"].get<double>(),
+                    j["distinct_experts"].get<double>(), j["bytes_per_step"].get<double>(),
+                    j["achieved_gbps"].get<double>(), bw[j["threads"].get<int>()],
+                    j["roofline_ratio"].get<double>(), j["speedup_vs_first"].get<double>());
+      }
+      return;
+    }
+    std::printf("lynx-moe bench | commit %s | %s | model %s (%s, %d layers, %d/%d experts)\n\n",
+                commit.c_str(), cpu_name().c_str(), c.name.c_str(), c.arch.c_str(), c.n_layer,
+                c.n_expert_used, c.n_expert);
+    std::printf(
+        "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
+        "| MB/step | GB/s | read BW GB/s | TPOT / roofline | prefill tok/s |\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const auto& j : out) {
+      std::printf(
+          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx | %.1f | %.1f | %.1f "
+          "| %.1f | %.2f | %.0f |\n",
+          j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+          j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
+          j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
+          j["tpot_ms_sd"].get<double>(), j["speedup_vs_first"].get<double>(),
+          j["distinct_experts"].get<double>(), j["bytes_per_step"].get<double>() / 1e6,
+          j["achieved_gbps"].get<double>(), bw[j["threads"].get<int>()],
+          j["roofline_ratio"].get<double>(), j["prefill_tps"].get<double>());
+    }
+  });
+}
+
+}  // namespace lynx::cli

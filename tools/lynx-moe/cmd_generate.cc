@@ -1,0 +1,163 @@
+// `lynx-moe generate`: a batch of prompts generated together (continuous batching), once per
+// routing policy, printing the texts, speed, and distinct experts per layer for each.
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "common.h"
+#include "lynx/context.h"
+#include "lynx/scheduler.h"
+#include "lynx/tokenizer.h"
+
+namespace lynx::cli {
+namespace {
+
+struct Args {
+  std::string model, prompt, prompts_file, routing = "topk";
+  int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
+  uint64_t seed = 1;
+  float temp = 0.f, top_p = 1.f;
+  bool no_bos = false, quiet = false, ignore_eos = false;
+};
+
+struct PolicyRun {
+  std::string spec;
+  std::vector<std::string> texts;
+  int64_t gen_tokens = 0, prompt_tokens = 0;
+  double decode_s = 0, prefill_s = 0;
+  double distinct = 0, distinct_exact = 0;  // mean per MoE layer over pure-decode steps
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;  // tokens of pure-decode steps
+  RoutingStats total;
+};
+
+PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
+                     const std::vector<std::string>& prompts, const std::string& spec) {
+  ContextOptions co;
+  co.n_threads = a.threads;
+  co.n_ctx = a.ctx;
+  co.routing = spec;
+  Context ctx(model, co);
+  SchedulerOptions so;
+  so.max_batch = a.parallel;
+  Scheduler sched(ctx, so);
+  PolicyRun run;
+  run.spec = spec;
+  run.texts.resize(prompts.size());
+  std::vector<std::unique_ptr<StreamDecoder>> dec;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    dec.push_back(std::make_unique<StreamDecoder>(tok));
+    GenerationRequest r;
+    r.prompt = tok.encode(prompts[i], !a.no_bos, false);
+    if (r.prompt.empty()) throw Error("prompt " + std::to_string(i) + " tokenizes to nothing");
+    run.prompt_tokens += int64_t(r.prompt.size());
+    r.max_tokens = a.n_predict;
+    r.sampling.temperature = a.temp;
+    r.sampling.top_k = a.top_k;
+    r.sampling.top_p = a.top_p;
+    r.sampling.seed = a.seed + i;  // copies of one prompt still differ when sampling
+    if (!a.ignore_eos) {
+      for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+        if (tok.is_eog(id)) r.stop_tokens.push_back(id);
+      }
+    }
+    StreamDecoder* d = dec.back().get();
+    std::string* text = &run.texts[i];
+    r.on_token = [d, text, &run](int32_t t) {
+      *text += d->push(t);
+      ++run.gen_tokens;
+      return true;
+    };
+    r.on_finish = [d, text](FinishReason) { *text += d->flush(); };
+    sched.submit(std::move(r));
+  }
+  while (sched.step()) {
+    const StepStats& st = ctx.last_step();
+    if (st.n_decode == st.n_tokens) run.decode_tokens += st.n_tokens;
+    if (st.n_decode == st.n_tokens && model.config().is_moe()) {
+      run.distinct += st.mean_distinct();
+      run.distinct_exact += st.mean_distinct_exact();
+    }
+    if (st.n_decode == st.n_tokens) ++run.decode_steps;
+  }
+  if (run.decode_steps) {
+    run.distinct /= double(run.decode_steps);
+    run.distinct_exact /= double(run.decode_steps);
+  }
+  run.decode_s = sched.stats().decode_seconds;
+  run.prefill_s = sched.stats().prefill_seconds;
+  for (const auto& r : ctx.routing_stats()) run.total.add(r);
+  return run;
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("generate", "Generate text for a batch of prompts");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  cmd->add_option("-f,--prompts-file", a->prompts_file, "File with one prompt per line");
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per sequence");
+  cmd->add_option("-B,--parallel", a->parallel, "Sequences decoding together in one batch");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-c,--ctx", a->ctx, "Context limit per sequence");
+  cmd->add_option("--seed", a->seed, "Sampling seed (sequence i uses seed + i)");
+  cmd->add_option("--temp", a->temp, "Temperature (0 = greedy)");
+  cmd->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)");
+  cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)");
+  cmd->add_option("--routing", a->routing,
+                  "Routing policy spec; several separated by ';' run one after the other");
+  cmd->add_flag("--no-bos", a->no_bos, "Do not add BOS");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
+  cmd->callback([a] {
+    if (a->parallel < 1) throw Error("--parallel must be at least 1");
+    std::vector<std::string> base;
+    if (!a->prompts_file.empty()) {
+      std::ifstream f(a->prompts_file);
+      if (!f) throw Error("cannot read " + a->prompts_file);
+      for (std::string line; std::getline(f, line);) {
+        if (!line.empty()) base.push_back(line);
+      }
+    }
+    if (!a->prompt.empty()) base.insert(base.begin(), a->prompt);
+    if (base.empty()) throw Error("give a prompt with -p or -f");
+    std::vector<std::string> prompts;
+    for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
+      prompts.push_back(base[size_t(i) % base.size()]);
+    }
+    auto model = load_model(a->model);
+    auto tok = Tokenizer::from_gguf(model->file());
+    const ModelConfig& c = model->config();
+    std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
+                c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used, a->parallel,
+                a->n_predict);
+    std::vector<PolicyRun> runs;
+    for (const std::string& spec : split_specs(a->routing)) {
+      runs.push_back(run_policy(*a, *model, *tok, prompts, spec));
+      const PolicyRun& r = runs.back();
+      if (!a->quiet) {
+        std::printf("\n=== routing %s ===\n", spec.c_str());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          std::printf("[%zu] %s%s\n", i, prompts[i].c_str(), r.texts[i].c_str());
+        }
+      }
+    }
+    std::printf("\n%-28s %8s %10s %10s %9s %9s %9s %8s\n", "routing", "gen tok", "prefill/s",
+                "decode/s", "TPOT ms", "experts", "exact", "mass");
+    for (const PolicyRun& r : runs) {
+      const double dec_tps = r.decode_s > 0 ? double(r.decode_tokens) / r.decode_s : 0;
+      const double tpot = r.decode_steps > 0 ? 1e3 * r.decode_s / double(r.decode_steps) : 0;
+      std::printf("%-28s %8lld %10.1f %10.1f %9.2f %9.2f %9.2f %8.3f\n", r.spec.c_str(),
+                  (long long)r.gen_tokens,
+                  r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0.0, dec_tps, tpot,
+                  r.distinct, r.distinct_exact, r.total.mean_mass_kept());
+    }
+    std::printf(
+        "(decode/s over steps without prefill; experts = mean distinct experts per MoE "
+        "layer per decode step, exact = what top-k would activate)\n");
+  });
+}
+
+}  // namespace lynx::cli

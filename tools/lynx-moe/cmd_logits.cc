@@ -1,0 +1,85 @@
+// `lynx-moe logits`: runs token ids as one sequence and writes the last position's logits as
+// raw little-endian f32, for comparisons with other engines.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "common.h"
+#include "lynx/context.h"
+
+namespace lynx::cli {
+
+void register_logits(CLI::App& app) {
+  struct Args {
+    std::string model, tokens, out, routing = "topk";
+    int threads = 0;
+    bool all = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("logits", "Run token ids and write the last position's logits");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  cmd->add_option("--tokens", args->tokens, "Token ids, separated by spaces or commas")->required();
+  cmd->add_option("--out", args->out, "Write raw little-endian f32 logits here");
+  cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)");
+  cmd->add_option("--routing", args->routing, "Routing policy spec");
+  cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
+  cmd->callback([args] {
+    std::vector<int32_t> ids;
+    std::string s = args->tokens;
+    for (char& c : s) {
+      if (c == ',') c = ' ';
+    }
+    std::istringstream in(s);
+    std::string item;
+    while (in >> item) {
+      try {
+        size_t used = 0;
+        ids.push_back(int32_t(std::stol(item, &used)));
+        if (used != item.size()) throw std::invalid_argument(item);
+      } catch (const std::exception&) {
+        throw Error("--tokens: '" + item + "' is not a token id");
+      }
+    }
+    if (ids.empty()) throw Error("--tokens: no token ids given");
+    auto model = load_model(args->model);
+    ContextOptions co;
+    co.n_threads = args->threads;
+    co.n_ctx = int(ids.size());
+    co.routing = args->routing;
+    Context ctx(*model, co);
+    const int32_t seq = ctx.new_sequence();
+    std::vector<BatchToken> batch;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      BatchToken t;
+      t.token = ids[i];
+      t.seq = seq;
+      t.pos = int32_t(i);
+      t.flags = kTokenPrefill;
+      t.logits = args->all || i + 1 == ids.size();
+      batch.push_back(t);
+    }
+    ctx.eval(batch);
+    const int V = model->config().n_vocab;
+    if (!args->out.empty()) {
+      std::ofstream f(args->out, std::ios::binary);
+      for (int i = 0; i < ctx.n_logits(); ++i) {
+        f.write(reinterpret_cast<const char*>(ctx.logits(i).data()), std::streamsize(V) * 4);
+      }
+      if (!f) throw Error("cannot write " + args->out);
+    }
+    auto last = ctx.logits(ctx.n_logits() - 1);
+    int best = 0;
+    for (int i = 1; i < V; ++i) {
+      if (last[size_t(i)] > last[size_t(best)]) best = i;
+    }
+    std::printf("n_tokens=%zu n_vocab=%d argmax=%d logit=%.6f", ids.size(), V, best,
+                double(last[size_t(best)]));
+    std::printf(" first=[");
+    for (int i = 0; i < std::min(V, 8); ++i)
+      std::printf("%s%.6f", i ? ", " : "", double(last[size_t(i)]));
+    std::printf("]\n");
+  });
+}
+
+}  // namespace lynx::cli

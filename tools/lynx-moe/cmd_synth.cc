@@ -1,0 +1,49 @@
+// `lynx-moe synth`: writes a random-weight model at a real model's shape.
+#include <cstdio>
+
+#include "commands.h"
+#include "lynx/synth.h"
+
+namespace lynx::cli {
+
+void register_synth(CLI::App& app) {
+  struct Args {
+    std::string shape, type = "f16", out;
+    int layers = 0, experts = 0, vocab = 0;
+    uint64_t seed = 1;
+    float router_std = 1.5f;
+  };
+  auto args = std::make_shared<Args>();
+  std::string shapes;
+  for (const auto& n : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + n;
+  auto* cmd = app.add_subcommand("synth", "Write a random-weight GGUF model at a real shape");
+  cmd->add_option("--shape", args->shape, "Shape: " + shapes)->required();
+  cmd->add_option("--layers", args->layers, "Number of layers (default: the shape's)");
+  cmd->add_option("--experts", args->experts, "Override the expert count");
+  cmd->add_option("--vocab", args->vocab, "Override the vocabulary size");
+  cmd->add_option("--type", args->type, "Weight type: f32, f16, bf16, q8_0, q4_0");
+  cmd->add_option("--seed", args->seed, "Random seed");
+  cmd->add_option("--router-std", args->router_std, "Std of router logits");
+  cmd->add_option("-o,--output", args->out, "Output file")->required();
+  cmd->callback([args] {
+    SynthOptions o;
+    o.shape = synth_shape(args->shape);
+    if (args->layers > 0) o.shape.n_layer = args->layers;
+    if (args->experts > 0) o.shape.n_expert = args->experts;
+    if (args->vocab > 0) o.shape.n_vocab = args->vocab;
+    o.type = gguf::tensor_type_from_name(args->type);
+    o.seed = args->seed;
+    o.router_std = args->router_std;
+    int last = -1;
+    o.progress = [&](size_t done, size_t total) {
+      const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+      if (pct != last) std::fprintf(stderr, "\rwriting %s: %3d%%", args->out.c_str(), pct);
+      last = pct;
+    };
+    write_synth_model(o, args->out);
+    std::fprintf(stderr, "\nwrote %s (%s, %d layers, %d experts, %s)\n", args->out.c_str(),
+                 o.shape.name.c_str(), o.shape.n_layer, o.shape.n_expert, args->type.c_str());
+  });
+}
+
+}  // namespace lynx::cli

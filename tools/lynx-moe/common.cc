@@ -1,0 +1,75 @@
+#include "common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "lynx/error.h"
+
+namespace lynx::cli {
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  LoadOptions opts;
+  const bool tty = isatty(STDERR_FILENO);
+  int last = -1;
+  opts.progress = [&](size_t done, size_t total) {
+    if (total < (size_t(256) << 20) && !tty) return;
+    const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+    if (pct == last) return;
+    last = pct;
+    std::fprintf(stderr, "\rloading %s: %3d%% (%.2f / %.2f GB)", path.c_str(), pct,
+                 double(done) / 1e9, double(total) / 1e9);
+    if (done >= total) std::fprintf(stderr, "\n");
+  };
+  return Model::load(path, opts);
+}
+
+std::vector<int> parse_int_list(const std::string& s, const std::string& flag) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw Error(flag + ": '" + item + "' is not an integer");
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> split_specs(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    if (!cur.empty()) out.push_back(cur);
+    cur.clear();
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == ';') {
+      flush();
+    } else if (c == ',') {
+      // A parameter list continues if the next item is key=value.
+      size_t end = s.find_first_of(",;", i + 1);
+      const std::string next = s.substr(i + 1, end == std::string::npos ? end : end - i - 1);
+      if (next.find('=') != std::string::npos && cur.find(':') != std::string::npos) {
+        cur += c;
+      } else {
+        flush();
+      }
+    } else {
+      cur += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace lynx::cli

@@ -1,0 +1,27 @@
+// Helpers shared by the commands: model loading with a progress bar, list flags, timing.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lynx/model.h"
+
+namespace lynx::cli {
+
+// Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
+// stderr is a terminal or the file is large).
+std::unique_ptr<Model> load_model(const std::string& path);
+
+// "1,2,4" -> {1, 2, 4}; throws lynx::Error naming `flag` on a malformed item.
+std::vector<int> parse_int_list(const std::string& s, const std::string& flag);
+// Splits routing specs: "topk;lynx:alpha=3,beta=4" or "topk,lynx,oea:k0=4". A comma starts a
+// new spec only when what follows looks like a policy name (no '=' before the next ',' or
+// ';'), so parameters keep their commas.
+std::vector<std::string> split_specs(const std::string& s);
+
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace lynx::cli
