@@ -1,0 +1,168 @@
+// Bad models and bad batches get a clear error naming the problem, and change nothing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "lynx/context.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+
+namespace lynx {
+namespace {
+
+const std::string kFixture =
+    std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/olmoe-f32.gguf";
+
+// Copies the fixture, letting `edit` drop or change metadata and tensors.
+std::string rewrite(const std::string& name,
+                    const std::function<bool(const std::string& key, gguf::Value& v)>& edit_kv,
+                    const std::function<bool(const gguf::TensorInfo& t)>& keep_tensor) {
+  gguf::File f = gguf::File::open(kFixture);
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    gguf::Value v = kv.value;
+    if (edit_kv(kv.key, v)) w.set(kv.key, v);
+  }
+  for (const auto& t : f.tensors()) {
+    if (!keep_tensor(t)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+  }
+  const std::string path = std::string(LYNX_BINARY_DIR) + "/model_err_" + name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+void expect_load_error(const std::string& path, const std::string& substring) {
+  try {
+    Model::load(path);
+    ADD_FAILURE() << "loading " << path << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+auto keep_all_kv = [](const std::string&, gguf::Value&) { return true; };
+auto keep_all_tensors = [](const gguf::TensorInfo&) { return true; };
+
+TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
+  auto p = rewrite(
+      "arch",
+      [](const std::string& k, gguf::Value& v) {
+        if (k == "general.architecture") v = gguf::Value::str("mamba");
+        return true;
+      },
+      keep_all_tensors);
+  expect_load_error(p, "unsupported architecture 'mamba'");
+}
+
+TEST(ModelErrors, MissingTensorIsNamed) {
+  auto p = rewrite("missing", keep_all_kv, [](const gguf::TensorInfo& t) {
+    return t.name != "blk.1.ffn_down_exps.weight";
+  });
+  expect_load_error(p, "missing tensor 'blk.1.ffn_down_exps.weight'");
+}
+
+TEST(ModelErrors, MissingMetadataIsNamed) {
+  auto p = rewrite(
+      "nokey", [](const std::string& k, gguf::Value&) { return k != "olmoe.block_count"; },
+      keep_all_tensors);
+  expect_load_error(p, "olmoe.block_count");
+}
+
+TEST(ModelErrors, WrongShapeIsNamed) {
+  auto p = rewrite(
+      "shape",
+      [](const std::string& k, gguf::Value& v) {
+        if (k == "olmoe.expert_feed_forward_length" || k == "olmoe.feed_forward_length") {
+          v = gguf::Value::u32(48);
+        }
+        return true;
+      },
+      keep_all_tensors);
+  expect_load_error(p, "blk.0.ffn_gate_exps.weight' has shape");
+}
+
+TEST(ModelErrors, BadExpertCountIsNamed) {
+  auto p = rewrite(
+      "kgtN",
+      [](const std::string& k, gguf::Value& v) {
+        if (k == "olmoe.expert_used_count") v = gguf::Value::u32(99);
+        return true;
+      },
+      keep_all_tensors);
+  expect_load_error(p, "expert_used_count = 99");
+}
+
+TEST(ModelErrors, NotAGgufFile) {
+  const std::string path = std::string(LYNX_BINARY_DIR) + "/model_err_text.gguf";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fputs("this is not a model", f);
+  std::fclose(f);
+  EXPECT_THROW(Model::load(path), Error);
+  EXPECT_THROW(Model::load("/nonexistent/model.gguf"), Error);
+}
+
+class BatchErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model = Model::load(kFixture);
+    ContextOptions co;
+    co.n_threads = 1;
+    co.n_ctx = 8;
+    ctx = std::make_unique<Context>(*model, co);
+    seq = ctx->new_sequence();
+    BatchToken t{1, seq, 0, kTokenPrefill, true};
+    ctx->eval({&t, 1});
+  }
+  void expect_rejected(std::vector<BatchToken> batch, const std::string& substring) {
+    const int32_t before = ctx->sequence_length(seq);
+    try {
+      ctx->eval(batch);
+      ADD_FAILURE() << "batch accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(ctx->sequence_length(seq), before) << "a rejected batch changed the cache";
+  }
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Context> ctx;
+  int32_t seq = -1;
+};
+
+TEST_F(BatchErrors, UnknownSequence) {
+  expect_rejected({{1, 7, 0, 0, true}}, "unknown sequence id 7");
+}
+TEST_F(BatchErrors, PositionGap) {
+  expect_rejected({{1, seq, 1, 0, true}, {2, seq, 3, 0, true}}, "position 3 given, 2 expected");
+}
+TEST_F(BatchErrors, TokenOutOfRange) {
+  expect_rejected({{100000, seq, 1, 0, true}}, "token id 100000 out of range");
+}
+TEST_F(BatchErrors, ContextLimit) {
+  std::vector<BatchToken> b;
+  for (int i = 1; i <= 8; ++i) b.push_back({1, seq, i, kTokenPrefill, false});
+  expect_rejected(b, "exceeds the context limit of 8");
+}
+TEST_F(BatchErrors, EmptyBatch) {
+  expect_rejected({}, "empty batch");
+}
+TEST_F(BatchErrors, UnknownRoutingPolicy) {
+  EXPECT_THROW(ctx->set_routing("nonsense:x=1"), Error);
+  EXPECT_EQ(ctx->routing(), "topk");
+}
+
+TEST_F(BatchErrors, FreedSequenceIsGoneAndIdReused) {
+  ctx->free_sequence(seq);
+  std::vector<BatchToken> b = {{1, seq, 1, 0, true}};
+  EXPECT_THROW(ctx->eval(b), Error);
+  EXPECT_THROW(ctx->sequence_length(seq), Error);
+  EXPECT_EQ(ctx->new_sequence(), seq);
+  EXPECT_EQ(ctx->sequence_length(seq), 0);
+}
+
+}  // namespace
+}  // namespace lynx
