@@ -55,6 +55,18 @@ struct File::Impl : State {
 
 namespace {
 
+// Where a read happens, for error messages: "metadata key 'x'" or an element of an array
+// ("metadata key 'x'[3][1]"). A chain on the stack, turned into a string only when an
+// error is reported, so reading a 150k-token vocabulary allocates nothing per element.
+struct Where {
+  const std::string* what = nullptr;  // set on the root
+  const Where* parent = nullptr;      // set on array elements
+  uint64_t index = 0;
+  std::string str() const {
+    return parent ? parent->str() + "[" + std::to_string(index) + "]" : *what;
+  }
+};
+
 // A bounds-checked cursor over the file bytes. Every read names what it reads, so a
 // truncated file reports the section it ends in.
 class Parser {
@@ -67,85 +79,89 @@ class Parser {
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
 
-  void need(size_t n, const std::string& what) const {
-    if (n > remaining()) {
-      fail("truncated file: " + what + " at offset " + std::to_string(pos_) + " needs " +
-           std::to_string(n) + " bytes, only " + std::to_string(remaining()) + " remain");
-    }
+  [[noreturn]] void fail_truncated(size_t n, const std::string& what) const {
+    fail("truncated file: " + what + " at offset " + std::to_string(pos_) + " needs " +
+         std::to_string(n) + " bytes, only " + std::to_string(remaining()) + " remain");
   }
 
   template <typename T>
-  T read(const std::string& what) {
-    need(sizeof(T), what);
+  T read(const Where& w, const char* suffix = "") {
+    if (sizeof(T) > remaining()) fail_truncated(sizeof(T), w.str() + suffix);
     T x;
     std::memcpy(&x, data_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return x;
   }
+  template <typename T>
+  T read(const std::string& what) {
+    return read<T>(Where{&what});
+  }
 
-  std::string read_string(const std::string& what) {
+  std::string read_string(const Where& w) {
     const size_t at = pos_;
-    const uint64_t len = read<uint64_t>(what + " length");
+    const uint64_t len = read<uint64_t>(w, " length");
     if (len > remaining()) {
-      fail(what + ": string length " + std::to_string(len) + " at offset " + std::to_string(at) +
+      fail(w.str() + ": string length " + std::to_string(len) + " at offset " + std::to_string(at) +
            " exceeds the " + std::to_string(remaining()) + " bytes left in the file");
     }
     std::string s(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
     pos_ += static_cast<size_t>(len);
     return s;
   }
+  std::string read_string(const std::string& what) { return read_string(Where{&what}); }
 
-  ValueType read_value_type(const std::string& what) {
-    const uint32_t t = read<uint32_t>(what + " type");
+  // `suffix` names the tag: " value" for a key's type, " array element" for an array's.
+  ValueType read_value_type(const Where& w, const char* suffix) {
+    const uint32_t t = read<uint32_t>(w, suffix);
     if (!detail::is_known_value_type(t)) {
-      fail(what + ": unknown metadata value type " + std::to_string(t));
+      fail(w.str() + suffix + ": unknown metadata value type " + std::to_string(t));
     }
     return static_cast<ValueType>(t);
   }
 
-  Value read_value(ValueType type, const std::string& what, int depth) {
+  Value read_value(ValueType type, const Where& w, int depth) {
     switch (type) {
       case ValueType::UINT8:
-        return Value::u8(read<uint8_t>(what));
+        return Value::u8(read<uint8_t>(w));
       case ValueType::INT8:
-        return Value::i8(read<int8_t>(what));
+        return Value::i8(read<int8_t>(w));
       case ValueType::UINT16:
-        return Value::u16(read<uint16_t>(what));
+        return Value::u16(read<uint16_t>(w));
       case ValueType::INT16:
-        return Value::i16(read<int16_t>(what));
+        return Value::i16(read<int16_t>(w));
       case ValueType::UINT32:
-        return Value::u32(read<uint32_t>(what));
+        return Value::u32(read<uint32_t>(w));
       case ValueType::INT32:
-        return Value::i32(read<int32_t>(what));
+        return Value::i32(read<int32_t>(w));
       case ValueType::UINT64:
-        return Value::u64(read<uint64_t>(what));
+        return Value::u64(read<uint64_t>(w));
       case ValueType::INT64:
-        return Value::i64(read<int64_t>(what));
+        return Value::i64(read<int64_t>(w));
       case ValueType::FLOAT32:
-        return Value::f32(read<float>(what));
+        return Value::f32(read<float>(w));
       case ValueType::FLOAT64:
-        return Value::f64(read<double>(what));
+        return Value::f64(read<double>(w));
       case ValueType::BOOL:
-        return Value::boolean(read<uint8_t>(what) != 0);
+        return Value::boolean(read<uint8_t>(w) != 0);
       case ValueType::STRING:
-        return Value::str(read_string(what));
+        return Value::str(read_string(w));
       case ValueType::ARRAY:
-        return read_array(what, depth + 1);
+        return read_array(w, depth + 1);
     }
-    fail(what + ": unknown metadata value type " + std::to_string(uint32_t(type)));
+    fail(w.str() + ": unknown metadata value type " + std::to_string(uint32_t(type)));
   }
 
-  Value read_array(const std::string& what, int depth) {
+  Value read_array(const Where& w, int depth) {
     if (depth > kMaxArrayNesting) {
-      fail(what + ": arrays nested deeper than " + std::to_string(kMaxArrayNesting) + " levels");
+      fail(w.str() + ": arrays nested deeper than " + std::to_string(kMaxArrayNesting) + " levels");
     }
-    const ValueType elem = read_value_type(what + " array element");
+    const ValueType elem = read_value_type(w, " array element");
     const size_t at = pos_;
-    const uint64_t n = read<uint64_t>(what + " array length");
+    const uint64_t n = read<uint64_t>(w, " array length");
     // Each element takes at least min_value_size bytes, so this bounds the allocation below
     // by the file size.
     if (n > remaining() / min_value_size(elem)) {
-      fail(what + ": array of " + std::to_string(n) + " " + value_type_name(elem) +
+      fail(w.str() + ": array of " + std::to_string(n) + " " + value_type_name(elem) +
            " elements at offset " + std::to_string(at) + " exceeds the " +
            std::to_string(remaining()) + " bytes left in the file");
     }
@@ -154,12 +170,8 @@ class Parser {
     out.elem_type = elem;
     std::vector<Value> items;
     items.reserve(static_cast<size_t>(n));
-    if (scalar_size(elem) != 0) {
-      for (uint64_t i = 0; i < n; ++i) items.push_back(read_value(elem, what, depth));
-    } else {
-      for (uint64_t i = 0; i < n; ++i) {
-        items.push_back(read_value(elem, what + "[" + std::to_string(i) + "]", depth));
-      }
+    for (uint64_t i = 0; i < n; ++i) {
+      items.push_back(read_value(elem, Where{nullptr, &w, i}, depth));
     }
     out.v = std::move(items);
     return out;
@@ -211,8 +223,9 @@ void parse_metadata(Parser& p, uint64_t n_kv, State& f) {
     const std::string where = "metadata entry " + std::to_string(i);
     std::string key = p.read_string(where + " key");
     const std::string what = "metadata key '" + key + "'";
-    const ValueType type = p.read_value_type(what + " value");
-    Value value = p.read_value(type, what, 0);
+    const Where w{&what};
+    const ValueType type = p.read_value_type(w, " value");
+    Value value = p.read_value(type, w, 0);
     if (!f.kv_index.emplace(key, f.kv.size()).second) p.fail("duplicate " + what);
     f.kv.push_back({std::move(key), std::move(value)});
   }
