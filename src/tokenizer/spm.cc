@@ -1,0 +1,105 @@
+// SentencePiece-style tokenization as llama.cpp's llm_tokenizer_spm does it: split into UTF-8
+// characters (by lead byte, unvalidated), then repeatedly merge the adjacent pair whose
+// concatenation is a vocabulary token with the highest score (ties: leftmost first). A
+// priority queue with lazy invalidation keeps this O(n log n).
+//
+// llama.cpp also keeps a reverse-merge map to re-split a final symbol that is not a token;
+// that never triggers: merged symbols are tokens by construction, so only single characters
+// can miss, and those fall back to byte tokens directly.
+#include <queue>
+
+#include "lynx/error.h"
+#include "tokenizer/impl.h"
+
+namespace lynx::tok {
+namespace {
+
+struct Symbol {
+  int32_t prev;
+  int32_t next;
+  uint32_t off;  // into the text
+  uint32_t n;    // bytes; 0 once merged away
+};
+
+struct Bigram {
+  float score;
+  int32_t left;
+  int32_t right;
+  uint32_t size;
+};
+
+struct BigramOrder {
+  // "less" for a max-heap: lower score is worse; on equal score the larger left index is.
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* out) {
+  if (text.empty()) return;
+  std::vector<Symbol> sym;
+  sym.reserve(text.size());
+  for (size_t off = 0; off < text.size();) {
+    const size_t len =
+        std::min(utf8_len_from_lead(static_cast<uint8_t>(text[off])), text.size() - off);
+    const auto idx = static_cast<int32_t>(sym.size());
+    sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, static_cast<uint32_t>(off),
+                   static_cast<uint32_t>(len)});
+    off += len;
+  }
+
+  std::vector<Bigram> storage;
+  storage.reserve(sym.size());
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{},
+                                                                      std::move(storage));
+  auto try_add = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    // Adjacent symbols are adjacent in the text, so the pair is one contiguous view.
+    const std::string_view pair = text.substr(sym[l].off, sym[l].n + sym[r].n);
+    auto it = v.token_to_id->find(pair);
+    if (it == v.token_to_id->end()) return;
+    const float score = v.scores->empty() ? 0.f : (*v.scores)[it->second];
+    queue.push({score, l, r, static_cast<uint32_t>(pair.size())});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    // Symbols only grow, so a size mismatch means the pair changed since it was queued.
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+
+  for (int32_t i = 0; i != -1; i = sym[i].next) {
+    const Symbol& s = sym[i];
+    const std::string_view piece = text.substr(s.off, s.n);
+    auto it = v.token_to_id->find(piece);
+    if (it != v.token_to_id->end()) {
+      out->push_back(it->second);
+      continue;
+    }
+    for (char c : piece) {
+      const int32_t id = (*v.byte_token)[static_cast<uint8_t>(c)];
+      if (id >= 0) {
+        out->push_back(id);
+      } else if (v.unk >= 0) {
+        out->push_back(v.unk);
+      } else {
+        throw Error("tokenizer: byte 0x" + std::to_string(static_cast<uint8_t>(c)) +
+                    " has no <0xXX> token and the vocabulary has no unknown token");
+      }
+    }
+  }
+}
+
+}  // namespace lynx::tok
