@@ -29,7 +29,7 @@ import reference  # noqa: E402
 
 N_TOKENS = 16
 N_CANDIDATES = 400         # token sequences tried per fixture
-GOOD_MARGIN = 0.25         # stop searching once the smallest router margin reaches this
+N_FINALISTS = 16           # best candidates re-scored with activation rounding
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
 
 COMMON = dict(n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_vocab=128, ctx=256,
@@ -40,7 +40,7 @@ ARCHS = [
     ("llama-moe", "llama", 1001, dict(
         n_expert=8, n_expert_used=2, n_ff=32, eps=1e-5, tied=False, head_dim=16)),
     ("llama-dense", "llama", 1002, dict(
-        n_expert=0, n_expert_used=0, n_ff=128, eps=1e-5, tied=True, head_dim=16)),
+        n_expert=0, n_expert_used=0, n_ff=64, eps=1e-5, tied=True, head_dim=16)),
     ("qwen2moe", "qwen2moe", 1003, dict(
         n_expert=8, n_expert_used=2, n_ff=128, n_ff_exp=32, n_ff_shexp=64, eps=1e-6,
         tied=False, head_dim=16, bias=True, alignment=64)),
@@ -159,18 +159,24 @@ def encode(weights, wtype):
 
 
 def choose_tokens(model, seed, n_vocab, n_expert):
+    """Seeded candidates; keeps the one whose smallest router margin, over both the exact
+    and the activation-rounded computation, is largest."""
     rng = np.random.default_rng(seed)
-    best = None
+    cands = []
     for cand in range(N_CANDIDATES):
         toks = [int(t) for t in rng.integers(0, n_vocab, N_TOKENS)]
         if n_expert == 0:
-            return toks, float("inf"), cand + 1
+            return toks, 1
         _, margin, _ = reference.forward_fast(model, toks)
-        if best is None or margin > best[1]:
-            best = (toks, margin)
-        if margin >= GOOD_MARGIN:
-            break
-    return best[0], best[1], cand + 1
+        cands.append((-margin, cand, toks))
+    cands.sort()
+    best = None
+    for neg, cand, toks in cands[:N_FINALISTS]:
+        _, margin_q, _ = reference.forward_fast(model, toks, act_quant=True)
+        score = min(-neg, margin_q)
+        if best is None or score > best[0]:
+            best = (score, toks)
+    return best[1], N_CANDIDATES
 
 
 def fmt_json_fixture(d):
@@ -203,19 +209,24 @@ def main(argv):
             with open(gpath, "wb") as f:
                 f.write(data)
             model = reference.load_model(gpath)
-            toks, margin, tries = choose_tokens(model, seed * 100 + ti, c["n_vocab"],
-                                                c["n_expert"])
+            toks, tries = choose_tokens(model, seed * 100 + ti, c["n_vocab"], c["n_expert"])
             logits, routing = reference.forward(model, toks)
-            # cross-check the plain forward against the vectorized one
-            fast, _, _ = reference.forward_fast(model, toks)
-            err = float(np.max(np.abs(fast - logits)))
-            assert err < 1e-9, "%s: plain vs vectorized forward differ by %g" % (fx, err)
-            lpath = os.path.join(args.out, fx + ".logits.f32")
+            logits_q, routing_q = reference.forward(model, toks, act_quant=True)
+            # cross-check the plain forward against the vectorized one (both modes)
+            for aq, ref_l in ((False, logits), (True, logits_q)):
+                fast, _, _ = reference.forward_fast(model, toks, act_quant=aq)
+                err = float(np.max(np.abs(fast - ref_l)))
+                assert err < 1e-9, "%s: plain vs vectorized forward differ by %g" % (fx, err)
             raw = logits.astype("<f4").tobytes()
-            with open(lpath, "wb") as f:
+            raw_q = logits_q.astype("<f4").tobytes()
+            with open(os.path.join(args.out, fx + ".logits.f32"), "wb") as f:
                 f.write(raw)
-            total += len(data) + len(raw)
+            with open(os.path.join(args.out, fx + ".logits_actq.f32"), "wb") as f:
+                f.write(raw_q)
+            total += len(data) + len(raw) + len(raw_q)
             moe_layers = [r for r in routing if r]
+            margin = min((r["margin"] for layer in routing for r in layer), default=None)
+            margin_q = min((r["margin"] for layer in routing_q for r in layer), default=None)
             entry = {
                 "name": fx,
                 "file": fx + ".gguf",
@@ -239,24 +250,39 @@ def main(argv):
                 "logits_sha256": hashlib.sha256(raw).hexdigest(),
                 "argmax": [int(i) for i in np.argmax(logits, axis=1)],
                 "min_route_margin": (round(margin, 6) if moe_layers else None),
-                # routing[layer][pos] = expert ids, descending weight (ties: lower id)
-                "routing": [[r["ids"] for r in layer] for layer in routing],
-                "routing_weights": [[[float("%.7g" % w) for w in r["weights"]] for r in layer]
-                                    for layer in routing],
+                "logits_actq_file": fx + ".logits_actq.f32",
+                "logits_actq_sha256": hashlib.sha256(raw_q).hexdigest(),
+                "argmax_actq": [int(i) for i in np.argmax(logits_q, axis=1)],
+                "min_route_margin_actq": (round(margin_q, 6) if moe_layers else None),
+                "max_abs_exact_vs_actq": float("%.4g" % np.max(np.abs(logits - logits_q))),
+                # routing[layer][pos] = the chosen expert ids, ascending (a set: the order
+                # of the k experts does not matter); routing_weights aligned with them
+                "routing": [[sorted(r["ids"]) for r in layer] for layer in routing],
+                "routing_weights": [[[float("%.7g" % w) for _, w in sorted(zip(r["ids"],
+                                                                                r["weights"]))]
+                                     for r in layer] for layer in routing],
                 # router-logit gap between the k-th and (k+1)-th expert
                 "routing_margins": [[float("%.5g" % r["margin"]) for r in layer]
                                     for layer in routing],
+                "routing_actq": [[sorted(r["ids"]) for r in layer] for layer in routing_q],
             }
             entries.append(entry)
-            print("%-18s %7d bytes  margin %-9s (%d tries)  argmax[0..3] %s"
-                  % (fx, len(data), ("%.4f" % margin) if moe_layers else "-", tries,
-                     entry["argmax"][:4]))
+            print("%-18s %7d bytes  margin %-7s actq %-7s  exact-vs-actq %.3g  %s"
+                  % (fx, len(data), ("%.4f" % margin) if moe_layers else "-",
+                     ("%.4f" % margin_q) if moe_layers else "-",
+                     entry["max_abs_exact_vs_actq"],
+                     "same experts" if entry["routing"] == entry["routing_actq"]
+                     else "EXPERTS DIFFER"))
     if not args.only:
         manifest = {
             "format": "lynx-moe reference goldens v1",
             "generator": "tests/reference/make_fixtures.py",
             "logits_layout": "raw little-endian float32, [n_tokens][n_vocab] row-major; "
                              "row p = logits after tokens[0..p] at positions 0..p",
+            "logits_file": "exact: float64 forward of the dequantized weights",
+            "logits_actq_file": "as ggml computes: each product with a non-F32 weight first "
+                                "rounds its activations to the weight's vec_dot_type "
+                                "(F16->F16, BF16->BF16, Q8_0/Q4_0->Q8_0 blocks)",
             "fixtures": entries,
         }
         head = {k: v for k, v in manifest.items() if k != "fixtures"}

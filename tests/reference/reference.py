@@ -42,6 +42,44 @@ class Model:
     pass
 
 
+# ggml's CPU backend converts the activation operand of a matrix product to the weight's
+# "vec_dot_type" before the dot products (ggml-cpu.c type_traits_cpu): F16 -> F16,
+# BF16 -> BF16, Q8_0 -> Q8_0, Q4_0 -> Q8_0 (F32 weights: activations stay F32).
+# forward(..., act_quant=True) reproduces that rounding (not the summation order), giving
+# the goldens an engine with ggml-style kernels should match closely.
+VEC_DOT_TYPE = {gguf_np.GGML_F16: gguf_np.GGML_F16, gguf_np.GGML_BF16: gguf_np.GGML_BF16,
+                gguf_np.GGML_Q8_0: gguf_np.GGML_Q8_0, gguf_np.GGML_Q4_0: gguf_np.GGML_Q8_0}
+
+
+def round_activation(x, wtype):
+    """Rounds activations (last axis = the product's inner dimension) as ggml does before a
+    product with a weight of ggml type wtype. Returns float64."""
+    vt = VEC_DOT_TYPE.get(wtype)
+    x32 = np.asarray(x, dtype=np.float32)
+    if vt is None:
+        return x32.astype(np.float64) if wtype != gguf_np.GGML_F32 else np.asarray(x, np.float64)
+    if vt == gguf_np.GGML_F16:
+        return x32.astype(np.float16).astype(np.float64)
+    if vt == gguf_np.GGML_BF16:
+        return gguf_np.bf16_bits_to_f32(gguf_np.f32_to_bf16_bits(x32)).astype(np.float64)
+    raw = gguf_np.quantize_q8_0(x32.reshape(-1))
+    return gguf_np.dequantize_q8_0(raw, x32.size).reshape(x32.shape).astype(np.float64)
+
+
+def matvec(m, W, wtype, x):
+    """y = W @ x, with ggml-style activation rounding when m.act_quant is set."""
+    if m.act_quant and wtype != gguf_np.GGML_F32:
+        x = round_activation(x, wtype)
+    return W @ x
+
+
+def matrows(m, W, wtype, X):
+    """Rows of X times W^T (vectorized matvec)."""
+    if m.act_quant and wtype != gguf_np.GGML_F32:
+        X = round_activation(X, wtype)
+    return X @ W.T
+
+
 def load_model(path):
     """Reads a GGUF file and dequantizes every tensor to float64."""
     g = gguf_np.read_gguf(path)
@@ -52,6 +90,7 @@ def load_model(path):
     m.path = path
     m.arch = arch
     m.gguf = g
+    m.act_quant = False
 
     def key(name, default=None, required=True):
         v = g.get(arch + "." + name)
@@ -90,16 +129,29 @@ def load_model(path):
             return None
         return t.to_numpy().astype(np.float64)
 
+    def ty(name):
+        t = g.tensors.get(name)
+        return None if t is None else t.type
+
     m.tok_embd = w("token_embd.weight")              # (n_vocab, n_embd)
     m.n_vocab = m.tok_embd.shape[0]
     m.output_norm = w("output_norm.weight")
     m.output = w("output.weight", required=False)
+    m.output_type = ty("output.weight")
     if m.output is None:
         m.output = m.tok_embd                         # tied embeddings
+        m.output_type = ty("token_embd.weight")
     m.layers = []
     for i in range(m.n_layer):
         p = "blk.%d." % i
         L = Model()
+        L.ty = {a: ty(p + n + ".weight") for a, n in (
+            ("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("wo", "attn_output"),
+            ("gate_exps", "ffn_gate_exps"), ("up_exps", "ffn_up_exps"),
+            ("down_exps", "ffn_down_exps"), ("gate_shexp", "ffn_gate_shexp"),
+            ("up_shexp", "ffn_up_shexp"), ("down_shexp", "ffn_down_shexp"),
+            ("ffn_gate", "ffn_gate"), ("ffn_up", "ffn_up"), ("ffn_down", "ffn_down"),
+            ("gate_inp", "ffn_gate_inp"), ("gate_inp_shexp", "ffn_gate_inp_shexp"))}
         L.attn_norm = w(p + "attn_norm.weight")
         L.wq = w(p + "attn_q.weight")
         L.wk = w(p + "attn_k.weight")
@@ -174,7 +226,7 @@ def topk_ids(scores, k):
 
 def route(m, L, x):
     """Router for one token: returns (ids, weights, router_logits, margin)."""
-    logits = L.gate_inp @ x
+    logits = matvec(m, L.gate_inp, L.ty["gate_inp"], x)
     z = logits - np.max(logits)
     probs = np.exp(z) / np.sum(np.exp(z))
     ids = topk_ids(list(probs), m.n_expert_used)
@@ -191,34 +243,38 @@ def moe_ffn(m, L, x, info):
     ids, weights, logits, margin = route(m, L, x)
     out = np.zeros(m.n_embd)
     for e, we in zip(ids, weights):
-        h = silu(L.gate_exps[e] @ x) * (L.up_exps[e] @ x)
-        out += we * (L.down_exps[e] @ h)
+        h = silu(matvec(m, L.gate_exps[e], L.ty["gate_exps"], x)) * \
+            matvec(m, L.up_exps[e], L.ty["up_exps"], x)
+        out += we * matvec(m, L.down_exps[e], L.ty["down_exps"], h)
     if L.gate_shexp is not None:
-        h = silu(L.gate_shexp @ x) * (L.up_shexp @ x)
-        shared = L.down_shexp @ h
+        h = silu(matvec(m, L.gate_shexp, L.ty["gate_shexp"], x)) * \
+            matvec(m, L.up_shexp, L.ty["up_shexp"], x)
+        shared = matvec(m, L.down_shexp, L.ty["down_shexp"], h)
         if L.gate_inp_shexp is not None:
-            shared = shared * sigmoid(float(L.gate_inp_shexp @ x))
+            g = float(matvec(m, L.gate_inp_shexp, L.ty["gate_inp_shexp"], x))
+            shared = shared * sigmoid(g)
         out += shared
     info.append({"ids": list(ids), "weights": [float(v) for v in weights],
                  "margin": margin})
     return out
 
 
-def dense_ffn(L, x):
-    h = silu(L.ffn_gate @ x) * (L.ffn_up @ x)
-    return L.ffn_down @ h
+def dense_ffn(m, L, x):
+    h = silu(matvec(m, L.ffn_gate, L.ty["ffn_gate"], x)) * matvec(m, L.ffn_up, L.ty["ffn_up"], x)
+    return matvec(m, L.ffn_down, L.ty["ffn_down"], h)
 
 
 # ---------------------------------------------------------------------------------------
 # Forward pass
 # ---------------------------------------------------------------------------------------
 
-def forward(m, tokens):
+def forward(m, tokens, act_quant=False):
     """Logits at every position of `tokens` (one sequence, positions 0..n-1).
 
     Returns (logits [n_tokens, n_vocab] float64, routing) where routing[layer][pos] is
     {"ids": [...], "weights": [...], "margin": float} for MoE layers (empty list for
-    dense layers)."""
+    dense layers). act_quant: round activations as ggml does (see VEC_DOT_TYPE)."""
+    m.act_quant = act_quant
     n = len(tokens)
     hd = m.head_dim
     group = m.n_head // m.n_head_kv
@@ -230,9 +286,9 @@ def forward(m, tokens):
         qs, ks, vs = [], [], []
         for p in range(n):
             x = rms_norm(hidden[p], L.attn_norm, m.eps)
-            q = L.wq @ x
-            k = L.wk @ x
-            v = L.wv @ x
+            q = matvec(m, L.wq, L.ty["wq"], x)
+            k = matvec(m, L.wk, L.ty["wk"], x)
+            v = matvec(m, L.wv, L.ty["wv"], x)
             if L.bq is not None:
                 q = q + L.bq
             if L.bk is not None:
@@ -269,7 +325,7 @@ def forward(m, tokens):
                 for j in range(p + 1):
                     o += probs[j] * vs[j][kvh]
                 heads.append(o)
-            a = L.wo @ np.concatenate(heads)
+            a = matvec(m, L.wo, L.ty["wo"], np.concatenate(heads))
             if L.bo is not None:
                 a = a + L.bo
             attn_out.append(a)
@@ -281,18 +337,19 @@ def forward(m, tokens):
             if L.gate_inp is not None:
                 f = moe_ffn(m, L, x, info)
             else:
-                f = dense_ffn(L, x)
+                f = dense_ffn(m, L, x)
             hidden[p] = hidden[p] + f
         routing.append(info)
     logits = np.zeros((n, m.n_vocab))
     for p in range(n):
-        logits[p] = m.output @ rms_norm(hidden[p], m.output_norm, m.eps)
+        logits[p] = matvec(m, m.output, m.output_type, rms_norm(hidden[p], m.output_norm, m.eps))
     return logits, routing
 
 
-def forward_fast(m, tokens):
+def forward_fast(m, tokens, act_quant=False):
     """The same computation vectorized over positions (used to search token sequences and
     as a cross-check of `forward`). Returns (logits, min routing margin, routing ids)."""
+    m.act_quant = act_quant
     n = len(tokens)
     hd = m.head_dim
     group = m.n_head // m.n_head_kv
@@ -322,7 +379,9 @@ def forward_fast(m, tokens):
     all_ids = []
     for L in m.layers:
         x = norm_rows(h, L.attn_norm)
-        q, k, v = x @ L.wq.T, x @ L.wk.T, x @ L.wv.T
+        q = matrows(m, L.wq, L.ty["wq"], x)
+        k = matrows(m, L.wk, L.ty["wk"], x)
+        v = matrows(m, L.wv, L.ty["wv"], x)
         if L.bq is not None:
             q, k, v = q + L.bq, k + L.bk, v + L.bv
         if m.qk_norm == "whole":
@@ -339,16 +398,18 @@ def forward_fast(m, tokens):
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         s = s / s.sum(axis=-1, keepdims=True)
         o = np.einsum("hpj,jhd->phd", s, vv).reshape(n, m.n_head * hd)
-        a = o @ L.wo.T
+        a = matrows(m, L.wo, L.ty["wo"], o)
         if L.bo is not None:
             a = a + L.bo
         h = h + a
         x = norm_rows(h, L.ffn_norm)
         if L.gate_inp is None:
-            f = (silu(x @ L.ffn_gate.T) * (x @ L.ffn_up.T)) @ L.ffn_down.T
+            hh = silu(matrows(m, L.ffn_gate, L.ty["ffn_gate"], x)) * \
+                matrows(m, L.ffn_up, L.ty["ffn_up"], x)
+            f = matrows(m, L.ffn_down, L.ty["ffn_down"], hh)
             all_ids.append(None)
         else:
-            logits = x @ L.gate_inp.T
+            logits = matrows(m, L.gate_inp, L.ty["gate_inp"], x)
             probs = np.exp(logits - logits.max(axis=1, keepdims=True))
             probs = probs / probs.sum(axis=1, keepdims=True)
             k_used = m.n_expert_used
@@ -363,16 +424,20 @@ def forward_fast(m, tokens):
             f = np.zeros_like(x)
             for p in range(n):
                 for e, we in zip(order[p], wts[p]):
-                    hh = silu(L.gate_exps[e] @ x[p]) * (L.up_exps[e] @ x[p])
-                    f[p] += we * (L.down_exps[e] @ hh)
+                    hh = silu(matvec(m, L.gate_exps[e], L.ty["gate_exps"], x[p])) * \
+                        matvec(m, L.up_exps[e], L.ty["up_exps"], x[p])
+                    f[p] += we * matvec(m, L.down_exps[e], L.ty["down_exps"], hh)
             if L.gate_shexp is not None:
-                sh = (silu(x @ L.gate_shexp.T) * (x @ L.up_shexp.T)) @ L.down_shexp.T
+                hh = silu(matrows(m, L.gate_shexp, L.ty["gate_shexp"], x)) * \
+                    matrows(m, L.up_shexp, L.ty["up_shexp"], x)
+                sh = matrows(m, L.down_shexp, L.ty["down_shexp"], hh)
                 if L.gate_inp_shexp is not None:
-                    sh = sh * (1.0 / (1.0 + np.exp(-(x @ L.gate_inp_shexp))))[:, None]
+                    gs = matrows(m, L.gate_inp_shexp, L.ty["gate_inp_shexp"], x)
+                    sh = sh * (1.0 / (1.0 + np.exp(-gs)))[:, None]
                 f = f + sh
             all_ids.append(order)
         h = h + f
-    out = norm_rows(h, m.output_norm) @ m.output.T
+    out = matrows(m, m.output, m.output_type, norm_rows(h, m.output_norm))
     return out, min_margin, all_ids
 
 

@@ -322,7 +322,13 @@ def test_goldens_up_to_date():
         assert model.arch == f["arch"]
         logits, routing = R.forward(model, f["tokens"])
         assert np.array_equal(logits.astype(np.float32), gold), f["name"]
-        assert [[r["ids"] for r in layer] for layer in routing] == f["routing"]
+        assert [[sorted(r["ids"]) for r in layer] for layer in routing] == f["routing"]
+        lq, rq = R.forward(model, f["tokens"], act_quant=True)
+        gq = np.fromfile(os.path.join(FIXTURES, f["logits_actq_file"]), dtype="<f4")
+        assert np.array_equal(lq.astype(np.float32).reshape(-1), gq), f["name"]
+        assert [[sorted(r["ids"]) for r in layer] for layer in rq] == f["routing_actq"]
+        if f["type"] == "f32":
+            assert np.array_equal(lq, logits)
         assert [int(i) for i in np.argmax(gold, axis=1)] == f["argmax"]
         g = model.gguf
         for t in g.tensors.values():
