@@ -67,7 +67,11 @@ void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n
   st_.q.resize(size_t(B) * n);
   st_.h.resize(size_t(B) * n);
   st_.m.resize(size_t(B) * n);
-  st_.S.assign(n, 0.f);
+  // S is summed from per-bin counts, S[e] = sum_j count_j[e] * B^-j in a fixed order, so
+  // experts whose bins are the same multiset get bit-identical S and m: mathematical ties in m
+  // stay ties and are broken by the logit, as mission.md says, not by rounding noise.
+  const int n_levels = n_int + 1;  // integer bins 0..-(n_int-1), then the far bin -beta
+  counts_.assign(size_t(n_levels) * n, 0);
   for (int r = 0; r < B; ++r) {
     const int t = st_.rows[r];
     const float* z = in.logits + size_t(t) * n;
@@ -76,15 +80,24 @@ void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n
     float* h = &st_.h[size_t(r) * n];
     for (int e = 0; e < n; ++e) {
       const float g = alpha * (z[e] - zmax);  // <= 0
+      int level;
       if (g <= -beta) {
         q[e] = -beta;
         h[e] = h_far;
+        level = n_int;
       } else {
         q[e] = std::ceil(g) + 0.f;  // + 0 turns ceil's -0 into 0
-        h[e] = pow_b_[int(-q[e])];
+        level = int(-q[e]);
+        h[e] = pow_b_[level];
       }
-      st_.S[e] += h[e];
+      ++counts_[size_t(level) * n + e];
     }
+  }
+  st_.S.assign(n, 0.f);
+  for (int level = 0; level < n_levels; ++level) {
+    const float hv = level < n_int ? pow_b_[level] : h_far;
+    const int32_t* c = &counts_[size_t(level) * n];
+    for (int e = 0; e < n; ++e) st_.S[e] += float(c[e]) * hv;
   }
   // The bonus from the other tokens, (S - h) / B, is below 1, so it only orders experts inside
   // one bin. With piggyback, the experts prefill tokens load anyway vote like one more token

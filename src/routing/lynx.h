@@ -66,6 +66,7 @@ class LynxPolicy final : public RoutingPolicy {
   LynxParams p_;
   LynxState st_;
   std::vector<float> pow_b_;     // B^-j for integer j, so h needs no pow() per element
+  std::vector<int32_t> counts_;  // [levels x N] tokens per bin and expert
   std::vector<uint8_t> in_u_;    // [N]
   std::vector<int32_t> chosen_;  // [k]
 };
