@@ -279,8 +279,8 @@ def main(argv):
             "generator": "tests/reference/make_fixtures.py",
             "logits_layout": "raw little-endian float32, [n_tokens][n_vocab] row-major; "
                              "row p = logits after tokens[0..p] at positions 0..p",
-            "logits_file": "exact: float64 forward of the dequantized weights",
-            "logits_actq_file": "as ggml computes: each product with a non-F32 weight first "
+            "about_logits_file": "exact: float64 forward of the dequantized weights",
+            "about_logits_actq_file": "as ggml computes: each product with a non-F32 weight first "
                                 "rounds its activations to the weight's vec_dot_type "
                                 "(F16->F16, BF16->BF16, Q8_0/Q4_0->Q8_0 blocks)",
             "fixtures": entries,
