@@ -3,9 +3,9 @@
 // concatenation is a vocabulary token with the highest score (ties: leftmost first). A
 // priority queue with lazy invalidation keeps this O(n log n).
 //
-// llama.cpp also keeps a reverse-merge map to re-split a final symbol that is not a token;
-// that never triggers: merged symbols are tokens by construction, so only single characters
-// can miss, and those fall back to byte tokens directly.
+// Invalid UTF-8 bytes are single symbols (see below). llama.cpp also keeps a reverse-merge map to
+// re-split a final symbol that is not a token; that never triggers: merged symbols are tokens by
+// construction, so only single characters can miss, and those fall back to byte tokens directly.
 #include <queue>
 
 #include "lynx/error.h"
@@ -42,8 +42,13 @@ void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* o
   std::vector<Symbol> sym;
   sym.reserve(text.size());
   for (size_t off = 0; off < text.size();) {
-    const size_t len =
-        std::min(utf8_len_from_lead(static_cast<uint8_t>(text[off])), text.size() - off);
+    // llama.cpp takes the length from the lead byte alone; on invalid UTF-8 that swallows
+    // the next character (often an escaped space), which then decodes as bytes. Splitting
+    // invalid bytes one by one gives the same symbols on valid text and stays lossless.
+    uint32_t cp;
+    const int dec =
+        utf8_decode(reinterpret_cast<const uint8_t*>(text.data()) + off, text.size() - off, &cp);
+    const size_t len = dec > 0 ? static_cast<size_t>(dec) : 1;
     const auto idx = static_cast<int32_t>(sym.size());
     sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, static_cast<uint32_t>(off),
                    static_cast<uint32_t>(len)});
