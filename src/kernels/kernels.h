@@ -4,17 +4,30 @@
 // activations are F32. Every SIMD kernel (Highway, runtime dispatch to the best instruction
 // set of the machine) has a scalar twin in namespace `ref`, and tests compare the two over odd
 // and aligned sizes.
+//
+// Block layouts (ggml/src/ggml-common.h):
+//   Q8_0: 32 elements = fp16 scale d, 32 x int8 q            (34 bytes); value = q * d
+//   Q4_0: 32 elements = fp16 scale d, 16 bytes of nibbles   (18 bytes); byte j holds element j
+//         in its low nibble and element j + 16 in its high nibble; value = (nibble - 8) * d
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "lynx/gguf.h"
 
 namespace lynx::kernels {
 
 using gguf::TensorType;
+class ThreadPool;
 
-// True for the weight types the engine computes with.
+// True for the weight types the engine computes with (F32, F16, BF16, Q8_0, Q4_0).
 bool is_compute_type(TensorType t);
+// Elements per block of a compute type (1 for F32/F16/BF16, 32 for Q8_0/Q4_0).
+int64_t block_elems(TensorType t);
+// Bytes of a row of `n` elements of a compute type; equals gguf::row_size for those types.
+// Throws lynx::Error for a non-compute type or an `n` that is not a multiple of the block.
+size_t weight_row_bytes(TensorType t, int64_t n);
 
 // Dequantizes `n` elements (a multiple of the type's block size) starting at `src`.
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
@@ -23,12 +36,15 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 void quantize_row(TensorType t, const float* src, void* dst, int64_t n);
 
 float dot(const float* a, const float* b, int64_t n);
+float sum(const float* x, int64_t n);
 
 // Matrix product over a range of weight rows, streaming each weight row once for all tokens:
 //   y[j * ldy + r] = sum_c W[r][c] * x[j * ldx + c]   for r in [r0, r1), j in [0, n_tok)
 // W is row-major [rows x cols] in type t (row r starts at r * row_size(t, cols)).
-void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                 const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
+// Each output depends only on its row and token, never on r0/r1 or n_tok grouping, so any
+// split of the rows (threads) gives bit-identical results.
+void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                 int64_t ldx, int n_tok, float* y, int64_t ldy);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be nullptr: no scale). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
@@ -39,25 +55,39 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 
 // Scalar reference twins: straightforward loops, the ground truth for the tests.
+// Reductions accumulate in double so they are a tighter truth than any f32 order.
 namespace ref {
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 void quantize_row(TensorType t, const float* src, void* dst, int64_t n);
 float dot(const float* a, const float* b, int64_t n);
-void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                 const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
+float sum(const float* x, int64_t n);
+void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                 int64_t ldx, int n_tok, float* y, int64_t ldy);
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 }  // namespace ref
 
-// IEEE half and bfloat16 conversions (scalar).
+// IEEE half and bfloat16 conversions (scalar, round to nearest even, NaN kept quiet,
+// denormals kept).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
-uint16_t fp32_to_bf16(float f);  // round to nearest even
+uint16_t fp32_to_bf16(float f);
+
+// Memory read bandwidth of this machine in GB/s (1e9 bytes/s): all pool threads sum-reduce
+// disjoint parts of a `bytes` buffer; best of a few runs. The roofline for matmul_rows.
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30);
 
 // Name of the instruction set the dispatched kernels run on ("AVX2", "AVX3", ...).
 const char* simd_target_name();
+// Instruction sets compiled into this binary that this CPU supports (Highway target bits,
+// best first); while a target is forced, only that one.
+std::vector<int64_t> available_simd_targets();
+const char* simd_target_name(int64_t target);
+// Restricts dispatch to one of available_simd_targets(); 0 restores the best one.
+// Process-wide (it sets Highway's dispatch state): for tests and benchmarks only.
+void force_simd_target(int64_t target);
 
 }  // namespace lynx::kernels

@@ -1,0 +1,405 @@
+// SIMD matmul over weight rows kept in their file type, and SIMD dequantization.
+// Highway with dynamic dispatch: this file is compiled once per instruction set
+// (foreach_target.h) and matmul_rows() calls the best one the CPU supports.
+//
+// Decode (n_tok = 1..64) is memory-bandwidth bound: every weight byte must be read from DRAM
+// exactly once per call, for all tokens. So the weights of a block of kNR rows are decoded
+// into registers once per step of 32 columns and multiplied into the accumulators of every
+// token of a group of up to kNT tokens (kNR * kNT independent FMA chains also hide the FMA
+// latency). With more tokens than one group, decoding in registers once per group would
+// multiply the (quantized) decode cost, so the rows are decoded chunk by chunk into an L1
+// buffer instead and each token group streams the decoded floats; the accumulators are saved
+// between chunks, so every output sees exactly the same sequence of FMAs in both paths and
+// for any row split: results never depend on threads or on how many tokens came along.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "kernels/kernels.h"
+#include "lynx/error.h"
+
+#ifndef LYNX_KERNELS_MATMUL_JOB
+#define LYNX_KERNELS_MATMUL_JOB
+namespace lynx::kernels {
+// One matmul_rows call, validated (see kernels.h for the meaning of the fields).
+struct MatmulJob {
+  TensorType type;
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t cols;
+  int64_t r0, r1;
+  const float* x;
+  int64_t ldx;
+  int n_tok;
+  float* y;
+  int64_t ldy;
+};
+}  // namespace lynx::kernels
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lynx::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
+static_assert(kN <= 16 && 16 % kN == 0, "Q4_0 decoding assumes 4, 8 or 16 f32 lanes");
+
+// Rows per block and tokens per group: kNR * kNT accumulators + kNR decoded weight vectors
+// must fit the register file (32 vectors with AVX-512, 16 with AVX2 and SSE).
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kNR = 4;
+#else
+constexpr int kNR = 2;
+#endif
+constexpr int kNT = 4;
+constexpr int64_t kChunkCols = 512;  // decoded chunk: kNR * 512 floats = 8 KiB, stays in L1
+constexpr int kSuperTokens = 64;     // token groups sharing one decoded chunk
+static_assert(kChunkCols % 32 == 0 && kSuperTokens % kNT == 0);
+
+// Broadcasts the fp16 block scale at p to all lanes (vcvtph2ps on x86).
+HWY_INLINE VF BroadcastF16(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(DF(), hn::BitCast(dh, hn::Set(du16, bits)));
+}
+
+// Decoders turn kStep elements of a weight row, starting at column c (a multiple of kStep),
+// into kStep / kN f32 vectors in element order.
+struct DecF32 {
+  static constexpr int64_t kStep = kN;
+  static constexpr int64_t kElemBytes = 4;
+  static HWY_INLINE void Decode(const uint8_t* row, int64_t c, VF* out) {
+    out[0] = hn::LoadU(DF(), reinterpret_cast<const float*>(row) + c);
+  }
+};
+
+struct DecF16 {
+  static constexpr int64_t kStep = kN;
+  static constexpr int64_t kElemBytes = 2;
+  static HWY_INLINE void Decode(const uint8_t* row, int64_t c, VF* out) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    out[0] = hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+  }
+};
+
+struct DecBF16 {
+  static constexpr int64_t kStep = kN;
+  static constexpr int64_t kElemBytes = 2;
+  static HWY_INLINE void Decode(const uint8_t* row, int64_t c, VF* out) {
+    // bf16 is the top half of an f32: widen and shift.
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::Rebind<uint16_t, DF> du16;
+    const auto u = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(row) + c));
+    out[0] = hn::BitCast(DF(), hn::ShiftLeft<16>(u));
+  }
+};
+
+struct DecQ8_0 {
+  static constexpr int64_t kStep = 32;
+  static constexpr int64_t kElemBytes = 0;  // blocks only: no partial tail
+  static HWY_INLINE void Decode(const uint8_t* row, int64_t c, VF* out) {
+    const uint8_t* blk = row + (c / 32) * 34;
+    const VF d = BroadcastF16(blk);
+    const hn::Rebind<int8_t, DF> di8;
+    const hn::RebindToSigned<DF> di32;
+    const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+    for (int64_t k = 0; k < 32 / kN; ++k) {
+      out[k] = hn::Mul(hn::ConvertTo(DF(), hn::PromoteTo(di32, hn::LoadU(di8, q + k * kN))), d);
+    }
+  }
+};
+
+struct DecQ4_0 {
+  static constexpr int64_t kStep = 32;
+  static constexpr int64_t kElemBytes = 0;
+  static HWY_INLINE void Decode(const uint8_t* row, int64_t c, VF* out) {
+    const uint8_t* blk = row + (c / 32) * 18;
+    const VF d = BroadcastF16(blk);
+    const hn::Rebind<uint8_t, DF> du8;
+    const hn::RebindToSigned<DF> di32;
+    const auto mask = hn::Set(di32, 0x0F);
+    const auto eight = hn::Set(di32, 8);
+    // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+    for (int64_t k = 0; k < 16 / kN; ++k) {
+      const auto v = hn::PromoteTo(di32, hn::LoadU(du8, blk + 2 + k * kN));
+      out[k] = hn::Mul(hn::ConvertTo(DF(), hn::Sub(hn::And(v, mask), eight)), d);
+      out[16 / kN + k] = hn::Mul(hn::ConvertTo(DF(), hn::Sub(hn::ShiftRight<4>(v), eight)), d);
+    }
+  }
+};
+
+// acc[r][t] += W[r][c0:c1] . x[t][c0:c1], one vector FMA per kN columns, in column order.
+template <int NR, int NT, class Dec>
+HWY_INLINE void Accumulate(const uint8_t* const* rows, int64_t c0, int64_t c1, const float* x,
+                           int64_t ldx, VF (&acc)[NR][NT]) {
+  const DF df;
+  constexpr int64_t kV = Dec::kStep / kN;
+  for (int64_t c = c0; c < c1; c += Dec::kStep) {
+    VF w[NR][kV];
+    for (int r = 0; r < NR; ++r) Dec::Decode(rows[r], c, w[r]);
+    for (int64_t v = 0; v < kV; ++v) {
+      for (int t = 0; t < NT; ++t) {
+        const VF xv = hn::LoadU(df, x + t * ldx + c + v * kN);
+        for (int r = 0; r < NR; ++r) acc[r][t] = hn::MulAdd(w[r][v], xv, acc[r][t]);
+      }
+    }
+  }
+}
+
+// The last cols % kN columns of F32/F16/BF16 rows: decoded from a zero-padded copy (never
+// reading past the row) and multiplied with zero-padded activations.
+template <int NR, int NT, class Dec>
+HWY_INLINE void AccumulateTail(const uint8_t* const* rows, int64_t c_main, int64_t tail,
+                               const float* x, int64_t ldx, VF (&acc)[NR][NT]) {
+  if constexpr (Dec::kElemBytes > 0) {
+    const DF df;
+    VF w[NR];
+    for (int r = 0; r < NR; ++r) {
+      HWY_ALIGN uint8_t wb[kN * 4] = {};
+      std::memcpy(wb, rows[r] + c_main * Dec::kElemBytes, tail * Dec::kElemBytes);
+      Dec::Decode(wb, 0, &w[r]);
+    }
+    for (int t = 0; t < NT; ++t) {
+      HWY_ALIGN float xb[kN] = {};
+      std::memcpy(xb, x + t * ldx + c_main, tail * sizeof(float));
+      const VF xv = hn::Load(df, xb);
+      for (int r = 0; r < NR; ++r) acc[r][t] = hn::MulAdd(w[r], xv, acc[r][t]);
+    }
+  }
+}
+
+// Calls f.template operator()<NT>(t0) for groups of kNT tokens and one remainder group.
+template <class F>
+HWY_INLINE void ForTokenGroups(int n, F&& f) {
+  int t0 = 0;
+  for (; t0 + kNT <= n; t0 += kNT) f.template operator()<kNT>(t0);
+  switch (n - t0) {
+    case 1:
+      f.template operator()<1>(t0);
+      break;
+    case 2:
+      f.template operator()<2>(t0);
+      break;
+    case 3:
+      f.template operator()<3>(t0);
+      break;
+    default:
+      break;
+  }
+  static_assert(kNT == 4, "update the remainder cases");
+}
+
+// Rows [r, r + NR) for n_tok <= kNT: weights decoded in registers, read once.
+template <int NR, class Dec>
+HWY_NOINLINE void RowsDirect(const MatmulJob& j, int64_t r) {
+  const DF df;
+  const uint8_t* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = j.w + (r + i) * j.row_bytes;
+  const int64_t tail = j.cols % Dec::kStep;
+  const int64_t c_main = j.cols - tail;
+  ForTokenGroups(j.n_tok, [&]<int NT>(int t0) {
+    VF acc[NR][NT];
+    for (int i = 0; i < NR; ++i) {
+      for (int t = 0; t < NT; ++t) acc[i][t] = hn::Zero(df);
+    }
+    const float* x = j.x + t0 * j.ldx;
+    Accumulate<NR, NT, Dec>(rows, 0, c_main, x, j.ldx, acc);
+    if (tail) AccumulateTail<NR, NT, Dec>(rows, c_main, tail, x, j.ldx, acc);
+    for (int i = 0; i < NR; ++i) {
+      for (int t = 0; t < NT; ++t) {
+        j.y[(t0 + t) * j.ldy + r + i] = hn::GetLane(hn::SumOfLanes(df, acc[i][t]));
+      }
+    }
+  });
+}
+
+// Rows [r, r + NR) for n_tok > kNT: per chunk of kChunkCols columns, decode the rows once into
+// an L1 buffer, then run every token group over it; accumulators live in `accbuf` between
+// chunks, so the FMA sequence per output equals RowsDirect's.
+template <int NR, class Dec>
+HWY_NOINLINE void RowsBuffered(const MatmulJob& j, int64_t r) {
+  const DF df;
+  constexpr bool kIsF32 = std::is_same_v<Dec, DecF32>;
+  constexpr int64_t kV = Dec::kStep / kN;
+  const uint8_t* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = j.w + (r + i) * j.row_bytes;
+  const int64_t tail = j.cols % Dec::kStep;
+  const int64_t c_main = j.cols - tail;
+  HWY_ALIGN float wbuf[NR][kChunkCols];
+  HWY_ALIGN float accbuf[kSuperTokens * NR * kN];  // [token][row] vectors
+
+  for (int s0 = 0; s0 < j.n_tok; s0 += kSuperTokens) {
+    const int ns = std::min(kSuperTokens, j.n_tok - s0);
+    const float* xs = j.x + s0 * j.ldx;
+    for (int64_t k = 0; k < ns * NR * kN; k += kN) hn::Store(hn::Zero(df), df, accbuf + k);
+
+    // Loads the group's accumulators, runs `body` on them, stores them back.
+    auto with_acc = [&]<int NT>(int t0, auto&& body) {
+      VF acc[NR][NT];
+      for (int t = 0; t < NT; ++t) {
+        for (int i = 0; i < NR; ++i) acc[i][t] = hn::Load(df, accbuf + ((t0 + t) * NR + i) * kN);
+      }
+      body(acc);
+      for (int t = 0; t < NT; ++t) {
+        for (int i = 0; i < NR; ++i) hn::Store(acc[i][t], df, accbuf + ((t0 + t) * NR + i) * kN);
+      }
+    };
+
+    for (int64_t c0 = 0; c0 < c_main; c0 += kChunkCols) {
+      const int64_t len = std::min(kChunkCols, c_main - c0);
+      const uint8_t* src[NR];
+      for (int i = 0; i < NR; ++i) {
+        if constexpr (kIsF32) {
+          src[i] = rows[i] + c0 * 4;  // already f32: read in place
+        } else {
+          for (int64_t c = c0; c < c0 + len; c += Dec::kStep) {
+            VF v[kV];
+            Dec::Decode(rows[i], c, v);
+            for (int64_t k = 0; k < kV; ++k) hn::Store(v[k], df, &wbuf[i][c - c0 + k * kN]);
+          }
+          src[i] = reinterpret_cast<const uint8_t*>(wbuf[i]);
+        }
+      }
+      ForTokenGroups(ns, [&]<int NT>(int t0) {
+        with_acc.template operator()<NT>(t0, [&](VF(&acc)[NR][NT]) {
+          Accumulate<NR, NT, DecF32>(src, 0, len, xs + t0 * j.ldx + c0, j.ldx, acc);
+        });
+      });
+    }
+    if (tail) {
+      ForTokenGroups(ns, [&]<int NT>(int t0) {
+        with_acc.template operator()<NT>(t0, [&](VF(&acc)[NR][NT]) {
+          AccumulateTail<NR, NT, Dec>(rows, c_main, tail, xs + t0 * j.ldx, j.ldx, acc);
+        });
+      });
+    }
+    for (int t = 0; t < ns; ++t) {
+      for (int i = 0; i < NR; ++i) {
+        const VF acc = hn::Load(df, accbuf + (t * NR + i) * kN);
+        j.y[(s0 + t) * j.ldy + r + i] = hn::GetLane(hn::SumOfLanes(df, acc));
+      }
+    }
+  }
+}
+
+template <class Dec>
+void RunRows(const MatmulJob& j) {
+  int64_t r = j.r0;
+  if (j.n_tok <= kNT) {
+    for (; r + kNR <= j.r1; r += kNR) RowsDirect<kNR, Dec>(j, r);
+    for (; r < j.r1; ++r) RowsDirect<1, Dec>(j, r);
+  } else {
+    for (; r + kNR <= j.r1; r += kNR) RowsBuffered<kNR, Dec>(j, r);
+    for (; r < j.r1; ++r) RowsBuffered<1, Dec>(j, r);
+  }
+}
+
+void MatmulRowsT(const MatmulJob& j) {
+  switch (j.type) {
+    case TensorType::F32:
+      return RunRows<DecF32>(j);
+    case TensorType::F16:
+      return RunRows<DecF16>(j);
+    case TensorType::BF16:
+      return RunRows<DecBF16>(j);
+    case TensorType::Q8_0:
+      return RunRows<DecQ8_0>(j);
+    case TensorType::Q4_0:
+      return RunRows<DecQ4_0>(j);
+    default:
+      return;  // rejected by matmul_rows
+  }
+}
+
+template <class Dec>
+void DequantizeWith(const uint8_t* src, float* dst, int64_t n) {
+  const DF df;
+  constexpr int64_t kV = Dec::kStep / kN;
+  const int64_t tail = n % Dec::kStep;
+  int64_t c = 0;
+  for (; c < n - tail; c += Dec::kStep) {
+    VF v[kV];
+    Dec::Decode(src, c, v);
+    for (int64_t k = 0; k < kV; ++k) hn::StoreU(v[k], df, dst + c + k * kN);
+  }
+  if constexpr (Dec::kElemBytes > 0) {
+    if (tail) {
+      HWY_ALIGN uint8_t wb[kN * 4] = {};
+      HWY_ALIGN float out[kN];
+      std::memcpy(wb, src + c * Dec::kElemBytes, tail * Dec::kElemBytes);
+      VF v;
+      Dec::Decode(wb, 0, &v);
+      hn::Store(v, df, out);
+      std::memcpy(dst + c, out, tail * sizeof(float));
+    }
+  }
+}
+
+void DequantizeRowT(TensorType t, const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  switch (t) {
+    case TensorType::F32:
+      return DequantizeWith<DecF32>(s, dst, n);
+    case TensorType::F16:
+      return DequantizeWith<DecF16>(s, dst, n);
+    case TensorType::BF16:
+      return DequantizeWith<DecBF16>(s, dst, n);
+    case TensorType::Q8_0:
+      return DequantizeWith<DecQ8_0>(s, dst, n);
+    case TensorType::Q4_0:
+      return DequantizeWith<DecQ4_0>(s, dst, n);
+    default:
+      return;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lynx::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lynx::kernels {
+
+HWY_EXPORT(MatmulRowsT);
+HWY_EXPORT(DequantizeRowT);
+
+void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                 int64_t ldx, int n_tok, float* y, int64_t ldy) {
+  const size_t row_bytes = weight_row_bytes(t, cols);  // validates type and cols
+  if (r0 < 0 || r1 < r0 || n_tok < 0) {
+    throw Error("matmul_rows: bad range rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                ") with " + std::to_string(n_tok) + " tokens");
+  }
+  if (r0 == r1 || n_tok == 0) return;
+  const MatmulJob job{t,
+                      static_cast<const uint8_t*>(w),
+                      static_cast<int64_t>(row_bytes),
+                      cols,
+                      r0,
+                      r1,
+                      x,
+                      ldx,
+                      n_tok,
+                      y,
+                      ldy};
+  HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
+}
+
+void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
+  weight_row_bytes(t, n);  // validates type and n
+  HWY_DYNAMIC_DISPATCH(DequantizeRowT)(t, src, dst, n);
+}
+
+}  // namespace lynx::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,290 @@
+// Scalar kernels: fp16/bf16 conversions, type sizes, quantizers (as ggml's reference
+// quantizers: ggml/src/ggml-quants.c) and the `ref` twins of every SIMD kernel.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "lynx/error.h"
+
+namespace lynx::kernels {
+namespace {
+
+constexpr int64_t kQK = 32;            // elements per Q8_0 / Q4_0 block
+constexpr int64_t kQ8BlockBytes = 34;  // fp16 d + 32 x int8
+constexpr int64_t kQ4BlockBytes = 18;  // fp16 d + 16 bytes of nibbles
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void store_u16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
+
+// Local names (lynx_gguf's tensor_type_name may not be linked into kernel-only binaries).
+const char* type_name(TensorType t) {
+  switch (t) {
+    case TensorType::F32:
+      return "f32";
+    case TensorType::F16:
+      return "f16";
+    case TensorType::BF16:
+      return "bf16";
+    case TensorType::Q8_0:
+      return "q8_0";
+    case TensorType::Q4_0:
+      return "q4_0";
+    default:
+      return "a non-compute type";
+  }
+}
+
+void check_row(TensorType t, int64_t n) {
+  if (!is_compute_type(t)) {
+    throw Error(std::string("kernels: unsupported weight type ") + type_name(t));
+  }
+  if (n < 0 || n % block_elems(t) != 0) {
+    throw Error("kernels: row of " + std::to_string(n) + " elements is not a multiple of the " +
+                type_name(t) + " block size");
+  }
+}
+
+// Dequantized weight (row-local element index c).
+float weight_at(TensorType t, const uint8_t* row, int64_t c) {
+  switch (t) {
+    case TensorType::F32: {
+      float v;
+      std::memcpy(&v, row + 4 * c, 4);
+      return v;
+    }
+    case TensorType::F16:
+      return fp16_to_fp32(load_u16(row + 2 * c));
+    case TensorType::BF16:
+      return bf16_to_fp32(load_u16(row + 2 * c));
+    case TensorType::Q8_0: {
+      const uint8_t* b = row + (c / kQK) * kQ8BlockBytes;
+      const float d = fp16_to_fp32(load_u16(b));
+      return static_cast<float>(static_cast<int8_t>(b[2 + c % kQK])) * d;
+    }
+    case TensorType::Q4_0: {
+      const uint8_t* b = row + (c / kQK) * kQ4BlockBytes;
+      const float d = fp16_to_fp32(load_u16(b));
+      const int64_t j = c % kQK;
+      const int q = j < 16 ? (b[2 + j] & 0x0F) : (b[2 + j - 16] >> 4);
+      return static_cast<float>(q - 8) * d;
+    }
+    default:
+      throw Error(std::string("kernels: unsupported weight type ") + type_name(t));
+  }
+}
+
+}  // namespace
+
+bool is_compute_type(TensorType t) {
+  switch (t) {
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16:
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t block_elems(TensorType t) {
+  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) ? kQK : 1;
+}
+
+size_t weight_row_bytes(TensorType t, int64_t n) {
+  check_row(t, n);
+  switch (t) {
+    case TensorType::F32:
+      return static_cast<size_t>(n) * 4;
+    case TensorType::F16:
+    case TensorType::BF16:
+      return static_cast<size_t>(n) * 2;
+    case TensorType::Q8_0:
+      return static_cast<size_t>(n / kQK * kQ8BlockBytes);
+    default:  // Q4_0
+      return static_cast<size_t>(n / kQK * kQ4BlockBytes);
+  }
+}
+
+// ---------------------------------------------------------------- fp16 / bf16
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  const uint32_t mant = h & 0x3FF;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in f32.
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) {  // inf, or NaN made quiet as F16C does
+    return bits_float(sign | 0x7F800000 | (mant << 13) | (mant ? 0x00400000 : 0));
+  }
+  return bits_float(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+}
+
+uint16_t fp32_to_fp16(float f) {
+  const uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7FFFFFFF;
+  if (ax > 0x7F800000) {  // NaN: keep the top payload bits, force quiet
+    return sign | 0x7E00 | static_cast<uint16_t>((ax >> 13) & 0x3FF);
+  }
+  // 65520 (0x477FF000) is halfway between 65504 (max half, odd mantissa) and 2^16: ties to
+  // even round it up to infinity.
+  if (ax >= 0x477FF000) return sign | 0x7C00;
+  if (ax >= 0x38800000) {  // result is a normal half (>= 2^-14)
+    const uint32_t odd = (ax >> 13) & 1;
+    ax += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFF + odd;  // rebias + round half even
+    return sign | static_cast<uint16_t>(ax >> 13);
+  }
+  // Subnormal half: units of 2^-24. Scaling by 2^24 is exact, nearbyint rounds half to even
+  // (default rounding mode); 1024 carries into the smallest normal (0x0400) as it should.
+  const float scaled = std::fabs(f) * 16777216.0f;
+  return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+}
+
+float bf16_to_fp32(uint16_t h) {
+  return bits_float(static_cast<uint32_t>(h) << 16);
+}
+
+uint16_t fp32_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+// ---------------------------------------------------------------- reference twins
+namespace ref {
+
+void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
+  check_row(t, n);
+  const auto* row = static_cast<const uint8_t*>(src);
+  for (int64_t c = 0; c < n; ++c) dst[c] = weight_at(t, row, c);
+}
+
+void quantize_row(TensorType t, const float* src, void* dst, int64_t n) {
+  check_row(t, n);
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case TensorType::F32:
+      std::memcpy(out, src, static_cast<size_t>(n) * 4);
+      return;
+    case TensorType::F16:
+      for (int64_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_fp16(src[i]));
+      return;
+    case TensorType::BF16:
+      for (int64_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_bf16(src[i]));
+      return;
+    case TensorType::Q8_0:
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const float* x = src + b * kQK;
+        uint8_t* blk = out + b * kQ8BlockBytes;
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        store_u16(blk, fp32_to_fp16(d));
+        for (int j = 0; j < kQK; ++j) {
+          blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
+        }
+      }
+      return;
+    default:  // Q4_0: the scale comes from the signed value of largest magnitude, so that it
+              // maps to -8 exactly and the asymmetric range [-8, 7] is fully used.
+      for (int64_t b = 0; b < n / kQK; ++b) {
+        const float* x = src + b * kQK;
+        uint8_t* blk = out + b * kQ4BlockBytes;
+        float amax = 0.0f, vmax = 0.0f;
+        for (int j = 0; j < kQK; ++j) {
+          if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            vmax = x[j];
+          }
+        }
+        const float d = vmax / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        store_u16(blk, fp32_to_fp16(d));
+        for (int j = 0; j < 16; ++j) {
+          const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+          const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+          blk[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+      return;
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(s);
+}
+
+float sum(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return static_cast<float>(s);
+}
+
+void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                 int64_t ldx, int n_tok, float* y, int64_t ldy) {
+  const size_t rb = weight_row_bytes(t, cols);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_row(t, static_cast<const uint8_t*>(w) + r * rb, row.data(), cols);
+    for (int j = 0; j < n_tok; ++j) y[j * ldy + r] = dot(row.data(), x + j * ldx, cols);
+  }
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void softmax_inplace(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    s += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace ref
+}  // namespace lynx::kernels

@@ -1,0 +1,76 @@
+// Shared helpers for the kernel tests: deterministic random data, misaligned buffers, and a
+// loop that runs a test body once per SIMD instruction set of the machine.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace lynx::kernels::testing {
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A byte buffer whose data() starts `offset` bytes past a 64-byte boundary, to exercise
+// misaligned loads.
+class Buffer {
+ public:
+  Buffer(size_t bytes, size_t offset) : storage_(bytes + offset + 128), offset_(offset) {
+    const auto base = reinterpret_cast<uintptr_t>(storage_.data());
+    start_ = static_cast<size_t>((64 - base % 64) % 64) + offset_;
+  }
+  uint8_t* data() { return storage_.data() + start_; }
+  float* f32() { return reinterpret_cast<float*>(data()); }
+
+ private:
+  std::vector<uint8_t> storage_;
+  size_t offset_;
+  size_t start_ = 0;
+};
+
+// Local name (lynx_gguf's tensor_type_name may not be linked into this binary).
+inline const char* type_name(TensorType t) {
+  switch (t) {
+    case TensorType::F32:
+      return "f32";
+    case TensorType::F16:
+      return "f16";
+    case TensorType::BF16:
+      return "bf16";
+    case TensorType::Q8_0:
+      return "q8_0";
+    case TensorType::Q4_0:
+      return "q4_0";
+    default:
+      return "other";
+  }
+}
+
+// Runs `body` once per available SIMD target (best to worst), then restores dispatch.
+template <class F>
+void for_each_target(F&& body) {
+  for (int64_t t : available_simd_targets()) {
+    force_simd_target(t);
+    SCOPED_TRACE(simd_target_name(t));
+    EXPECT_STREQ(simd_target_name(), simd_target_name(t));
+    body();
+  }
+  force_simd_target(0);
+}
+
+// Worst-case bound of a float sum of n products in any order with chains of at most n
+// terms (unit roundoff 2^-24), plus the rounding of the result itself.
+inline double dot_tolerance(int64_t n, double abs_sum, double result) {
+  return (static_cast<double>(n) + 16.0) * 6.0e-8 * abs_sum + 6.0e-8 * std::abs(result) + 1e-30;
+}
+
+}  // namespace lynx::kernels::testing
