@@ -45,8 +45,8 @@ AlphaBeta lynx_default_alpha_beta(int k, int n) {
 std::string LynxPolicy::spec() const {
   std::string opts;
   auto add = [&](const std::string& s) { opts += (opts.empty() ? "" : ",") + s; };
-  if (p_.alpha > 0) add("alpha=" + fmt_num(p_.alpha));
-  if (p_.beta > 0) add("beta=" + fmt_num(p_.beta));
+  if (p_.alpha > 0) add("alpha=" + fmt_float(p_.alpha));
+  if (p_.beta > 0) add("beta=" + fmt_float(p_.beta));
   if (!p_.protect_top1) add("protect-top1=0");
   if (!p_.piggyback_prefill) add("piggyback-prefill=0");
   if (p_.mode == LynxMode::kDecodeOnlyBatches) add("mode=decode-only-batches");

@@ -47,6 +47,7 @@ class SpecOptions {
 
 // Number formatting for canonical specs: shortest text that reads back to the same value.
 std::string fmt_num(double v);
+std::string fmt_float(float v);  // the same for a float parameter
 
 std::unique_ptr<RoutingPolicy> make_topk_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_lynx_policy(SpecOptions& o);

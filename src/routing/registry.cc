@@ -169,6 +169,15 @@ std::string fmt_num(double v) {
   return buf;
 }
 
+std::string fmt_float(float v) {
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 }  // namespace routing
 
 std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec) {

@@ -1,0 +1,155 @@
+// Hand-computed examples for oea, budget, ser and static-k (issue 4), on 3 decode tokens,
+// 8 experts, k = 3, softmax gating.
+//
+// logits                 e0    e1    e2    e3    e4    e5    e6    e7     exact top-3
+//   t0                  2.0   1.5   0.2  -1.0   1.8   0.0  -3.0   0.5    e0 e4 e1
+//   t1                  0.1   3.0   2.6   0.0  -0.5   2.2   1.0  -2.0    e1 e2 e5
+//   t2                  0.0  -0.5   0.8   0.9   1.2  -1.0   0.2  -0.6    e4 e3 e2
+// Exact top-k activates {0, 1, 2, 3, 4, 5}: 6 experts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "helpers.h"
+#include "lynx/routing.h"
+
+namespace lynx {
+namespace {
+
+const std::vector<float> kZ = {
+    2.0f, 1.5f,  0.2f, -1.0f, 1.8f,  0.0f,  -3.0f, 0.5f,   //
+    0.1f, 3.0f,  2.6f, 0.0f,  -0.5f, 2.2f,  1.0f,  -2.0f,  //
+    0.0f, -0.5f, 0.8f, 0.9f,  1.2f,  -1.0f, 0.2f,  -0.6f,  //
+};
+
+test::Step run(const std::string& spec, bool norm = true, int T = 3) {
+  test::Step s(std::vector<float>(kZ.begin(), kZ.begin() + 8 * T), T,
+               GatingConfig{8, 3, GatingFunc::kSoftmax, norm, 1.f});
+  auto in = s.in();
+  auto out = s.out();
+  make_routing_policy(spec)->route(in, out);
+  return s;
+}
+
+int distinct(const test::Step& s) {
+  RoutingStats st;
+  accumulate_routing_stats(
+      s.in(),
+      RoutingOutput{const_cast<int32_t*>(s.ids.data()), const_cast<float*>(s.weights.data())}, st);
+  return int(st.distinct_policy);
+}
+
+// Softmax over the given experts of token row t, renormalized (the remap weight rule).
+std::vector<double> softmax_over(int t, std::vector<int> ids) {
+  double s = 0;
+  std::vector<double> w;
+  for (int e : ids) s += std::exp(double(kZ[t * 8 + e]));
+  for (int e : ids) w.push_back(std::exp(double(kZ[t * 8 + e])) / s);
+  return w;
+}
+
+void expect_weights(const test::Step& s, int t, const std::vector<double>& want) {
+  for (int j = 0; j < 3; ++j) EXPECT_NEAR(s.weights[t * 3 + j], want[j], 1e-6) << t << "," << j;
+}
+
+// k0 = 1: U0 = {e0, e1, e4} (the top-1s). t0's top-3 already lies in U0; t1 fills with
+// e0 (0.1) and e4 (-0.5), t2 with e0 (0.0) and e1 (-0.5): 3 experts for the batch.
+TEST(PeersHand, OeaK0One) {
+  test::Step s = run("oea:k0=1");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 0, 4, 4, 0, 1}));
+  EXPECT_EQ(distinct(s), 3);
+  expect_weights(s, 1, softmax_over(1, {1, 0, 4}));
+  expect_weights(s, 2, softmax_over(2, {4, 0, 1}));
+}
+
+// k0 = 2: U0 = {0, 4} + {1, 2} + {4, 3} = {0..4}. t1 keeps e1, e2 and takes e0 (0.1 beats
+// e3's 0.0 and e4's -0.5) instead of e5; t0 and t2 find their third expert in U0 already.
+TEST(PeersHand, OeaK0Two) {
+  test::Step s = run("oea:k0=2");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 3, 2}));
+  EXPECT_EQ(distinct(s), 5);
+}
+
+// One token: U0 = {e0} offers too few experts, so the fallback takes t0's next best overall.
+TEST(PeersHand, OeaFallsBackToNextBestOverall) {
+  test::Step s = run("oea:k0=1", true, 1);
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1}));
+}
+
+// m = 3 = k: the three top-1s {e0, e1, e4} fill the budget; every token takes its top-3
+// inside it.
+TEST(PeersHand, BudgetTopOnesFillTheBudget) {
+  test::Step s = run("budget:m=3");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 0, 4, 4, 0, 1}));
+  EXPECT_EQ(distinct(s), 3);
+  // m = 1 < k: the set still grows to k experts (here the same 3), k per token.
+  EXPECT_EQ(run("budget:m=1").ids, s.ids);
+}
+
+// m = 4: after the top-1s, coverage of the remaining top-k assignments:
+//   e2: p1[e2] + p2[e2] = 0.2796 + 0.1894 = 0.469,  e3: p2[e3] = 0.209,  e5: p1[e5] = 0.187
+// so e2 joins. t1 -> {e1, e2, e0}, t2 -> {e4, e2, e0}.
+TEST(PeersHand, BudgetGreedyCoverage) {
+  const double p1e2 = test::ref_prob(&kZ[8], 8, 2, GatingFunc::kSoftmax);
+  const double p2e2 = test::ref_prob(&kZ[16], 8, 2, GatingFunc::kSoftmax);
+  EXPECT_NEAR(p1e2 + p2e2, 0.469, 1e-3);
+  test::Step s = run("budget:m=4");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 2, 0}));
+  EXPECT_EQ(distinct(s), 4);
+  expect_weights(s, 2, softmax_over(2, {4, 2, 0}));
+}
+
+// t = 0.5: probability ratios to the top-1 are exp(z - z_top1):
+//   t0: e4 0.819, e1 0.607 -> keep both;  t1: e2 0.670 keep, e5 0.449 drop;
+//   t2: e3 0.741, e2 0.670 -> keep both.
+// Dropped slots keep their id with weight 0; kept weights renormalized (norm_topk model).
+TEST(PeersHand, SerThreshold) {
+  test::Step s = run("ser:kmin=1,t=0.5");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 5, 4, 3, 2}));
+  const auto w1 = softmax_over(1, {1, 2});
+  expect_weights(s, 1, {w1[0], w1[1], 0.0});
+  expect_weights(s, 0, softmax_over(0, {0, 4, 1}));
+  EXPECT_EQ(s.weights[5], 0.f);
+  // t = 0.7 drops e1 (0.607) for t0, e2 (0.670) for t1 and t2; kmin = 1 keeps the top-1.
+  test::Step s7 = run("ser:kmin=1,t=0.7");
+  expect_weights(s7, 1, {1.0, 0.0, 0.0});
+  const auto w0 = softmax_over(0, {0, 4});
+  expect_weights(s7, 0, {w0[0], w0[1], 0.0});
+  // kmin = 2 keeps two whatever t says.
+  test::Step k2 = run("ser:kmin=2,t=0.99");
+  const auto w2 = softmax_over(2, {4, 3});
+  expect_weights(k2, 2, {w2[0], w2[1], 0.0});
+  RoutingStats st;
+  accumulate_routing_stats(s7.in(), s7.out(), st);
+  EXPECT_EQ(st.assignments_active, 2 + 1 + 2);
+  EXPECT_EQ(st.distinct_policy, 4);  // {0, 4} + {1} + {4, 3}
+}
+
+// Unnormalized model: SER keeps the raw probabilities of the kept experts.
+TEST(PeersHand, SerUnnormalizedKeepsRawProbabilities) {
+  test::Step s = run("ser:kmin=1,t=0.5", /*norm=*/false);
+  const float* z1 = &kZ[8];
+  EXPECT_NEAR(s.weights[3], test::ref_prob(z1, 8, 1, GatingFunc::kSoftmax), 1e-6);
+  EXPECT_NEAR(s.weights[4], test::ref_prob(z1, 8, 2, GatingFunc::kSoftmax), 1e-6);
+  EXPECT_EQ(s.weights[5], 0.f);
+}
+
+TEST(PeersHand, StaticK) {
+  test::Step s = run("static-k:k=1");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 5, 4, 3, 2}));
+  for (int t = 0; t < 3; ++t) expect_weights(s, t, {1.0, 0.0, 0.0});
+  EXPECT_EQ(distinct(s), 3);  // only the top-1s stay active: e0, e1, e4
+}
+
+TEST(PeersHand, StaticKTwoUnnormalized) {
+  test::Step s = run("static-k:k=2", /*norm=*/false);
+  const float* z0 = &kZ[0];
+  EXPECT_NEAR(s.weights[0], test::ref_prob(z0, 8, 0, GatingFunc::kSoftmax), 1e-6);
+  EXPECT_NEAR(s.weights[1], test::ref_prob(z0, 8, 4, GatingFunc::kSoftmax), 1e-6);
+  EXPECT_EQ(s.weights[2], 0.f);
+  // k' >= k is exact top-k.
+  EXPECT_EQ(run("static-k:k=5").weights, run("topk").weights);
+}
+
+}  // namespace
+}  // namespace lynx
