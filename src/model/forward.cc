@@ -34,18 +34,32 @@ void add_bias(const float* b, float* y, int T, int n) {
   }
 }
 
-// Rotary embedding of one head vector at position `pos`. NORM rotates adjacent pairs
-// (2i, 2i+1); NEOX rotates (i, i + hd/2). theta_i = pos * base^(-2i/hd).
-void rope(float* v, int hd, int pos, float base, RopeType type) {
+// Rotary embedding of one head vector with the precomputed (cos, sin) of its position.
+// NORM rotates adjacent pairs (2i, 2i+1); NEOX rotates (i, i + hd/2).
+void rope(float* v, int hd, const float* cs, RopeType type) {
   const int half = hd / 2;
   for (int i = 0; i < half; ++i) {
-    const double theta = double(pos) * std::pow(double(base), -2.0 * i / hd);
-    const float c = float(std::cos(theta)), s = float(std::sin(theta));
+    const float c = cs[2 * i], s = cs[2 * i + 1];
     const int a = type == RopeType::kNorm ? 2 * i : i;
     const int b = type == RopeType::kNorm ? 2 * i + 1 : i + half;
     const float x0 = v[a], x1 = v[b];
     v[a] = x0 * c - x1 * s;
     v[b] = x0 * s + x1 * c;
+  }
+}
+
+// (cos, sin) of theta_i = pos * base^(-2i/hd) for every token of the step, computed once
+// and shared by all layers and heads.
+void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::vector<float>& cs) {
+  const int half = c.head_dim / 2;
+  ensure(cs, batch.size() * size_t(half) * 2);
+  for (size_t t = 0; t < batch.size(); ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double theta =
+          double(batch[t].pos) * std::pow(double(c.rope_base), -2.0 * i / c.head_dim);
+      cs[(t * half + size_t(i)) * 2] = float(std::cos(theta));
+      cs[(t * half + size_t(i)) * 2 + 1] = float(std::sin(theta));
+    }
   }
 }
 
@@ -81,8 +95,9 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
     const int pos = batch[size_t(t)].pos;
-    for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, hd, pos, c.rope_base, c.rope);
-    for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, hd, pos, c.rope_base, c.rope);
+    const float* cs = &B.rope_cs[size_t(t) * hd];  // hd/2 (cos, sin) pairs
+    for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, hd, cs, c.rope);
+    for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, hd, cs, c.rope);
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = ctx.seqs[size_t(batch[size_t(t)].seq)].layers[size_t(il)];
@@ -151,7 +166,8 @@ void run_experts(Context::Impl& ctx, int il, int T) {
     if (B.count[size_t(e)] > 0) B.active.push_back(e);
   }
   const int rows = B.offset[size_t(N)];
-  std::vector<int32_t> fill(B.offset.begin(), B.offset.begin() + N);  // small: N ints
+  std::vector<int32_t>& fill = B.fill;
+  fill.assign(B.offset.begin(), B.offset.begin() + N);
   for (int i = 0; i < T * K; ++i) {
     if (B.weights[size_t(i)] > 0.f) {
       const int e = B.ids[size_t(i)];
@@ -315,6 +331,7 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
     if ((batch[size_t(t)].flags & kTokenPrefill) == 0) ++ctx.step.n_decode;
   }
 
+  rope_table(c, batch, B.rope_cs);
   // Embedding rows (only the rows of the batch's tokens are read).
   const Weight& emb = ctx.model.token_embd();
   for (int t = 0; t < T; ++t) {

@@ -33,6 +33,8 @@ struct StepBuffers {
   std::vector<int32_t> row_token;                // [T*k] token of each grouped row
   std::vector<int32_t> assign_row;               // [T*k] grouped row of (t, slot)
   std::vector<int32_t> active;                   // active expert ids
+  std::vector<int32_t> fill;                     // [N] next free grouped row per expert
+  std::vector<float> rope_cs;                    // [T x hd/2 x 2] (cos, sin) per token
   std::vector<float> xin, gate, up, down;        // grouped rows
   std::vector<float> sh_gate, sh_up, sh_down;    // shared expert / dense FFN
   std::vector<float> out_in;                     // normed rows needing logits

@@ -181,6 +181,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   c.gating.func = GatingFunc::kSoftmax;
   c.gating.norm_topk = f.get_bool(a + "expert_weights_norm", tr.norm_topk);
   c.gating.weights_scale = float(f.get_float(a + "expert_weights_scale", 1.0));
+  // llama.cpp applies the scale only when it is set to something other than 0 or 1.
+  if (c.gating.weights_scale == 0.f) c.gating.weights_scale = 1.f;
   if (f.get_int(a + "expert_gating_func", 1) == 2) c.gating.func = GatingFunc::kSigmoid;
 
   auto arena = std::make_shared<ModelArena>();

@@ -1,0 +1,193 @@
+// Continuous batching: requests joining and leaving between steps give the same greedy
+// tokens as each request run alone; sampling is seeded; bad requests are refused.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "lynx/context.h"
+#include "lynx/scheduler.h"
+
+namespace lynx {
+namespace {
+
+const std::string kModel =
+    std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/qwen2moe-f32.gguf";
+
+std::vector<int32_t> run_alone(const Model& m, const std::vector<int32_t>& prompt, int n,
+                               const SamplingParams& sp = {}) {
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 128;
+  Context ctx(m, co);
+  Scheduler s(ctx, {});
+  std::vector<int32_t> out;
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.sampling = sp;
+  r.on_token = [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  };
+  s.submit(std::move(r));
+  s.run_until_idle();
+  return out;
+}
+
+TEST(Scheduler, ContinuousBatchingMatchesRunningAlone) {
+  auto m = Model::load(kModel);
+  std::vector<std::vector<int32_t>> prompts = {
+      {1, 2, 3},
+      {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16, 17, 18},
+      {42},
+      {5, 5, 5, 5}};
+  std::vector<int> lens = {12, 7, 20, 3};
+  ContextOptions co;
+  co.n_threads = 2;
+  co.n_ctx = 128;
+  Context ctx(*m, co);
+  SchedulerOptions so;
+  so.max_batch = 3;        // the 4th request waits for a free slot
+  so.max_step_tokens = 5;  // the long prompt is prefilled in chunks beside decoding ones
+  Scheduler s(ctx, so);
+  std::map<size_t, std::vector<int32_t>> got;
+  std::map<size_t, FinishReason> why;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = lens[i];
+    r.on_token = [&got, i](int32_t t) {
+      got[i].push_back(t);
+      return true;
+    };
+    r.on_finish = [&why, i](FinishReason f) { why[i] = f; };
+    s.submit(std::move(r));
+  }
+  int steps = 0;
+  while (s.step()) {
+    ASSERT_LE(int(s.n_active()), 3);
+    ++steps;
+  }
+  EXPECT_GT(steps, 20);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i], run_alone(*m, prompts[i], lens[i])) << "request " << i;
+    EXPECT_EQ(why[i], FinishReason::kLength);
+  }
+  EXPECT_EQ(s.stats().prefill_tokens, 3 + 18 + 1 + 4);
+}
+
+TEST(Scheduler, SeededSamplingIsReproducible) {
+  auto m = Model::load(kModel);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 20;
+  sp.top_p = 0.9f;
+  sp.seed = 1234;
+  auto a = run_alone(*m, {1, 2, 3}, 16, sp);
+  auto b = run_alone(*m, {1, 2, 3}, 16, sp);
+  EXPECT_EQ(a, b);
+  sp.seed = 99;
+  auto c = run_alone(*m, {1, 2, 3}, 16, sp);
+  EXPECT_NE(a, c);
+}
+
+TEST(Scheduler, StopTokenAndCallbackStop) {
+  auto m = Model::load(kModel);
+  auto ref = run_alone(*m, {1, 2, 3}, 10);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 64;
+  Context ctx(*m, co);
+  Scheduler s(ctx, {});
+  std::vector<int32_t> out;
+  FinishReason why = FinishReason::kNone;
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 10;
+  r.stop_tokens = {ref[4]};
+  r.on_token = [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  };
+  r.on_finish = [&](FinishReason f) { why = f; };
+  s.submit(std::move(r));
+  s.run_until_idle();
+  // Stops at the first occurrence of the stop token, which is not reported.
+  size_t first = std::find(ref.begin(), ref.end(), ref[4]) - ref.begin();
+  EXPECT_EQ(out, std::vector<int32_t>(ref.begin(), ref.begin() + long(first)));
+  EXPECT_EQ(why, FinishReason::kStop);
+}
+
+TEST(Scheduler, CancelFreesTheSlot) {
+  auto m = Model::load(kModel);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 64;
+  Context ctx(*m, co);
+  SchedulerOptions so;
+  so.max_batch = 1;
+  Scheduler s(ctx, so);
+  FinishReason w1 = FinishReason::kNone, w2 = FinishReason::kNone;
+  GenerationRequest a;
+  a.prompt = {1, 2};
+  a.max_tokens = 50;
+  a.on_finish = [&](FinishReason f) { w1 = f; };
+  GenerationRequest b = a;
+  b.max_tokens = 2;
+  b.on_finish = [&](FinishReason f) { w2 = f; };
+  const int64_t ia = s.submit(std::move(a));
+  s.submit(std::move(b));
+  s.step();
+  s.step();
+  EXPECT_EQ(s.n_waiting(), 1u);
+  s.cancel(ia);
+  s.run_until_idle();
+  EXPECT_EQ(w1, FinishReason::kCancelled);
+  EXPECT_EQ(w2, FinishReason::kLength);
+}
+
+TEST(Scheduler, RejectsBadRequests) {
+  auto m = Model::load(kModel);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 16;
+  Context ctx(*m, co);
+  Scheduler s(ctx, {});
+  GenerationRequest r;
+  EXPECT_THROW(s.submit(r), Error);  // empty prompt
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 0;
+  EXPECT_THROW(s.submit(r), Error);
+  r.max_tokens = 14;
+  EXPECT_THROW(s.submit(r), Error);  // 3 + 14 > 16
+  r.max_tokens = 2;
+  r.prompt = {1, 100000};
+  EXPECT_THROW(s.submit(r), Error);
+  EXPECT_EQ(s.n_waiting(), 0u);
+}
+
+TEST(Sampler, GreedyAndTopK1AreArgmax) {
+  std::vector<float> l = {0.1f, 2.5f, -1.f, 2.4f};
+  Sampler g({});
+  EXPECT_EQ(g.sample(l), 1);
+  SamplingParams p;
+  p.temperature = 5.f;
+  p.top_k = 1;
+  Sampler k1(p);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(k1.sample(l), 1);
+  EXPECT_NEAR(g.last_logprob(1),
+              2.5 - std::log(std::exp(0.1) + std::exp(2.5) + std::exp(-1.0) + std::exp(2.4)), 1e-5);
+}
+
+TEST(Sampler, TopPKeepsOnlyTheNucleus) {
+  std::vector<float> l = {10.f, 9.f, -10.f, -10.f};
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_p = 0.5f;  // the first token alone holds ~73% of the mass
+  p.seed = 3;
+  Sampler s(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l), 0);
+}
+
+}  // namespace
+}  // namespace lynx
