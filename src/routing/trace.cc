@@ -143,10 +143,11 @@ TraceReader::~TraceReader() {
 bool TraceReader::next(TraceRecord& rec) {
   if (!f_) return false;
   uint32_t head[3];
-  const size_t got = std::fread(head, sizeof(uint32_t), 3, f_);
+  // Read bytes, not u32 items: fread would silently drop a partial item at the end.
+  const size_t got = std::fread(head, 1, sizeof head, f_);
   if (got == 0 && std::feof(f_)) return false;
   const std::string where = "routing trace '" + path_ + "'";
-  if (got != 3) throw Error(where + " is truncated inside a record header");
+  if (got != sizeof head) throw Error(where + " is truncated inside a record header");
   if (head[1] >= uint32_t(h_.n_layers)) {
     throw Error(where + ": record layer " + std::to_string(head[1]) + " >= n_layers " +
                 std::to_string(h_.n_layers));
