@@ -1,0 +1,300 @@
+// Chat formats. Each render_* function follows one reference template (cited), turn by turn.
+#include "lynx/chat.h"
+
+#include "lynx/gguf.h"
+#include "lynx/tokenizer.h"
+
+namespace lynx {
+namespace {
+
+struct NameEntry {
+  std::string_view name;
+  ChatFamily family;
+  std::string_view canonical;
+};
+
+constexpr NameEntry kNames[] = {
+    {"chatml", ChatFamily::kChatML, "chatml"},
+    {"qwen", ChatFamily::kChatML, "chatml"},
+    {"qwen2", ChatFamily::kChatML, "chatml"},
+    {"qwen3", ChatFamily::kChatML, "chatml"},
+    {"mistral", ChatFamily::kMistral, "mistral"},
+    {"mixtral", ChatFamily::kMistral, "mistral"},
+    {"tulu", ChatFamily::kTulu, "tulu"},
+    {"olmoe", ChatFamily::kTulu, "tulu"},
+    {"olmo", ChatFamily::kTulu, "tulu"},
+    {"deepseek2", ChatFamily::kDeepSeek2, "deepseek2"},
+    {"deepseek", ChatFamily::kDeepSeek2, "deepseek2"},
+    {"deepseek3", ChatFamily::kDeepSeek3, "deepseek3"},
+    {"llama3", ChatFamily::kLlama3, "llama3"},
+    {"phi3", ChatFamily::kPhi3, "phi3"},
+    {"phi3.5", ChatFamily::kPhi3, "phi3"},
+};
+
+bool contains(std::string_view hay, std::string_view needle) {
+  return hay.find(needle) != std::string_view::npos;
+}
+
+// Jinja's `trim` (Python str.strip()) on the ASCII whitespace Python also strips.
+std::string trim(std::string_view s) {
+  auto ws = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' ||
+           (c >= 0x1c && c <= 0x1f);
+  };
+  size_t b = 0, e = s.size();
+  while (b < e && ws(s[b])) ++b;
+  while (e > b && ws(s[e - 1])) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+[[noreturn]] void bad_role(const ChatFormat& fmt, const std::string& role) {
+  throw Error("chat format '" + fmt.name + "' has no '" + role +
+              "' role (system, user and assistant are supported)");
+}
+
+// ChatML as Qwen's templates write it: an optional default system turn, then
+// "<|im_start|>{role}\n{content}<|im_end|>\n" per message.
+std::string render_chatml(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s;
+  if (!f.default_system.empty() && (m.empty() || m[0].role != "system")) {
+    s += "<|im_start|>system\n" + f.default_system + "<|im_end|>\n";
+  }
+  for (const auto& msg : m) s += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  if (gen) s += "<|im_start|>assistant\n";
+  return s;
+}
+
+// Mixtral-8x7B-Instruct-v0.1: bos, "[INST] {user} [/INST]", "{assistant}</s>". That template
+// has no system role; a system message is put in front of the first user message,
+// separated by a blank line (Mistral's own convention). No generation prompt exists.
+std::string render_mistral(const ChatFormat& f, std::span<const ChatMessage> m, bool) {
+  std::string s = f.bos_token;
+  std::string system;
+  for (const auto& msg : m) {
+    if (msg.role == "system") {
+      system += (system.empty() ? "" : "\n\n") + msg.content;
+    } else if (msg.role == "user") {
+      const std::string content = system.empty() ? msg.content : system + "\n\n" + msg.content;
+      system.clear();
+      s += "[INST] " + content + " [/INST]";
+    } else if (msg.role == "assistant") {
+      s += msg.content + f.eos_token;
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  return s;
+}
+
+// Tulu (OLMoE-1B-7B-Instruct, OLMo-2): bos, "<|system|>\n..\n", "<|user|>\n..\n",
+// "<|assistant|>\n..{eos}" plus "\n" unless it is the last message; then "<|assistant|>\n".
+std::string render_tulu(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s = f.bos_token;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const auto& msg = m[i];
+    const bool last = i + 1 == m.size();
+    if (msg.role == "system") {
+      s += "<|system|>\n" + msg.content + "\n";
+    } else if (msg.role == "user") {
+      s += "<|user|>\n" + msg.content + "\n";
+    } else if (msg.role == "assistant") {
+      s += "<|assistant|>\n" + msg.content + f.eos_token + (last ? "" : "\n");
+    } else {
+      bad_role(f, msg.role);
+    }
+    if (last && gen) s += "<|assistant|>\n";
+  }
+  return s;
+}
+
+// DeepSeek-V2(-Lite)-Chat: bos, "User: {u}\n\n", "Assistant: {a}{eos}", "{system}\n\n";
+// generation prompt "Assistant:".
+std::string render_deepseek2(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s = f.bos_token;
+  for (const auto& msg : m) {
+    if (msg.role == "user") {
+      s += "User: " + msg.content + "\n\n";
+    } else if (msg.role == "assistant") {
+      s += "Assistant: " + msg.content + f.eos_token;
+    } else if (msg.role == "system") {
+      s += msg.content + "\n\n";
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "Assistant:";
+  return s;
+}
+
+// DeepSeek-V3: bos, then all system prompts joined by "\n\n", then "<｜User｜>{u}" and
+// "<｜Assistant｜>{a}<｜end▁of▁sentence｜>"; generation prompt "<｜Assistant｜>".
+std::string render_deepseek3(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string system;
+  bool first = true;
+  for (const auto& msg : m) {
+    if (msg.role != "system") continue;
+    system += (first ? "" : "\n\n") + msg.content;
+    first = false;
+  }
+  std::string s = f.bos_token + system;
+  for (const auto& msg : m) {
+    if (msg.role == "user") {
+      s += "<｜User｜>" + msg.content;
+    } else if (msg.role == "assistant") {
+      s += "<｜Assistant｜>" + msg.content + "<｜end▁of▁sentence｜>";
+    } else if (msg.role != "system") {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<｜Assistant｜>";
+  return s;
+}
+
+// Llama 3 (Meta-Llama-3-8B-Instruct): bos before the first turn, each turn
+// "<|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>".
+std::string render_llama3(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (i == 0) s += f.bos_token;
+    s += "<|start_header_id|>" + m[i].role + "<|end_header_id|>\n\n" + trim(m[i].content) +
+         "<|eot_id|>";
+  }
+  if (gen) s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return s;
+}
+
+// Phi-3 / Phi-3.5-MoE-instruct: "<|{role}|>\n{content}<|end|>\n" (an empty system message is
+// skipped); "<|assistant|>\n" as generation prompt, otherwise the template ends with eos.
+std::string render_phi3(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s;
+  for (const auto& msg : m) {
+    if (msg.role == "system") {
+      if (!msg.content.empty()) s += "<|system|>\n" + msg.content + "<|end|>\n";
+    } else if (msg.role == "user" || msg.role == "assistant") {
+      s += "<|" + msg.role + "|>\n" + msg.content + "<|end|>\n";
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  s += gen ? "<|assistant|>\n" : f.eos_token;
+  return s;
+}
+
+// The literal default system prompt of a ChatML template:
+// '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' written as a Jinja string.
+std::string chatml_default_system(std::string_view tmpl) {
+  const std::string_view head = "<|im_start|>system\\n";
+  for (size_t pos = 0; (pos = tmpl.find(head, pos)) != std::string_view::npos; ++pos) {
+    const size_t b = pos + head.size();
+    const size_t e = tmpl.find("<|im_end|>", b);
+    if (e == std::string_view::npos) break;
+    const std::string_view text = tmpl.substr(b, e - b);
+    if (text.empty() || text.find_first_of("'\"{}+\\") != std::string_view::npos) continue;
+    return std::string(text);
+  }
+  return "";
+}
+
+}  // namespace
+
+bool ChatFormat::renders_bos() const {
+  if (bos_token.empty()) return false;
+  switch (family) {
+    case ChatFamily::kMistral:
+    case ChatFamily::kTulu:
+    case ChatFamily::kDeepSeek2:
+    case ChatFamily::kDeepSeek3:
+    case ChatFamily::kLlama3:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const std::vector<std::string>& chat_format_names() {
+  static const std::vector<std::string> names = {"chatml",    "mistral", "tulu", "deepseek2",
+                                                 "deepseek3", "llama3",  "phi3"};
+  return names;
+}
+
+ChatFormat chat_format_from_name(std::string_view name, std::string bos, std::string eos) {
+  for (const auto& e : kNames) {
+    if (e.name == name) {
+      ChatFormat f;
+      f.family = e.family;
+      f.name = std::string(e.canonical);
+      f.bos_token = std::move(bos);
+      f.eos_token = std::move(eos);
+      return f;
+    }
+  }
+  std::string list;
+  for (const auto& n : chat_format_names()) list += (list.empty() ? "" : ", ") + n;
+  throw Error("unknown chat format '" + std::string(name) + "' (known: " + list + ")");
+}
+
+ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::string eos) {
+  const char* name = nullptr;
+  if (contains(t, "<|im_start|>")) {
+    name = "chatml";
+  } else if (contains(t, "[INST]")) {
+    name = "mistral";
+  } else if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) {
+    name = "phi3";
+  } else if (contains(t, "<|assistant|>") && contains(t, "<|user|>")) {
+    name = "tulu";
+  } else if (contains(t, "<｜Assistant｜>") && contains(t, "<｜User｜>")) {
+    name = "deepseek3";
+  } else if (contains(t, "'Assistant: ' + message['content'] + eos_token") ||
+             (contains(t, "'User: '") && contains(t, "'Assistant:'"))) {
+    name = "deepseek2";
+  } else if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) {
+    name = "llama3";
+  }
+  if (!name) {
+    std::string list;
+    for (const auto& n : chat_format_names()) list += (list.empty() ? "" : ", ") + n;
+    throw Error("unrecognized chat template (tokenizer.chat_template starts with \"" +
+                std::string(t.substr(0, 60)) + "\"); choose a format by name: " + list);
+  }
+  ChatFormat f = chat_format_from_name(name, std::move(bos), std::move(eos));
+  if (f.family == ChatFamily::kChatML) f.default_system = chatml_default_system(t);
+  return f;
+}
+
+ChatFormat chat_format_for_model(const gguf::File& file, const Tokenizer& tok,
+                                 std::string_view name) {
+  const std::string bos = tok.bos() >= 0 ? tok.token_to_piece(tok.bos()) : "";
+  const std::string eos = tok.eos() >= 0 ? tok.token_to_piece(tok.eos()) : "";
+  if (!name.empty()) return chat_format_from_name(name, bos, eos);
+  const std::string tmpl = file.get_string("tokenizer.chat_template", "");
+  if (tmpl.empty()) {
+    throw Error(file.path() +
+                ": no tokenizer.chat_template in the file; choose a chat format "
+                "by name");
+  }
+  return chat_format_from_template(tmpl, bos, eos);
+}
+
+std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> messages,
+                        bool add_generation_prompt) {
+  switch (fmt.family) {
+    case ChatFamily::kChatML:
+      return render_chatml(fmt, messages, add_generation_prompt);
+    case ChatFamily::kMistral:
+      return render_mistral(fmt, messages, add_generation_prompt);
+    case ChatFamily::kTulu:
+      return render_tulu(fmt, messages, add_generation_prompt);
+    case ChatFamily::kDeepSeek2:
+      return render_deepseek2(fmt, messages, add_generation_prompt);
+    case ChatFamily::kDeepSeek3:
+      return render_deepseek3(fmt, messages, add_generation_prompt);
+    case ChatFamily::kLlama3:
+      return render_llama3(fmt, messages, add_generation_prompt);
+    case ChatFamily::kPhi3:
+      return render_phi3(fmt, messages, add_generation_prompt);
+  }
+  throw Error("render_chat: unknown chat family");
+}
+
+}  // namespace lynx

@@ -1,0 +1,162 @@
+// Chat formats: detection from the models' Jinja templates and the exact prompt strings
+// those templates produce (expected strings written out from the templates by hand).
+#include <gtest/gtest.h>
+
+#include "lynx/chat.h"
+
+namespace lynx {
+namespace {
+
+const std::vector<ChatMessage> kConv = {
+    {"system", "You are terse."},
+    {"user", "Hi"},
+    {"assistant", "Hello."},
+    {"user", "2+2?"},
+};
+
+// Template texts as shipped in tokenizer_config.json (abridged where marked).
+const char* kQwen2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif "
+    "%}{{'<|im_start|>' "
+    "+ message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+const char* kMixtralTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+    "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+    "message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
+    "are supported!') }}{% endif %}{% endfor %}";
+const char* kTuluTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ "
+    "'<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}{{ "
+    "'<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% if "
+    "not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% else "
+    "%}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if "
+    "loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
+const char* kDeepSeek2Template =
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif "
+    "%}{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + "
+    "message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + "
+    "message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] "
+    "+ '\\n\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif "
+    "%}";
+const char* kDeepSeek3Template =  // abridged
+    "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] "
+    "== 'user' %}{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == "
+    "'assistant' and message['content'] is not none %}{{'<｜Assistant｜>' + message['content'] + "
+    "'<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}{% if add_generation_prompt %}"
+    "{{'<｜Assistant｜>'}}{% endif %}";
+const char* kLlama3Template =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
+    "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+const char* kPhi3Template =
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+    "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}"
+    "{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' "
+    "%}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+TEST(ChatDetect, FamiliesFromTemplates) {
+  EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
+  EXPECT_EQ(chat_format_from_template(kQwen2Template).default_system,
+            "You are a helpful assistant.");
+  EXPECT_EQ(chat_format_from_template(kMixtralTemplate).name, "mistral");
+  EXPECT_EQ(chat_format_from_template(kTuluTemplate).name, "tulu");
+  EXPECT_EQ(chat_format_from_template(kDeepSeek2Template).name, "deepseek2");
+  EXPECT_EQ(chat_format_from_template(kDeepSeek3Template).name, "deepseek3");
+  EXPECT_EQ(chat_format_from_template(kLlama3Template).name, "llama3");
+  EXPECT_EQ(chat_format_from_template(kPhi3Template).name, "phi3");
+}
+
+TEST(ChatDetect, UnknownTemplateAndNameAreErrors) {
+  try {
+    chat_format_from_template("{{ messages | my_custom_filter }}");
+    FAIL() << "expected lynx::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unrecognized chat template"), std::string::npos);
+  }
+  try {
+    chat_format_from_name("vicuna");
+    FAIL() << "expected lynx::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vicuna"), std::string::npos);
+  }
+  EXPECT_EQ(chat_format_from_name("mixtral").name, "mistral");
+  EXPECT_EQ(chat_format_from_name("olmoe").name, "tulu");
+}
+
+TEST(ChatRender, ChatMLWithAndWithoutDefaultSystem) {
+  const auto qwen = chat_format_from_template(kQwen2Template);
+  EXPECT_EQ(render_chat(qwen, kConv, true),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const std::vector<ChatMessage> user_only = {{"user", "Hi"}};
+  EXPECT_EQ(render_chat(qwen, user_only, false),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(render_chat(chat_format_from_name("chatml"), user_only, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(qwen.renders_bos());
+}
+
+TEST(ChatRender, Mistral) {
+  const auto f = chat_format_from_template(kMixtralTemplate, "<s>", "</s>");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<s>[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] 2+2? [/INST]");
+  EXPECT_TRUE(f.renders_bos());
+  const std::vector<ChatMessage> tool = {{"tool", "x"}};
+  EXPECT_THROW(render_chat(f, tool, true), Error);
+}
+
+TEST(ChatRender, TuluForOlmoe) {
+  const auto f = chat_format_from_template(kTuluTemplate, "<|endoftext|>", "<|endoftext|>");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<|endoftext|><|system|>\nYou are terse.\n<|user|>\nHi\n"
+            "<|assistant|>\nHello.<|endoftext|>\n<|user|>\n2+2?\n<|assistant|>\n");
+  // The last assistant turn gets no trailing newline; no generation prompt after it.
+  const std::vector<ChatMessage> done = {{"user", "Hi"}, {"assistant", "Yo"}};
+  EXPECT_EQ(render_chat(f, done, false),
+            "<|endoftext|><|user|>\nHi\n<|assistant|>\nYo<|endoftext|>");
+}
+
+TEST(ChatRender, DeepSeek2And3) {
+  const std::string bos = "<｜begin▁of▁sentence｜>", eos = "<｜end▁of▁sentence｜>";
+  const auto v2 = chat_format_from_template(kDeepSeek2Template, bos, eos);
+  EXPECT_EQ(render_chat(v2, kConv, true), bos + "You are terse.\n\nUser: Hi\n\nAssistant: Hello." +
+                                              eos + "User: 2+2?\n\nAssistant:");
+  const auto v3 = chat_format_from_template(kDeepSeek3Template, bos, eos);
+  EXPECT_EQ(render_chat(v3, kConv, true),
+            bos +
+                "You are terse.<｜User｜>Hi<｜Assistant｜>Hello.<｜end▁of▁sentence｜>"
+                "<｜User｜>2+2?<｜Assistant｜>");
+}
+
+TEST(ChatRender, Llama3TrimsContent) {
+  const auto f = chat_format_from_template(kLlama3Template, "<|begin_of_text|>", "<|eot_id|>");
+  const std::vector<ChatMessage> m = {{"system", " be brief\n"}, {"user", "Hi"}};
+  EXPECT_EQ(render_chat(f, m, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nbe brief<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatRender, Phi3) {
+  const auto f = chat_format_from_template(kPhi3Template, "<s>", "<|endoftext|>");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi<|end|>\n"
+            "<|assistant|>\nHello.<|end|>\n<|user|>\n2+2?<|end|>\n<|assistant|>\n");
+  const std::vector<ChatMessage> m = {{"system", ""}, {"user", "Hi"}};
+  EXPECT_EQ(render_chat(f, m, false), "<|user|>\nHi<|end|>\n<|endoftext|>");
+  EXPECT_FALSE(f.renders_bos());
+}
+
+}  // namespace
+}  // namespace lynx
