@@ -42,7 +42,7 @@ struct Vec {
   Buffer buf;
   int64_t n;
   Vec(const std::vector<float>& v, size_t off) : buf(v.size() * 4 + 4, off * 4), n(v.size()) {
-    std::memcpy(buf.f32(), v.data(), v.size() * 4);
+    if (!v.empty()) std::memcpy(buf.f32(), v.data(), v.size() * 4);
   }
   float* data() { return buf.f32(); }
 };

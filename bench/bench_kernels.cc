@@ -1,0 +1,140 @@
+// bench_kernels: matmul throughput per weight type, token count and thread count, next to the
+// machine's measured memory read bandwidth (the roofline of decode), plus the per-call cost
+// of ThreadPool::parallel_for.
+//
+// Shape as an MoE decode step sees it: `experts` matrices of [rows x cols] streamed one after
+// the other through matmul() (one parallel_for each), the whole set far larger than the LLC.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/thread_pool.h"
+
+namespace lk = lynx::kernels;
+using lynx::gguf::TensorType;
+
+namespace {
+
+struct Options {
+  std::vector<std::string> types = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  std::vector<int> tokens = {1, 4, 16, 64};
+  std::vector<int> threads = {1, 2};
+  int64_t rows = 2048, cols = 1024, experts = 64;
+  int reps = 3;
+  double bw_mib = 1024;
+};
+
+TensorType parse_type(const std::string& s) {
+  if (s == "f32") return TensorType::F32;
+  if (s == "f16") return TensorType::F16;
+  if (s == "bf16") return TensorType::BF16;
+  if (s == "q8_0") return TensorType::Q8_0;
+  if (s == "q4_0") return TensorType::Q4_0;
+  throw CLI::ValidationError("--types", "unknown weight type " + s);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Weights of all experts: one expert quantized from random data, copied to the others
+// (the contents do not change the speed; distinct addresses do).
+std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, size_t* expert_bytes) {
+  const size_t rb = lk::weight_row_bytes(t, o.cols);
+  *expert_bytes = rb * o.rows;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(o.cols);
+  std::unique_ptr<uint8_t[]> w(new uint8_t[*expert_bytes * o.experts]);
+  for (int64_t r = 0; r < o.rows; ++r) {
+    for (auto& v : row) v = dist(rng);
+    lk::quantize_row(t, row.data(), w.get() + r * rb, o.cols);
+  }
+  for (int64_t e = 1; e < o.experts; ++e) {
+    std::memcpy(w.get() + e * *expert_bytes, w.get(), *expert_bytes);
+  }
+  return w;
+}
+
+double parallel_for_overhead_us(lk::ThreadPool& pool) {
+  const int calls = 20000;
+  volatile int64_t sink = 0;
+  auto body = [&](int64_t b, int64_t e, int) { sink = sink + (e - b); };
+  pool.parallel_for(64, body, 1);  // warm up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) pool.parallel_for(64, body, 1);
+  return seconds_since(t0) / calls * 1e6;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"lynx-moe kernel benchmark: matmul GB/s per weight type vs. read bandwidth"};
+  app.add_option("--types", o.types, "weight types");
+  app.add_option("--tokens", o.tokens, "token counts (activation rows per matmul)");
+  app.add_option("--threads", o.threads, "thread counts");
+  app.add_option("--rows", o.rows, "rows per expert matrix")->check(CLI::PositiveNumber);
+  app.add_option("--cols", o.cols, "columns (multiple of 32)")->check(CLI::PositiveNumber);
+  app.add_option("--experts", o.experts, "matrices streamed per pass")->check(CLI::PositiveNumber);
+  app.add_option("--reps", o.reps, "passes per measurement (best is kept)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
+  CLI11_PARSE(app, argc, argv);
+
+  std::printf("bench_kernels  commit %s  simd %s  matrices %lld x [%lld x %lld]\n\n",
+              LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
+              static_cast<long long>(o.rows), static_cast<long long>(o.cols));
+
+  std::vector<double> bw(o.threads.size());
+  for (size_t i = 0; i < o.threads.size(); ++i) {
+    lk::ThreadPool pool(o.threads[i]);
+    bw[i] = lk::measure_read_bandwidth_gbps(pool, static_cast<size_t>(o.bw_mib * (1 << 20)));
+    std::printf("threads %d: read bandwidth %.1f GB/s, parallel_for %.2f us/call\n", o.threads[i],
+                bw[i], parallel_for_overhead_us(pool));
+  }
+  std::printf("\n| type | n_tok | threads | ms/pass | weight GB/s | %% of read bw | GFLOPS |\n");
+  std::printf("|------|------:|--------:|--------:|------------:|-------------:|-------:|\n");
+
+  const int max_tok = *std::max_element(o.tokens.begin(), o.tokens.end());
+  std::vector<float> x(static_cast<size_t>(max_tok * o.cols));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist;
+  for (auto& v : x) v = dist(rng);
+  std::vector<float> y(static_cast<size_t>(max_tok * o.rows * o.experts));
+
+  for (const auto& ts : o.types) {
+    const TensorType t = parse_type(ts);
+    size_t eb = 0;
+    const auto w = make_weights(t, o, &eb);
+    for (int n_tok : o.tokens) {
+      for (size_t ti = 0; ti < o.threads.size(); ++ti) {
+        lk::ThreadPool pool(o.threads[ti]);
+        double best = 1e30;
+        for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int64_t e = 0; e < o.experts; ++e) {
+            lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok,
+                       y.data() + e * o.rows * n_tok, o.rows);
+          }
+          if (rep > 0) best = std::min(best, seconds_since(t0));
+        }
+        const double bytes = static_cast<double>(eb) * o.experts;
+        const double flops = 2.0 * o.rows * o.cols * o.experts * n_tok;
+        std::printf("| %s | %d | %d | %.2f | %.1f | %.0f%% | %.1f |\n", ts.c_str(), n_tok,
+                    o.threads[ti], best * 1e3, bytes / best / 1e9,
+                    100.0 * bytes / best / 1e9 / bw[ti], flops / best / 1e9);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
