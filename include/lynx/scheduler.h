@@ -58,6 +58,10 @@ struct GenerationRequest {
   // Called for every generated token; return false to stop the request (e.g. a stop string
   // matched, or the client went away).
   std::function<bool(int32_t token)> on_token;
+  // Like on_token, with the token's log-probability under the distribution it was sampled
+  // from (Sampler::last_logprob); when set it is called instead of on_token (the server's
+  // `logprobs` field needs it, and the sampler lives inside the scheduler).
+  std::function<bool(int32_t token, float logprob)> on_token_logprob;
   // Called once when the request ends (also on cancel), after its last on_token.
   std::function<void(FinishReason)> on_finish;
 };

@@ -265,7 +265,10 @@ bool Scheduler::step() {
     if (stop) {
       why = FinishReason::kStop;
     } else {
-      const bool more = a.req.on_token ? a.req.on_token(tok) : true;
+      const bool more = a.req.on_token_logprob
+                            ? a.req.on_token_logprob(tok, a.sampler.last_logprob(tok))
+                        : a.req.on_token ? a.req.on_token(tok)
+                                         : true;
       if (!more) {
         why = FinishReason::kStop;
       } else if (a.generated >= a.req.max_tokens) {
