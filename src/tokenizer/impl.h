@@ -69,6 +69,10 @@ struct SpmView {
   const std::vector<float>* scores;
   const std::array<int32_t, 256>* byte_token;  // -1 when a byte has no token
   int32_t unk;
+  // Bytes that end a character which some token has right before an escaped space (U+2581).
+  // A merge can only cross the start of a word when the character before it is one of these,
+  // so the text is merged word-run by word-run elsewhere: identical result, small queues.
+  const std::array<bool, 256>* joins_space;
 };
 void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* out);
 
@@ -92,7 +96,8 @@ struct Tokenizer::Impl {
   std::vector<int32_t> specials;
   // SPM: the <0xXX> token of each byte; BPE: the token of each byte's encoded char.
   std::array<int32_t, 256> byte_token{};
-  std::vector<std::string> pieces;  // token_to_piece cache
+  std::vector<std::string> pieces;      // token_to_piece cache
+  std::array<bool, 256> joins_space{};  // SPM: see SpmView::joins_space
 
   std::unique_ptr<tok::PreTokenizer> pretok;
   std::unique_ptr<tok::BpeModel> bpe;

@@ -49,11 +49,13 @@ constexpr const char* kTekken =
 // llama.cpp's source they were NFC-normalized into lookalikes (U+1F7D -> U+03CE, U+1FD3 ->
 // U+0390, U+1FDB -> U+038A), which turns their ranges around; these are the original ends.
 constexpr const char* kDeepseekLetters =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-"
+    "ᲺᲽ-"
     "Ჿᴀ-"
     "ᴫᵫ-ᵷᵹ-ᶚ"
     "Ḁ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴ"
-    "ℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-"
+    "ℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-"
+    "𐓓𐓘-"
     "𐓻𐲀-"
     "𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
 
@@ -139,6 +141,11 @@ bool lookup(std::string_view name, PreSpec* spec) {
 
 struct PreTokenizer::Regex {
   pcre2_code* code = nullptr;
+  bool jit = false;
+  // Bytes a match can start with (PCRE2's start bitmap); words holding none are skipped
+  // without calling the matcher, which matters for the six-pass DeepSeek pre-tokenizer.
+  bool has_bitmap = false;
+  std::array<bool, 256> can_start{};
   ~Regex() { pcre2_code_free(code); }
 };
 
@@ -167,9 +174,14 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name) {
       throw Error("pre-tokenizer '" + std::string(name) + "': regex does not compile at " +
                   std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
     }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
     auto rx = std::make_unique<Regex>();
     rx->code = code;
+    rx->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // else the interpreter runs
+    const uint8_t* bitmap = nullptr;
+    if (pcre2_pattern_info(code, PCRE2_INFO_FIRSTBITMAP, &bitmap) == 0 && bitmap) {
+      rx->has_bitmap = true;
+      for (int b = 0; b < 256; ++b) rx->can_start[b] = (bitmap[b / 8] >> (b % 8)) & 1;
+    }
     pre->regexes_.push_back(std::move(rx));
   }
   return pre;
@@ -198,17 +210,27 @@ struct MatchState {
 };
 
 // Splits the words of `in` (spans of `text`) by one regex into `out`.
-void split_by(pcre2_code* code, std::string_view text, const std::vector<Span>& in,
+template <typename Rx>
+void split_by(const Rx& rx, std::string_view text, const std::vector<Span>& in,
               std::vector<Span>* out, MatchState& st) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   for (const Span& w : in) {
     // The word is the whole subject: lookaheads and `$` must not see past it.
     const PCRE2_SPTR s = subject + w.first;
     const PCRE2_SIZE len = w.second - w.first;
+    if (rx.has_bitmap) {
+      bool any = false;
+      for (PCRE2_SIZE i = 0; i < len && !any; ++i) any = rx.can_start[s[i]];
+      if (!any) {
+        out->push_back(w);
+        continue;
+      }
+    }
     PCRE2_SIZE pos = 0;
     PCRE2_SIZE gap = 0;  // start of the pending unmatched text
     while (pos < len) {
-      const int rc = pcre2_match(code, s, len, pos, PCRE2_NO_UTF_CHECK, st.md, st.mctx);
+      const int rc = rx.jit ? pcre2_jit_match(rx.code, s, len, pos, 0, st.md, st.mctx)
+                            : pcre2_match(rx.code, s, len, pos, PCRE2_NO_UTF_CHECK, st.md, st.mctx);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) {
         PCRE2_UCHAR msg[256];
@@ -245,7 +267,7 @@ void PreTokenizer::split(std::string_view raw, std::vector<Span>* words) const {
   for (const auto& rx : regexes_) {
     next.clear();
     next.reserve(cur.size() * 2 + 16);
-    split_by(rx->code, text, cur, &next, st);
+    split_by(*rx, text, cur, &next, st);
     cur.swap(next);
   }
   if (valid) {

@@ -6,7 +6,7 @@
 // Invalid UTF-8 bytes are single symbols (see below). llama.cpp also keeps a reverse-merge map to
 // re-split a final symbol that is not a token; that never triggers: merged symbols are tokens by
 // construction, so only single characters can miss, and those fall back to byte tokens directly.
-#include <queue>
+#include <algorithm>
 
 #include "lynx/error.h"
 #include "tokenizer/impl.h"
@@ -35,12 +35,16 @@ struct BigramOrder {
   }
 };
 
-}  // namespace
-
-void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* out) {
-  if (text.empty()) return;
+// Buffers reused across the word runs of one call.
+struct Scratch {
   std::vector<Symbol> sym;
-  sym.reserve(text.size());
+  std::vector<Bigram> heap;
+};
+
+void spm_encode_run(const SpmView& v, std::string_view text, Scratch& scratch,
+                    std::vector<int32_t>* out) {
+  std::vector<Symbol>& sym = scratch.sym;
+  sym.clear();
   for (size_t off = 0; off < text.size();) {
     // llama.cpp takes the length from the lead byte alone; on invalid UTF-8 that swallows
     // the next character (often an escaped space), which then decodes as bytes. Splitting
@@ -55,10 +59,8 @@ void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* o
     off += len;
   }
 
-  std::vector<Bigram> storage;
-  storage.reserve(sym.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{},
-                                                                      std::move(storage));
+  std::vector<Bigram>& heap = scratch.heap;  // max-heap under BigramOrder
+  heap.clear();
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     // Adjacent symbols are adjacent in the text, so the pair is one contiguous view.
@@ -66,13 +68,15 @@ void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* o
     auto it = v.token_to_id->find(pair);
     if (it == v.token_to_id->end()) return;
     const float score = v.scores->empty() ? 0.f : (*v.scores)[it->second];
-    queue.push({score, l, r, static_cast<uint32_t>(pair.size())});
+    heap.push_back({score, l, r, static_cast<uint32_t>(pair.size())});
+    std::push_heap(heap.begin(), heap.end(), BigramOrder{});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), BigramOrder{});
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& l = sym[b.left];
     Symbol& r = sym[b.right];
     // Symbols only grow, so a size mismatch means the pair changed since it was queued.
@@ -100,11 +104,27 @@ void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* o
       } else if (v.unk >= 0) {
         out->push_back(v.unk);
       } else {
-        throw Error("tokenizer: byte 0x" + std::to_string(static_cast<uint8_t>(c)) +
+        throw Error("tokenizer: byte " + std::to_string(static_cast<uint8_t>(c)) +
                     " has no <0xXX> token and the vocabulary has no unknown token");
       }
     }
   }
+}
+
+}  // namespace
+
+void spm_encode(const SpmView& v, std::string_view text, std::vector<int32_t>* out) {
+  // Cut before every escaped space whose preceding character never precedes one inside a
+  // token: no merged symbol (always a token) can span such a cut.
+  const std::string_view space = "\xE2\x96\x81";
+  Scratch scratch;
+  size_t start = 0;
+  for (size_t p = text.find(space, 1); p != std::string_view::npos; p = text.find(space, p + 1)) {
+    if ((*v.joins_space)[static_cast<uint8_t>(text[p - 1])]) continue;
+    spm_encode_run(v, text.substr(start, p - start), scratch, out);
+    start = p;
+  }
+  spm_encode_run(v, text.substr(start), scratch, out);
 }
 
 }  // namespace lynx::tok

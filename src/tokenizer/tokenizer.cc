@@ -259,6 +259,12 @@ void Tokenizer::Impl::build(Vocab v) {
   // Byte tokens.
   byte_token.fill(-1);
   if (spm) {
+    for (const std::string& t : tokens) {
+      for (size_t k = t.find("\xE2\x96\x81", 1); k != std::string::npos;
+           k = t.find("\xE2\x96\x81", k + 1)) {
+        joins_space[static_cast<uint8_t>(t[k - 1])] = true;
+      }
+    }
     static const char* hex = "0123456789ABCDEF";
     for (int b = 0; b < 256; ++b) {
       const char buf[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
@@ -380,7 +386,7 @@ std::vector<int32_t> Tokenizer::Impl::encode(std::string_view text, bool add_spe
 
   if (add_special && add_bos) out.push_back(bos);
   if (spm) {
-    const SpmView view{&token_to_id, &scores, &byte_token, unk};
+    const SpmView view{&token_to_id, &scores, &byte_token, unk, &joins_space};
     bool prev_special = true;  // the first text fragment gets the space prefix too
     std::string buf;
     for (const Fragment& f : frags) {
