@@ -25,7 +25,7 @@ class BudgetPolicy final : public RoutingPolicy {
   std::string spec() const override { return "budget:m=" + std::to_string(m_); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
-    route_topk(in, out);
+    route_topk_keep_gates(in, out, gates_);
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
     if (k == n) return;
@@ -37,7 +37,7 @@ class BudgetPolicy final : public RoutingPolicy {
       ++n_rows;
       const float* z = in.logits + size_t(t) * n;
       const int32_t* ids = out.ids + size_t(t) * k;
-      const RowGate rg = row_gate(z, n, g.func);
+      const RowGate& rg = gates_[t];
       for (int j = 0; j < k; ++j) cov_[ids[j]] += gate_prob(z[ids[j]], rg, g.func);
       n_c += in_c_[ids[0]] == 0;
       in_c_[ids[0]] = 1;
@@ -71,7 +71,7 @@ class BudgetPolicy final : public RoutingPolicy {
       int32_t* ids = out.ids + size_t(t) * k;
       topk_among(z, c_.data(), int(c_.size()), k, chosen_.data());
       if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
-      const RowGate rg = row_gate(z, n, g.func);
+      const RowGate& rg = gates_[t];
       const float target_mass = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);
       std::copy(chosen_.begin(), chosen_.end(), ids);
       set_weights(z, rg, g, ids, k, target_mass, out.weights + size_t(t) * k);
@@ -83,6 +83,7 @@ class BudgetPolicy final : public RoutingPolicy {
   std::vector<float> cov_;
   std::vector<uint8_t> in_c_;
   std::vector<int32_t> cand_, c_, chosen_;
+  std::vector<RowGate> gates_;
 };
 
 }  // namespace

@@ -83,10 +83,23 @@ void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const
   for (int j = n_active; j < k; ++j) w[j] = 0.f;
 }
 
-void route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w) {
+RowGate route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w) {
   topk_row(z, g.n_expert, g.n_expert_used, ids);
   const RowGate rg = row_gate(z, g.n_expert, g.func);
   set_weights(z, rg, g, ids, g.n_expert_used, 0.f, w);
+  return rg;
+}
+
+void route_topk_keep_gates(const RoutingInput& in, RoutingOutput& out,
+                           std::vector<RowGate>& gates) {
+  check_routing_args(in, out);
+  const GatingConfig& g = *in.gating;
+  const int n = g.n_expert, k = g.n_expert_used;
+  gates.resize(in.n_tokens);
+  for (int t = 0; t < in.n_tokens; ++t) {
+    gates[t] = route_token_exact(in.logits + size_t(t) * n, g, out.ids + size_t(t) * k,
+                                 out.weights + size_t(t) * k);
+  }
 }
 
 float prob_mass(const float* z, const RowGate& rg, GatingFunc func, const int32_t* ids, int n) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "lynx/routing.h"
 
@@ -59,8 +60,13 @@ int topk_among(const float* z, const int32_t* cand, int n_cand, int k, int32_t* 
 void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const int32_t* ids,
                  int n_active, float target, float* w);
 
-// Exact top-k for one token (ids and weights), as the model was trained.
-void route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w);
+// Exact top-k for one token (ids and weights), as the model was trained. Returns the row's
+// gate constants so that callers remapping the token need not recompute them.
+RowGate route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w);
+
+// route_topk for all tokens, keeping each row's gate constants in gates[0..T) (resized;
+// no allocation once large enough).
+void route_topk_keep_gates(const RoutingInput& in, RoutingOutput& out, std::vector<RowGate>& gates);
 
 // Sum of router probabilities of ids[0..n).
 float prob_mass(const float* z, const RowGate& rg, GatingFunc func, const int32_t* ids, int n);

@@ -150,7 +150,7 @@ void LynxPolicy::pick_critical(const RoutingInput& in, const RoutingOutput& exac
 void LynxPolicy::route(const RoutingInput& in, RoutingOutput& out) {
   // Everyone starts from exact top-k: prefill and exact tokens keep it, and a decode token
   // whose remapped set equals its exact set keeps its exact weights bit for bit.
-  route_topk(in, out);
+  route_topk_keep_gates(in, out, gates_);
   st_.applied = false;
   st_.B = 0;
   const GatingConfig& g = *in.gating;
@@ -207,7 +207,7 @@ void LynxPolicy::route(const RoutingInput& in, RoutingOutput& out) {
     bool same = true;
     for (int j = 0; j < k; ++j) same &= chosen_[j] == ids[j];
     if (same) continue;
-    const RowGate rg = row_gate(z, n, g.func);
+    const RowGate& rg = gates_[t];
     const float target = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);
     for (int j = 0; j < k; ++j) ids[j] = chosen_[j];
     set_weights(z, rg, g, ids, k, target, out.weights + size_t(t) * k);

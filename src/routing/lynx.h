@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lynx/routing.h"
+#include "routing/gating.h"
 
 namespace lynx::routing {
 
@@ -68,6 +69,7 @@ class LynxPolicy final : public RoutingPolicy {
   std::vector<float> pow_b_;     // B^-j for integer j, so h needs no pow() per element
   std::vector<int32_t> counts_;  // [levels x N] tokens per bin and expert
   std::vector<uint8_t> in_u_;    // [N]
+  std::vector<RowGate> gates_;   // [T] gate constants of each row
   std::vector<int32_t> chosen_;  // [k]
 };
 

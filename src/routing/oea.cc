@@ -19,7 +19,7 @@ class OeaPolicy final : public RoutingPolicy {
   std::string spec() const override { return "oea:k0=" + std::to_string(k0_); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
-    route_topk(in, out);
+    route_topk_keep_gates(in, out, gates_);
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
     const int k0 = std::min(k0_, k);
@@ -49,7 +49,7 @@ class OeaPolicy final : public RoutingPolicy {
       std::sort(chosen_.begin(), chosen_.end(),
                 [z](int32_t a, int32_t b) { return logit_before(z, a, b); });
       if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
-      const RowGate rg = row_gate(z, n, g.func);
+      const RowGate& rg = gates_[t];
       const float target = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);
       std::copy(chosen_.begin(), chosen_.end(), ids);
       set_weights(z, rg, g, ids, k, target, out.weights + size_t(t) * k);
@@ -60,6 +60,7 @@ class OeaPolicy final : public RoutingPolicy {
   int k0_;
   std::vector<uint8_t> in_u0_;
   std::vector<int32_t> u0_, chosen_;
+  std::vector<RowGate> gates_;
 };
 
 }  // namespace

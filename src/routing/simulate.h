@@ -32,6 +32,8 @@ struct SimConfig {
   GatingConfig gating{64, 8, GatingFunc::kSoftmax, true, 1.f};  // ignored with a trace
   std::vector<int> batches = {1, 16, 64};
   int steps = 100;  // routing calls per (policy, batch)
+  int repeats = 3;  // timed passes over the steps; the fastest is reported (a shared machine
+                    // only ever adds time)
   uint64_t seed = 1;
   SynthDist dist;
   std::string trace_path;  // non-empty: batches of B token rows sampled from this trace
@@ -41,7 +43,7 @@ struct SimRow {
   std::string spec;  // canonical spec of the policy
   int n_expert = 0, k = 0, batch = 0;
   RoutingStats stats;
-  double us_per_call = 0;  // wall time of route() per call, microseconds
+  double us_per_call = 0;  // wall time of route() per call, microseconds (fastest pass)
 };
 
 // Runs every policy on the same logits for every batch size; rows ordered by batch, then

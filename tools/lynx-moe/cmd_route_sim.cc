@@ -17,7 +17,7 @@ void register_route_sim(CLI::App& app) {
     std::string experts = "64", k = "8", batch = "1,16,64", dist = "topic", gating = "softmax";
     std::string logits, format = "md";
     std::vector<std::string> routing;
-    int steps = 200, topics = 4, norm_topk = 1;
+    int steps = 200, repeats = 3, topics = 4, norm_topk = 1;
     uint64_t seed = 1;
     float std = 1.f, topic_std = 1.5f, zipf_s = 1.f, scale = 1.f;
   };
@@ -35,6 +35,7 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--k", a->k, "Experts per token k (list)");
   cmd->add_option("--batch", a->batch, "Decode batch sizes B (list)");
   cmd->add_option("--steps", a->steps, "Routing calls per policy and batch size");
+  cmd->add_option("--repeats", a->repeats, "Timed passes; the fastest is reported");
   cmd->add_option("--seed", a->seed, "Random seed (logits and trace sampling)");
   cmd->add_option("--dist", a->dist,
                   "Synthetic logits: gauss (iid normal), zipf (popular experts), topic "
@@ -66,6 +67,7 @@ void register_route_sim(CLI::App& app) {
     routing::SimConfig cfg;
     cfg.batches = parse_int_list(a->batch, "--batch");
     cfg.steps = a->steps;
+    cfg.repeats = a->repeats;
     cfg.seed = a->seed;
     cfg.dist.name = a->dist;
     cfg.dist.noise_std = a->std;
