@@ -69,7 +69,7 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
   double prefill_s = 0;
   for (int b = 0; b < B; ++b) {
     seqs[size_t(b)] = ctx.new_sequence();
-    std::vector<BatchToken> batch(size_t(a.prompt));
+    std::vector<BatchToken> batch(static_cast<size_t>(a.prompt));
     for (int i = 0; i < a.prompt; ++i) {
       batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[size_t(b)], i, kTokenPrefill,
                           i + 1 == a.prompt};
@@ -81,7 +81,7 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
   }
   s.prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
   // Decode: B tokens per step, greedy, all sequences advancing together.
-  std::vector<BatchToken> batch(size_t(B));
+  std::vector<BatchToken> batch(static_cast<size_t>(B));
   double total = 0, distinct = 0, bytes = 0;
   for (int g = 0; g < a.gen; ++g) {
     for (int b = 0; b < B; ++b) {

@@ -12,5 +12,6 @@ void register_logits(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_route_sim(CLI::App& app);
+void register_eval(CLI::App& app);
 
 }  // namespace lynx::cli

@@ -1,0 +1,401 @@
+// Routing-policy accuracy evaluation (see lynx/eval.h).
+#include "lynx/eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "lynx/context.h"
+#include "lynx/scheduler.h"
+
+namespace lynx {
+namespace {
+
+// Log-softmax of one row of logits into `out`.
+void log_softmax(std::span<const float> l, std::vector<float>& out) {
+  out.resize(l.size());
+  float mx = l[0];
+  for (float v : l) mx = std::max(mx, v);
+  double s = 0;
+  for (float v : l) s += std::exp(double(v - mx));
+  const float lse = mx + float(std::log(s));
+  for (size_t i = 0; i < l.size(); ++i) out[i] = l[i] - lse;
+}
+
+Interval interval(const std::vector<double>& v) {
+  Interval r;
+  if (v.empty()) return r;
+  double m = 0;
+  for (double x : v) m += x;
+  m /= double(v.size());
+  double var = 0;
+  for (double x : v) var += (x - m) * (x - m);
+  const double se = v.size() > 1 ? std::sqrt(var / double(v.size() - 1) / double(v.size())) : 0;
+  r.mean = m;
+  r.lo = m - 1.96 * se;
+  r.hi = m + 1.96 * se;
+  return r;
+}
+
+// Per-document sums of one teacher-forced run.
+struct DocScore {
+  double nll = 0;
+  int64_t correct = 0, n = 0;
+};
+
+struct ForcedRun {
+  std::vector<DocScore> docs;
+  double kl_sum = 0;
+  double distinct = 0, distinct_exact = 0;
+  int64_t steps = 0;
+  RoutingStats routing;  // decode steps only
+};
+
+RoutingStats sum_stats(const Context& ctx) {
+  RoutingStats s;
+  for (const auto& r : ctx.routing_stats()) s.add(r);
+  return s;
+}
+
+// Teacher forcing: up to B documents decode together; a finished document's slot is taken
+// by the next one (continuous batching), so batches stay full. When `exact_lp` is empty the
+// run stores its own log-probabilities there (the exact baseline); otherwise it computes the
+// KL divergence to them.
+ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>& docs,
+                     const EvalOptions& o, const std::string& policy, int B,
+                     std::vector<std::vector<float>>& exact_lp, bool store,
+                     const std::string& label) {
+  const int V = model.config().n_vocab;
+  int max_len = 0;
+  for (const auto& d : docs) max_len = std::max(max_len, int(d.size()));
+  ContextOptions co;
+  co.n_threads = o.n_threads;
+  co.n_ctx = std::max(1, max_len);
+  co.routing = policy;
+  Context ctx(model, co);
+  ForcedRun run;
+  run.docs.resize(docs.size());
+  if (store) exact_lp.assign(docs.size(), {});
+
+  struct Slot {
+    size_t doc;
+    int32_t seq;
+    int pos;  // next position to feed
+  };
+  std::vector<Slot> slots;
+  size_t next_doc = 0;
+  size_t total_tokens = 0, done_tokens = 0;
+  for (const auto& d : docs) total_tokens += d.size() > 1 ? d.size() - 1 : 0;
+  RoutingStats prefill_stats;
+  std::vector<float> lp;
+  std::vector<BatchToken> batch;
+  auto admit = [&] {
+    while (int(slots.size()) < B && next_doc < docs.size()) {
+      const auto& d = docs[next_doc];
+      if (d.size() < 2) {
+        ++next_doc;
+        continue;
+      }
+      Slot s{next_doc++, ctx.new_sequence(), 0};
+      if (store) exact_lp[s.doc].assign(d.size() * size_t(V), 0.f);
+      const int pre = std::min<int>(o.prefix, int(d.size()) - 1);
+      if (pre > 0) {
+        // The prefix is prompt-like: prefill, exact routing; its statistics are left out.
+        std::vector<BatchToken> pb;
+        for (int i = 0; i < pre; ++i) pb.push_back({d[size_t(i)], s.seq, i, kTokenPrefill, false});
+        const RoutingStats before = sum_stats(ctx);
+        ctx.eval(pb);
+        RoutingStats after = sum_stats(ctx);
+        after.steps -= before.steps;
+        after.tokens -= before.tokens;
+        after.distinct_policy -= before.distinct_policy;
+        after.distinct_exact -= before.distinct_exact;
+        after.assignments -= before.assignments;
+        after.assignments_changed -= before.assignments_changed;
+        after.top1_kept -= before.top1_kept;
+        after.mass_kept -= before.mass_kept;
+        prefill_stats.add(after);
+        s.pos = pre;
+      }
+      slots.push_back(s);
+    }
+  };
+  admit();
+  while (!slots.empty()) {
+    batch.clear();
+    for (const Slot& s : slots) {
+      batch.push_back({docs[s.doc][size_t(s.pos)], s.seq, s.pos, kTokenDecode, true});
+    }
+    ctx.eval(batch);
+    run.distinct += ctx.last_step().mean_distinct();
+    run.distinct_exact += ctx.last_step().mean_distinct_exact();
+    ++run.steps;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = slots[i];
+      const auto& d = docs[s.doc];
+      log_softmax(ctx.logits(int(i)), lp);
+      const int32_t target = d[size_t(s.pos) + 1];
+      DocScore& ds = run.docs[s.doc];
+      ds.nll -= lp[size_t(target)];
+      int32_t best = 0;
+      for (int v = 1; v < V; ++v) {
+        if (lp[size_t(v)] > lp[size_t(best)]) best = v;
+      }
+      ds.correct += best == target;
+      ++ds.n;
+      float* ex = exact_lp[s.doc].data() + size_t(s.pos) * V;
+      if (store) {
+        std::copy(lp.begin(), lp.end(), ex);
+      } else {
+        double kl = 0;  // KL(exact || policy)
+        for (int v = 0; v < V; ++v) kl += std::exp(double(ex[v])) * double(ex[v] - lp[size_t(v)]);
+        run.kl_sum += std::max(0.0, kl);
+      }
+      ++s.pos;
+    }
+    done_tokens += slots.size();
+    for (size_t i = slots.size(); i-- > 0;) {
+      if (slots[i].pos + 1 >= int(docs[slots[i].doc].size())) {
+        ctx.free_sequence(slots[i].seq);
+        slots.erase(slots.begin() + long(i));
+      }
+    }
+    admit();
+    if (o.progress) o.progress(label, done_tokens, total_tokens);
+  }
+  run.routing = sum_stats(ctx);
+  run.routing.steps -= prefill_stats.steps;
+  run.routing.tokens -= prefill_stats.tokens;
+  run.routing.assignments -= prefill_stats.assignments;
+  run.routing.assignments_changed -= prefill_stats.assignments_changed;
+  run.routing.top1_kept -= prefill_stats.top1_kept;
+  run.routing.mass_kept -= prefill_stats.mass_kept;
+  return run;
+}
+
+EvalRow make_row(const std::string& policy, int B, const ForcedRun& r, const ForcedRun& exact,
+                 bool is_exact) {
+  EvalRow row;
+  row.policy = policy;
+  row.batch = B;
+  double nll = 0;
+  int64_t correct = 0;
+  std::vector<double> dn, da;
+  for (size_t i = 0; i < r.docs.size(); ++i) {
+    const DocScore& d = r.docs[i];
+    if (d.n == 0) continue;
+    nll += d.nll;
+    correct += d.correct;
+    row.tokens += d.n;
+    const DocScore& e = exact.docs[i];
+    dn.push_back(d.nll / double(d.n) - e.nll / double(e.n));
+    da.push_back(double(d.correct - e.correct) / double(d.n));
+  }
+  if (row.tokens == 0) throw Error("eval: no document has two or more tokens");
+  row.ppl = std::exp(nll / double(row.tokens));
+  row.accuracy = double(correct) / double(row.tokens);
+  row.kl = is_exact ? 0.0 : r.kl_sum / double(row.tokens);
+  row.distinct = r.steps ? r.distinct / double(r.steps) : 0;
+  row.distinct_exact = r.steps ? r.distinct_exact / double(r.steps) : 0;
+  row.mass_kept = r.routing.mean_mass_kept();
+  row.frac_changed = r.routing.frac_changed();
+  row.d_nll = interval(dn);
+  row.d_acc = interval(da);
+  return row;
+}
+
+std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
+                                              const std::vector<std::vector<int32_t>>& prompts,
+                                              int n_gen, const std::string& policy, int B,
+                                              int n_threads, const std::vector<int32_t>& stop,
+                                              const Tokenizer* stop_at_newline = nullptr) {
+  int max_len = 0;
+  for (const auto& p : prompts) max_len = std::max(max_len, int(p.size()));
+  ContextOptions co;
+  co.n_threads = n_threads;
+  co.n_ctx = max_len + n_gen;
+  co.routing = policy;
+  Context ctx(model, co);
+  SchedulerOptions so;
+  so.max_batch = B;
+  so.max_step_tokens = std::max(256, B);
+  Scheduler sched(ctx, so);
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = n_gen;
+    r.stop_tokens = stop;
+    r.on_token = [&out, i, stop_at_newline](int32_t t) {
+      out[i].push_back(t);
+      // Line completion ends at the first newline: no need to generate further.
+      return !stop_at_newline || stop_at_newline->token_to_piece(t).find('\n') == std::string::npos;
+    };
+    sched.submit(std::move(r));
+  }
+  sched.run_until_idle();
+  return out;
+}
+
+// Held-out code lines: prompt = up to 600 characters of the document before the line
+// (ending with the line's indentation), target = the rest of the line.
+struct LineTask {
+  std::string prompt, target;
+};
+
+std::vector<LineTask> code_line_tasks(const std::vector<EvalDocument>& docs, int n) {
+  std::vector<LineTask> tasks;
+  if (n <= 0) return tasks;
+  // One line per document per round, from the middle outwards, until n lines are found.
+  for (int round = 0; int(tasks.size()) < n && round < 64; ++round) {
+    bool any = false;
+    for (const auto& d : docs) {
+      if (int(tasks.size()) >= n) break;
+      std::vector<size_t> starts;
+      for (size_t i = 0; i < d.text.size(); ++i) {
+        if (i == 0 || d.text[i - 1] == '\n') starts.push_back(i);
+      }
+      std::vector<size_t> good;
+      for (size_t s : starts) {
+        size_t e = d.text.find('\n', s);
+        if (e == std::string::npos) continue;
+        size_t ind = s;
+        while (ind < e && (d.text[ind] == ' ' || d.text[ind] == '\t')) ++ind;
+        if (e - ind < 12 || s < 200) continue;  // trivial lines and too little context
+        good.push_back(s);
+      }
+      if (size_t(round) >= good.size()) continue;
+      any = true;
+      const size_t s = good[(good.size() / 2 + size_t(round) * 7) % good.size()];
+      const size_t e = d.text.find('\n', s);
+      size_t ind = s;
+      while (ind < e && (d.text[ind] == ' ' || d.text[ind] == '\t')) ++ind;
+      const size_t from = ind > 600 ? ind - 600 : 0;
+      tasks.push_back({d.text.substr(from, ind - from), d.text.substr(ind, e - ind)});
+    }
+    if (!any) break;
+  }
+  return tasks;
+}
+
+}  // namespace
+
+std::vector<EvalDocument> read_eval_documents(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error("eval data: '" + dir + "' is not a directory");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  if (ec) throw Error("eval data: cannot list '" + dir + "': " + ec.message());
+  std::sort(files.begin(), files.end());
+  std::vector<EvalDocument> docs;
+  for (const auto& p : files) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!f && !f.eof()) throw Error("eval data: cannot read " + p.string());
+    docs.push_back({p.filename().string(), ss.str()});
+  }
+  if (docs.empty()) throw Error("eval data: no documents in '" + dir + "'");
+  return docs;
+}
+
+std::vector<EvalRow> evaluate_tokens(const Model& model,
+                                     const std::vector<std::vector<int32_t>>& docs_in,
+                                     const EvalOptions& o) {
+  if (o.policies.empty() || o.batches.empty()) throw Error("eval: no policy or batch size");
+  for (int b : o.batches) {
+    if (b < 1) throw Error("eval: batch sizes must be >= 1");
+  }
+  std::vector<std::vector<int32_t>> docs;
+  for (const auto& d : docs_in) {
+    if (o.max_docs > 0 && int(docs.size()) >= o.max_docs) break;
+    docs.emplace_back(d.begin(), d.begin() + std::min<long>(long(d.size()), o.max_tokens));
+  }
+  size_t n_tok = 0;
+  for (const auto& d : docs) n_tok += d.size();
+  const double bytes = double(n_tok) * model.config().n_vocab * 4.0;
+  if (bytes > 4e9) {
+    throw Error("eval: the exact baseline's log-probabilities would take " +
+                std::to_string(int(bytes / 1e9)) + " GB; lower --max-tokens or --max-docs");
+  }
+  // Exact routing is batch-invariant, so one run at the largest batch is the baseline for all.
+  std::vector<std::vector<float>> exact_lp;
+  const int bmax = *std::max_element(o.batches.begin(), o.batches.end());
+  ForcedRun exact = forced_run(model, docs, o, "topk", bmax, exact_lp, true, "topk (baseline)");
+  std::vector<EvalRow> rows;
+  for (int B : o.batches) {
+    for (const auto& p : o.policies) {
+      const bool is_topk = p == "topk";
+      ForcedRun r = is_topk && B == bmax ? exact
+                                         : forced_run(model, docs, o, p, B, exact_lp, false,
+                                                      p + " B=" + std::to_string(B));
+      rows.push_back(make_row(p, B, r, exact, is_topk));
+    }
+  }
+  return rows;
+}
+
+std::vector<EvalRow> evaluate(const Model& model, const Tokenizer& tok,
+                              const std::vector<EvalDocument>& docs, const EvalOptions& o) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& d : docs) ids.push_back(tok.encode(d.text, tok.add_bos(), false));
+  std::vector<EvalRow> rows = evaluate_tokens(model, ids, o);
+  if (o.gen_prompts <= 0 && o.code_lines <= 0) return rows;
+
+  std::vector<int32_t> stop;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.is_eog(id)) stop.push_back(id);
+  }
+  // Greedy continuation agreement with exact routing.
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& d : ids) {
+    if (int(prompts.size()) >= o.gen_prompts) break;
+    if (int(d.size()) >= o.gen_prompt_tokens) {
+      prompts.emplace_back(d.begin(), d.begin() + o.gen_prompt_tokens);
+    }
+  }
+  const auto tasks = code_line_tasks(docs, o.code_lines);
+  std::vector<std::vector<int32_t>> line_prompts;
+  for (const auto& t : tasks) line_prompts.push_back(tok.encode(t.prompt, tok.add_bos(), false));
+  const int line_gen = 48;
+  const int bmax = *std::max_element(o.batches.begin(), o.batches.end());
+  const auto exact_gen = greedy_runs(model, prompts, o.gen_tokens, "topk", bmax, o.n_threads, {});
+  size_t done = 0;
+  for (EvalRow& row : rows) {
+    if (o.progress) o.progress("generation", done++, rows.size());
+    if (!prompts.empty()) {
+      const auto g = row.policy == "topk" ? exact_gen
+                                          : greedy_runs(model, prompts, o.gen_tokens, row.policy,
+                                                        row.batch, o.n_threads, {});
+      int64_t same = 0, total = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        for (size_t j = 0; j < exact_gen[i].size(); ++j) {
+          same += j < g[i].size() && g[i][j] == exact_gen[i][j];
+          ++total;
+        }
+      }
+      row.gen_agreement = total ? double(same) / double(total) : -1;
+    }
+    if (!tasks.empty()) {
+      const auto g = greedy_runs(model, line_prompts, line_gen, row.policy, row.batch, o.n_threads,
+                                 stop, &tok);
+      int64_t hits = 0;
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        std::string text = tok.decode(g[i]);
+        const size_t nl = text.find('\n');
+        if (nl != std::string::npos) text.resize(nl);
+        hits += text == tasks[i].target;
+      }
+      row.code_exact_match = double(hits) / double(tasks.size());
+    }
+  }
+  if (o.progress) o.progress("generation", rows.size(), rows.size());
+  return rows;
+}
+
+}  // namespace lynx
