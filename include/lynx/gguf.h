@@ -1,12 +1,15 @@
 // GGUF v3 reader and writer (the llama.cpp model format).
 //
-// Reader: the file is memory-mapped; tensor data are zero-copy views into the mapping.
-// Every count, length and offset is validated against the file size before use, so a
-// malformed file yields a lynx::Error naming the problem (never a crash, hang, or a huge
-// allocation). Format reference: ggml/docs/gguf.md in the ggml project.
+// Reader: the file is memory-mapped (read-only, MAP_PRIVATE); tensor data are zero-copy
+// views into the mapping. Accepts v3 and v2 (identical layout for little-endian files),
+// rejects v1. Every count, length and offset is validated against the file size before use,
+// so a malformed file yields a lynx::Error naming the problem (never a crash, hang, or an
+// allocation beyond a small multiple of the file size). Format reference: ggml/docs/gguf.md.
 //
-// Writer: builds a file in memory-order (header, metadata, tensor infos, aligned data);
-// used by tests, `synth`, and the model exporters.
+// Writer: little-endian v3, header + metadata + tensor infos, then each tensor's data
+// aligned to `alignment` (general.alignment is written when it is not 32). write() streams
+// tensors to the file one at a time, so lazy tensors are materialized one by one; used by
+// tests, `synth`, and the model exporters.
 #pragma once
 #include <cstddef>
 #include <cstdint>
