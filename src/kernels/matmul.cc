@@ -195,6 +195,17 @@ HWY_INLINE void AccumulateTail(const uint8_t* const* rows, int64_t c_main, int64
   }
 }
 
+// Prefetch distance: whole row blocks ahead (the same column of a later block, so the
+// address stays inside the stream), at least LYNX_PREFETCH_BYTES to cover DRAM latency at
+// full bandwidth (about 100 ns x 20 GB/s = 2 KB per core, with margin).
+#ifndef LYNX_PREFETCH_BYTES
+#define LYNX_PREFETCH_BYTES 8192
+#endif
+HWY_INLINE int64_t PrefetchAhead(int64_t block_bytes) {
+  const int64_t blocks = (LYNX_PREFETCH_BYTES + block_bytes - 1) / block_bytes;
+  return std::max<int64_t>(blocks, 1) * block_bytes;
+}
+
 // Calls f.template operator()<NT>(t0) for groups of kNT tokens and one remainder group.
 template <class F>
 HWY_INLINE void ForTokenGroups(int n, F&& f) {
@@ -230,7 +241,7 @@ HWY_NOINLINE void RowsDirect(const MatmulJob& j, int64_t r) {
       for (int t = 0; t < NT; ++t) acc[i][t] = hn::Zero(df);
     }
     const float* x = j.x + t0 * j.ldx;
-    Accumulate<NR, NT, Dec>(rows, 0, c_main, x, j.ldx, acc, NR * j.row_bytes);
+    Accumulate<NR, NT, Dec>(rows, 0, c_main, x, j.ldx, acc, PrefetchAhead(NR * j.row_bytes));
     if (tail) AccumulateTail<NR, NT, Dec>(rows, c_main, tail, x, j.ldx, acc);
     for (int i = 0; i < NR; ++i) {
       for (int t = 0; t < NT; ++t) {
@@ -252,6 +263,7 @@ HWY_NOINLINE void RowsBuffered(const MatmulJob& j, int64_t r) {
   for (int i = 0; i < NR; ++i) rows[i] = j.w + (r + i) * j.row_bytes;
   const int64_t tail = j.cols % Dec::kStep;
   const int64_t c_main = j.cols - tail;
+  const int64_t ahead = PrefetchAhead(NR * j.row_bytes);
   HWY_ALIGN float wbuf[NR][kChunkCols];
   HWY_ALIGN float accbuf[kSuperTokens * NR * kN];  // [token][row] vectors
 
@@ -280,7 +292,7 @@ HWY_NOINLINE void RowsBuffered(const MatmulJob& j, int64_t r) {
           src[i] = rows[i] + c0 * 4;  // already f32: read in place
         } else {
           for (int64_t c = c0; c < c0 + len; c += Dec::kStep) {
-            hwy::Prefetch(rows[i] + Dec::Bytes(c) + NR * j.row_bytes);
+            hwy::Prefetch(rows[i] + Dec::Bytes(c) + ahead);
             VF v[kV];
             Dec::Decode(rows[i], c, v);
             for (int64_t k = 0; k < kV; ++k) hn::Store(v[k], df, &wbuf[i][c - c0 + k * kN]);

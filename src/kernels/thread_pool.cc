@@ -50,36 +50,66 @@ T wait_change(const std::atomic<T>& a, T old) {
 
 }  // namespace
 
+// Chunks per thread: more than one, so that when a thread is descheduled (a busy machine)
+// the others take over its share; few, so that each chunk stays a long contiguous stream.
+constexpr int64_t kChunksPerThread = 4;
+
+// The claim word packs (epoch, chunk count, next chunk) so that a worker can only claim a
+// chunk of the job it was woken for: a late worker's claim on a finished or newer job fails.
+constexpr uint64_t pack_claim(uint32_t epoch, uint32_t n_chunks, uint32_t next) {
+  return (static_cast<uint64_t>(epoch) << 32) | (static_cast<uint64_t>(n_chunks) << 16) | next;
+}
+
 struct ThreadPool::Impl {
   using Fn = std::function<void(int64_t, int64_t, int)>;
 
   int n_threads = 1;
   std::vector<std::thread> threads;
 
-  // The current job: written by the caller before it bumps `epoch` (release), read by the
-  // workers after they observe the new epoch (acquire).
+  // The current job: written by the caller before it publishes `claim` (release); read only
+  // by a thread that claimed one of its chunks (acquire), which the caller waits for.
   const Fn* fn = nullptr;
   int64_t n = 0, grain = 1, units = 0;
-  int active = 0;  // threads that get a non-empty chunk
 
-  std::atomic<uint32_t> epoch{0};
-  std::atomic<int> pending{0};  // workers (not the caller) still running the current job
+  std::atomic<uint32_t> epoch{0};  // bumped once per job: wakes the workers
+  std::atomic<uint64_t> claim{0};  // see pack_claim
+  std::atomic<uint32_t> done{0};   // chunks of the current job finished
   std::atomic<bool> stop{false};
   std::atomic<bool> busy{false};
   std::mutex error_mu;
   std::exception_ptr error;
 
-  // Balanced contiguous chunks of whole grains: thread i gets units [U*i/A, U*(i+1)/A).
-  void run_chunk(int tid) {
-    if (tid >= active) return;
-    const int64_t u0 = units * tid / active, u1 = units * (tid + 1) / active;
-    const int64_t b = u0 * grain, e = std::min(n, u1 * grain);
-    if (b >= e) return;
-    try {
-      (*fn)(b, e, tid);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
+  // Claims the next chunk of job `ep`; false when none is left (or the job is not `ep`).
+  bool claim_chunk(uint32_t ep, uint32_t* idx, uint32_t* n_chunks) {
+    uint64_t c = claim.load(std::memory_order_acquire);
+    for (;;) {
+      const uint32_t next = c & 0xFFFF, total = (c >> 16) & 0xFFFF;
+      if (static_cast<uint32_t>(c >> 32) != ep || next >= total) return false;
+      if (claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        *idx = next;
+        *n_chunks = total;
+        return true;
+      }
+    }
+  }
+
+  // Runs every chunk this thread can claim. Chunk i covers grain units
+  // [U*i/C, U*(i+1)/C): balanced, contiguous, fixed by (n, grain, size()).
+  void run_chunks(uint32_t ep, int tid) {
+    uint32_t i, total;
+    while (claim_chunk(ep, &i, &total)) {
+      const int64_t u0 = units * i / total, u1 = units * (i + 1) / total;
+      const int64_t b = u0 * grain, e = std::min(n, u1 * grain);
+      if (b < e) {
+        try {
+          (*fn)(b, e, tid);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) done.notify_one();
     }
   }
 
@@ -88,16 +118,15 @@ struct ThreadPool::Impl {
     for (;;) {
       seen = wait_change(epoch, seen);
       if (stop.load(std::memory_order_acquire)) return;
-      run_chunk(tid);
-      if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) pending.notify_one();
+      run_chunks(seen, tid);
     }
   }
 };
 
 ThreadPool::ThreadPool(int n_threads) : impl_(new Impl) {
-  if (n_threads < 1) {
+  if (n_threads < 1 || n_threads > 1024) {
     delete impl_;
-    throw Error("ThreadPool: thread count must be at least 1, got " + std::to_string(n_threads));
+    throw Error("ThreadPool: thread count must be in [1, 1024], got " + std::to_string(n_threads));
   }
   impl_->n_threads = n_threads;
   impl_->threads.reserve(n_threads - 1);
@@ -122,8 +151,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   grain = std::max<int64_t>(grain, 1);
   Impl& p = *impl_;
   const int64_t units = (n + grain - 1) / grain;
-  const int active = static_cast<int>(std::min<int64_t>(p.n_threads, units));
-  if (active == 1) {  // nothing to share: no wake-up cost
+  if (p.n_threads == 1 || units == 1) {  // nothing to share: no wake-up cost
     fn(0, n, 0);
     return;
   }
@@ -131,19 +159,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     throw Error(
         "ThreadPool::parallel_for: called while the pool is running (nested or concurrent)");
   }
+  const auto n_chunks =
+      static_cast<uint32_t>(std::min<int64_t>(units, p.n_threads * kChunksPerThread));
   p.fn = &fn;
   p.n = n;
   p.grain = grain;
   p.units = units;
-  p.active = active;
   p.error = nullptr;
-  p.pending.store(p.n_threads - 1, std::memory_order_relaxed);
-  p.epoch.fetch_add(1, std::memory_order_acq_rel);
+  p.done.store(0, std::memory_order_relaxed);
+  const uint32_t ep = p.epoch.load(std::memory_order_relaxed) + 1;
+  p.claim.store(pack_claim(ep, n_chunks, 0), std::memory_order_release);
+  p.epoch.store(ep, std::memory_order_release);
   p.epoch.notify_all();
 
-  p.run_chunk(0);
-  for (int left = p.pending.load(std::memory_order_acquire); left != 0;) {
-    left = wait_change(p.pending, left);
+  p.run_chunks(ep, 0);
+  for (uint32_t d = p.done.load(std::memory_order_acquire); d != n_chunks;) {
+    d = wait_change(p.done, d);
   }
   std::exception_ptr err = p.error;
   p.busy.store(false, std::memory_order_release);

@@ -17,8 +17,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const;
-  // Splits [0, n) into contiguous chunks, one per thread, and runs fn(begin, end, thread_id)
-  // on each; returns when all are done. Chunks are aligned to `grain` elements.
+  // Splits [0, n) into balanced contiguous chunks aligned to `grain` elements (a few per
+  // thread) and runs fn(begin, end, thread_id) on each; returns when all are done.
+  // thread_id is in [0, size()) and unique among concurrently running chunks (per-thread
+  // scratch is safe). Threads claim chunks dynamically, so a worker that starts late on a
+  // busy machine does not hold the others up; the chunk boundaries themselves depend only on
+  // n, grain and size(). Not reentrant: a nested or concurrent call throws lynx::Error.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
 
@@ -28,6 +32,7 @@ class ThreadPool {
 };
 
 // y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols), split across the pool.
+// Bit-identical to a single matmul_rows call over all rows, for any pool size.
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
             const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
 

@@ -2,6 +2,7 @@
 // pointers, every SIMD target), fp16/bf16 conversion edge cases, quantization round trips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -42,7 +43,8 @@ struct Vec {
   Buffer buf;
   int64_t n;
   Vec(const std::vector<float>& v, size_t off) : buf(v.size() * 4 + 4, off * 4), n(v.size()) {
-    if (!v.empty()) std::memcpy(buf.f32(), v.data(), v.size() * 4);
+    float* dst = buf.f32();
+    for (size_t i = 0; i < v.size(); ++i) dst[i] = v[i];
   }
   float* data() { return buf.f32(); }
 };
