@@ -3,7 +3,7 @@
 Python encoder (bpe.py) for the shipped models' vocabulary.
 
   /usr/bin/python3 scripts/train/check_tokenizer.py --model models/lynx-moe-64x8.gguf \
-      --bin build/release/tools/lynx-moe/lynx-moe [--docs 40] [--bytes 20000]
+      --bin build/release/bin/lynx-moe [--docs 40] [--bytes 20000]
 
 Texts: every data/eval document, --docs documents of data/train.jsonl (first --bytes bytes
 each, evenly spaced), plus hand-written edge cases (contractions, Unicode letters/digits,

@@ -166,6 +166,9 @@ def main():
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--verify-text", default=None, help="default: first eval document")
     ap.add_argument("--verify-tokens", type=int, default=64)
+    ap.add_argument("--verify-out", default=None, help="write the check's results (JSON)")
+    ap.add_argument("--engine", default=None,
+                    help="lynx-moe binary: also compare `lynx-moe logits --all` with the reference")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, cfg, ck = load_ckpt(args.ckpt)
@@ -181,13 +184,34 @@ def main():
             d = "data/eval"
             text = open(os.path.join(d, sorted(os.listdir(d))[0]), encoding="utf-8").read()
         tokens = tok.encode(text)[: args.verify_tokens]
-        res, _ = verify(model, cfg, args.out, tokens)
+        res, np_logits = verify(model, cfg, args.out, tokens)
         res["tokens"] = tokens
+        rc = 0
+        if args.engine:
+            import subprocess
+            import tempfile
+            with tempfile.TemporaryDirectory() as td:
+                of = os.path.join(td, "logits.f32")
+                subprocess.run([args.engine, "logits", "-m", args.out, "--tokens",
+                                " ".join(map(str, tokens)), "--all", "-t", "1", "--out", of],
+                               check=True, capture_output=True)
+                eng = np.fromfile(of, dtype="<f4").reshape(len(tokens), -1)
+            res["nmse_engine_vs_reference"] = nmse(eng, np_logits)
+            res["max_abs_engine_vs_reference"] = float(np.max(np.abs(eng - np_logits)))
+            res["argmax_agree_engine"] = float(np.mean(np.argmax(eng, -1) ==
+                                                       np.argmax(np_logits, -1)))
+            if res["nmse_engine_vs_reference"] >= 1e-4:
+                print("FAIL: lynx-moe and the NumPy reference disagree")
+                rc = 1
         print(json.dumps({k: v for k, v in res.items() if k != "tokens"}))
         print("tokens:", " ".join(map(str, tokens)))
+        if args.verify_out:
+            with open(args.verify_out, "w") as f:
+                json.dump(res, f, indent=1)
         if res["nmse_torch_vs_reference"] >= 1e-4:
             print("FAIL: PyTorch and the NumPy reference disagree")
-            return 1
+            rc = 1
+        return rc
     return 0
 
 
