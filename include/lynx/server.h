@@ -1,0 +1,82 @@
+// An OpenAI-compatible HTTP server over one model (see docs/serving.md).
+//
+// Threads: one ENGINE thread owns the Context and the Scheduler and runs the step loop
+// (continuous batching, chunked prefill, the routing policy applied phase-aware by the
+// Context); HTTP worker threads parse and validate requests, tokenize them, and hand tasks to
+// the engine through a bounded queue, then stream the tokens the engine produces back to the
+// client. Admission is decided synchronously in the handler: when max_batch + max_queue
+// requests are already in the system, a new one is answered 429 with Retry-After instead of
+// queueing without bound.
+//
+// Endpoints: POST /v1/completions, POST /v1/chat/completions (streaming as server-sent events
+// ending in `data: [DONE]`, or one JSON body), GET /v1/models, GET /health, GET /metrics
+// (Prometheus text format). Extensions to the OpenAI request: "routing": "exact" (this
+// request's decode tokens are never remapped), "ignore_eos", "top_k".
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "lynx/error.h"
+
+namespace lynx {
+
+struct ServerOptions {
+  std::string model_path;          // GGUF file; it must carry a tokenizer (tokenizer.* keys)
+  std::string model_name;          // id served in /v1/models and checked in requests;
+                                   // "" = general.name, else the file name without .gguf
+  std::string host = "127.0.0.1";  // loopback unless the operator asks for more
+  int port = 8080;                 // 0 = an ephemeral port (see Server::port)
+  std::string routing = "topk";    // routing policy spec of the engine
+  int max_batch = 16;              // sequences decoding together
+  int max_step_tokens = 256;       // token budget of one step (decode + prefill chunks)
+  int n_ctx = 4096;                // context limit per sequence (prompt + generated)
+  int max_queue = 64;              // requests waiting for a slot before 429
+  int n_threads = 0;               // compute threads of the engine (0 = all cores)
+  int http_threads = 0;            // 0 = max_batch + max_queue + 4 (a waiting client holds one)
+  int max_n = 8;                   // largest `n` (choices per request) accepted
+  std::string api_key;             // when set, /v1/* and /metrics need "Bearer <key>"
+  std::string chat_format;         // chat format name; "" = from tokenizer.chat_template,
+                                   // falling back to chatml when the model has none
+  double shutdown_timeout_s = 10;  // stop(): in-flight requests get this long to finish
+  int retry_after_s = 1;           // Retry-After of 429 / 503 answers
+  // One line per event worth an operator's attention (start, errors, shutdown); null = none.
+  std::function<void(const std::string&)> log;
+};
+
+class Server {
+ public:
+  // Loads the model and tokenizer and creates the engine (nothing listens yet). Throws
+  // lynx::Error on a bad model file, a model without tokenizer, or bad options.
+  explicit Server(ServerOptions opts);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port and starts the engine and HTTP threads; returns once the socket listens.
+  // Throws lynx::Error when the address cannot be bound.
+  void start();
+  // Graceful shutdown: new requests get 503, in-flight requests get shutdown_timeout_s to
+  // finish and are then cancelled (streams end with an error event and [DONE]), the engine
+  // stops, the listener closes. Idempotent; safe from any thread but the HTTP handlers.
+  void stop();
+  // Blocks until stop() has completed (from another thread).
+  void wait();
+  int port() const;  // the bound port (meaningful after start)
+  const ServerOptions& options() const;
+
+  // Holds the engine between steps while true: requests are still admitted and queued (they
+  // wait for a slot), and cancelling a queued request still removes it at once. For tests
+  // (deterministic queue states) and operators who need a quiescent engine.
+  void set_paused(bool paused);
+
+  // The /metrics text, for tools that embed the server.
+  std::string metrics_text() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lynx

@@ -1,0 +1,432 @@
+// OpenAI request parsing/validation and response bodies (see api.h). Field semantics follow
+// the OpenAI API reference for /v1/completions and /v1/chat/completions; fields this engine
+// cannot honour (echo, best_of > 1, logit_bias, penalties, tools) are refused with a 400
+// naming them rather than silently ignored.
+#include "server/api.h"
+
+#include <algorithm>
+#include <random>
+
+namespace lynx::server {
+namespace {
+
+const json* field(const json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void bad_type(const char* key, const char* want) {
+  throw ApiError(400, std::string("'") + key + "' must be " + want, key, "invalid_type");
+}
+
+[[noreturn]] void bad_value(const char* key, const std::string& why) {
+  throw ApiError(400, std::string("'") + key + "' " + why, key, "invalid_value");
+}
+
+// An integer field in [lo, hi]; `def` when absent or null.
+int64_t get_int(const json& body, const char* key, int64_t lo, int64_t hi, int64_t def) {
+  const json* v = field(body, key);
+  if (!v) return def;
+  if (!v->is_number_integer()) bad_type(key, "an integer");
+  const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : v->get<int64_t>();
+  if (x < lo || x > hi) {
+    bad_value(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                       " (got " + std::to_string(x) + ")");
+  }
+  return x;
+}
+
+double get_num(const json& body, const char* key, double lo, double hi, double def) {
+  const json* v = field(body, key);
+  if (!v) return def;
+  if (!v->is_number()) bad_type(key, "a number");
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) {
+    bad_value(key, "must be between " + json(lo).dump() + " and " + json(hi).dump());
+  }
+  return x;
+}
+
+bool get_bool(const json& body, const char* key, bool def) {
+  const json* v = field(body, key);
+  if (!v) return def;
+  if (!v->is_boolean()) bad_type(key, "a boolean");
+  return v->get<bool>();
+}
+
+void check_tokens(const std::vector<int32_t>& t, const ApiModel& m) {
+  for (int32_t id : t) {
+    if (id < 0 || id >= m.tok->n_vocab()) {
+      bad_value("prompt", "contains token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+}
+
+std::vector<int32_t> int_array(const json& a) {
+  std::vector<int32_t> out;
+  for (const json& x : a) {
+    if (!x.is_number_integer()) bad_type("prompt", "a string or an array of token ids");
+    const int64_t v = x.get<int64_t>();
+    if (v < INT32_MIN || v > INT32_MAX) bad_value("prompt", "has a token id out of range");
+    out.push_back(int32_t(v));
+  }
+  return out;
+}
+
+std::vector<int32_t> completion_prompt(const json& body, const ApiModel& m) {
+  const json* p = field(body, "prompt");
+  if (!p) throw ApiError(400, "'prompt' is required", "prompt", "missing_required_parameter");
+  auto encode = [&](const std::string& s) { return m.tok->encode(s, true, true); };
+  if (p->is_string()) return encode(p->get<std::string>());
+  if (!p->is_array()) bad_type("prompt", "a string or an array of token ids");
+  if (p->empty()) bad_value("prompt", "is empty");
+  // One prompt per request: a batch of prompts would need one set of choices per prompt.
+  if ((*p)[0].is_string() || (*p)[0].is_array()) {
+    if (p->size() != 1) bad_value("prompt", "must hold one prompt (batched prompts: send n)");
+    const json& q = (*p)[0];
+    if (q.is_string()) return encode(q.get<std::string>());
+    return int_array(q);
+  }
+  return int_array(*p);
+}
+
+std::string message_content(const json& msg, size_t i) {
+  auto it = msg.find("content");
+  if (it == msg.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) bad_type("messages", "objects whose content is a string or text parts");
+  std::string s;
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      bad_value("messages", "[" + std::to_string(i) + "]: only text content parts are supported");
+    }
+    s += part["text"].get<std::string>();
+  }
+  return s;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const ApiModel& m) {
+  const json* msgs = field(body, "messages");
+  if (!msgs)
+    throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
+  if (!msgs->is_array()) bad_type("messages", "an array");
+  if (msgs->empty()) bad_value("messages", "must not be empty");
+  std::vector<ChatMessage> conv;
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& msg = (*msgs)[i];
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
+      bad_type("messages", "objects with a string 'role'");
+    }
+    std::string role = msg["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
+    conv.push_back({role, message_content(msg, i)});
+  }
+  std::string text;
+  try {
+    text = render_chat(m.chat, conv, true);
+  } catch (const Error& e) {
+    bad_value("messages", e.what());
+  }
+  return m.tok->encode(text, !m.chat.renders_bos(), true);
+}
+
+void refuse_unsupported(const json& body) {
+  if (get_bool(body, "echo", false)) bad_value("echo", "is not supported");
+  if (get_int(body, "best_of", 1, 1, 1) != 1) bad_value("best_of", "is not supported");
+  if (const json* v = field(body, "suffix");
+      v && !(v->is_string() && v->get<std::string>().empty())) {
+    bad_value("suffix", "is not supported");
+  }
+  if (const json* v = field(body, "logit_bias"); v && !v->empty()) {
+    bad_value("logit_bias", "is not supported");
+  }
+  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
+    if (get_num(body, k, -2, 2, 0) != 0) bad_value(k, "is not supported (only 0)");
+  }
+  for (const char* k : {"tools", "functions"}) {
+    if (const json* v = field(body, k); v && !v->empty()) bad_value(k, "are not supported");
+  }
+  if (const json* v = field(body, "response_format")) {
+    if (!v->is_object() || v->value("type", "text") != "text") {
+      bad_value("response_format", "supports only {\"type\": \"text\"}");
+    }
+  }
+}
+
+json chat_logprobs(const std::vector<std::string>& text, const std::vector<float>& lp) {
+  json content = json::array();
+  for (size_t i = 0; i < text.size(); ++i) {
+    json bytes = json::array();
+    for (unsigned char ch : text[i]) bytes.push_back(int(ch));
+    content.push_back({{"token", text[i]},
+                       {"logprob", lp[i]},
+                       {"bytes", bytes},
+                       {"top_logprobs", json::array()}});
+  }
+  return {{"content", content}};
+}
+
+json completion_logprobs(const std::vector<std::string>& text, const std::vector<float>& lp,
+                         size_t offset) {
+  json tokens = json::array(), lps = json::array(), offs = json::array();
+  for (size_t i = 0; i < text.size(); ++i) {
+    tokens.push_back(text[i]);
+    lps.push_back(lp[i]);
+    offs.push_back(offset);
+    offset += text[i].size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", lps},
+          {"top_logprobs", nullptr},
+          {"text_offset", offs}};
+}
+
+}  // namespace
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string code,
+                   std::string type)
+    : std::runtime_error(std::move(message)),
+      status(status),
+      type(std::move(type)),
+      param(std::move(param)),
+      code(std::move(code)) {}
+
+json ApiError::body() const {
+  json e = {{"message", what()}, {"type", type}};
+  e["param"] = param.empty() ? json(nullptr) : json(param);
+  e["code"] = code.empty() ? json(nullptr) : json(code);
+  return {{"error", e}};
+}
+
+CompletionParams parse_completion(const std::string& text, bool chat, const ApiModel& m) {
+  json body = json::parse(text, nullptr, false);
+  if (body.is_discarded()) {
+    throw ApiError(400, "We could not parse the JSON body of your request.", "", "invalid_json");
+  }
+  if (!body.is_object())
+    throw ApiError(400, "The request body must be a JSON object.", "", "invalid_json");
+  CompletionParams p;
+  p.chat = chat;
+  if (const json* v = field(body, "model")) {
+    if (!v->is_string()) bad_type("model", "a string");
+    if (v->get<std::string>() != m.name) {
+      throw ApiError(400,
+                     "The model '" + v->get<std::string>() +
+                         "' does not exist (this server serves '" + m.name + "')",
+                     "model", "model_not_found");
+    }
+  }
+  refuse_unsupported(body);
+  p.prompt = chat ? chat_prompt(body, m) : completion_prompt(body, m);
+  if (p.prompt.empty()) bad_value(chat ? "messages" : "prompt", "tokenizes to nothing");
+  check_tokens(p.prompt, m);
+
+  const int plen = int(p.prompt.size());
+  const char* mt_key =
+      chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  // OpenAI's defaults: 16 for completions, "as many as fit" for chat.
+  const int64_t def = chat ? std::max(1, m.n_ctx - plen) : 16;
+  p.max_tokens = int(get_int(body, mt_key, 1, m.n_ctx, def));
+  if (plen + int64_t(p.max_tokens) > m.n_ctx) {
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(m.n_ctx) +
+                       " tokens. However, you requested " + std::to_string(plen + p.max_tokens) +
+                       " tokens (" + std::to_string(plen) + " in the prompt, " +
+                       std::to_string(p.max_tokens) + " for the completion).",
+                   chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+
+  p.sampling.temperature = float(get_num(body, "temperature", 0, 2, 1));
+  p.sampling.top_p = float(get_num(body, "top_p", 0, 1, 1));
+  if (p.sampling.top_p <= 0) bad_value("top_p", "must be greater than 0");
+  p.sampling.top_k = int(get_int(body, "top_k", -1, 1 << 20, 0));
+  if (p.sampling.top_k < 0) p.sampling.top_k = 0;  // vLLM's -1 = off
+  const json* seed = field(body, "seed");
+  if (seed && !seed->is_number_integer()) bad_type("seed", "an integer");
+  p.sampling.seed = seed ? seed->get<uint64_t>() : std::random_device{}();
+
+  if (const json* v = field(body, "stop")) {
+    if (v->is_string()) {
+      p.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const json& s : *v) {
+        if (!s.is_string()) bad_type("stop", "a string or an array of strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_type("stop", "a string or an array of strings");
+    }
+    if (p.stop.size() > 16) bad_value("stop", "may hold at most 16 strings");
+    for (const auto& s : p.stop) {
+      if (s.empty()) bad_value("stop", "must not contain empty strings");
+    }
+  }
+  p.n = int(get_int(body, "n", 1, m.max_n, 1));
+  p.stream = get_bool(body, "stream", false);
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) bad_type("stream_options", "an object");
+    if (!p.stream) bad_value("stream_options", "is only allowed with stream: true");
+    p.include_usage = get_bool(*v, "include_usage", false);
+  }
+  if (chat) {
+    p.logprobs = get_bool(body, "logprobs", false);
+    get_int(body, "top_logprobs", 0, 20, 0);  // validated; alternatives are not reported
+  } else {
+    p.logprobs = field(body, "logprobs") && get_int(body, "logprobs", 0, 5, 0) >= 0;
+  }
+  if (const json* v = field(body, "routing")) {
+    if (!v->is_string()) bad_type("routing", "a string");
+    const std::string r = v->get<std::string>();
+    if (r == "exact" || r == "topk") {
+      p.exact_routing = true;
+    } else if (r != "default") {
+      bad_value("routing", "supports \"exact\" (never remap this request) or \"default\"");
+    }
+  }
+  p.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (const json* v = field(body, "user"); v && !v->is_string()) bad_type("user", "a string");
+  return p;
+}
+
+json completion_body(const CompletionParams& p, const std::string& id, int64_t created,
+                     const std::string& model, const std::vector<ChoiceResult>& choices,
+                     int prompt_tokens) {
+  json out = {{"id", id},
+              {"object", p.chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", model}};
+  json arr = json::array();
+  int completion = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    completion += c.completion_tokens;
+    json ch = {{"index", i}, {"finish_reason", c.finish_reason}};
+    json lp = nullptr;
+    if (p.logprobs) {
+      lp = p.chat ? chat_logprobs(c.token_text, c.token_logprob)
+                  : completion_logprobs(c.token_text, c.token_logprob, 0);
+    }
+    ch["logprobs"] = lp;
+    if (p.chat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      ch["text"] = c.text;
+    }
+    arr.push_back(std::move(ch));
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion},
+                  {"total_tokens", prompt_tokens + completion}};
+  return out;
+}
+
+json chunk_body(const CompletionParams& p, const std::string& id, int64_t created,
+                const std::string& model, int index, const std::string& text,
+                const std::vector<std::string>& token_text, const std::vector<float>& token_logprob,
+                const std::string& finish_reason) {
+  json ch = {{"index", index}};
+  json lp = nullptr;
+  if (p.logprobs && !token_text.empty()) {
+    lp = p.chat ? chat_logprobs(token_text, token_logprob)
+                : completion_logprobs(token_text, token_logprob, 0);
+  }
+  ch["logprobs"] = lp;
+  ch["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  if (p.chat) {
+    ch["delta"] = text.empty() && !finish_reason.empty() ? json::object() : json{{"content", text}};
+  } else {
+    ch["text"] = text;
+  }
+  return {{"id", id},
+          {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({ch})}};
+}
+
+json chat_role_chunk(const std::string& id, int64_t created, const std::string& model, int index) {
+  json ch = {{"index", index},
+             {"delta", {{"role", "assistant"}, {"content", ""}}},
+             {"logprobs", nullptr},
+             {"finish_reason", nullptr}};
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({ch})}};
+}
+
+json usage_chunk(const CompletionParams& p, const std::string& id, int64_t created,
+                 const std::string& model, int prompt_tokens, int completion_tokens) {
+  return {{"id", id},
+          {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+// ---------------------------------------------------------------------------------------
+
+StopTextStream::StopTextStream(const Tokenizer& tok, std::vector<std::string> stops)
+    : dec_(tok), stops_(std::move(stops)) {}
+
+std::string StopTextStream::release() {
+  // Earliest stop string starting at or after emitted_: text before emitted_ has been shown,
+  // so it was checked not to start a stop string.
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) {
+    const size_t at = text_.find(s, emitted_);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = text_.substr(emitted_, cut - emitted_);
+    emitted_ = text_.size();
+    return out;
+  }
+  // Hold back the longest tail that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const auto& s : stops_) {
+    const size_t max_len = std::min(s.size() - 1, text_.size() - emitted_);
+    for (size_t len = max_len; len > hold; --len) {
+      if (text_.compare(text_.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  // Never split a UTF-8 character when holding back bytes (a stop string may begin inside
+  // one only if it is itself not valid UTF-8 at its start, which we do not split for).
+  size_t end = text_.size() - hold;
+  while (end > emitted_ && end < text_.size() && (uint8_t(text_[end]) & 0xC0) == 0x80) --end;
+  std::string out = text_.substr(emitted_, end - emitted_);
+  emitted_ = end;
+  return out;
+}
+
+std::string StopTextStream::push(int32_t token) {
+  if (stopped_) return "";
+  text_ += dec_.push(token);
+  return release();
+}
+
+std::string StopTextStream::finish() {
+  if (stopped_) return "";
+  text_ += dec_.flush();
+  std::string out = release();
+  if (stopped_) return out;
+  out += text_.substr(emitted_);
+  emitted_ = text_.size();
+  return out;
+}
+
+}  // namespace lynx::server

@@ -1,0 +1,101 @@
+// The OpenAI request/response formats: parsing and validation of /v1/completions and
+// /v1/chat/completions bodies into engine parameters, and the JSON the answers are made of.
+// Everything a client can get wrong is reported as an ApiError (HTTP status + OpenAI-style
+// error object), before anything reaches the engine.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lynx/chat.h"
+#include "lynx/scheduler.h"
+#include "lynx/tokenizer.h"
+
+namespace lynx::server {
+
+using json = nlohmann::json;
+
+// An answer other than 200, in OpenAI's shape:
+// {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type, param, code;
+  ApiError(int status, std::string message, std::string param = "", std::string code = "",
+           std::string type = "invalid_request_error");
+  json body() const;
+};
+
+// What the request parser needs to know about the served model.
+struct ApiModel {
+  const Tokenizer* tok = nullptr;
+  ChatFormat chat;
+  std::string name;  // served model id
+  int n_ctx = 0;     // context limit per sequence
+  int max_n = 8;
+};
+
+struct CompletionParams {
+  bool chat = false;
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings, matched on the detokenized text
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  bool exact_routing = false;  // extension "routing": "exact"
+  bool ignore_eos = false;     // extension (as vLLM): keep going past end-of-generation tokens
+};
+
+// Parses and validates a request body; throws ApiError (400) naming the offending field.
+CompletionParams parse_completion(const std::string& body, bool chat, const ApiModel& m);
+
+// One generated choice, as the engine reports it.
+struct ChoiceResult {
+  std::string text;
+  std::vector<std::string> token_text;  // per token (when logprobs were asked)
+  std::vector<float> token_logprob;
+  std::string finish_reason;
+  int completion_tokens = 0;
+};
+
+// Non-streaming bodies.
+json completion_body(const CompletionParams& p, const std::string& id, int64_t created,
+                     const std::string& model, const std::vector<ChoiceResult>& choices,
+                     int prompt_tokens);
+
+// One streaming chunk of choice `index`: text delta (may be empty), its tokens' logprobs,
+// finish reason (empty = null). `first` marks the chat role chunk.
+json chunk_body(const CompletionParams& p, const std::string& id, int64_t created,
+                const std::string& model, int index, const std::string& text,
+                const std::vector<std::string>& token_text, const std::vector<float>& token_logprob,
+                const std::string& finish_reason);
+json chat_role_chunk(const std::string& id, int64_t created, const std::string& model, int index);
+json usage_chunk(const CompletionParams& p, const std::string& id, int64_t created,
+                 const std::string& model, int prompt_tokens, int completion_tokens);
+
+// Incremental detokenization with stop strings: feeds tokens, returns the text that can be
+// shown now. Text that could be the beginning of a stop string is held back until it is
+// known not to be one; when a stop string appears, the text is cut before it and stopped()
+// becomes true (the stop string itself is never returned, as OpenAI does).
+class StopTextStream {
+ public:
+  StopTextStream(const Tokenizer& tok, std::vector<std::string> stops);
+  std::string push(int32_t token);
+  // End of generation: the held-back text (and an incomplete UTF-8 tail, as U+FFFD).
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string release();  // what of text_[emitted_..] is safe to show
+  StreamDecoder dec_;
+  std::vector<std::string> stops_;
+  std::string text_;  // everything decoded so far
+  size_t emitted_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace lynx::server

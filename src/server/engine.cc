@@ -1,0 +1,278 @@
+// The engine loop (see engine.h).
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace lynx::server {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+ContextOptions context_options(const ServerOptions& o) {
+  ContextOptions c;
+  c.n_threads = o.n_threads;
+  c.n_ctx = o.n_ctx;
+  c.routing = o.routing;
+  return c;
+}
+SchedulerOptions scheduler_options(const ServerOptions& o) {
+  SchedulerOptions s;
+  s.max_batch = o.max_batch;
+  s.max_step_tokens = o.max_step_tokens;
+  return s;
+}
+}  // namespace
+
+Engine::Engine(const Model& model, const Tokenizer& tok, const ServerOptions& opts,
+               Metrics& metrics)
+    : tok_(tok),
+      opts_(opts),
+      metrics_(metrics),
+      ctx_(model, context_options(opts)),
+      sched_(ctx_, scheduler_options(opts)),
+      routing_(ctx_.routing()) {
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.is_eog(id)) eog_.push_back(id);
+  }
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+void Engine::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Admission Engine::submit(std::shared_ptr<Task> task) {
+  std::lock_guard lk(mu_);
+  if (draining_ || stopping_) return Admission::kDraining;
+  const int n = task->params.n;
+  if (outstanding_ + n > int64_t(opts_.max_batch) + opts_.max_queue) return Admission::kFull;
+  outstanding_ += n;
+  inbox_.push_back(std::move(task));
+  cv_.notify_one();
+  return Admission::kAccepted;
+}
+
+void Engine::cancel(const std::shared_ptr<Task>& task, const std::string& error) {
+  {
+    std::lock_guard tl(task->mu);
+    if (task->done()) return;
+    if (!error.empty() && task->error.empty()) task->error = error;
+  }
+  std::lock_guard lk(mu_);
+  cancels_.push_back(task);
+  cv_.notify_one();
+}
+
+void Engine::cancel_all(const std::string& error) {
+  // Which tasks are live is known to the engine thread only (queued ones become live in the
+  // same loop turn): it cancels them all.
+  std::lock_guard lk(mu_);
+  cancel_all_error_ = error.empty() ? "cancelled" : error;
+  cv_.notify_one();
+}
+
+void Engine::drain() {
+  std::lock_guard lk(mu_);
+  draining_ = true;
+}
+
+bool Engine::wait_idle(double seconds) {
+  std::unique_lock lk(mu_);
+  return idle_cv_.wait_for(lk, std::chrono::duration<double>(seconds),
+                           [&] { return outstanding_ == 0; });
+}
+
+void Engine::set_paused(bool paused) {
+  std::lock_guard lk(mu_);
+  paused_ = paused;
+  cv_.notify_one();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  thread_.join();
+}
+
+void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
+  const CompletionParams& p = t->params;
+  {
+    std::lock_guard tl(t->mu);
+    t->results.resize(size_t(p.n));
+  }
+  t->choices.resize(size_t(p.n));
+  for (int i = 0; i < p.n; ++i) {
+    t->choices[size_t(i)].text = std::make_unique<StopTextStream>(tok_, p.stop);
+    GenerationRequest r;
+    r.prompt = p.prompt;
+    r.max_tokens = p.max_tokens;
+    r.sampling = p.sampling;
+    r.sampling.seed = p.sampling.seed + uint64_t(i);  // choices of one request differ
+    r.exact_routing = p.exact_routing;
+    if (!p.ignore_eos) r.stop_tokens = eog_;
+    // The callbacks hold the task alive until the scheduler drops the request.
+    r.on_token_logprob = [this, t, i](int32_t tok, float lp) { return on_token(*t, i, tok, lp); };
+    r.on_finish = [this, t, i](FinishReason why) { on_finish(*t, i, why); };
+    try {
+      t->choices[size_t(i)].sched_id = sched_.submit(std::move(r));
+    } catch (const Error& e) {
+      // Validated by the handler already; a refusal here is a server-side inconsistency.
+      {
+        std::lock_guard tl(t->mu);
+        if (t->error.empty()) t->error = e.what();
+      }
+      on_finish(*t, i, FinishReason::kError);
+    }
+  }
+}
+
+bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
+  Task::Choice& c = t.choices[size_t(i)];
+  const double now = now_seconds();
+  if (c.tokens == 0) {
+    metrics_.first_token(now - t.t_arrival);
+  } else {
+    metrics_.inter_token(now - c.t_last);
+  }
+  c.t_last = now;
+  ++c.tokens;
+  Event ev;
+  ev.choice = i;
+  ev.text = c.text->push(tok);
+  if (t.params.logprobs) {
+    ev.token_text.push_back(tok_.token_to_piece(tok));
+    ev.token_logprob.push_back(logprob);
+  }
+  {
+    std::lock_guard tl(t.mu);
+    ChoiceResult& r = t.results[size_t(i)];
+    r.text += ev.text;
+    r.token_text.insert(r.token_text.end(), ev.token_text.begin(), ev.token_text.end());
+    r.token_logprob.insert(r.token_logprob.end(), ev.token_logprob.begin(), ev.token_logprob.end());
+    r.completion_tokens = c.tokens;
+    if (!ev.text.empty() || !ev.token_text.empty()) t.events.push_back(std::move(ev));
+  }
+  t.cv.notify_all();
+  return !c.text->stopped();  // a stop string ends the request
+}
+
+void Engine::on_finish(Task& t, int i, FinishReason why) {
+  Task::Choice& c = t.choices[size_t(i)];
+  std::string reason;
+  switch (why) {
+    case FinishReason::kLength:
+      reason = "length";
+      break;
+    case FinishReason::kStop:
+      // Ended by an end-of-generation token (not shown, but generated and counted, as
+      // vLLM's usage does) or by a stop string.
+      if (!c.text->stopped()) ++c.tokens;
+      reason = "stop";
+      break;
+    case FinishReason::kCancelled:
+      reason = "cancelled";
+      break;
+    default:
+      reason = "error";
+      break;
+  }
+  Event ev;
+  ev.choice = i;
+  if (why == FinishReason::kLength || why == FinishReason::kStop) ev.text = c.text->finish();
+  {
+    std::lock_guard tl(t.mu);
+    if (!t.error.empty() && why == FinishReason::kCancelled) reason = "error";
+  }
+  // Metrics first: a client that reads them right after its answer sees its request counted.
+  metrics_.request_finished(reason, int(t.params.prompt.size()), c.tokens,
+                            now_seconds() - t.t_arrival);
+  {
+    std::lock_guard tl(t.mu);
+    ChoiceResult& r = t.results[size_t(i)];
+    r.text += ev.text;
+    r.completion_tokens = c.tokens;
+    r.finish_reason = reason;
+    ev.finish_reason = reason;
+    t.events.push_back(std::move(ev));
+    ++t.n_finished;
+  }
+  t.cv.notify_all();
+  std::lock_guard lk(mu_);
+  if (--outstanding_ == 0) idle_cv_.notify_all();
+}
+
+void Engine::fail_all(const std::string& error) {
+  for (auto& t : live_) {
+    {
+      std::lock_guard tl(t->mu);
+      if (t->error.empty()) t->error = error;
+    }
+    for (auto& c : t->choices) sched_.cancel(c.sched_id);
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::deque<std::shared_ptr<Task>> incoming;
+    std::vector<std::shared_ptr<Task>> cancels;
+    bool stopping = false, paused = false;
+    std::string cancel_all_error;
+    {
+      std::unique_lock lk(mu_);
+      const bool busy = sched_.n_active() + sched_.n_waiting() > 0;
+      cv_.wait(lk, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !cancel_all_error_.empty() ||
+               (busy && !paused_);
+      });
+      incoming.swap(inbox_);
+      cancels.swap(cancels_);
+      cancel_all_error.swap(cancel_all_error_);
+      stopping = stopping_;
+      paused = paused_;
+    }
+    for (auto& t : incoming) {
+      submit_to_scheduler(t);
+      live_.push_back(t);
+    }
+    for (auto& t : cancels) {
+      for (auto& c : t->choices) sched_.cancel(c.sched_id);
+    }
+    if (!cancel_all_error.empty()) fail_all(cancel_all_error);
+    if (stopping) {
+      fail_all("server is shutting down");
+      sched_.run_until_idle();  // only cancelled requests remain: frees them, runs no step
+      metrics_.set_queue(0, 0);
+      return;
+    }
+    if (!paused) {
+      const double t0 = now_seconds();
+      try {
+        if (sched_.step()) {
+          metrics_.step(ctx_.last_step(), now_seconds() - t0, ctx_.routing_stats());
+        }
+      } catch (const std::exception& e) {
+        // A failed step leaves the batch's sequences in an unknown state: end them all with
+        // an error rather than serve corrupt text. The server itself keeps running.
+        if (opts_.log) opts_.log(std::string("engine step failed: ") + e.what());
+        fail_all(std::string("internal error: ") + e.what());
+      }
+    }
+    metrics_.set_queue(int64_t(sched_.n_waiting()), int64_t(sched_.n_active()));
+    std::erase_if(live_, [](const std::shared_ptr<Task>& t) {
+      std::lock_guard tl(t->mu);
+      return t->done();
+    });
+  }
+}
+
+}  // namespace lynx::server

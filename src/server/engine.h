@@ -1,0 +1,111 @@
+// The engine loop: one thread owns the Context and the Scheduler (neither is thread-safe) and
+// runs steps while there is work. HTTP handlers talk to it only through Engine's thread-safe
+// methods (submit, cancel) and through each Task's mutex-guarded event queue.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lynx/context.h"
+#include "lynx/scheduler.h"
+#include "lynx/server.h"
+#include "lynx/tokenizer.h"
+#include "server/api.h"
+#include "server/metrics.h"
+
+namespace lynx::server {
+
+// Something the engine produced for one choice: a text delta (possibly empty), the tokens it
+// came from when logprobs were asked, and the finish reason on the choice's last event.
+struct Event {
+  int choice = 0;
+  std::string text;
+  std::vector<std::string> token_text;
+  std::vector<float> token_logprob;
+  std::string finish_reason;
+};
+
+// A request in flight, shared by its HTTP handler and the engine.
+struct Task {
+  CompletionParams params;
+  double t_arrival = 0;  // steady-clock seconds
+
+  // Guarded by mu: what the engine produced and the handler has not consumed yet.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;
+  std::vector<ChoiceResult> results;  // accumulated per choice
+  int n_finished = 0;
+  std::string error;  // set when the server (not the client) ended the request
+  bool done() const { return n_finished == params.n; }
+
+  // Engine thread only.
+  struct Choice {
+    int64_t sched_id = -1;
+    std::unique_ptr<StopTextStream> text;
+    double t_last = 0;
+    int tokens = 0;
+  };
+  std::vector<Choice> choices;
+};
+
+enum class Admission { kAccepted, kFull, kDraining };
+
+class Engine {
+ public:
+  Engine(const Model& model, const Tokenizer& tok, const ServerOptions& opts, Metrics& metrics);
+  ~Engine();
+
+  void start();
+  // Admission control: refuses when max_batch + max_queue choices are already in the system
+  // (running or waiting), so the backlog is bounded and the client is told to retry.
+  Admission submit(std::shared_ptr<Task> task);
+  // Ends a task at the next step boundary (any thread). `error` non-empty marks it as ended by
+  // the server, so the client is told why.
+  void cancel(const std::shared_ptr<Task>& task, const std::string& error = "");
+  void cancel_all(const std::string& error);
+  // Refuse new work from now on (shutdown).
+  void drain();
+  // Waits until no task is in the system or `seconds` passed; true when idle.
+  bool wait_idle(double seconds);
+  void set_paused(bool paused);
+  // Ends the loop thread (cancelling whatever is left).
+  void stop();
+  const std::string& routing() const { return routing_; }
+
+ private:
+  void loop();
+  void submit_to_scheduler(const std::shared_ptr<Task>& t);
+  bool on_token(Task& t, int i, int32_t tok, float logprob);
+  void on_finish(Task& t, int i, FinishReason why);
+  void fail_all(const std::string& error);
+
+  const Tokenizer& tok_;
+  const ServerOptions& opts_;
+  Metrics& metrics_;
+  Context ctx_;
+  Scheduler sched_;
+  std::string routing_;
+  std::vector<int32_t> eog_;  // end-of-generation ids
+
+  std::mutex mu_;
+  std::condition_variable cv_;       // wakes the loop
+  std::condition_variable idle_cv_;  // outstanding_ reached 0
+  std::deque<std::shared_ptr<Task>> inbox_;
+  std::vector<std::shared_ptr<Task>> cancels_;
+  int64_t outstanding_ = 0;       // choices admitted and not finished
+  std::string cancel_all_error_;  // non-empty: the loop cancels every live task
+  bool paused_ = false, draining_ = false, stopping_ = false;
+
+  std::vector<std::shared_ptr<Task>> live_;  // engine thread: tasks given to the scheduler
+  std::thread thread_;
+};
+
+double now_seconds();
+
+}  // namespace lynx::server

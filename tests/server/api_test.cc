@@ -1,0 +1,161 @@
+// Request parsing and stop-string streaming, without HTTP.
+#include <gtest/gtest.h>
+
+#include "lynx/model.h"
+#include "server/api.h"
+#include "util.h"
+
+namespace lynx::server {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<Model> model = Model::load(test::tiny_model());
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(model->file());
+  ApiModel api() const {
+    ApiModel m;
+    m.tok = tok.get();
+    m.chat = chat_format_from_name("chatml");
+    m.name = "tiny";
+    m.n_ctx = 64;
+    m.max_n = 4;
+    return m;
+  }
+};
+
+const Fixture& fx() {
+  static const Fixture f;
+  return f;
+}
+
+// Streams `text` byte by byte through the stop matcher (each byte is one token of the
+// byte-level vocabulary) and returns what was shown, piece by piece.
+std::vector<std::string> stream_text(const std::string& text, std::vector<std::string> stops,
+                                     bool* stopped = nullptr) {
+  StopTextStream s(*fx().tok, std::move(stops));
+  std::vector<std::string> out;
+  for (int32_t id : fx().tok->encode(text, false, false)) {
+    out.push_back(s.push(id));
+    if (s.stopped()) break;
+  }
+  if (!s.stopped()) out.push_back(s.finish());
+  if (stopped) *stopped = s.stopped();
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x;
+  return s;
+}
+
+TEST(StopTextStream, CutsBeforeTheStopStringAndHoldsBackPrefixes) {
+  bool stopped = false;
+  auto pieces = stream_text("hello wor-ld END tail", {"END"}, &stopped);
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(join(pieces), "hello wor-ld ");
+  // While "E" and "EN" could start the stop string they were not shown.
+  pieces = stream_text("aEbENc", {"END"}, &stopped);
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(join(pieces), "aEbENc");
+  ASSERT_EQ(pieces.size(), 7u);
+  EXPECT_EQ(pieces[1], "");     // "E" held
+  EXPECT_EQ(pieces[2], "Eb");   // released with the next byte
+  EXPECT_EQ(pieces[3], "");     // "E" held
+  EXPECT_EQ(pieces[4], "");     // "EN" held
+  EXPECT_EQ(pieces[5], "ENc");  // not the stop string after all
+  EXPECT_EQ(pieces[6], "");     // finish(): nothing left
+}
+
+TEST(StopTextStream, EarliestOfSeveralStopsAndNoStops) {
+  bool stopped = false;
+  EXPECT_EQ(join(stream_text("one two three", {"three", "two"}, &stopped)), "one ");
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(join(stream_text("one two three", {}, &stopped)), "one two three");
+  EXPECT_FALSE(stopped);
+  // A stop string at the very start leaves nothing.
+  EXPECT_EQ(join(stream_text("##x", {"##"}, &stopped)), "");
+  EXPECT_TRUE(stopped);
+  // Multi-byte characters are never split by holding back.
+  EXPECT_EQ(join(stream_text("caf\xc3\xa9 ok", {"\xc3\xa9!"}, &stopped)), "caf\xc3\xa9 ok");
+}
+
+TEST(ParseCompletion, Defaults) {
+  const ApiModel m = fx().api();
+  CompletionParams p = parse_completion(R"({"prompt":"abc"})", false, m);
+  EXPECT_EQ(p.prompt.size(), 3u);
+  EXPECT_EQ(p.max_tokens, 16);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 1.f);
+  EXPECT_EQ(p.n, 1);
+  EXPECT_FALSE(p.stream);
+  EXPECT_FALSE(p.exact_routing);
+  // Chat: as many tokens as fit by default.
+  p = parse_completion(R"({"messages":[{"role":"user","content":"hi"}]})", true, m);
+  EXPECT_EQ(int(p.prompt.size()) + p.max_tokens, 64);
+  // Token-id prompts and the extensions.
+  p = parse_completion(
+      R"({"prompt":[1,2,3],"routing":"exact","ignore_eos":true,"stop":"x","seed":5,"n":2})", false,
+      m);
+  EXPECT_EQ(p.prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(p.exact_routing);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(p.sampling.seed, 5u);
+  EXPECT_EQ(p.n, 2);
+}
+
+TEST(ParseCompletion, RejectsBadInputNamingTheField) {
+  const ApiModel m = fx().api();
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* code;
+  };
+  const Case cases[] = {
+      {R"({"prompt":"a",)", "", "invalid_json"},
+      {R"([1,2])", "", "invalid_json"},
+      {R"({"prompt":"a","max_tokens":"5"})", "max_tokens", "invalid_type"},
+      {R"({"prompt":"a","max_tokens":0})", "max_tokens", "invalid_value"},
+      {R"({"prompt":"a","max_tokens":65})", "max_tokens", "invalid_value"},
+      {R"({"prompt":"a","max_tokens":1.5})", "max_tokens", "invalid_type"},
+      {R"({"prompt":"a","temperature":"hot"})", "temperature", "invalid_type"},
+      {R"({"prompt":"a","temperature":3})", "temperature", "invalid_value"},
+      {R"({"prompt":"a","top_p":0})", "top_p", "invalid_value"},
+      {R"({"prompt":"a","stream":"yes"})", "stream", "invalid_type"},
+      {R"({"prompt":"a","stop":[1]})", "stop", "invalid_type"},
+      {R"({"prompt":"a","stop":[""]})", "stop", "invalid_value"},
+      {R"({"prompt":"a","n":9})", "n", "invalid_value"},
+      {R"({"prompt":"a","seed":"1"})", "seed", "invalid_type"},
+      {R"({"prompt":"a","model":"gpt-4"})", "model", "model_not_found"},
+      {R"({"prompt":"a","routing":"lynx"})", "routing", "invalid_value"},
+      {R"({"prompt":"a","echo":true})", "echo", "invalid_value"},
+      {R"({"prompt":"a","stream_options":{"include_usage":true}})", "stream_options",
+       "invalid_value"},
+      {R"({"prompt":[1,99999]})", "prompt", "invalid_value"},
+      {R"({"prompt":["a","b"]})", "prompt", "invalid_value"},
+      {R"({"prompt":{}})", "prompt", "invalid_type"},
+      {R"({"max_tokens":3})", "prompt", "missing_required_parameter"},
+      {R"({"prompt":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"})", "prompt",
+       "context_length_exceeded"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_completion(c.body, false, m);
+      ADD_FAILURE() << "accepted " << c.body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << c.body;
+      EXPECT_EQ(e.param, c.param) << c.body;
+      EXPECT_EQ(e.code, c.code) << c.body << ": " << e.what();
+      const json b = e.body();
+      EXPECT_TRUE(b["error"]["message"].is_string());
+      EXPECT_EQ(b["error"]["type"], "invalid_request_error");
+    }
+  }
+  for (const char* body :
+       {R"({"messages":"hi"})", R"({"messages":[]})", R"({"messages":[{"content":"x"}]})",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})"}) {
+    EXPECT_THROW(parse_completion(body, true, m), ApiError) << body;
+  }
+}
+
+}  // namespace
+}  // namespace lynx::server
