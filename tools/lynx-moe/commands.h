@@ -12,6 +12,8 @@ void register_logits(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_route_sim(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_loadgen(CLI::App& app);
 void register_eval(CLI::App& app);
 
 }  // namespace lynx::cli

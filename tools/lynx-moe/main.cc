@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   lynx::cli::register_synth(app);
   lynx::cli::register_bench(app);
   lynx::cli::register_route_sim(app);
+  lynx::cli::register_serve(app);
+  lynx::cli::register_loadgen(app);
   lynx::cli::register_eval(app);
   try {
     app.parse(argc, argv);
