@@ -4,6 +4,7 @@
 // sequences join and leave between steps (continuous batching).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -91,6 +92,16 @@ class Context {
 
   // Router logits of the steps since the last call (when record_trace is on).
   std::vector<TraceRecord> take_trace();
+
+  // Replaces the router logits of every MoE layer after the router ran: fn(layer, batch,
+  // logits [T x N]). Benchmarks replay recorded traces through it, so a random-weight model
+  // at a real shape routes the way a trained router does. An empty function removes it.
+  using RouterOverride =
+      std::function<void(int layer, std::span<const BatchToken> batch, float* logits)>;
+  void set_router_override(RouterOverride fn);
+
+  // Tokens routed to each expert since the last reset_stats(): [n_layer x n_expert].
+  const std::vector<int64_t>& expert_tokens() const;
 
   struct Impl;  // defined in src/model/forward.h (the forward pass works on it directly)
 

@@ -106,6 +106,13 @@ const std::vector<RoutingStats>& Context::routing_stats() const {
 }
 void Context::reset_stats() {
   for (auto& r : impl_->rstats) r = RoutingStats{};
+  std::fill(impl_->expert_tokens.begin(), impl_->expert_tokens.end(), 0);
+}
+void Context::set_router_override(RouterOverride fn) {
+  impl_->router_override = std::move(fn);
+}
+const std::vector<int64_t>& Context::expert_tokens() const {
+  return impl_->expert_tokens;
 }
 std::vector<TraceRecord> Context::take_trace() {
   std::vector<TraceRecord> out;
@@ -124,6 +131,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
   policy = make_routing_policy(o.routing);
   routing_spec = o.routing;
   rstats.resize(size_t(m.config().n_layer));
+  expert_tokens.assign(size_t(m.config().n_layer) * size_t(std::max(0, m.config().n_expert)), 0);
   thread_scores.resize(size_t(pool.size()));
 }
 

@@ -166,6 +166,8 @@ void run_experts(Context::Impl& ctx, int il, int T) {
     if (B.count[size_t(e)] > 0) B.active.push_back(e);
   }
   const int rows = B.offset[size_t(N)];
+  int64_t* tokens_of = &ctx.expert_tokens[size_t(il) * N];
+  for (int e = 0; e < N; ++e) tokens_of[e] += B.count[size_t(e)];
   std::vector<int32_t>& fill = B.fill;
   fill.assign(B.offset.begin(), B.offset.begin() + N);
   for (int i = 0; i < T * K; ++i) {
@@ -251,6 +253,7 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   // Router -> policy -> experts. The router stays F32 as llama.cpp keeps it.
   const int N = c.n_expert;
   project(ctx.pool, L.router, B.xn.data(), T, B.router.data(), ctx.step.weight_bytes);
+  if (ctx.router_override) ctx.router_override(il, batch, B.router.data());
   RoutingInput in;
   in.logits = B.router.data();
   in.flags = flags.data();

@@ -63,6 +63,8 @@ struct Context::Impl {
   StepStats step;
   std::vector<RoutingStats> rstats;
   std::vector<TraceRecord> trace;
+  Context::RouterOverride router_override;
+  std::vector<int64_t> expert_tokens;  // [n_layer x N]
 };
 
 // Runs the whole model over a validated batch whose cache space is reserved.

@@ -17,22 +17,26 @@
 #include "kernels/thread_pool.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
+#include "svg.h"
+#include "trace_replay.h"
 
 namespace lynx::cli {
 namespace {
 
 struct Args {
   std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
+  std::string trace, plot;
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
 };
 
 struct Sample {
-  double step_s = 0;       // mean decode step time
-  double prefill_tps = 0;  // prompt tokens per second
-  double distinct = 0;     // mean distinct experts per MoE layer per decode step
-  double bytes = 0;        // weight bytes read per decode step
+  double step_s = 0;                   // mean decode step time
+  double prefill_tps = 0;              // prompt tokens per second
+  double distinct = 0;                 // mean distinct experts per MoE layer per decode step
+  double bytes = 0;                    // weight bytes read per decode step
+  std::vector<int64_t> expert_tokens;  // [layer x expert] over the decode steps
 };
 
 struct Row {
@@ -55,12 +59,13 @@ double stddev(const std::vector<double>& v) {
 }
 
 Sample run_once(const Model& model, const Args& a, const std::string& policy, int B, int T,
-                uint64_t seed) {
+                uint64_t seed, const TraceReplay* replay) {
   ContextOptions co;
   co.n_threads = T;
   co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
   co.routing = policy;
   Context ctx(model, co);
+  if (replay) ctx.set_router_override(replay->override_fn());
   std::mt19937_64 rng(seed);
   const int V = model.config().n_vocab;
   std::vector<int32_t> seqs(static_cast<size_t>(B)), last(static_cast<size_t>(B));
@@ -80,6 +85,7 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
     last[size_t(b)] = argmax(ctx.logits(0));
   }
   s.prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
+  ctx.reset_stats();  // expert counts of the decode steps only
   // Decode: B tokens per step, greedy, all sequences advancing together.
   std::vector<BatchToken> batch(static_cast<size_t>(B));
   double total = 0, distinct = 0, bytes = 0;
@@ -97,6 +103,7 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
   s.step_s = total / a.gen;
   s.distinct = distinct / a.gen;
   s.bytes = bytes / a.gen;
+  s.expert_tokens = ctx.expert_tokens();
   return s;
 }
 
@@ -109,6 +116,54 @@ std::string cpu_name() {
     }
   }
   return "unknown";
+}
+
+void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& rows,
+                const nlohmann::json& out, const std::vector<std::string>& policies,
+                const std::vector<int>& batches, const std::vector<int>& threads) {
+  const int T = threads.back();
+  std::vector<Series> tpot, dist;
+  for (const auto& p : policies) {
+    Series st{p, {}, {}}, sd{p, {}, {}};
+    for (const auto& j : out) {
+      if (j["policy"] == p && j["threads"] == T) {
+        st.x.push_back(j["batch"].get<int>());
+        st.y.push_back(j["tpot_ms"].get<double>());
+        sd.x.push_back(j["batch"].get<int>());
+        sd.y.push_back(j["distinct_experts"].get<double>());
+      }
+    }
+    tpot.push_back(st);
+    dist.push_back(sd);
+  }
+  const std::string tag =
+      c.name + (a.trace.empty() ? "" : ", replayed trace") + ", " + std::to_string(T) + " threads";
+  std::string body = svg_line_chart("TPOT vs batch (" + tag + ")", "batch size",
+                                    "time per output token step (ms)", tpot, 0, 0, 700, 380);
+  body += svg_line_chart("Distinct experts per layer per step", "batch size", "distinct experts",
+                         dist, 700, 0, 700, 380);
+  // Heatmaps of expert activation at the largest batch for (up to) the first two policies.
+  const int bmax = *std::max_element(batches.begin(), batches.end());
+  double y = 390;
+  for (size_t pi = 0; pi < policies.size() && pi < 2 && c.is_moe(); ++pi) {
+    for (const auto& row : rows) {
+      if (row.policy != policies[pi] || row.batch != bmax || row.threads != T) continue;
+      const auto& et = row.reps.back().expert_tokens;
+      std::vector<std::vector<double>> v(size_t(c.n_layer),
+                                         std::vector<double>(size_t(c.n_expert)));
+      for (int l = 0; l < c.n_layer; ++l) {
+        for (int e = 0; e < c.n_expert; ++e)
+          v[size_t(l)][size_t(e)] = double(et[size_t(l * c.n_expert + e)]);
+      }
+      body += svg_heatmap("Tokens per expert, " + policies[pi] + ", batch " + std::to_string(bmax),
+                          "layer", "expert", v, 0, y, 1400, 40.0 + 22.0 * c.n_layer + 40);
+      y += 40.0 + 22.0 * c.n_layer + 50;
+    }
+  }
+  std::ofstream f(a.plot);
+  f << svg_document(1400, y, body);
+  if (!f) throw Error("cannot write " + a.plot);
+  std::fprintf(stderr, "wrote %s\n", a.plot.c_str());
 }
 
 }  // namespace
@@ -126,6 +181,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--reps", a->reps, "Repetitions");
   cmd->add_option("--seed", a->seed, "Seed of the random prompts");
   cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
+  cmd->add_option("--routing-trace", a->trace,
+                  "Replay router logits recorded from a trained model (generate --record-trace)");
+  cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   cmd->callback([a] {
     if (a->output != "md" && a->output != "csv" && a->output != "json") {
@@ -144,6 +202,8 @@ void register_bench(CLI::App& app) {
     }
     auto model = load_model(a->model);
     const ModelConfig& c = model->config();
+    std::unique_ptr<TraceReplay> replay;
+    if (!a->trace.empty()) replay = std::make_unique<TraceReplay>(a->trace, c);
     std::map<int, double> bw;  // per thread count
     for (int t : threads) {
       kernels::ThreadPool pool(t);
@@ -159,7 +219,8 @@ void register_bench(CLI::App& app) {
     for (int r = 0; r < a->reps; ++r) {
       for (auto& row : rows) {
         row.reps.push_back(run_once(*model, *a, row.policy, row.batch, row.threads,
-                                    a->seed + uint64_t(r) * 1000 + uint64_t(row.batch)));
+                                    a->seed + uint64_t(r) * 1000 + uint64_t(row.batch),
+                                    replay.get()));
       }
       std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a->reps);
     }
@@ -207,6 +268,7 @@ void register_bench(CLI::App& app) {
                      {"roofline_ratio", mean(tpot) / roof_ms},
                      {"speedup_vs_first", base_tpot / mean(tpot)}});
     }
+    if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
     if (a->output == "json") {
       nlohmann::json doc = {{"commit", commit}, {"cpu", cpu_name()}, {"rows", out}};

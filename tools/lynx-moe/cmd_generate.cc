@@ -8,12 +8,13 @@
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
+#include "routing/trace.h"
 
 namespace lynx::cli {
 namespace {
 
 struct Args {
-  std::string model, prompt, prompts_file, routing = "topk";
+  std::string model, prompt, prompts_file, routing = "topk", record_trace;
   int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
   uint64_t seed = 1;
   float temp = 0.f, top_p = 1.f;
@@ -32,11 +33,13 @@ struct PolicyRun {
 };
 
 PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
-                     const std::vector<std::string>& prompts, const std::string& spec) {
+                     const std::vector<std::string>& prompts, const std::string& spec,
+                     routing::TraceWriter* trace) {
   ContextOptions co;
   co.n_threads = a.threads;
   co.n_ctx = a.ctx;
   co.routing = spec;
+  co.record_trace = trace != nullptr;
   Context ctx(model, co);
   SchedulerOptions so;
   so.max_batch = a.parallel;
@@ -71,7 +74,14 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
     r.on_finish = [d, text](FinishReason) { *text += d->flush(); };
     sched.submit(std::move(r));
   }
+  int step = 0;
   while (sched.step()) {
+    if (trace) {
+      for (const auto& r : ctx.take_trace()) {
+        trace->write(step, r.layer, r.n_tokens, r.flags.data(), r.logits.data());
+      }
+    }
+    ++step;
     const StepStats& st = ctx.last_step();
     if (st.n_decode == st.n_tokens) run.decode_tokens += st.n_tokens;
     if (st.n_decode == st.n_tokens && model.config().is_moe()) {
@@ -108,6 +118,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)");
   cmd->add_option("--routing", a->routing,
                   "Routing policy spec; several separated by ';' run one after the other");
+  cmd->add_option("--record-trace", a->record_trace,
+                  "Write the router logits of every MoE layer and step (first policy) to FILE");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add BOS");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
@@ -134,8 +146,25 @@ void register_generate(CLI::App& app) {
                 c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used, a->parallel,
                 a->n_predict);
     std::vector<PolicyRun> runs;
+    std::unique_ptr<routing::TraceWriter> trace;
+    if (!a->record_trace.empty()) {
+      if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
+      routing::TraceHeader h;
+      h.n_layers = c.n_layer;
+      h.n_expert = c.n_expert;
+      h.n_expert_used = c.n_expert_used;
+      h.func = c.gating.func;
+      h.norm_topk = c.gating.norm_topk;
+      h.weights_scale = c.gating.weights_scale;
+      trace = std::make_unique<routing::TraceWriter>(a->record_trace, h);
+    }
     for (const std::string& spec : split_specs(a->routing)) {
-      runs.push_back(run_policy(*a, *model, *tok, prompts, spec));
+      runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get()));
+      if (trace) {
+        trace->close();
+        trace.reset();
+        std::fprintf(stderr, "wrote routing trace %s\n", a->record_trace.c_str());
+      }
       const PolicyRun& r = runs.back();
       if (!a->quiet) {
         std::printf("\n=== routing %s ===\n", spec.c_str());
