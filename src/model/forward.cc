@@ -264,7 +264,7 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   ctx.policy->route(in, out);
   RoutingStats& rs = ctx.rstats[size_t(il)];
   const int64_t exact_before = rs.distinct_exact;
-  accumulate_routing_stats(in, out, rs);
+  ctx.stats_acc.add(in, out, rs);
   ctx.step.layers[size_t(il)].distinct_exact = int(rs.distinct_exact - exact_before);
   if (ctx.record_trace) {
     TraceRecord rec;

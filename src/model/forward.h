@@ -62,6 +62,7 @@ struct Context::Impl {
   int n_out = 0;
   StepStats step;
   std::vector<RoutingStats> rstats;
+  RoutingStatsAccumulator stats_acc;  // reusable scratch: no allocation per step
   std::vector<TraceRecord> trace;
   Context::RouterOverride router_override;
   std::vector<int64_t> expert_tokens;  // [n_layer x N]

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "lynx/chat.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
@@ -18,7 +19,8 @@ struct Args {
   int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
   uint64_t seed = 1;
   float temp = 0.f, top_p = 1.f;
-  bool no_bos = false, quiet = false, ignore_eos = false;
+  bool no_bos = false, quiet = false, ignore_eos = false, chat = false;
+  std::string chat_format, system;
 };
 
 struct PolicyRun {
@@ -51,7 +53,17 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   for (size_t i = 0; i < prompts.size(); ++i) {
     dec.push_back(std::make_unique<StreamDecoder>(tok));
     GenerationRequest r;
-    r.prompt = tok.encode(prompts[i], !a.no_bos, false);
+    if (a.chat) {
+      // The rendered conversation contains the template's special tokens as text.
+      const ChatFormat fmt = chat_format_for_model(model.file(), tok, a.chat_format);
+      std::vector<ChatMessage> msgs;
+      if (!a.system.empty()) msgs.push_back({"system", a.system});
+      msgs.push_back({"user", prompts[i]});
+      const std::string text = render_chat(fmt, msgs, true);
+      r.prompt = tok.encode(text, !a.no_bos && !fmt.renders_bos(), true);
+    } else {
+      r.prompt = tok.encode(prompts[i], !a.no_bos, false);
+    }
     if (r.prompt.empty()) throw Error("prompt " + std::to_string(i) + " tokenizes to nothing");
     run.prompt_tokens += int64_t(r.prompt.size());
     r.max_tokens = a.n_predict;
@@ -120,6 +132,10 @@ void register_generate(CLI::App& app) {
                   "Routing policy spec; several separated by ';' run one after the other");
   cmd->add_option("--record-trace", a->record_trace,
                   "Write the router logits of every MoE layer and step (first policy) to FILE");
+  cmd->add_flag("--chat", a->chat, "Wrap each prompt as a user turn in the model's chat format");
+  cmd->add_option("--chat-format", a->chat_format,
+                  "Chat format name when the model's template is not recognized");
+  cmd->add_option("--system", a->system, "System prompt (with --chat)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add BOS");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
