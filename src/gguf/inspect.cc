@@ -141,9 +141,12 @@ std::string format_summary(const File& f, const ModelSummary& s, const InspectOp
   line(out, "context length", opt_str(s.n_ctx));
   line(out, "vocab size", opt_str(s.n_vocab));
   if (s.n_expert || s.n_expert_used || !s.shexp_up_tensor.empty()) {
+    // Without the key, a file with no shared-expert tensors has none.
+    const std::string shared = s.n_expert_shared           ? std::to_string(*s.n_expert_shared)
+                               : s.shexp_up_tensor.empty() ? std::string("0")
+                                                           : std::string("?");
     line(out, "experts",
-         opt_str(s.n_expert) + ", " + opt_str(s.n_expert_used) + " per token, shared " +
-             opt_str(s.n_expert_shared));
+         opt_str(s.n_expert) + ", " + opt_str(s.n_expert_used) + " per token, shared " + shared);
     line(out, "shared expert",
          std::string("ffn_up_shexp ") + (s.shexp_up_tensor.empty() ? "no" : "yes") +
              ", ffn_gate_inp_shexp " + (s.shexp_gate_inp_tensor.empty() ? "no" : "yes"));
