@@ -43,6 +43,7 @@ struct StepStats {
   int n_decode = 0;
   size_t weight_bytes = 0;  // all weight bytes read in the step (experts, attention, output...)
   size_t expert_bytes = 0;
+  double routing_seconds = 0;  // time spent in the routing policy (all layers)
   std::vector<LayerStepStats> layers;
   double mean_distinct() const;
   double mean_distinct_exact() const;

@@ -4,6 +4,7 @@
 // Shapes: T tokens in the step, E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim,
 // N experts, k used per token, F = expert FFN width.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -261,7 +262,10 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   in.layer = il;
   in.gating = &c.gating;
   RoutingOutput out{B.ids.data(), B.weights.data()};
+  const auto t0 = std::chrono::steady_clock::now();
   ctx.policy->route(in, out);
+  ctx.step.routing_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RoutingStats& rs = ctx.rstats[size_t(il)];
   const int64_t exact_before = rs.distinct_exact;
   ctx.stats_acc.add(in, out, rs);

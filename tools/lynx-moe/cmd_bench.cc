@@ -25,7 +25,7 @@ namespace {
 
 struct Args {
   std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
-  std::string trace, plot;
+  std::string trace, plot, save_json;
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
@@ -37,6 +37,7 @@ struct Sample {
   double distinct = 0;                 // mean distinct experts per MoE layer per decode step
   double bytes = 0;                    // weight bytes read per decode step
   std::vector<int64_t> expert_tokens;  // [layer x expert] over the decode steps
+  double route_s = 0;                  // routing policy time per decode step
 };
 
 struct Row {
@@ -99,10 +100,12 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
     for (int b = 0; b < B; ++b) last[size_t(b)] = argmax(ctx.logits(b));
     distinct += ctx.last_step().mean_distinct();
     bytes += double(ctx.last_step().weight_bytes);
+    s.route_s += ctx.last_step().routing_seconds;
   }
   s.step_s = total / a.gen;
   s.distinct = distinct / a.gen;
   s.bytes = bytes / a.gen;
+  s.route_s /= a.gen;
   s.expert_tokens = ctx.expert_tokens();
   return s;
 }
@@ -184,6 +187,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
+  cmd->add_option("--save-json", a->save_json, "Also write the JSON results to this file");
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   cmd->callback([a] {
     if (a->output != "md" && a->output != "csv" && a->output != "json") {
@@ -233,13 +237,14 @@ void register_bench(CLI::App& app) {
       wtype = gguf::tensor_type_name(model->layer(0).ffn_up.type);
     nlohmann::json out = nlohmann::json::array();
     for (const auto& row : rows) {
-      std::vector<double> tps, tpot, dist, bytes, pre;
+      std::vector<double> tps, tpot, dist, bytes, pre, route;
       for (const auto& s : row.reps) {
         tps.push_back(row.batch / s.step_s);
         tpot.push_back(s.step_s * 1e3);
         dist.push_back(s.distinct);
         bytes.push_back(s.bytes);
         pre.push_back(s.prefill_tps);
+        route.push_back(s.route_s * 1e3);
       }
       double base_tpot = 0;
       for (const auto& o : rows) {
@@ -265,14 +270,20 @@ void register_bench(CLI::App& app) {
                      {"bytes_per_step", mean(bytes)},
                      {"achieved_gbps", gbps},
                      {"roofline_ms", roof_ms},
+                     {"routing_ms", mean(route)},
                      {"roofline_ratio", mean(tpot) / roof_ms},
                      {"speedup_vs_first", base_tpot / mean(tpot)}});
     }
     if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
+    nlohmann::json doc = {{"commit", commit}, {"cpu", cpu_name()}, {"rows", out}};
+    for (auto& [t, g] : bw) doc["read_bandwidth_gbps"][std::to_string(t)] = g;
+    if (!a->save_json.empty()) {
+      std::ofstream f(a->save_json);
+      f << doc.dump(2) << "\n";
+      if (!f) throw Error("cannot write " + a->save_json);
+    }
     if (a->output == "json") {
-      nlohmann::json doc = {{"commit", commit}, {"cpu", cpu_name()}, {"rows", out}};
-      for (auto& [t, g] : bw) doc["read_bandwidth_gbps"][std::to_string(t)] = g;
       std::printf("%s\n", doc.dump(2).c_str());
       return;
     }
@@ -299,19 +310,20 @@ void register_bench(CLI::App& app) {
                 c.n_expert_used, c.n_expert);
     std::printf(
         "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
-        "| MB/step | GB/s | read BW GB/s | TPOT / roofline | prefill tok/s |\n");
-    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | prefill tok/s |\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& j : out) {
       std::printf(
-          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx | %.1f | %.1f | %.1f "
+          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx | %.1f | %.3f | %.1f | %.1f "
           "| %.1f | %.2f | %.0f |\n",
           j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
           j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
           j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
           j["tpot_ms_sd"].get<double>(), j["speedup_vs_first"].get<double>(),
-          j["distinct_experts"].get<double>(), j["bytes_per_step"].get<double>() / 1e6,
-          j["achieved_gbps"].get<double>(), bw[j["threads"].get<int>()],
-          j["roofline_ratio"].get<double>(), j["prefill_tps"].get<double>());
+          j["distinct_experts"].get<double>(), j["routing_ms"].get<double>(),
+          j["bytes_per_step"].get<double>() / 1e6, j["achieved_gbps"].get<double>(),
+          bw[j["threads"].get<int>()], j["roofline_ratio"].get<double>(),
+          j["prefill_tps"].get<double>());
     }
   });
 }
