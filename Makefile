@@ -25,10 +25,11 @@ fuzz: deps
 demo: build
 	bash scripts/demo.sh
 
+# The fuzzer runs first (bounded), so the test runner's summary is the last thing printed.
 test: build
-	ctest --preset release -j $(JOBS)
 	$(MAKE) fuzz
 	bash scripts/run-fuzz.sh 60
+	ctest --preset release -j $(JOBS)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')
