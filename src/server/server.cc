@@ -375,6 +375,13 @@ void Server::start() {
   const size_t n_http = size_t(s.opts.http_threads);
   s.http.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http); };
   s.http.set_payload_max_length(16u << 20);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is in
+  // use and silently take half its connections. SO_REUSEADDR alone still allows a quick
+  // restart (sockets in TIME_WAIT) but makes a live listener's port a bind error.
+  s.http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   s.routes();
   if (s.opts.port == 0) {
     s.port = s.http.bind_to_any_port(s.opts.host);
@@ -387,6 +394,11 @@ void Server::start() {
   enlarge_backlog(s.port, 1024);
   s.engine->start();
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  // httplib's stop() does nothing until the accept loop has started, so a stop() right after
+  // start() would leave the listener running and hang the join: wait for the loop here.
+  for (int i = 0; i < 5000 && !s.http.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   s.log("listening on http://" + s.opts.host + ":" + std::to_string(s.port) + " (model '" +
         s.api.name + "', routing " + s.engine->routing() + ")");
 }

@@ -65,6 +65,37 @@ TEST(Server, ModelsHealthMetrics) {
   expect_metric(srv, "lynx_requests_running", 0);
 }
 
+TEST(Server, StartupErrors) {
+  // The reference fixture has no tokenizer: the server refuses it, naming the reason.
+  ServerOptions o = tiny_options();
+  o.model_path = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/qwen2moe-f32.gguf";
+  try {
+    Server s(o);
+    ADD_FAILURE() << "a model without tokenizer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer"), std::string::npos) << e.what();
+  }
+  o = tiny_options();
+  o.max_batch = 0;
+  EXPECT_THROW(Server{o}, Error);
+  o = tiny_options();
+  o.routing = "no-such-policy";
+  EXPECT_THROW(Server{o}, Error);
+  // A port that is taken.
+  Running first(tiny_options());
+  o = tiny_options();
+  o.port = first.server->port();
+  Server second(o);
+  EXPECT_THROW(second.start(), Error);
+  // Stopping right after starting does not hang (httplib ignores a stop before its accept
+  // loop runs; start() waits for it).
+  for (int i = 0; i < 3; ++i) {
+    Server quick(tiny_options());
+    quick.start();
+    quick.stop();
+  }
+}
+
 TEST(Server, CompletionUsageAndStreamingMatch) {
   Running srv(tiny_options());
   // Greedy, past end-of-generation tokens: exactly max_tokens tokens.
