@@ -48,6 +48,17 @@ echo "ok   curl checks"
 node "$here/test.mjs" "$url/v1" "$key" || fail "openai client checks"
 curl -sf "${auth[@]}" "$url/metrics" | grep -q '^lynx_requests_finished_total{reason="length"}' || fail "metrics"
 
+# loadgen smoke: a second of open-loop load, every request completed.
+"$bin" loadgen --url "$url" --api-key "$key" --rate 20 --duration 1 --prompt-len 8:16 \
+  --gen-len 8 -o json --out-file "$work/load.json" >/dev/null || fail "loadgen"
+python3 - "$work/load.json" <<'PY' || fail "loadgen result: $(cat "$work/load.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["sent"] > 0 and r["completed"] == r["sent"] and not r["errors"], r
+assert 0 < r["tpot_s"]["p50"] <= r["tpot_s"]["p99"] and r["ttft_s"]["p99"] > 0, r
+PY
+echo "ok   loadgen"
+
 kill -TERM "$pid"
 wait "$pid" || fail "server exit status $?"
 pid=""
