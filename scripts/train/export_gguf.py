@@ -203,11 +203,11 @@ def main():
             if res["nmse_engine_vs_reference"] >= 1e-4:
                 print("FAIL: lynx-moe and the NumPy reference disagree")
                 rc = 1
-        print(json.dumps({k: v for k, v in res.items() if k != "tokens"}))
-        print("tokens:", " ".join(map(str, tokens)))
         if args.verify_out:
             with open(args.verify_out, "w") as f:
                 json.dump(res, f, indent=1)
+        print(json.dumps({k: v for k, v in res.items() if k != "tokens"}))
+        print("tokens:", " ".join(map(str, tokens)))
         if res["nmse_torch_vs_reference"] >= 1e-4:
             print("FAIL: PyTorch and the NumPy reference disagree")
             rc = 1
