@@ -53,4 +53,8 @@ run olmoe4-q8_0 "$out/olmoe4-q8_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
 run olmoe4-q4_0 "$out/olmoe4-q4_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
 run mixtral2-f16 "$out/mixtral2-f16.gguf" "$out/trace-8x2.lxrt" "$pol8"
 
+# 4. Policy cost per routing call (one layer), N = 64 and 128, B = 1, 16, 64.
+$bin route-sim --experts 64,128 --k 8 --batch 1,16,64 --steps 200 --repeats 5 \
+  --routing "topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6" | tee "$out/policy-cost.md"
+
 uptime | tee "$out/uptime-end.txt"

@@ -12,7 +12,7 @@ bin=build/release/bin/lynx-moe
 out=build/eval
 mkdir -p "$out"
 common=(--data data/eval --batch 1,4,16,32 --max-tokens 256 --gen-prompts 32 --gen-tokens 32
-        --code-lines 64 -t "${LYNX_EVAL_THREADS:-2}")
+        --code-lines 200 -t "${LYNX_EVAL_THREADS:-2}")
 # Peers at comparable strength: OEA keeps half of k, budget gets about what lynx uses at
 # B=16, SER drops weak secondary choices, static-k removes a quarter (64x8) / half (8x2).
 $bin eval -m models/lynx-moe-64x8.gguf "${common[@]}" \

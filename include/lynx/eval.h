@@ -49,7 +49,8 @@ struct EvalRow {
   Interval d_nll;                // per-document mean NLL change vs exact (nats/token)
   Interval d_acc;                // per-document accuracy change vs exact
   double gen_agreement = -1;     // fraction of greedy tokens identical to exact's (-1: not run)
-  double code_exact_match = -1;  // fraction of held-out code lines completed exactly
+  double code_exact_match = -1;  // fraction of held-out lines whose second half is
+                                 // completed exactly (greedy, up to the newline)
 };
 
 struct EvalDocument {

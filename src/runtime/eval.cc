@@ -239,8 +239,9 @@ std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
   return out;
 }
 
-// Held-out code lines: prompt = up to 600 characters of the document before the line
-// (ending with the line's indentation), target = the rest of the line.
+// Held-out line completion: prompt = up to 600 characters of the document before the line
+// plus the line's first half (cut before a space, so the prompt ends on a word and the
+// target starts a new one, as the BPE pre-tokenizer splits), target = the rest of the line.
 struct LineTask {
   std::string prompt, target;
 };
@@ -253,27 +254,26 @@ std::vector<LineTask> code_line_tasks(const std::vector<EvalDocument>& docs, int
     bool any = false;
     for (const auto& d : docs) {
       if (int(tasks.size()) >= n) break;
-      std::vector<size_t> starts;
-      for (size_t i = 0; i < d.text.size(); ++i) {
-        if (i == 0 || d.text[i - 1] == '\n') starts.push_back(i);
-      }
-      std::vector<size_t> good;
-      for (size_t s : starts) {
+      std::vector<std::pair<size_t, size_t>> good;  // (line start, cut)
+      for (size_t s = 0; s < d.text.size();) {
         size_t e = d.text.find('\n', s);
-        if (e == std::string::npos) continue;
+        if (e == std::string::npos) break;
         size_t ind = s;
         while (ind < e && (d.text[ind] == ' ' || d.text[ind] == '\t')) ++ind;
-        if (e - ind < 12 || s < 200) continue;  // trivial lines and too little context
-        good.push_back(s);
+        // A space in the second half of the content to cut at.
+        const size_t mid = ind + (e - ind) / 2;
+        const size_t cut = d.text.find(' ', mid);
+        if (e - ind >= 16 && s >= 200 && cut != std::string::npos && cut + 4 < e) {
+          good.emplace_back(s, cut);
+        }
+        s = e + 1;
       }
       if (size_t(round) >= good.size()) continue;
       any = true;
-      const size_t s = good[(good.size() / 2 + size_t(round) * 7) % good.size()];
+      const auto [s, cut] = good[(good.size() / 2 + size_t(round) * 7) % good.size()];
       const size_t e = d.text.find('\n', s);
-      size_t ind = s;
-      while (ind < e && (d.text[ind] == ' ' || d.text[ind] == '\t')) ++ind;
-      const size_t from = ind > 600 ? ind - 600 : 0;
-      tasks.push_back({d.text.substr(from, ind - from), d.text.substr(ind, e - ind)});
+      const size_t from = cut > 600 ? cut - 600 : 0;
+      tasks.push_back({d.text.substr(from, cut - from), d.text.substr(cut, e - cut)});
     }
     if (!any) break;
   }
