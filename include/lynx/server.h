@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "lynx/context.h"
 #include "lynx/error.h"
 
 namespace lynx {
@@ -40,6 +41,9 @@ struct ServerOptions {
                                    // falling back to chatml when the model has none
   double shutdown_timeout_s = 10;  // stop(): in-flight requests get this long to finish
   int retry_after_s = 1;           // Retry-After of 429 / 503 answers
+  // Called once on the engine's Context before serving (e.g. `serve --routing-trace` installs
+  // a router override so a random-weight model routes like a trained one); null = none.
+  std::function<void(Context&)> configure_context;
   // One line per event worth an operator's attention (start, errors, shutdown); null = none.
   std::function<void(const std::string&)> log;
 };

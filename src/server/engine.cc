@@ -34,6 +34,7 @@ Engine::Engine(const Model& model, const Tokenizer& tok, const ServerOptions& op
       ctx_(model, context_options(opts)),
       sched_(ctx_, scheduler_options(opts)),
       routing_(ctx_.routing()) {
+  if (opts.configure_context) opts.configure_context(ctx_);
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     if (tok.is_eog(id)) eog_.push_back(id);
   }

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "lynx/server.h"
+#include "trace_replay.h"
 
 namespace lynx::cli {
 
@@ -30,9 +31,19 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--chat-format", o->chat_format,
                   "Chat format name (default: from tokenizer.chat_template, else chatml)");
   cmd->add_option("--max-n", o->max_n, "Largest n (choices per request)");
+  auto trace = std::make_shared<std::string>();
+  cmd->add_option("--routing-trace", *trace,
+                  "Replay router logits recorded from a trained model (see bench)");
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "Seconds in-flight requests get to finish on SIGINT/SIGTERM");
-  cmd->callback([o] {
+  cmd->callback([o, trace] {
+    if (!trace->empty()) {
+      auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
+      o->configure_context = [path = *trace, replay](Context& ctx) {
+        *replay = std::make_unique<TraceReplay>(path, ctx.model().config());
+        ctx.set_router_override((*replay)->override_fn());
+      };
+    }
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask) and
     // taken synchronously with sigwait below: no handler, no global flag, and the shutdown
     // runs on this ordinary thread where it may lock and join.
