@@ -13,7 +13,13 @@ std::unique_ptr<Model> load_model(const std::string& path) {
   const bool tty = isatty(STDERR_FILENO);
   int last = -1;
   opts.progress = [&](size_t done, size_t total) {
-    if (total < (size_t(256) << 20) && !tty) return;
+    // A redirected stderr (logs, CI) gets one line at the end, a terminal a live bar.
+    if (!tty) {
+      if (done >= total && total >= (size_t(256) << 20)) {
+        std::fprintf(stderr, "loaded %s (%.2f GB)\n", path.c_str(), double(total) / 1e9);
+      }
+      return;
+    }
     const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
     if (pct == last) return;
     last = pct;
