@@ -25,3 +25,7 @@ $bin inspect -m "$model" | head -n 20
 echo
 $bin generate -m "$model" -f scripts/demo-prompts.txt --parallel 16 -n 32 \
   --routing "topk;lynx" "$@"
+echo
+echo "The bundled model (22 MB) fits in the CPU caches, so its step time is not bound by memory"
+echo "bandwidth and fewer experts per step do not show up as speed here; the distinct-expert"
+echo "counts do. Speed at real model sizes: docs/benchmarks.md (bash scripts/bench.sh)."
