@@ -7,11 +7,13 @@
 # Usage: scripts/slo-sweep.sh -m MODEL [-b BIN] [-p "topk;lynx:alpha=3,beta=4"]
 #          [-r "2 4 8 16"] [-t TPOT_P99_MS] [-d SECONDS] [-a poisson|bursty]
 #          [--prompt-len DIST] [--gen-len DIST] [--threads N] [--max-batch N] [-o OUT_DIR]
+#          [--routing-trace TRACE]   (replay recorded router logits: real-shape synthetic models)
+#          [--plot FILE.svg]         (P99 TPOT and throughput vs offered rate per policy)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/../build/release/bin/lynx-moe"
 model="" policies="topk;lynx:alpha=3,beta=4" rates="2 4 8 16" target_ms=20 duration=10
-arrivals=poisson plen="32:128" glen="64" threads=0 max_batch=16 out=""
+arrivals=poisson plen="32:128" glen="64" threads=0 max_batch=16 out="" trace="" plot=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -m) model="$2"; shift 2 ;;
@@ -26,6 +28,8 @@ while [[ $# -gt 0 ]]; do
     --threads) threads="$2"; shift 2 ;;
     --max-batch) max_batch="$2"; shift 2 ;;
     -o) out="$2"; shift 2 ;;
+    --routing-trace) trace="$2"; shift 2 ;;
+    --plot) plot="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,9 +46,9 @@ summary=()
 for spec in "${specs[@]}"; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$bin" serve -m "$model" --port "$port" --routing "$spec" -t "$threads" --max-batch "$max_batch" \
-    --max-queue 1024 2>"$out/serve-${spec//[:,=]/_}.log" &
+    --max-queue 1024 ${trace:+--routing-trace "$trace"} 2>"$out/serve-${spec//[:,=]/_}.log" &
   pid=$!
-  for _ in $(seq 1 400); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
   best="none"
   for rate in $rates; do
     f="$out/${spec//[:,=]/_}-r$rate.json"
@@ -72,3 +76,7 @@ done
 echo
 for s in "${summary[@]}"; do echo "- $s"; done
 echo "(raw results in $out)"
+if [[ -n "$plot" ]]; then
+  python3 "$here/slo-plot.py" "$out" "$target_ms" >"$plot"
+  echo "(plot: $plot)"
+fi

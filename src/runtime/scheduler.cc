@@ -117,6 +117,7 @@ struct Active {
 }  // namespace
 
 struct Scheduler::Impl {
+  Impl(Context& c, const SchedulerOptions& o) : ctx(c), opts(o) {}
   Context& ctx;
   SchedulerOptions opts;
   int64_t next_id = 1;
@@ -136,7 +137,7 @@ struct Scheduler::Impl {
 };
 
 Scheduler::Scheduler(Context& ctx, const SchedulerOptions& opts)
-    : impl_(std::make_unique<Impl>(Impl{ctx, opts})) {
+    : impl_(std::make_unique<Impl>(ctx, opts)) {
   if (opts.max_batch < 1 || opts.max_step_tokens < 1) {
     throw Error("scheduler: max_batch and max_step_tokens must be positive");
   }
