@@ -25,10 +25,13 @@ fuzz: deps
 demo: build
 	bash scripts/demo.sh
 
-# The fuzzer runs first (bounded), so the test runner's summary is the last thing printed.
+# The fuzzer and the ASan+UBSan pass of the whole suite (server soak included) run first, so
+# the release test runner's summary is the last thing printed.
 test: build
 	$(MAKE) fuzz
 	bash scripts/run-fuzz.sh 60
+	$(MAKE) asan
+	ctest --preset asan -j $(JOBS) -E e2e
 	ctest --preset release -j $(JOBS)
 
 format:
