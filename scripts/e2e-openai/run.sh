@@ -46,7 +46,10 @@ code=$(curl -s -o "$work/err.json" -w '%{http_code}' "${auth[@]}" "$url/v1/compl
 echo "ok   curl checks"
 
 node "$here/test.mjs" "$url/v1" "$key" || fail "openai client checks"
-curl -sf "${auth[@]}" "$url/metrics" | grep -q '^lynx_requests_finished_total{reason="length"}' || fail "metrics"
+# Fetch first, then grep: `curl | grep -q` under pipefail fails at random when grep exits
+# early and curl gets SIGPIPE.
+metrics=$(curl -sf "${auth[@]}" "$url/metrics") || fail "metrics fetch"
+grep -q '^lynx_requests_finished_total{reason="length"}' <<<"$metrics" || fail "metrics"
 
 # loadgen smoke: a second of open-loop load, every request completed.
 "$bin" loadgen --url "$url" --api-key "$key" --rate 20 --duration 1 --prompt-len 8:16 \
