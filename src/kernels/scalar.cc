@@ -34,31 +34,13 @@ void store_u16(uint8_t* p, uint16_t v) {
   std::memcpy(p, &v, 2);
 }
 
-// Local names (lynx_gguf's tensor_type_name may not be linked into kernel-only binaries).
-const char* type_name(TensorType t) {
-  switch (t) {
-    case TensorType::F32:
-      return "f32";
-    case TensorType::F16:
-      return "f16";
-    case TensorType::BF16:
-      return "bf16";
-    case TensorType::Q8_0:
-      return "q8_0";
-    case TensorType::Q4_0:
-      return "q4_0";
-    default:
-      return "a non-compute type";
-  }
-}
-
 void check_row(TensorType t, int64_t n) {
   if (!is_compute_type(t)) {
-    throw Error(std::string("kernels: unsupported weight type ") + type_name(t));
+    throw Error(std::string("kernels: unsupported weight type ") + gguf::tensor_type_name(t));
   }
   if (n < 0 || n % block_elems(t) != 0) {
     throw Error("kernels: row of " + std::to_string(n) + " elements is not a multiple of the " +
-                type_name(t) + " block size");
+                gguf::tensor_type_name(t) + " block size");
   }
 }
 
@@ -87,7 +69,7 @@ float weight_at(TensorType t, const uint8_t* row, int64_t c) {
       return static_cast<float>(q - 8) * d;
     }
     default:
-      throw Error(std::string("kernels: unsupported weight type ") + type_name(t));
+      throw Error(std::string("kernels: unsupported weight type ") + gguf::tensor_type_name(t));
   }
 }
 

@@ -37,22 +37,9 @@ class Buffer {
   size_t start_ = 0;
 };
 
-// Local name (lynx_gguf's tensor_type_name may not be linked into this binary).
+// Type name for messages: lynx_kernels links lynx_gguf, which has the canonical names.
 inline const char* type_name(TensorType t) {
-  switch (t) {
-    case TensorType::F32:
-      return "f32";
-    case TensorType::F16:
-      return "f16";
-    case TensorType::BF16:
-      return "bf16";
-    case TensorType::Q8_0:
-      return "q8_0";
-    case TensorType::Q4_0:
-      return "q4_0";
-    default:
-      return "other";
-  }
+  return gguf::tensor_type_name(t);
 }
 
 // Runs `body` once per available SIMD target (best to worst), then restores dispatch.
