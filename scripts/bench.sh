@@ -43,12 +43,15 @@ synth mixtral-8x7b 2 f16 "$out/mixtral2-f16.gguf"
 # 3. Benchmarks: every policy interleaved in one run per model.
 pol64="topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6"
 pol8="topk;lynx;oea:k0=1;budget:m=4;ser:kmin=1,t=0.3;static-k:k=1"
+# On the F16 64-expert model (the lynx-vs-topk target) also Lynx with coarser bins: the
+# trained router's accuracy cost of each setting is in docs/evaluation.md.
+pol64f16="$pol64;lynx:alpha=1,beta=2;lynx:alpha=0.5,beta=2"
 run() {  # name model trace policies
   $bin bench -m "$2" --routing-trace "$3" --routing "$4" --batch "$batches" \
     --threads "$threads" --prompt 8 --gen "$gen" -r "$reps" -o md --plot "$out/$1.svg" \
     --save-json "$out/$1.json" | tee "$out/$1.md"
 }
-run olmoe4-f16 "$out/olmoe4-f16.gguf" "$out/trace-64x8.lxrt" "$pol64"
+run olmoe4-f16 "$out/olmoe4-f16.gguf" "$out/trace-64x8.lxrt" "$pol64f16"
 run olmoe4-q8_0 "$out/olmoe4-q8_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
 run olmoe4-q4_0 "$out/olmoe4-q4_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
 run mixtral2-f16 "$out/mixtral2-f16.gguf" "$out/trace-8x2.lxrt" "$pol8"
