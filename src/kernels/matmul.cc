@@ -7,10 +7,11 @@
 // into registers once per step of 32 columns and multiplied into the accumulators of every
 // token of a group of up to kNT tokens (kNR * kNT independent FMA chains also hide the FMA
 // latency). With more tokens than one group, decoding in registers once per group would
-// multiply the (quantized) decode cost, so the rows are decoded chunk by chunk into an L1
-// buffer instead and each token group streams the decoded floats; the accumulators are saved
-// between chunks, so every output sees exactly the same sequence of FMAs in both paths and
-// for any row split: results never depend on threads or on how many tokens came along.
+// multiply the (quantized) decode cost, so quantized rows (and float rows beyond 32 tokens)
+// are decoded chunk by chunk into an L1 buffer instead and each token group streams the decoded
+// floats; the accumulators are saved between chunks, so every output sees exactly the same sequence
+// of FMAs in both paths and for any row split: results never depend on threads or on how many
+// tokens came along.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -66,6 +67,11 @@ constexpr int kNT = 4;
 constexpr int64_t kChunkCols = 512;  // decoded chunk: kNR * 512 floats = 8 KiB, stays in L1
 constexpr int kSuperTokens = 64;     // token groups sharing one decoded chunk
 static_assert(kChunkCols % 32 == 0 && kSuperTokens % kNT == 0);
+// F32/F16/BF16 rows cost one load (and one conversion) per vector to decode, so re-reading a
+// row block from L1 for every token group is cheaper than the buffered path's stores and
+// accumulator spills up to about 32 tokens (bench_kernels, 2048 x 2048 F16, one thread:
+// 126 vs 73 GFLOPS at 5 tokens, 146 vs 126 at 16, level at 32, 178 vs 152 buffered at 64).
+constexpr int kDirectMaxFloat = 32;
 
 // Broadcasts the fp16 block scale at p to all lanes (vcvtph2ps on x86).
 HWY_INLINE VF BroadcastF16(const uint8_t* p) {
@@ -325,7 +331,7 @@ HWY_NOINLINE void RowsBuffered(const MatmulJob& j, int64_t r) {
 template <class Dec>
 void RunRows(const MatmulJob& j) {
   int64_t r = j.r0;
-  if (j.n_tok <= kNT) {
+  if (j.n_tok <= (Dec::kElemBytes > 0 ? kDirectMaxFloat : kNT)) {
     for (; r + kNR <= j.r1; r += kNR) RowsDirect<kNR, Dec>(j, r);
     for (; r < j.r1; ++r) RowsDirect<1, Dec>(j, r);
   } else {
