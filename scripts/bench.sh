@@ -6,7 +6,7 @@
 #
 #   bash scripts/bench.sh [quick]      # quick: fewer batch sizes and repetitions
 #
-# Writes build/bench/*.md|json|svg; docs/benchmarks.md quotes them. Needs ~8 GB of disk.
+# Writes build/bench/*.md|json|svg; docs/benchmarks.md quotes them. Needs ~19 GB of disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make build >/dev/null
@@ -16,7 +16,7 @@ mkdir -p "$out"
 threads=${LYNX_BENCH_THREADS:-2}
 batches="1,2,4,8,16,32,64"
 reps=3
-gen=16
+gen=8  # decode steps per repetition: each is 20-500 ms here, so 8 x 3 reps is plenty
 if [[ "${1:-}" == quick ]]; then batches="1,4,16,64"; reps=2; gen=8; fi
 
 uptime | tee "$out/uptime-start.txt"
@@ -38,7 +38,7 @@ synth() {  # shape layers type file
   [[ -f $4 ]] || $bin synth --shape "$1" --layers "$2" --type "$3" -o "$4" 2>/dev/null
 }
 for t in f16 q8_0 q4_0; do synth olmoe-1b-7b 4 $t "$out/olmoe4-$t.gguf"; done
-synth mixtral-8x7b 2 f16 "$out/mixtral2-f16.gguf"
+for t in f16 q8_0 q4_0; do synth mixtral-8x7b 2 $t "$out/mixtral2-$t.gguf"; done
 
 # 3. Benchmarks: every policy interleaved in one run per model.
 pol64="topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6"
@@ -54,7 +54,7 @@ run() {  # name model trace policies
 run olmoe4-f16 "$out/olmoe4-f16.gguf" "$out/trace-64x8.lxrt" "$pol64f16"
 run olmoe4-q8_0 "$out/olmoe4-q8_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
 run olmoe4-q4_0 "$out/olmoe4-q4_0.gguf" "$out/trace-64x8.lxrt" "$pol64"
-run mixtral2-f16 "$out/mixtral2-f16.gguf" "$out/trace-8x2.lxrt" "$pol8"
+for t in f16 q8_0 q4_0; do run mixtral2-$t "$out/mixtral2-$t.gguf" "$out/trace-8x2.lxrt" "$pol8"; done
 
 # 4. Policy cost per routing call (one layer), N = 64 and 128, B = 1, 16, 64.
 $bin route-sim --experts 64,128 --k 8 --batch 1,16,64 --steps 200 --repeats 5 \
