@@ -1,9 +1,12 @@
-// bench_kernels: matmul throughput per weight type, token count and thread count, next to the
-// machine's measured memory read bandwidth (the roofline of decode), plus the per-call cost
-// of ThreadPool::parallel_for.
+// bench_kernels: matmul throughput per weight type, path, shape, token count and thread count,
+// next to the machine's measured memory read bandwidth (the roofline of decode), plus the
+// per-call cost of ThreadPool::parallel_for.
 //
 // Shape as an MoE decode step sees it: `experts` matrices of [rows x cols] streamed one after
 // the other through matmul() (one parallel_for each), the whole set far larger than the LLC.
+// Paths: `float` (weights decoded to F32, exact activations) and `int` (Q8_0/Q4_0 only:
+// activations quantized to Q8_0 blocks once per pass, as the engine quantizes each input once
+// for all experts, then integer dot products); the quantization is inside the pass wall time.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,9 +31,12 @@ struct Options {
   std::vector<std::string> types = {"f32", "f16", "bf16", "q8_0", "q4_0"};
   std::vector<int> tokens = {1, 4, 16, 64};
   std::vector<int> threads = {1, 2};
-  int64_t rows = 2048, cols = 1024, experts = 64;
+  std::vector<std::string> paths = {"float", "int"};
+  std::vector<std::string> shapes = {"2048x1024", "1024x2048"};  // rows x cols
+  int64_t rows = 0, cols = 0, experts = 64;
   int reps = 5;
   double bw_mib = 1024;
+  std::string simd;  // empty: the best target
 };
 
 TensorType parse_type(const std::string& s) {
@@ -39,6 +46,21 @@ TensorType parse_type(const std::string& s) {
   if (s == "q8_0") return TensorType::Q8_0;
   if (s == "q4_0") return TensorType::Q4_0;
   throw CLI::ValidationError("--types", "unknown weight type " + s);
+}
+
+// "2048x1024" -> rows 2048, cols 1024.
+void parse_shape(const std::string& s, int64_t* rows, int64_t* cols) {
+  const size_t x = s.find('x');
+  try {
+    if (x == std::string::npos) throw std::invalid_argument(s);
+    *rows = std::stoll(s.substr(0, x));
+    *cols = std::stoll(s.substr(x + 1));
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--shapes", "expected ROWSxCOLS, got " + s);
+  }
+  if (*rows <= 0 || *cols <= 0 || *cols % 32 != 0) {
+    throw CLI::ValidationError("--shapes", "rows > 0 and cols a positive multiple of 32: " + s);
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -82,17 +104,39 @@ int main(int argc, char** argv) {
   app.add_option("--types", o.types, "weight types");
   app.add_option("--tokens", o.tokens, "token counts (activation rows per matmul)");
   app.add_option("--threads", o.threads, "thread counts");
-  app.add_option("--rows", o.rows, "rows per expert matrix")->check(CLI::PositiveNumber);
-  app.add_option("--cols", o.cols, "columns (multiple of 32)")->check(CLI::PositiveNumber);
+  app.add_option("--paths", o.paths, "float (exact activations) and/or int (Q8_0/Q4_0 only)");
+  app.add_option("--shapes", o.shapes, "matrix shapes ROWSxCOLS (cols a multiple of 32)");
+  app.add_option("--rows", o.rows, "rows per expert matrix (with --cols: replaces --shapes)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--cols", o.cols, "columns, a multiple of 32 (with --rows)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--experts", o.experts, "matrices streamed per pass")->check(CLI::PositiveNumber);
   app.add_option("--reps", o.reps, "passes per measurement (best is kept)")
       ->check(CLI::PositiveNumber);
   app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
+  app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
   CLI11_PARSE(app, argc, argv);
+  if (!o.simd.empty()) {
+    bool found = false;
+    for (int64_t t : lk::available_simd_targets()) {
+      if (o.simd == lk::simd_target_name(t)) {
+        lk::force_simd_target(t);
+        found = true;
+      }
+    }
+    if (!found) throw CLI::ValidationError("--simd", o.simd + " is not available here");
+  }
 
-  std::printf("bench_kernels  commit %s  simd %s  matrices %lld x [%lld x %lld]\n\n",
-              LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
-              static_cast<long long>(o.rows), static_cast<long long>(o.cols));
+  if (o.rows > 0 || o.cols > 0) {
+    if (o.rows <= 0 || o.cols <= 0) throw CLI::ValidationError("--rows/--cols", "give both");
+    o.shapes = {std::to_string(o.rows) + "x" + std::to_string(o.cols)};
+  }
+  for (const auto& p : o.paths) {
+    if (p != "float" && p != "int") throw CLI::ValidationError("--paths", "unknown path " + p);
+  }
+
+  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass\n\n", LYNX_GIT_COMMIT,
+              lk::simd_target_name(), static_cast<long long>(o.experts));
 
   std::vector<double> bw(o.threads.size());
   for (size_t i = 0; i < o.threads.size(); ++i) {
@@ -102,49 +146,64 @@ int main(int argc, char** argv) {
                 bw[i], parallel_for_overhead_us(pool));
   }
   std::printf(
-      "\n| type | n_tok | threads | ms/pass (sum of best calls) | ms/pass (best wall) | weight "
-      "GB/s | %% of read bw | GFLOPS |\n");
-  std::printf("|------|------:|--------:|------:|------:|------:|------:|------:|\n");
+      "\n| type | path | shape | n_tok | threads | ms/pass (sum of best calls) | ms/pass (best "
+      "wall) | weight GB/s | %% of read bw | GFLOPS |\n");
+  std::printf("|------|------|------|------:|--------:|------:|------:|------:|------:|------:|\n");
 
   const int max_tok = *std::max_element(o.tokens.begin(), o.tokens.end());
-  std::vector<float> x(static_cast<size_t>(max_tok * o.cols));
-  std::mt19937 rng(2);
-  std::normal_distribution<float> dist;
-  for (auto& v : x) v = dist(rng);
-  std::vector<float> y(static_cast<size_t>(max_tok * o.rows * o.experts));
+  for (const auto& shape : o.shapes) {
+    parse_shape(shape, &o.rows, &o.cols);
+    std::vector<float> x(static_cast<size_t>(max_tok * o.cols));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> dist;
+    for (auto& v : x) v = dist(rng);
+    std::vector<float> y(static_cast<size_t>(max_tok * o.rows * o.experts));
+    lk::QuantizedActs xq;
 
-  for (const auto& ts : o.types) {
-    const TensorType t = parse_type(ts);
-    size_t eb = 0;
-    const auto w = make_weights(t, o, &eb);
-    for (int n_tok : o.tokens) {
-      for (size_t ti = 0; ti < o.threads.size(); ++ti) {
-        lk::ThreadPool pool(o.threads[ti]);
-        // Each expert's matmul is timed on its own and its best time over the passes kept:
-        // the weights of all experts are far larger than the LLC, so every timed call
-        // streams from DRAM, and short per-call windows filter out the time slices other
-        // processes take on a shared machine. The wall time of the best whole pass is shown
-        // too.
-        std::vector<double> best_call(o.experts, 1e30);
-        double best_pass = 1e30;
-        for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int64_t e = 0; e < o.experts; ++e) {
-            const auto tc = std::chrono::steady_clock::now();
-            lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok,
-                       y.data() + e * o.rows * n_tok, o.rows);
-            if (rep > 0) best_call[e] = std::min(best_call[e], seconds_since(tc));
+    for (const auto& ts : o.types) {
+      const TensorType t = parse_type(ts);
+      size_t eb = 0;
+      const auto w = make_weights(t, o, &eb);
+      for (int n_tok : o.tokens) {
+        for (const auto& path : o.paths) {
+          const bool int_path = path == "int";
+          if (int_path && !lk::has_int8_path(t)) continue;
+          for (size_t ti = 0; ti < o.threads.size(); ++ti) {
+            lk::ThreadPool pool(o.threads[ti]);
+            // Each expert's matmul is timed on its own and its best time over the passes
+            // kept: the weights of all experts are far larger than the LLC, so every timed
+            // call streams from DRAM, and short per-call windows filter out the time slices
+            // other processes take on a shared machine. The wall time of the best whole pass
+            // (with the activation quantization of the int path) is shown too.
+            std::vector<double> best_call(o.experts, 1e30);
+            double best_pass = 1e30;
+            for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
+              const auto t0 = std::chrono::steady_clock::now();
+              if (int_path) lk::quantize_acts(pool, x.data(), o.cols, n_tok, o.cols, xq);
+              for (int64_t e = 0; e < o.experts; ++e) {
+                const auto tc = std::chrono::steady_clock::now();
+                float* ye = y.data() + e * o.rows * n_tok;
+                if (int_path) {
+                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows);
+                } else {
+                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok, ye,
+                             o.rows);
+                }
+                if (rep > 0) best_call[e] = std::min(best_call[e], seconds_since(tc));
+              }
+              if (rep > 0) best_pass = std::min(best_pass, seconds_since(t0));
+            }
+            double best = 0;
+            for (double b : best_call) best += b;
+            const double bytes = static_cast<double>(eb) * o.experts;
+            const double flops = 2.0 * o.rows * o.cols * o.experts * n_tok;
+            std::printf("| %s | %s | %s | %d | %d | %.2f | %.2f | %.1f | %.0f%% | %.1f |\n",
+                        ts.c_str(), path.c_str(), shape.c_str(), n_tok, o.threads[ti], best * 1e3,
+                        best_pass * 1e3, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bw[ti],
+                        flops / best / 1e9);
+            std::fflush(stdout);
           }
-          if (rep > 0) best_pass = std::min(best_pass, seconds_since(t0));
         }
-        double best = 0;
-        for (double b : best_call) best += b;
-        const double bytes = static_cast<double>(eb) * o.experts;
-        const double flops = 2.0 * o.rows * o.cols * o.experts * n_tok;
-        std::printf("| %s | %d | %d | %.2f | %.2f | %.1f | %.0f%% | %.1f |\n", ts.c_str(), n_tok,
-                    o.threads[ti], best * 1e3, best_pass * 1e3, bytes / best / 1e9,
-                    100.0 * bytes / best / 1e9 / bw[ti], flops / best / 1e9);
-        std::fflush(stdout);
       }
     }
   }

@@ -46,6 +46,56 @@ float sum(const float* x, int64_t n);
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
                  int64_t ldx, int n_tok, float* y, int64_t ldy);
 
+// ---- Integer path: Q8_0 / Q4_0 weights times activations quantized to Q8_0 blocks ----
+//
+// What ggml's CPU backend does for these weight types (their vec_dot_type is Q8_0): each
+// activation row is quantized once per matmul input, per block of 32 exactly as
+// ggml's quantize_row_q8_0_ref: amax = max|x|, d = amax / 127 (f32), id = d != 0 ? 1 / d : 0,
+// q = roundf(x * id) (half away from zero, computed with the f32 d), and the scale kept is
+// fp16(d) (round to nearest even). The products are then integer dot products per block
+// (exact int32 sums) scaled in F32:
+//   y[t][r] = sum over blocks b, in block order, of  acc = fma(dw[r][b] * dx[t][b], isum, acc)
+// where dw, dx are the fp16 scales (their product is exact in f32) and isum the block's exact
+// integer dot product of the weight quants (Q4_0: nibble - 8) with q. Every SIMD target and
+// the scalar twin compute exactly this, so they agree bit for bit. Activations are assumed
+// finite.
+
+// True for the weight types that have the integer path (Q8_0, Q4_0).
+bool has_int8_path(TensorType t);
+
+// Activation rows quantized to Q8_0 blocks, unpacked for the kernels: row t has cols int8
+// quants at q[t * cols], and per block b its scale (the fp16 value, widened to f32) at
+// d[t * n_blocks + b] and the sum of its 32 quants at sum[t * n_blocks + b] (the kernels use
+// it for the offset of unsigned x signed dot products). Reused across calls: resize() keeps
+// the capacity, so a steady state does not allocate.
+struct QuantizedActs {
+  int n_tok = 0;
+  int64_t cols = 0;  // a multiple of 32
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum;
+
+  int64_t n_blocks() const { return cols / 32; }
+  // Sets the shape (cols must be a positive multiple of 32; throws lynx::Error otherwise).
+  void resize(int n_tok, int64_t cols);
+  // Copies row `src_t` of `src` (same cols) into row `t`.
+  void copy_row(int t, const QuantizedActs& src, int src_t);
+};
+
+// Quantizes activation rows [t0, t1) (row t at x + t * ldx, out.cols values) into the same
+// rows of `out`, which must already have its shape (out.resize).
+void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out);
+// Resizes `out` to [n_tok x cols] and quantizes all rows.
+void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, QuantizedActs& out);
+
+// matmul_rows with quantized activations: tokens [t0, t0 + n_tok) of x (x.cols == cols),
+// output token j of the call at y + j * ldy:
+//   y[j * ldy + r] = W[r] . x[t0 + j]   for r in [r0, r1)
+// t must be Q8_0 or Q4_0 (throws lynx::Error otherwise). Same promise as matmul_rows: each
+// output depends only on its row and token, never on the row range or token grouping.
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy);
+
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be nullptr: no scale). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
@@ -67,6 +117,9 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
+void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out);
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy);
 }  // namespace ref
 
 // IEEE half and bfloat16 conversions (scalar, round to nearest even, NaN kept quiet,

@@ -1,5 +1,6 @@
 // Scalar kernels: fp16/bf16 conversions, type sizes, quantizers (as ggml's reference
 // quantizers: ggml/src/ggml-quants.c) and the `ref` twins of every SIMD kernel.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -266,6 +267,63 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 
 void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// The quantizer of quantize_row(Q8_0) above, keeping the widened fp16 scale and the sum.
+void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out) {
+  const int64_t nb = out.n_blocks();
+  for (int t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + t * ldx + b * kQK;
+      float amax = 0.0f;
+      for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int8_t* q = &out.q[static_cast<size_t>(t * out.cols + b * kQK)];
+      int32_t s = 0;
+      for (int j = 0; j < kQK; ++j) {
+        q[j] = static_cast<int8_t>(std::roundf(v[j] * id));
+        s += q[j];
+      }
+      out.d[static_cast<size_t>(t * nb + b)] = fp16_to_fp32(fp32_to_fp16(d));
+      out.sum[static_cast<size_t>(t * nb + b)] = s;
+    }
+  }
+}
+
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy) {
+  if (!has_int8_path(t) || cols != x.cols || t0 < 0 || n_tok < 0 || t0 + n_tok > x.n_tok) {
+    throw Error("ref::matmul_rows_q8: bad arguments");
+  }
+  const size_t rb = weight_row_bytes(t, cols);
+  const int64_t nb = cols / kQK;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = static_cast<const uint8_t*>(w) + r * rb;
+    for (int j = 0; j < n_tok; ++j) {
+      const int tok = t0 + j;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* q = &x.q[static_cast<size_t>(tok * x.cols + b * kQK)];
+        int32_t isum = 0;
+        float dw;
+        if (t == TensorType::Q8_0) {
+          const uint8_t* blk = row + b * kQ8BlockBytes;
+          dw = fp16_to_fp32(load_u16(blk));
+          for (int e = 0; e < kQK; ++e) isum += static_cast<int8_t>(blk[2 + e]) * q[e];
+        } else {
+          const uint8_t* blk = row + b * kQ4BlockBytes;
+          dw = fp16_to_fp32(load_u16(blk));
+          for (int e = 0; e < 16; ++e) {
+            isum += ((blk[2 + e] & 0x0F) - 8) * q[e] + ((blk[2 + e] >> 4) - 8) * q[e + 16];
+          }
+        }
+        // dw * dx is exact (two 11-bit significands); one rounding per block.
+        acc = std::fma(dw * x.d[static_cast<size_t>(tok * nb + b)], static_cast<float>(isum), acc);
+      }
+      y[j * ldy + r] = acc;
+    }
+  }
 }
 
 }  // namespace ref

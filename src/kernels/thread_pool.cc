@@ -181,11 +181,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (err) std::rethrow_exception(err);
 }
 
+// Rows in chunks of 16 keep every thread on whole row blocks (kNR of the float path, 8 or 16
+// rows of the integer path), so no thread runs a partial block unless rows itself is not a
+// multiple of 16.
+constexpr int64_t kMatmulGrain = 16;
+
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy) {
-  // Rows in chunks of 16 keep every thread on whole kNR row blocks (so no thread runs the
-  // slow single-row remainder path unless rows itself is not a multiple of 16).
-  constexpr int64_t kGrain = 16;
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy, QuantizedActs* acts) {
+  if (acts && has_int8_path(t)) {
+    quantize_acts(pool, x, ldx, n_tok, cols, *acts);
+    matmul(pool, t, w, rows, cols, *acts, y, ldy);
+    return;
+  }
+  constexpr int64_t kGrain = kMatmulGrain;
   struct Args {
     TensorType t;
     const void* w;
@@ -204,6 +212,45 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
         matmul_rows(pa->t, pa->w, pa->cols, r0, r1, pa->x, pa->ldx, pa->n_tok, pa->y, pa->ldy);
       },
       kGrain);
+}
+
+void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
+            const QuantizedActs& x, float* y, int64_t ldy) {
+  const QuantizedActs* px = &x;
+  struct Args {
+    TensorType t;
+    const void* w;
+    int64_t cols;
+    float* y;
+    int64_t ldy;
+  } a{t, w, cols, y, ldy};
+  const Args* pa = &a;
+  pool.parallel_for(
+      rows,
+      [pa, px](int64_t r0, int64_t r1, int) {
+        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, px->n_tok, pa->y, pa->ldy);
+      },
+      kMatmulGrain);
+}
+
+void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
+                   QuantizedActs& out) {
+  out.resize(n_tok, cols);
+  // A row of a few thousand values takes about a microsecond: split only when every thread
+  // gets several rows.
+  const int64_t grain = std::max<int64_t>(1, 4096 * 4 / std::max<int64_t>(cols, 1));
+  struct Args {
+    const float* x;
+    int64_t ldx;
+    QuantizedActs* out;
+  } a{x, ldx, &out};
+  const Args* pa = &a;  // one pointer: the std::function stays in its small buffer
+  pool.parallel_for(
+      n_tok,
+      [pa](int64_t t0, int64_t t1, int) {
+        quantize_acts_rows(pa->x, pa->ldx, int(t0), int(t1), *pa->out);
+      },
+      grain);
 }
 
 double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes) {

@@ -33,7 +33,22 @@ class ThreadPool {
 
 // y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols), split across the pool.
 // Bit-identical to a single matmul_rows call over all rows, for any pool size.
+// With `acts` (scratch, reused across calls) and a weight type that has the integer path
+// (Q8_0, Q4_0), x is first quantized into *acts (quantize_acts, rows split across the pool)
+// and the product runs on the integer kernels, as ggml computes it; otherwise (acts null, or
+// F32/F16/BF16 weights) it is the exact float path.
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy,
+            QuantizedActs* acts = nullptr);
+
+// The integer path with activations quantized beforehand (several weights sharing one
+// input quantize it once): y[j*ldy + r] = W[r] . x[j] for all x.n_tok tokens; t must be
+// Q8_0 or Q4_0. Bit-identical to one matmul_rows_q8 call over all rows, for any pool size.
+void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
+            const QuantizedActs& x, float* y, int64_t ldy);
+
+// quantize_acts with the rows split across the pool (bit-identical to the serial one).
+void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
+                   QuantizedActs& out);
 
 }  // namespace lynx::kernels

@@ -1,0 +1,615 @@
+// The integer path for Q8_0 / Q4_0 weights (see kernels.h for the arithmetic): the SIMD
+// activation quantizer and the int8 matmul. Highway with dynamic dispatch, compiled once per
+// instruction set like matmul.cc.
+//
+// Layout, "rows in lanes": a block of kNR weight rows (the int32 lanes of a vector: 16 with
+// AVX-512, 8 with AVX2) is unpacked per 32-column block into 8 planes; plane g holds in lane i
+// the 4 weight bytes of row i at columns 4g..4g+3 (a 4x4 int32 transpose per 128-bit block of
+// the loaded rows). A u8 x s8 4-way dot product of plane g with the token's activation bytes
+// 4g..4g+3 broadcast to all lanes (one vpdpbusd with AVX-512 VNNI) adds those 4 columns into
+// all kNR rows at once, so after 8 planes the block's integer sums are already reduced, one
+// int32 per row: then one convert and one FMA per row and token per 32 columns, where the
+// float path needs 32 FMAs.
+//
+// Unsigned x signed: Q4_0 nibbles are used as they are (0..15), and the weight offset is
+// taken out with the block's activation sum: sum (n - 8) q = sum n q - 8 sum q. Q8_0 weights
+// are biased to unsigned (w ^ 0x80 = w + 128) the same way, with 128 sum q. Targets without
+// VNNI use vpmaddubsw (u8 x s8 -> saturating s16 pairs) + vpmaddwd instead: for Q4_0 the
+// pairs stay far from saturation (8 planes x 2 x 15 x 127 < 2^15), for Q8_0 they would not
+// (255 x 127 x 2), so there the weights' sign moves onto the activation instead
+// (|w| x sign(w) q, |w| <= 128: pairs <= 32512), as ggml does.
+//
+// Highway 1.0.3 has no op for u8 x s8 dot products (vpdpbusd, vpmaddubsw), so these few are
+// raw intrinsics inside #if HWY_TARGET == HWY_AVX3_DL / HWY_AVX3 / HWY_AVX2 (AVX3_DL, the
+// target with VNNI, is compiled because src/kernels/CMakeLists.txt defines HWY_WANT_AVX3_DL);
+// everything else is Highway ops. Other targets (EMU128, non-x86) unpack the weights to one
+// int32 vector per column and multiply-add them with broadcast activations, in plain Highway.
+//
+// Like the float path: with up to kNT tokens each block is unpacked in registers and used at
+// once (RowBlockDirect); with more, weights are unpacked once per chunk of kChunkBlocks
+// blocks into an L1 buffer and every group of kNT tokens runs over it, accumulators kept in
+// `accbuf` between chunks (RowBlockBuffered). Each weight byte is read from memory once per
+// call for up to kSuperTokens tokens, software-prefetched a row block ahead, and every output
+// sees the same sequence of operations whatever the row split or token grouping (lanes never
+// mix; a partial row block repeats its last row). The float update is an exact FMA on every
+// target (per lane std::fma where Highway's MulAdd is not fused), so all targets and the
+// scalar twin agree bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "lynx/error.h"
+
+#ifndef LYNX_KERNELS_MATMUL_Q8_JOB
+#define LYNX_KERNELS_MATMUL_Q8_JOB
+namespace lynx::kernels {
+// One matmul_rows_q8 call, validated; q/d/s point at the call's first token.
+struct MatmulQ8Job {
+  TensorType type;
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t n_blocks;
+  int64_t r0, r1;
+  const int8_t* q;
+  const float* d;
+  const int32_t* s;
+  int64_t ldq;  // int8 quants per token row (= cols)
+  int64_t ldb;  // blocks per token row
+  int n_tok;
+  float* y;
+  int64_t ldy;
+};
+}  // namespace lynx::kernels
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul_q8.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "hwy/cache_control.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lynx::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ------------------------------------------------------------------ activation quantizer
+
+// roundf (half away from zero) of float lanes: the fraction p - trunc(p) is exact for the
+// magnitudes here (< 2^23), so the comparison with 0.5 decides exactly as roundf does.
+template <class D, class V>
+HWY_INLINE V RoundHalfAway(D d, V p) {
+  const V tr = hn::Trunc(p);
+  const auto up = hn::Ge(hn::Abs(hn::Sub(p, tr)), hn::Set(d, 0.5f));
+  return hn::IfThenElse(up, hn::Add(tr, hn::CopySign(hn::Set(d, 1.0f), p)), tr);
+}
+
+void QuantizeActsT(const float* x, int64_t ldx, int t0, int t1, int64_t cols, int8_t* q, float* d,
+                   int32_t* s) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t nb = cols / 32;
+  for (int t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + t * ldx + b * 32;
+      auto mx = hn::Zero(df);
+      for (int64_t k = 0; k < 32; k += n) mx = hn::Max(mx, hn::Abs(hn::LoadU(df, v + k)));
+      const float amax = hn::GetLane(hn::MaxOfLanes(df, mx));
+      const float dd = amax / 127.0f;
+      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      const auto vid = hn::Set(df, id);
+      auto sum = hn::Zero(di);
+      int8_t* qb = q + t * cols + b * 32;
+      for (int64_t k = 0; k < 32; k += n) {
+        const auto qi = hn::ConvertTo(di, RoundHalfAway(df, hn::Mul(hn::LoadU(df, v + k), vid)));
+        sum = hn::Add(sum, qi);
+        hn::StoreU(hn::DemoteTo(di8, qi), di8, qb + k);
+      }
+      d[t * nb + b] = fp16_to_fp32(fp32_to_fp16(dd));
+      s[t * nb + b] = hn::GetLane(hn::SumOfLanes(di, sum));
+    }
+  }
+}
+
+// ------------------------------------------------------------------ matmul: per-target core
+
+// Highway 1.0.3's AVX3_DL target string enables "avxvnni" (the VEX form) but not
+// "avx512vnni", which _mm512_dpbusd_epi32 needs; its runtime check of AVX3_DL does require
+// AVX512_VNNI, so enabling it for the matmul code of this target is safe.
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#endif
+
+#undef LYNX_Q8_X86
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#define LYNX_Q8_X86 1
+#else
+#define LYNX_Q8_X86 0
+#endif
+
+#if LYNX_Q8_X86
+#if HWY_TARGET == HWY_AVX2
+using DI = hn::Full256<int32_t>;
+#else
+using DI = hn::Full512<int32_t>;
+#endif
+#else
+using DI = hn::CappedTag<int32_t, 4>;
+#endif
+using VI = hn::Vec<DI>;
+using DF = hn::Rebind<float, DI>;
+using VF = hn::Vec<DF>;
+constexpr int kNR = static_cast<int>(hn::MaxLanes(DI()));  // rows per block
+constexpr int kNT = kNR >= 16 ? 8 : 4;                     // tokens per group
+constexpr int64_t kChunkBlocks = 16;  // 512 columns unpacked at a time (8-16 KiB of planes)
+constexpr int kSuperTokens = 64;      // token groups sharing one unpacked chunk
+
+template <TensorType kType>
+constexpr int64_t BlockBytes() {
+  return kType == TensorType::Q8_0 ? 34 : 18;
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// VNNI: unsigned weights (Q8_0 biased by 128), dot = vpdpbusd, offset from the block sum.
+template <TensorType kType>
+constexpr int kPlanes = 8;
+template <TensorType kType>
+constexpr int32_t kOffset = kType == TensorType::Q8_0 ? 128 : 8;
+#elif LYNX_Q8_X86
+// vpmaddubsw: Q4_0 nibbles with the offset; Q8_0 as |w| (planes 0-7) and w (planes 8-15).
+template <TensorType kType>
+constexpr int kPlanes = kType == TensorType::Q8_0 ? 16 : 8;
+template <TensorType kType>
+constexpr int32_t kOffset = kType == TensorType::Q8_0 ? 0 : 8;
+#else
+// Generic: one int32 plane per column holding the signed weight value.
+template <TensorType kType>
+constexpr int kPlanes = 32;
+template <TensorType kType>
+constexpr int32_t kOffset = 0;
+#endif
+
+HWY_INLINE int32_t LoadI32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// One unpacked 32-column block of kNR rows: the planes and the rows' scales.
+template <TensorType kType>
+struct Block {
+  VI pl[kPlanes<kType>];
+  VF dw;
+};
+
+// The fp16 block scales of the kNR rows, read with scalar loads: a gather costs more on the
+// vector side (measured on Zen 5), and these run on the integer ports next to the vector work.
+HWY_INLINE VF LoadScales(const uint8_t* const* rows, int64_t boff) {
+  HWY_ALIGN uint16_t h[kNR];
+  for (int i = 0; i < kNR; ++i) std::memcpy(&h[i], rows[i] + boff, 2);
+  const hn::Rebind<hwy::float16_t, DI> df16;
+  return hn::PromoteTo(DF(), hn::Load(df16, reinterpret_cast<const hwy::float16_t*>(h)));
+}
+
+#if LYNX_Q8_X86
+// The 16-byte pieces at p[0..kNR/4) in the 128-bit blocks of one vector, block m from p[m].
+HWY_INLINE VI LoadPieces(const uint8_t* const* p) {
+  const hn::Full128<int32_t> d128;
+  auto ld = [&](int m) { return hn::LoadU(d128, reinterpret_cast<const int32_t*>(p[m])); };
+#if HWY_TARGET == HWY_AVX2
+  return hn::Combine(DI(), ld(1), ld(0));
+#else
+  const hn::Full256<int32_t> d256;
+  return hn::Combine(DI(), hn::Combine(d256, ld(3), ld(2)), hn::Combine(d256, ld(1), ld(0)));
+#endif
+}
+
+// 4x4 int32 transpose inside every 128-bit block: v[g] dword k <- v[k] dword g.
+HWY_INLINE void Transpose4(VI* v) {
+  const DI d;
+  const hn::Repartition<int64_t, DI> d64;
+  const VI t0 = hn::InterleaveLower(d, v[0], v[1]), t1 = hn::InterleaveUpper(d, v[0], v[1]);
+  const VI t2 = hn::InterleaveLower(d, v[2], v[3]), t3 = hn::InterleaveUpper(d, v[2], v[3]);
+  auto lo = [&](VI a, VI b) {
+    return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  auto hi = [&](VI a, VI b) {
+    return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  v[0] = lo(t0, t2);
+  v[1] = hi(t0, t2);
+  v[2] = lo(t1, t3);
+  v[3] = hi(t1, t3);
+}
+
+// Four planes from the 16 bytes at byte offset `off` of every row's block: block m of
+// vector k is row 4m + k, so after the transpose lane 4m + k = row 4m + k.
+HWY_INLINE void LoadPlanes4(const uint8_t* const* rows, int64_t off, VI* v) {
+  for (int k = 0; k < 4; ++k) {
+    const uint8_t* p[kNR / 4];
+    for (int m = 0; m < kNR / 4; ++m) p[m] = rows[4 * m + k] + off;
+    v[k] = LoadPieces(p);
+  }
+  Transpose4(v);
+}
+
+template <TensorType kType>
+HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+  const DI di;
+  blk.dw = LoadScales(rows, boff);
+  if constexpr (kType == TensorType::Q4_0) {
+    // Byte j holds column j (low nibble) and column j + 16 (high nibble).
+    const hn::RebindToUnsigned<DI> du;
+    const VI mask = hn::Set(di, 0x0F0F0F0F);
+    VI v[4];
+    LoadPlanes4(rows, boff + 2, v);
+    for (int g = 0; g < 4; ++g) {
+      blk.pl[g] = hn::And(v[g], mask);
+      blk.pl[g + 4] = hn::And(hn::BitCast(di, hn::ShiftRight<4>(hn::BitCast(du, v[g]))), mask);
+    }
+  } else {
+    for (int half = 0; half < 2; ++half) {
+      VI* v = blk.pl + 4 * half;
+      LoadPlanes4(rows, boff + 2 + 16 * half, v);
+#if HWY_TARGET == HWY_AVX3_DL
+      for (int g = 0; g < 4; ++g) v[g] = hn::Xor(v[g], hn::Set(di, int32_t(0x80808080u)));
+#else
+      const hn::Repartition<int8_t, DI> d8;
+      for (int g = 0; g < 4; ++g) {
+        blk.pl[8 + 4 * half + g] = v[g];
+        v[g] = hn::BitCast(di, hn::Abs(hn::BitCast(d8, v[g])));
+      }
+#endif
+    }
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+template <TensorType kType>
+HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
+  const DI di;
+  __m512i acc = hn::Set(di, init).raw;
+  for (int g = 0; g < 8; ++g) {
+    acc = _mm512_dpbusd_epi32(acc, pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw);
+  }
+  return VI{acc};
+}
+#else  // AVX3 or AVX2 without VNNI
+#if HWY_TARGET == HWY_AVX2
+HWY_INLINE __m256i MaddUbs(__m256i u8, __m256i s8) {
+  return _mm256_maddubs_epi16(u8, s8);
+}
+HWY_INLINE __m256i MaddOnes(__m256i s16) {
+  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+HWY_INLINE __m256i Add16(__m256i a, __m256i b) {
+  return _mm256_add_epi16(a, b);
+}
+HWY_INLINE __m256i SignBytes(__m256i x, __m256i w) {  // x * sign(w) per byte
+  return _mm256_sign_epi8(x, w);
+}
+#else
+HWY_INLINE __m512i MaddUbs(__m512i u8, __m512i s8) {
+  return _mm512_maddubs_epi16(u8, s8);
+}
+HWY_INLINE __m512i MaddOnes(__m512i s16) {
+  return _mm512_madd_epi16(s16, _mm512_set1_epi16(1));
+}
+HWY_INLINE __m512i Add16(__m512i a, __m512i b) {
+  return _mm512_add_epi16(a, b);
+}
+HWY_INLINE __m512i SignBytes(__m512i x, __m512i w) {  // no vpsignb in AVX-512: negate by mask
+  return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+}
+#endif
+template <TensorType kType>
+HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
+  const DI di;
+  if constexpr (kType == TensorType::Q4_0) {
+    auto acc16 = MaddUbs(pl[0].raw, hn::Set(di, LoadI32(xq)).raw);
+    for (int g = 1; g < 8; ++g) {
+      acc16 = Add16(acc16, MaddUbs(pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw));
+    }
+    return hn::Add(VI{MaddOnes(acc16)}, hn::Set(di, init));
+  } else {
+    VI acc = hn::Set(di, init);
+    for (int g = 0; g < 8; ++g) {
+      const auto xs = SignBytes(hn::Set(di, LoadI32(xq + 4 * g)).raw, pl[8 + g].raw);
+      acc = hn::Add(acc, VI{MaddOnes(MaddUbs(pl[g].raw, xs))});
+    }
+    return acc;
+  }
+}
+#endif
+
+#else  // generic Highway
+
+template <TensorType kType>
+HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+  const DI di;
+  blk.dw = LoadScales(rows, boff);
+  HWY_ALIGN int32_t w[32][kNR];
+  for (int i = 0; i < kNR; ++i) {
+    const uint8_t* q = rows[i] + boff + 2;
+    for (int e = 0; e < 32; ++e) {
+      if constexpr (kType == TensorType::Q8_0) {
+        w[e][i] = static_cast<int8_t>(q[e]);
+      } else {
+        w[e][i] = (e < 16 ? (q[e] & 0x0F) : (q[e - 16] >> 4)) - 8;
+      }
+    }
+  }
+  for (int e = 0; e < 32; ++e) blk.pl[e] = hn::Load(di, w[e]);
+}
+
+template <TensorType kType>
+HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
+  const DI di;
+  VI acc = hn::Set(di, init);
+  for (int e = 0; e < 32; ++e) acc = hn::Add(acc, hn::Mul(pl[e], hn::Set(di, int32_t{xq[e]})));
+  return acc;
+}
+
+#endif  // LYNX_Q8_X86
+
+// acc + a * b rounded once, as std::fma in the scalar twin.
+HWY_INLINE VF FmaExact(VF a, VF b, VF acc) {
+#if HWY_NATIVE_FMA
+  return hn::MulAdd(a, b, acc);
+#else
+  const DF df;
+  HWY_ALIGN float fa[kNR], fb[kNR], fc[kNR];
+  hn::Store(a, df, fa);
+  hn::Store(b, df, fb);
+  hn::Store(acc, df, fc);
+  for (int i = 0; i < kNR; ++i) fc[i] = std::fma(fa[i], fb[i], fc[i]);
+  return hn::Load(df, fc);
+#endif
+}
+
+// Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
+template <TensorType kType, int NT>
+HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t tok, int64_t b,
+                         VF (&acc)[NT]) {
+  const DF df;
+  const int8_t* xq = j.q + tok * j.ldq + b * 32;
+  const float* xd = j.d + tok * j.ldb + b;
+  const int32_t* xs = j.s + tok * j.ldb + b;
+  for (int t = 0; t < NT; ++t) {
+    const VI isum = DotBlock<kType>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
+    const VF sc = hn::Mul(blk.dw, hn::Set(df, xd[t * j.ldb]));  // exact: 11 x 11 bits
+    acc[t] = FmaExact(sc, hn::ConvertTo(df, isum), acc[t]);
+  }
+}
+
+// Prefetch distance in whole row blocks, at least LYNX_PREFETCH_BYTES ahead (see matmul.cc).
+#ifndef LYNX_PREFETCH_BYTES
+#define LYNX_PREFETCH_BYTES 8192
+#endif
+HWY_INLINE int64_t PrefetchAheadQ8(int64_t block_bytes) {
+  const int64_t blocks = (LYNX_PREFETCH_BYTES + block_bytes - 1) / block_bytes;
+  return std::max<int64_t>(blocks, 1) * block_bytes;
+}
+
+// Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
+template <int NT, class F>
+HWY_INLINE void WithTokenCount(int n, F&& f) {
+  if constexpr (NT >= 1) {
+    if (n == NT) {
+      f.template operator()<NT>();
+    } else {
+      WithTokenCount<NT - 1>(n, f);
+    }
+  }
+}
+
+// Rows [r, min(r + kNR, r1)) of the job: the kNR row pointers (a partial block repeats its
+// last row, whose lanes are computed and not stored) and the prefetch distance.
+struct RowSet {
+  const uint8_t* rows[kNR];
+  int n_rows;
+  int64_t ahead;
+  RowSet(const MatmulQ8Job& j, int64_t r) {
+    n_rows = static_cast<int>(std::min<int64_t>(kNR, j.r1 - r));
+    for (int i = 0; i < kNR; ++i) rows[i] = j.w + (r + std::min(i, n_rows - 1)) * j.row_bytes;
+    ahead = PrefetchAheadQ8(kNR * j.row_bytes);
+  }
+  // Prefetches the rows' bytes of block b, `ahead` bytes further (the same columns of a later
+  // row block). Spread over the blocks: a burst of prefetches per chunk overflows the miss
+  // buffers (measured: up to 2x slower). Every kBB-th block for Q4_0 (3 x 18 bytes <= 64,
+  // so no cache line is skipped), every block for Q8_0.
+  template <TensorType kType>
+  HWY_INLINE void Prefetch(int64_t b) const {
+    constexpr int64_t kBB = BlockBytes<kType>();
+    constexpr int64_t kEvery = std::max<int64_t>(1, 64 / kBB);
+    if (b % kEvery == 0) {
+      for (int i = 0; i < n_rows; ++i) hwy::Prefetch(rows[i] + b * kBB + ahead);
+    }
+  }
+  HWY_INLINE void Store(const float* acc, float* out) const {
+    if (n_rows == kNR) {
+      hn::StoreU(hn::Load(DF(), acc), DF(), out);
+    } else {
+      std::memcpy(out, acc, static_cast<size_t>(n_rows) * sizeof(float));
+    }
+  }
+};
+
+// n_tok <= kNT: every block is unpacked into registers and used at once.
+template <TensorType kType, int NT>
+HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, int64_t r) {
+  const DF df;
+  constexpr int64_t kBB = BlockBytes<kType>();
+  const RowSet rs(j, r);
+  VF acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
+  for (int64_t c0 = 0; c0 < j.n_blocks; c0 += kChunkBlocks) {
+    const int64_t c1 = std::min(j.n_blocks, c0 + kChunkBlocks);
+    for (int64_t b = c0; b < c1; ++b) {
+      Block<kType> blk;
+      rs.Prefetch<kType>(b);
+      Unpack<kType>(rs.rows, b * kBB, blk);
+      AddBlock<kType, NT>(j, blk, 0, b, acc);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    HWY_ALIGN float out[kNR];
+    hn::Store(acc[t], df, out);
+    rs.Store(out, j.y + t * j.ldy + r);
+  }
+}
+
+// n_tok > kNT: per chunk of kChunkBlocks blocks, the rows are unpacked once into an L1
+// buffer and every token group runs over it; accumulators live in `accbuf` between chunks,
+// so each output sees the same operations as in RowBlockDirect.
+template <TensorType kType>
+HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, int64_t r) {
+  const DF df;
+  constexpr int64_t kBB = BlockBytes<kType>();
+  const RowSet rs(j, r);
+  Block<kType> blocks[kChunkBlocks];
+  HWY_ALIGN float accbuf[kSuperTokens * kNR];  // [token][row]
+
+  for (int s0 = 0; s0 < j.n_tok; s0 += kSuperTokens) {
+    const int ns = std::min(kSuperTokens, j.n_tok - s0);
+    for (int k = 0; k < ns * kNR; k += kNR) hn::Store(hn::Zero(df), df, accbuf + k);
+    for (int64_t c0 = 0; c0 < j.n_blocks; c0 += kChunkBlocks) {
+      const int64_t c1 = std::min(j.n_blocks, c0 + kChunkBlocks);
+      for (int64_t b = c0; b < c1; ++b) {
+        rs.Prefetch<kType>(b);
+        Unpack<kType>(rs.rows, b * kBB, blocks[b - c0]);
+      }
+      for (int t0 = 0; t0 < ns; t0 += kNT) {
+        WithTokenCount<kNT>(std::min(kNT, ns - t0), [&]<int NT>() {
+          VF acc[NT];
+          for (int t = 0; t < NT; ++t) acc[t] = hn::Load(df, accbuf + (t0 + t) * kNR);
+          for (int64_t b = c0; b < c1; ++b) {
+            AddBlock<kType, NT>(j, blocks[b - c0], s0 + t0, b, acc);
+          }
+          for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + (t0 + t) * kNR);
+        });
+      }
+    }
+    for (int t = 0; t < ns; ++t) rs.Store(accbuf + t * kNR, j.y + (s0 + t) * j.ldy + r);
+  }
+}
+
+template <TensorType kType>
+void RunRowsQ8(const MatmulQ8Job& j) {
+  for (int64_t r = j.r0; r < j.r1; r += kNR) {
+    if (j.n_tok > kNT) {
+      RowBlockBuffered<kType>(j, r);
+    } else {
+      WithTokenCount<kNT>(j.n_tok, [&]<int NT>() { RowBlockDirect<kType, NT>(j, r); });
+    }
+  }
+}
+
+void MatmulQ8T(const MatmulQ8Job& j) {
+  if (j.type == TensorType::Q8_0) {
+    RunRowsQ8<TensorType::Q8_0>(j);
+  } else {
+    RunRowsQ8<TensorType::Q4_0>(j);
+  }
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_POP_ATTRIBUTES
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lynx::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lynx::kernels {
+
+HWY_EXPORT(MatmulQ8T);
+HWY_EXPORT(QuantizeActsT);
+
+bool has_int8_path(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0;
+}
+
+void QuantizedActs::resize(int n, int64_t c) {
+  if (n < 0 || c <= 0 || c % 32 != 0) {
+    throw Error("QuantizedActs: bad shape " + std::to_string(n) + " x " + std::to_string(c) +
+                " (columns must be a positive multiple of 32)");
+  }
+  n_tok = n;
+  cols = c;
+  q.resize(static_cast<size_t>(n) * static_cast<size_t>(c));
+  d.resize(static_cast<size_t>(n) * static_cast<size_t>(c / 32));
+  sum.resize(d.size());
+}
+
+void QuantizedActs::copy_row(int t, const QuantizedActs& src, int src_t) {
+  if (src.cols != cols || t < 0 || t >= n_tok || src_t < 0 || src_t >= src.n_tok) {
+    throw Error("QuantizedActs::copy_row: shapes or rows do not match");
+  }
+  const int64_t nb = n_blocks();
+  std::memcpy(&q[static_cast<size_t>(t * cols)], &src.q[static_cast<size_t>(src_t * cols)],
+              static_cast<size_t>(cols));
+  std::memcpy(&d[static_cast<size_t>(t * nb)], &src.d[static_cast<size_t>(src_t * nb)],
+              static_cast<size_t>(nb) * sizeof(float));
+  std::memcpy(&sum[static_cast<size_t>(t * nb)], &src.sum[static_cast<size_t>(src_t * nb)],
+              static_cast<size_t>(nb) * sizeof(int32_t));
+}
+
+void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out) {
+  if (t0 < 0 || t1 < t0 || t1 > out.n_tok || out.cols % 32 != 0) {
+    throw Error("quantize_acts_rows: rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
+                ") outside the " + std::to_string(out.n_tok) + " rows of the output");
+  }
+  if (t0 == t1) return;
+  HWY_DYNAMIC_DISPATCH(QuantizeActsT)
+  (x, ldx, t0, t1, out.cols, out.q.data(), out.d.data(), out.sum.data());
+}
+
+void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, QuantizedActs& out) {
+  out.resize(n_tok, cols);
+  quantize_acts_rows(x, ldx, 0, n_tok, out);
+}
+
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy) {
+  if (!has_int8_path(t)) {
+    throw Error(std::string("matmul_rows_q8: no integer path for weight type ") +
+                gguf::tensor_type_name(t));
+  }
+  const size_t row_bytes = weight_row_bytes(t, cols);  // validates cols
+  if (cols != x.cols) {
+    throw Error("matmul_rows_q8: activations have " + std::to_string(x.cols) + " columns, " +
+                "the weights " + std::to_string(cols));
+  }
+  if (r0 < 0 || r1 < r0 || n_tok < 0 || t0 < 0 || t0 + n_tok > x.n_tok) {
+    throw Error("matmul_rows_q8: bad range rows [" + std::to_string(r0) + ", " +
+                std::to_string(r1) + ") tokens [" + std::to_string(t0) + ", " +
+                std::to_string(t0 + n_tok) + ") of " + std::to_string(x.n_tok));
+  }
+  if (r0 == r1 || n_tok == 0) return;
+  const int64_t nb = cols / 32;
+  const MatmulQ8Job job{t,
+                        static_cast<const uint8_t*>(w),
+                        static_cast<int64_t>(row_bytes),
+                        nb,
+                        r0,
+                        r1,
+                        x.q.data() + t0 * cols,
+                        x.d.data() + t0 * nb,
+                        x.sum.data() + t0 * nb,
+                        cols,
+                        nb,
+                        n_tok,
+                        y,
+                        ldy};
+  HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
+}
+
+}  // namespace lynx::kernels
+#endif  // HWY_ONCE
