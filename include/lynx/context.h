@@ -20,6 +20,13 @@ struct ContextOptions {
   int n_ctx = 4096;              // context limit per sequence (positions)
   std::string routing = "topk";  // routing policy spec, see make_routing_policy
   bool record_trace = false;     // keep router logits of each step (see take_trace)
+  // Products with Q8_0 / Q4_0 weights: false (default) quantizes their activations to Q8_0
+  // blocks and uses integer dot products, as llama.cpp/ggml does (faster; the activations
+  // are rounded to ~8 bits per 32-block, see docs/reference.md for the measured effect);
+  // true keeps the activations in F32 for every weight type (the weights are dequantized
+  // exactly: matches the float64 reference to float32 rounding). F32/F16/BF16 weights always
+  // use F32 activations.
+  bool exact_activations = false;
 };
 
 // One token of a step.

@@ -28,6 +28,7 @@ struct EvalOptions {
   int gen_tokens = 32;
   int code_lines = 64;  // held-out lines for the exact-match completion score (0 = off)
   int n_threads = 0;
+  bool exact_activations = false;  // see ContextOptions
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
 };
 

@@ -126,7 +126,8 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
       pool(o.n_threads > 0 ? o.n_threads : std::max(1, int(std::thread::hardware_concurrency()))),
       n_ctx(o.n_ctx),
-      record_trace(o.record_trace) {
+      record_trace(o.record_trace),
+      int_acts(!o.exact_activations) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   policy = make_routing_policy(o.routing);
   routing_spec = o.routing;

@@ -21,10 +21,36 @@ void ensure(V& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// True when products with `w` run on the integer path (Q8_0/Q4_0 weights, activations
+// quantized to Q8_0 blocks as ggml does), false for the exact float path.
+bool int_path(const Context::Impl& ctx, const Weight& w) {
+  return ctx.int_acts && kernels::has_int8_path(w.type);
+}
+
+// The input of one or more matmuls: T rows of `cols` F32 activations and their Q8_0
+// quantization, made by the first weight that takes the integer path, so weights sharing an
+// input (q/k/v, gate/up, router/experts/shared expert) quantize it once.
+struct MatIn {
+  const float* x;
+  int T;
+  int64_t cols;
+  kernels::QuantizedActs* q;
+  bool quantized = false;
+
+  const kernels::QuantizedActs& quantize(ThreadPool& pool) {
+    if (!quantized) kernels::quantize_acts(pool, x, cols, T, cols, *q);
+    quantized = true;
+    return *q;
+  }
+};
+
 // y[T x rows] = W x[T x cols], rows split across the pool; `bytes` counts weight traffic.
-void project(ThreadPool& pool, const Weight& w, const float* x, int T, float* y, size_t& bytes,
-             int64_t mat = 0) {
-  kernels::matmul(pool, w.type, w.mat(mat), w.rows, w.cols, x, w.cols, T, y, w.rows);
+void project(Context::Impl& ctx, const Weight& w, MatIn& in, float* y, size_t& bytes) {
+  if (int_path(ctx, w)) {
+    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(ctx.pool), y, w.rows);
+  } else {
+    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.T, y, w.rows);
+  }
   bytes += w.mat_bytes;
 }
 
@@ -76,9 +102,10 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
-  project(ctx.pool, L.wq, B.xn.data(), T, B.q.data(), bytes);
-  project(ctx.pool, L.wk, B.xn.data(), T, B.k.data(), bytes);
-  project(ctx.pool, L.wv, B.xn.data(), T, B.v.data(), bytes);
+  MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  project(ctx, L.wq, xn, B.q.data(), bytes);
+  project(ctx, L.wk, xn, B.k.data(), bytes);
+  project(ctx, L.wv, xn, B.v.data(), bytes);
   add_bias(L.bq, B.q.data(), T, Q);
   add_bias(L.bk, B.k.data(), T, KV);
   add_bias(L.bv, B.v.data(), T, KV);
@@ -128,28 +155,35 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
       }
     }
   });
-  project(ctx.pool, L.wo, B.attn.data(), T, B.tmp.data(), bytes);
+  MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
+  project(ctx, L.wo, attn, B.tmp.data(), bytes);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
 // Dense SwiGLU FFN over all T rows of `in`: out = down(silu(gate in) * up in).
 void dense_ffn(Context::Impl& ctx, const Weight& gate, const Weight& up, const Weight& down,
-               const float* in, int T, float* out) {
+               MatIn& in, float* out) {
   StepBuffers& B = ctx.buf;
+  const int T = in.T;
   const int64_t F = gate.rows;
   ensure(B.sh_gate, size_t(T) * F);
   ensure(B.sh_up, size_t(T) * F);
   size_t& bytes = ctx.step.weight_bytes;
-  project(ctx.pool, gate, in, T, B.sh_gate.data(), bytes);
-  project(ctx.pool, up, in, T, B.sh_up.data(), bytes);
+  project(ctx, gate, in, B.sh_gate.data(), bytes);
+  project(ctx, up, in, B.sh_up.data(), bytes);
   kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
-  project(ctx.pool, down, B.sh_gate.data(), T, out, bytes);
+  MatIn hidden{B.sh_gate.data(), T, F, &B.xq_mid};
+  project(ctx, down, hidden, out, bytes);
 }
 
 // Runs the expert FFNs grouped by expert: each active expert's weights are streamed once
 // for all the tokens routed to it. Work is split over the concatenated rows of all active
 // experts, so the threads stay balanced whatever the distribution of tokens.
-void run_experts(Context::Impl& ctx, int il, int T) {
+// With the integer path the expert input rows are the quantized rows of `xn` (quantized
+// once per token, copied per assignment) and the swiglu output is quantized once, row chunks
+// split across the pool, before the down projections.
+void run_experts(Context::Impl& ctx, int il, MatIn& xn) {
+  const int T = xn.T;
   const ModelConfig& c = ctx.model.config();
   const LayerWeights& L = ctx.model.layer(il);
   StepBuffers& B = ctx.buf;
@@ -181,10 +215,32 @@ void run_experts(Context::Impl& ctx, int il, int T) {
       B.assign_row[size_t(i)] = -1;
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    std::memcpy(&B.xin[size_t(r) * E], &B.xn[size_t(B.row_token[size_t(r)]) * E],
-                sizeof(float) * E);
+  const bool int_gate = int_path(ctx, L.gate_exps), int_up = int_path(ctx, L.up_exps);
+  const bool int_down = int_path(ctx, L.down_exps);
+  if (!int_gate || !int_up) {
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(&B.xin[size_t(r) * E], &B.xn[size_t(B.row_token[size_t(r)]) * E],
+                  sizeof(float) * E);
+    }
   }
+  if (int_gate || int_up) {
+    const kernels::QuantizedActs& xq = xn.quantize(ctx.pool);
+    B.xq_rows.resize(rows, E);
+    for (int r = 0; r < rows; ++r) B.xq_rows.copy_row(r, xq, B.row_token[size_t(r)]);
+  }
+
+  // y[cnt x rows] of expert rows [r0, r1) over the expert's `cnt` grouped rows from `off`.
+  auto expert_rows = [&](const Weight& w, bool int_w, int ex, int64_t r0, int64_t r1, int off,
+                         int cnt, const std::vector<float>& x, const kernels::QuantizedActs& xq,
+                         float* y) {
+    const int64_t cols = w.cols;
+    if (int_w) {
+      kernels::matmul_rows_q8(w.type, w.mat(ex), cols, r0, r1, xq, off, cnt, y, w.rows);
+    } else {
+      kernels::matmul_rows(w.type, w.mat(ex), cols, r0, r1, &x[size_t(off) * cols], cols, cnt, y,
+                           w.rows);
+    }
+  };
 
   const int64_t n_active = int64_t(B.active.size());
   // gate and up: rows F per active expert.
@@ -195,15 +251,28 @@ void run_experts(Context::Impl& ctx, int il, int T) {
           const int64_t ai = b / F, r0 = b % F, r1 = std::min<int64_t>(F, r0 + (e - b));
           const int ex = B.active[size_t(ai)];
           const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-          kernels::matmul_rows(L.gate_exps.type, L.gate_exps.mat(ex), E, r0, r1,
-                               &B.xin[size_t(off) * E], E, cnt, &B.gate[size_t(off) * F], F);
-          kernels::matmul_rows(L.up_exps.type, L.up_exps.mat(ex), E, r0, r1,
-                               &B.xin[size_t(off) * E], E, cnt, &B.up[size_t(off) * F], F);
+          expert_rows(L.gate_exps, int_gate, ex, r0, r1, off, cnt, B.xin, B.xq_rows,
+                      &B.gate[size_t(off) * F]);
+          expert_rows(L.up_exps, int_up, ex, r0, r1, off, cnt, B.xin, B.xq_rows,
+                      &B.up[size_t(off) * F]);
           b += r1 - r0;
         }
       },
       16);
-  kernels::swiglu(B.gate.data(), B.up.data(), B.gate.data(), int64_t(rows) * F);
+  if (int_down) {
+    // swiglu and quantization of each grouped row, rows split across the pool.
+    B.xq_hidden.resize(rows, F);
+    ctx.pool.parallel_for(
+        rows,
+        [&](int64_t r0, int64_t r1, int) {
+          kernels::swiglu(&B.gate[size_t(r0) * F], &B.up[size_t(r0) * F], &B.gate[size_t(r0) * F],
+                          (r1 - r0) * F);
+          kernels::quantize_acts_rows(B.gate.data(), F, int(r0), int(r1), B.xq_hidden);
+        },
+        std::max(1, 16384 / std::max(F, 1)));
+  } else {
+    kernels::swiglu(B.gate.data(), B.up.data(), B.gate.data(), int64_t(rows) * F);
+  }
   ctx.pool.parallel_for(
       n_active * E,
       [&](int64_t b, int64_t e, int) {
@@ -211,8 +280,8 @@ void run_experts(Context::Impl& ctx, int il, int T) {
           const int64_t ai = b / E, r0 = b % E, r1 = std::min<int64_t>(E, r0 + (e - b));
           const int ex = B.active[size_t(ai)];
           const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-          kernels::matmul_rows(L.down_exps.type, L.down_exps.mat(ex), F, r0, r1,
-                               &B.gate[size_t(off) * F], F, cnt, &B.down[size_t(off) * E], E);
+          expert_rows(L.down_exps, int_down, ex, r0, r1, off, cnt, B.gate, B.xq_hidden,
+                      &B.down[size_t(off) * E]);
           b += r1 - r0;
         }
       },
@@ -245,15 +314,16 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
+  MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (!c.is_moe()) {
-    dense_ffn(ctx, L.ffn_gate, L.ffn_up, L.ffn_down, B.xn.data(), T, B.tmp.data());
+    dense_ffn(ctx, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data());
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
   }
 
   // Router -> policy -> experts. The router stays F32 as llama.cpp keeps it.
   const int N = c.n_expert;
-  project(ctx.pool, L.router, B.xn.data(), T, B.router.data(), ctx.step.weight_bytes);
+  project(ctx, L.router, xn, B.router.data(), ctx.step.weight_bytes);
   if (ctx.router_override) ctx.router_override(il, batch, B.router.data());
   RoutingInput in;
   in.logits = B.router.data();
@@ -278,11 +348,11 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
     rec.flags = flags;
     ctx.trace.push_back(std::move(rec));
   }
-  run_experts(ctx, il, T);
+  run_experts(ctx, il, xn);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 
   if (L.up_shexp.present()) {
-    dense_ffn(ctx, L.gate_shexp, L.up_shexp, L.down_shexp, B.xn.data(), T, B.tmp.data());
+    dense_ffn(ctx, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data());
     for (int t = 0; t < T; ++t) {
       float g = 1.f;
       if (L.shexp_gate) {
@@ -365,8 +435,8 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
                      &B.out_in[size_t(i) * E], E, c.rms_eps);
   }
   ensure(ctx.out_logits, size_t(ctx.n_out) * c.n_vocab);
-  project(ctx.pool, ctx.model.output(), B.out_in.data(), ctx.n_out, ctx.out_logits.data(),
-          ctx.step.weight_bytes);
+  MatIn out_in{B.out_in.data(), ctx.n_out, E, &B.xq_in};
+  project(ctx, ctx.model.output(), out_in, ctx.out_logits.data(), ctx.step.weight_bytes);
 }
 
 }  // namespace lynx

@@ -39,6 +39,10 @@ struct StepBuffers {
   std::vector<float> sh_gate, sh_up, sh_down;    // shared expert / dense FFN
   std::vector<float> out_in;                     // normed rows needing logits
   std::vector<int32_t> out_rows;                 // token index of each logits row
+  // Activations quantized for the integer path (Q8_0/Q4_0 weights, exact_activations off):
+  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden), the expert
+  // input rows grouped like xin, and the experts' swiglu output grouped like gate.
+  kernels::QuantizedActs xq_in, xq_mid, xq_rows, xq_hidden;
 };
 
 struct Context::Impl {
@@ -53,6 +57,7 @@ struct Context::Impl {
   kernels::ThreadPool pool;
   int n_ctx;
   bool record_trace;
+  bool int_acts;  // !ContextOptions::exact_activations
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   std::vector<Sequence> seqs;

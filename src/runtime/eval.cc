@@ -72,6 +72,7 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   for (const auto& d : docs) max_len = std::max(max_len, int(d.size()));
   ContextOptions co;
   co.n_threads = o.n_threads;
+  co.exact_activations = o.exact_activations;
   co.n_ctx = std::max(1, max_len);
   co.routing = policy;
   Context ctx(model, co);
@@ -209,12 +210,14 @@ EvalRow make_row(const std::string& policy, int B, const ForcedRun& r, const For
 std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
                                               const std::vector<std::vector<int32_t>>& prompts,
                                               int n_gen, const std::string& policy, int B,
-                                              int n_threads, const std::vector<int32_t>& stop,
+                                              const EvalOptions& o,
+                                              const std::vector<int32_t>& stop,
                                               const Tokenizer* stop_at_newline = nullptr) {
   int max_len = 0;
   for (const auto& p : prompts) max_len = std::max(max_len, int(p.size()));
   ContextOptions co;
-  co.n_threads = n_threads;
+  co.n_threads = o.n_threads;
+  co.exact_activations = o.exact_activations;
   co.n_ctx = max_len + n_gen;
   co.routing = policy;
   Context ctx(model, co);
@@ -364,14 +367,14 @@ std::vector<EvalRow> evaluate(const Model& model, const Tokenizer& tok,
   for (const auto& t : tasks) line_prompts.push_back(tok.encode(t.prompt, tok.add_bos(), false));
   const int line_gen = 48;
   const int bmax = *std::max_element(o.batches.begin(), o.batches.end());
-  const auto exact_gen = greedy_runs(model, prompts, o.gen_tokens, "topk", bmax, o.n_threads, {});
+  const auto exact_gen = greedy_runs(model, prompts, o.gen_tokens, "topk", bmax, o, {});
   size_t done = 0;
   for (EvalRow& row : rows) {
     if (o.progress) o.progress("generation", done++, rows.size());
     if (!prompts.empty()) {
-      const auto g = row.policy == "topk" ? exact_gen
-                                          : greedy_runs(model, prompts, o.gen_tokens, row.policy,
-                                                        row.batch, o.n_threads, {});
+      const auto g = row.policy == "topk"
+                         ? exact_gen
+                         : greedy_runs(model, prompts, o.gen_tokens, row.policy, row.batch, o, {});
       int64_t same = 0, total = 0;
       for (size_t i = 0; i < g.size(); ++i) {
         for (size_t j = 0; j < exact_gen[i].size(); ++j) {
@@ -382,8 +385,8 @@ std::vector<EvalRow> evaluate(const Model& model, const Tokenizer& tok,
       row.gen_agreement = total ? double(same) / double(total) : -1;
     }
     if (!tasks.empty()) {
-      const auto g = greedy_runs(model, line_prompts, line_gen, row.policy, row.batch, o.n_threads,
-                                 stop, &tok);
+      const auto g =
+          greedy_runs(model, line_prompts, line_gen, row.policy, row.batch, o, stop, &tok);
       int64_t hits = 0;
       for (size_t i = 0; i < tasks.size(); ++i) {
         std::string text = tok.decode(g[i]);

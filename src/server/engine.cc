@@ -14,6 +14,7 @@ namespace {
 ContextOptions context_options(const ServerOptions& o) {
   ContextOptions c;
   c.n_threads = o.n_threads;
+  c.exact_activations = o.exact_activations;
   c.n_ctx = o.n_ctx;
   c.routing = o.routing;
   return c;

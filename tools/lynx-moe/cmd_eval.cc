@@ -29,6 +29,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--gen-tokens", a->opts.gen_tokens, "Greedy tokens per prompt");
   cmd->add_option("--code-lines", a->opts.code_lines, "Held-out code lines to complete (0 = off)");
   cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)");
+  add_exact_acts_flag(cmd, &a->opts.exact_activations);
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   cmd->callback([a] {
     if (a->output != "md" && a->output != "csv" && a->output != "json") {

@@ -19,7 +19,7 @@ struct Args {
   int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
   uint64_t seed = 1;
   float temp = 0.f, top_p = 1.f;
-  bool no_bos = false, quiet = false, ignore_eos = false, chat = false;
+  bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
   std::string chat_format, system;
 };
 
@@ -42,6 +42,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   co.n_ctx = a.ctx;
   co.routing = spec;
   co.record_trace = trace != nullptr;
+  co.exact_activations = a.exact_acts;
   Context ctx(model, co);
   SchedulerOptions so;
   so.max_batch = a.parallel;
@@ -139,6 +140,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--no-bos", a->no_bos, "Do not add BOS");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
+  add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->callback([a] {
     if (a->parallel < 1) throw Error("--parallel must be at least 1");
     std::vector<std::string> base;

@@ -14,7 +14,7 @@ void register_logits(CLI::App& app) {
   struct Args {
     std::string model, tokens, out, routing = "topk";
     int threads = 0;
-    bool all = false;
+    bool all = false, exact_acts = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("logits", "Run token ids and write the last position's logits");
@@ -24,6 +24,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)");
   cmd->add_option("--routing", args->routing, "Routing policy spec");
   cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
+  add_exact_acts_flag(cmd, &args->exact_acts);
   cmd->callback([args] {
     std::vector<int32_t> ids;
     std::string s = args->tokens;
@@ -47,6 +48,7 @@ void register_logits(CLI::App& app) {
     co.n_threads = args->threads;
     co.n_ctx = int(ids.size());
     co.routing = args->routing;
+    co.exact_activations = args->exact_acts;
     Context ctx(*model, co);
     const int32_t seq = ctx.new_sequence();
     std::vector<BatchToken> batch;

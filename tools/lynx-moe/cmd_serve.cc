@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/server.h"
 #include "trace_replay.h"
 
@@ -25,6 +26,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key", o->api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 and /metrics");
   cmd->add_option("-t,--threads", o->n_threads, "Compute threads (default: all cores)");
+  add_exact_acts_flag(cmd, &o->exact_activations);
   cmd->add_option("--http-threads", o->http_threads,
                   "HTTP worker threads (default max-batch + max-queue + 4)");
   cmd->add_option("--model-name", o->model_name, "Model id served (default: general.name)");

@@ -7,7 +7,14 @@
 
 #include "lynx/model.h"
 
+namespace CLI {
+class App;
+}
+
 namespace lynx::cli {
+
+// Adds --exact-acts (ContextOptions::exact_activations) to a command that creates a Context.
+void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);
 
 // Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
 // stderr is a terminal or the file is large).
