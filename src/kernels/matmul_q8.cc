@@ -29,11 +29,11 @@
 // once (RowBlockDirect); with more, weights are unpacked once per chunk of kChunkBlocks
 // blocks into an L1 buffer and every group of kNT tokens runs over it, accumulators kept in
 // `accbuf` between chunks (RowBlockBuffered). Each weight byte is read from memory once per
-// call for up to kSuperTokens tokens, software-prefetched a row block ahead, and every output
-// sees the same sequence of operations whatever the row split or token grouping (lanes never
-// mix; a partial row block repeats its last row). The float update is an exact FMA on every
-// target (per lane std::fma where Highway's MulAdd is not fused), so all targets and the
-// scalar twin agree bit for bit.
+// call for up to kSuperTokens tokens, software-prefetched a row block ahead in address order,
+// and every output sees the same sequence of operations whatever the row split or token
+// grouping (lanes never mix; a partial row block repeats its last row). The float update is
+// an exact FMA on every target (per lane std::fma where Highway's MulAdd is not fused), so all
+// targets and the scalar twin agree bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -387,15 +387,6 @@ HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t 
   }
 }
 
-// Prefetch distance in whole row blocks, at least LYNX_PREFETCH_BYTES ahead (see matmul.cc).
-#ifndef LYNX_PREFETCH_BYTES
-#define LYNX_PREFETCH_BYTES 8192
-#endif
-HWY_INLINE int64_t PrefetchAheadQ8(int64_t block_bytes) {
-  const int64_t blocks = (LYNX_PREFETCH_BYTES + block_bytes - 1) / block_bytes;
-  return std::max<int64_t>(blocks, 1) * block_bytes;
-}
-
 // Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
 template <int NT, class F>
 HWY_INLINE void WithTokenCount(int n, F&& f) {
@@ -409,26 +400,28 @@ HWY_INLINE void WithTokenCount(int n, F&& f) {
 }
 
 // Rows [r, min(r + kNR, r1)) of the job: the kNR row pointers (a partial block repeats its
-// last row, whose lanes are computed and not stored) and the prefetch distance.
+// last row, whose lanes are computed and not stored) and the next row block's start.
 struct RowSet {
   const uint8_t* rows[kNR];
+  const uint8_t* next;
   int n_rows;
-  int64_t ahead;
   RowSet(const MatmulQ8Job& j, int64_t r) {
     n_rows = static_cast<int>(std::min<int64_t>(kNR, j.r1 - r));
     for (int i = 0; i < kNR; ++i) rows[i] = j.w + (r + std::min(i, n_rows - 1)) * j.row_bytes;
-    ahead = PrefetchAheadQ8(kNR * j.row_bytes);
+    next = j.w + (r + kNR) * j.row_bytes;
   }
-  // Prefetches the rows' bytes of block b, `ahead` bytes further (the same columns of a later
-  // row block). Spread over the blocks: a burst of prefetches per chunk overflows the miss
-  // buffers (measured: up to 2x slower). Every kBB-th block for Q4_0 (3 x 18 bytes <= 64,
-  // so no cache line is skipped), every block for Q8_0.
+  // Prefetches the share of the next row block (contiguous in memory, kNR * row_bytes) that
+  // corresponds to block b of this one, so the next row block is fetched in address order,
+  // spread evenly over this one's blocks. Prefetching along the kNR rows instead (kNR
+  // interleaved streams per core, as the demand loads go) ran ~6% slower end to end on Q8_0
+  // at batch 1 with 2 threads (DRAM page locality, presumably); so did prefetch bursts per
+  // chunk of blocks (up to 2x: they overflow the miss buffers). Past the last row block this
+  // prefetches bytes that may not belong to the matrix: prefetches never fault.
   template <TensorType kType>
   HWY_INLINE void Prefetch(int64_t b) const {
-    constexpr int64_t kBB = BlockBytes<kType>();
-    constexpr int64_t kEvery = std::max<int64_t>(1, 64 / kBB);
-    if (b % kEvery == 0) {
-      for (int i = 0; i < n_rows; ++i) hwy::Prefetch(rows[i] + b * kBB + ahead);
+    constexpr int64_t kBytes = kNR * BlockBytes<kType>();
+    for (int64_t o = (b * kBytes + 63) & ~int64_t{63}; o < (b + 1) * kBytes; o += 64) {
+      hwy::Prefetch(next + o);
     }
   }
   HWY_INLINE void Store(const float* acc, float* out) const {
