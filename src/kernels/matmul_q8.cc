@@ -238,6 +238,52 @@ HWY_INLINE void LoadPlanes4(const uint8_t* const* rows, int64_t off, VI* v) {
   Transpose4(v);
 }
 
+// The eight planes of the 32 bytes at byte offset `off` of every row's block: rows loaded
+// whole (two per vector with AVX-512), then an 8x8 int32 transpose inside each 256-bit half.
+// Fewer loads than LoadPlanes4 twice (16 instead of 56 load and insert uops with AVX-512).
+HWY_INLINE void LoadPlanesQ8(const uint8_t* const* rows, int64_t off, VI* pl) {
+  const DI d;
+  const hn::Repartition<int64_t, DI> d64;
+  const hn::Full256<int32_t> d256;
+  VI z[8];
+  for (int k = 0; k < 8; ++k) {
+#if HWY_TARGET == HWY_AVX2
+    z[k] = hn::LoadU(d256, reinterpret_cast<const int32_t*>(rows[k] + off));
+#else
+    // Rows k, k + 4 for k < 4 and k + 4, k + 8 above: after the transpose and the block
+    // shuffle below, lane i holds row i.
+    const int a = k < 4 ? k : k + 4;
+    z[k] = hn::Combine(d, hn::LoadU(d256, reinterpret_cast<const int32_t*>(rows[a + 4] + off)),
+                       hn::LoadU(d256, reinterpret_cast<const int32_t*>(rows[a] + off)));
+#endif
+  }
+  auto lo = [&](VI a, VI b) {
+    return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  auto hi = [&](VI a, VI b) {
+    return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  VI a[4], b[4];
+  for (int j = 0; j < 4; ++j) {
+    a[j] = hn::InterleaveLower(d, z[2 * j], z[2 * j + 1]);
+    b[j] = hn::InterleaveUpper(d, z[2 * j], z[2 * j + 1]);
+  }
+  // c[i] / e[i], 128-bit block m: dword 4 (m % 2) + i of the rows in z[0..4) / z[4..8)
+  // (first halves for m < 2, second halves above).
+  const VI c[4] = {lo(a[0], a[1]), hi(a[0], a[1]), lo(b[0], b[1]), hi(b[0], b[1])};
+  const VI e[4] = {lo(a[2], a[3]), hi(a[2], a[3]), lo(b[2], b[3]), hi(b[2], b[3])};
+  for (int i = 0; i < 4; ++i) {
+#if HWY_TARGET == HWY_AVX2
+    pl[i] = hn::ConcatLowerLower(d, e[i], c[i]);
+    pl[i + 4] = hn::ConcatUpperUpper(d, e[i], c[i]);
+#else
+    // No Highway op picks 128-bit blocks from two vectors like this: vshufi32x4.
+    pl[i] = VI{_mm512_shuffle_i32x4(c[i].raw, e[i].raw, 0x88)};      // blocks 0, 2 | 0, 2
+    pl[i + 4] = VI{_mm512_shuffle_i32x4(c[i].raw, e[i].raw, 0xDD)};  // blocks 1, 3 | 1, 3
+#endif
+  }
+}
+
 template <TensorType kType>
 HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
   const DI di;
@@ -253,19 +299,16 @@ HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& b
       blk.pl[g + 4] = hn::And(hn::BitCast(di, hn::ShiftRight<4>(hn::BitCast(du, v[g]))), mask);
     }
   } else {
-    for (int half = 0; half < 2; ++half) {
-      VI* v = blk.pl + 4 * half;
-      LoadPlanes4(rows, boff + 2 + 16 * half, v);
+    LoadPlanesQ8(rows, boff + 2, blk.pl);
 #if HWY_TARGET == HWY_AVX3_DL
-      for (int g = 0; g < 4; ++g) v[g] = hn::Xor(v[g], hn::Set(di, int32_t(0x80808080u)));
+    for (int g = 0; g < 8; ++g) blk.pl[g] = hn::Xor(blk.pl[g], hn::Set(di, int32_t(0x80808080u)));
 #else
-      const hn::Repartition<int8_t, DI> d8;
-      for (int g = 0; g < 4; ++g) {
-        blk.pl[8 + 4 * half + g] = v[g];
-        v[g] = hn::BitCast(di, hn::Abs(hn::BitCast(d8, v[g])));
-      }
-#endif
+    const hn::Repartition<int8_t, DI> d8;
+    for (int g = 0; g < 8; ++g) {
+      blk.pl[8 + g] = blk.pl[g];
+      blk.pl[g] = hn::BitCast(di, hn::Abs(hn::BitCast(d8, blk.pl[g])));
     }
+#endif
   }
 }
 
