@@ -29,6 +29,7 @@ struct Args {
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
+  bool exact_acts = false;
 };
 
 struct Sample {
@@ -65,6 +66,7 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
   co.n_threads = T;
   co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
   co.routing = policy;
+  co.exact_activations = a.exact_acts;
   Context ctx(model, co);
   if (replay) ctx.set_router_override(replay->override_fn());
   std::mt19937_64 rng(seed);
@@ -184,6 +186,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--reps", a->reps, "Repetitions");
   cmd->add_option("--seed", a->seed, "Seed of the random prompts");
   cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
+  add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
@@ -276,7 +279,9 @@ void register_bench(CLI::App& app) {
     }
     if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
-    nlohmann::json doc = {{"commit", commit}, {"cpu", cpu_name()}, {"rows", out}};
+    const char* acts = a->exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
+    nlohmann::json doc = {
+        {"commit", commit}, {"cpu", cpu_name()}, {"activations", acts}, {"rows", out}};
     for (auto& [t, g] : bw) doc["read_bandwidth_gbps"][std::to_string(t)] = g;
     if (!a->save_json.empty()) {
       std::ofstream f(a->save_json);
@@ -305,9 +310,11 @@ void register_bench(CLI::App& app) {
       }
       return;
     }
-    std::printf("lynx-moe bench | commit %s | %s | model %s (%s, %d layers, %d/%d experts)\n\n",
-                commit.c_str(), cpu_name().c_str(), c.name.c_str(), c.arch.c_str(), c.n_layer,
-                c.n_expert_used, c.n_expert);
+    std::printf(
+        "lynx-moe bench | commit %s | %s | %s | model %s (%s, %d layers, %d/%d experts) | "
+        "activations %s\n\n",
+        commit.c_str(), cpu_name().c_str(), lynx::kernels::simd_target_name(), c.name.c_str(),
+        c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts);
     std::printf(
         "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
         "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | prefill tok/s |\n");
