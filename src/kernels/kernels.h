@@ -130,9 +130,11 @@ float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 
 // Memory read bandwidth of this machine in GB/s (1e9 bytes/s): all pool threads sum-reduce
-// disjoint parts of a `bytes` buffer, timed per 8 MiB segment, best of a few runs per
-// segment (robust to other processes on a shared machine). The roofline for matmul_rows.
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30);
+// disjoint parts of a `bytes` buffer, timed per 8 MiB segment, best of `runs` runs per
+// segment (robust to other processes on a shared machine: the peak the machine can give).
+// With runs = 1 it is the bandwidth of one pass, interference included: what a kernel running
+// at that moment could get. The roofline for matmul_rows.
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30, int runs = 5);
 
 // Name of the instruction set the dispatched kernels run on ("AVX2", "AVX3", ...).
 const char* simd_target_name();

@@ -253,14 +253,14 @@ void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int
       grain);
 }
 
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes) {
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int runs) {
   // The buffer is read in segments of a few MiB, each timed on its own, and each segment's
   // best time over the runs is kept: on a shared machine some segment reads are slowed by
   // other processes, and best-of-runs per short segment filters that out where best-of-runs
   // per whole pass cannot. A segment is re-read only after the whole buffer (>> LLC) has been
   // streamed, so every timed read comes from DRAM.
   constexpr int64_t kSegFloats = int64_t{8} << 20 >> 2;  // 8 MiB
-  constexpr int kRuns = 5;
+  if (runs < 1) throw Error("measure_read_bandwidth_gbps: runs must be >= 1");
   const int64_t n_seg = std::max<int64_t>(1, static_cast<int64_t>(bytes) / 4 / kSegFloats);
   const int64_t n = n_seg * kSegFloats;
   std::unique_ptr<float[]> buf(new float[n]);
@@ -271,7 +271,7 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes) {
   std::vector<float> partial(pool.size());
   std::vector<double> best(n_seg, 1e30);
   float check = 0.0f;
-  for (int run = 0; run < kRuns; ++run) {
+  for (int run = 0; run < runs; ++run) {
     for (int64_t s = 0; s < n_seg; ++s) {
       const float* seg = buf.get() + s * kSegFloats;
       const auto t0 = std::chrono::steady_clock::now();

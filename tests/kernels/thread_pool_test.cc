@@ -126,6 +126,11 @@ TEST(ThreadPool, MeasuresPlausibleBandwidth) {
   const double gbps = measure_read_bandwidth_gbps(pool, size_t{64} << 20);
   EXPECT_GT(gbps, 0.1);
   EXPECT_LT(gbps, 100000.0);
+  // One pass (the bench's interleaved probe) measures too; zero passes is an error.
+  const double one = measure_read_bandwidth_gbps(pool, size_t{64} << 20, 1);
+  EXPECT_GT(one, 0.1);
+  EXPECT_LT(one, 100000.0);
+  EXPECT_THROW(measure_read_bandwidth_gbps(pool, size_t{64} << 20, 0), Error);
 }
 
 }  // namespace
