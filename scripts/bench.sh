@@ -61,3 +61,6 @@ $bin route-sim --experts 64,128 --k 8 --batch 1,16,64 --steps 200 --repeats 5 \
   --routing "topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6" | tee "$out/policy-cost.md"
 
 uptime | tee "$out/uptime-end.txt"
+
+# 5. The tables and plots into docs/benchmarks.md and docs/img (prose is written by hand).
+bash scripts/bench-doc.sh
