@@ -63,7 +63,7 @@ std::string svg_line_chart(const std::string& title, const std::string& xlabel,
   const double lx0 = std::log2(std::max(xmin, 1e-9)), lx1 = std::log2(std::max(xmax, xmin * 2));
   const double step = nice_step(0, ymax > 0 ? ymax : 1, 5);
   const double ytop = std::ceil((ymax > 0 ? ymax : 1) / step) * step;
-  const double px0 = x0 + 60, px1 = x0 + w - 150, py0 = y0 + h - 45, py1 = y0 + 30;
+  const double px0 = x0 + 60, px1 = x0 + w - 190, py0 = y0 + h - 45, py1 = y0 + 30;
   auto X = [&](double x) { return px0 + (std::log2(x) - lx0) / (lx1 - lx0) * (px1 - px0); };
   auto Y = [&](double y) { return py0 - y / ytop * (py0 - py1); };
   std::string o = text(x0 + w / 2 - 60, y0 + 18, title, "middle", 14, "font-weight=\"bold\"");
@@ -101,7 +101,7 @@ std::string svg_line_chart(const std::string& title, const std::string& xlabel,
     o += std::string("<line stroke=\"") + c + "\" stroke-width=\"3\" x1=\"" +
          fmt("%.1f", px1 + 12) + "\" x2=\"" + fmt("%.1f", px1 + 32) + "\" y1=\"" + fmt("%.1f", ly) +
          "\" y2=\"" + fmt("%.1f", ly) + "\"/>\n";
-    o += text(px1 + 36, ly + 4, s.name.size() > 18 ? s.name.substr(0, 18) : s.name, "start", 11);
+    o += text(px1 + 36, ly + 4, s.name.size() > 24 ? s.name.substr(0, 24) : s.name, "start", 11);
   }
   return o;
 }
