@@ -187,12 +187,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 constexpr int64_t kMatmulGrain = 16;
 
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy, QuantizedActs* acts) {
-  if (acts && has_int8_path(t)) {
-    quantize_acts(pool, x, ldx, n_tok, cols, *acts);
-    matmul(pool, t, w, rows, cols, *acts, y, ldy);
-    return;
-  }
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy) {
   constexpr int64_t kGrain = kMatmulGrain;
   struct Args {
     TensorType t;

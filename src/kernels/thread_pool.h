@@ -32,14 +32,12 @@ class ThreadPool {
 };
 
 // y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols), split across the pool.
-// Bit-identical to a single matmul_rows call over all rows, for any pool size.
-// With `acts` (scratch, reused across calls) and a weight type that has the integer path
-// (Q8_0, Q4_0), x is first quantized into *acts (quantize_acts, rows split across the pool)
-// and the product runs on the integer kernels, as ggml computes it; otherwise (acts null, or
-// F32/F16/BF16 weights) it is the exact float path.
+// Bit-identical to a single matmul_rows call over all rows, for any pool size. This is the
+// exact float path for every weight type; the integer path is the overload below, on
+// activations quantized once with quantize_acts (the caller decides which path a weight
+// takes: src/model/forward.cc).
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy,
-            QuantizedActs* acts = nullptr);
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
 
 // The integer path with activations quantized beforehand (several weights sharing one
 // input quantize it once): y[j*ldy + r] = W[r] . x[j] for all x.n_tok tokens; t must be

@@ -171,6 +171,17 @@ void check_position(std::span<const float> got, const Routing& got_routing, cons
   }
 }
 
+// A context for one golden run: room for the fixture's tokens, router logits recorded (the
+// routing check reads them), float or integer path for Q8_0/Q4_0 weights.
+ContextOptions golden_options(int threads, bool exact) {
+  ContextOptions co;
+  co.n_threads = threads;
+  co.n_ctx = 64;
+  co.record_trace = true;
+  co.exact_activations = exact;
+  return co;
+}
+
 std::string mode_name(bool exact) {
   return exact ? "exact_activations" : "default activations";
 }
@@ -193,12 +204,7 @@ TEST(Golden, PrefillMatchesReferenceAtEveryPosition) {
     ASSERT_EQ(model->config().n_vocab, fx.n_vocab);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(fx.name + ", " + mode_name(exact));
-      ContextOptions co;
-      co.n_threads = 2;
-      co.n_ctx = 64;
-      co.record_trace = true;
-      co.exact_activations = exact;
-      Context ctx(*model, co);
+      Context ctx(*model, golden_options(2, exact));
       const int32_t seq = ctx.new_sequence();
       std::vector<BatchToken> batch;
       for (size_t i = 0; i < fx.tokens.size(); ++i) {
@@ -220,12 +226,7 @@ TEST(Golden, TokenByTokenDecodeMatchesReference) {
     auto model = Model::load(fx.file);
     for (bool exact : {true, false}) {
       SCOPED_TRACE(fx.name + ", " + mode_name(exact));
-      ContextOptions co;
-      co.n_threads = 1;
-      co.n_ctx = 64;
-      co.record_trace = true;
-      co.exact_activations = exact;
-      Context ctx(*model, co);
+      Context ctx(*model, golden_options(1, exact));
       const int32_t seq = ctx.new_sequence();
       std::vector<std::vector<float>> logits;
       for (size_t p = 0; p < fx.tokens.size(); ++p) {
@@ -252,11 +253,7 @@ TEST(Golden, IntegerPathMatchesReferenceOnEverySimdTarget) {
       if (!fx.int_weights()) continue;
       SCOPED_TRACE(fx.name + " on " + kernels::simd_target_name(target));
       auto model = Model::load(fx.file);
-      ContextOptions co;
-      co.n_threads = 2;
-      co.n_ctx = 64;
-      co.record_trace = true;
-      Context ctx(*model, co);
+      Context ctx(*model, golden_options(2, /*exact=*/false));
       const int32_t seq = ctx.new_sequence();
       std::vector<BatchToken> batch;
       for (size_t i = 0; i < fx.tokens.size(); ++i) {
