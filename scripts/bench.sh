@@ -45,7 +45,7 @@ pol64="topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6"
 pol8="topk;lynx;oea:k0=1;budget:m=4;ser:kmin=1,t=0.3;static-k:k=1"
 # On the F16 64-expert model (the lynx-vs-topk target) also Lynx with coarser bins: the
 # trained router's accuracy cost of each setting is in docs/evaluation.md.
-pol64f16="$pol64;lynx:alpha=1,beta=2;lynx:alpha=0.5,beta=2"
+pol64f16="$pol64;lynx:alpha=2,beta=2;lynx:alpha=0.5,beta=2"
 run() {  # name model trace policies
   $bin bench -m "$2" --routing-trace "$3" --routing "$4" --batch "$batches" \
     --threads "$threads" --prompt 8 --gen "$gen" -r "$reps" -o md --plot "$out/$1.svg" \
