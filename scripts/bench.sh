@@ -43,9 +43,10 @@ for t in f16 q8_0 q4_0; do synth mixtral-8x7b 2 $t "$out/mixtral2-$t.gguf"; done
 # 3. Benchmarks: every policy interleaved in one run per model.
 pol64="topk;lynx;oea:k0=4;budget:m=24;ser:kmin=4,t=0.2;static-k:k=6"
 pol8="topk;lynx;oea:k0=1;budget:m=4;ser:kmin=1,t=0.3;static-k:k=1"
-# On the F16 64-expert model (the lynx-vs-topk target) also Lynx with coarser bins: the
-# trained router's accuracy cost of each setting is in docs/evaluation.md.
-pol64f16="$pol64;lynx:alpha=2,beta=2;lynx:alpha=0.5,beta=2"
+# On the F16 64-expert model (the lynx-vs-topk target) also Lynx with a 1-logit window and
+# with a per-layer window (docs/routing.md); the trained router's accuracy cost of each
+# setting is in docs/evaluation.md.
+pol64f16="$pol64;lynx:alpha=2,beta=2;lynx:alpha=3,window=1.33/0.67/0.67/1.33"
 run() {  # name model trace policies
   $bin bench -m "$2" --routing-trace "$3" --routing "$4" --batch "$batches" \
     --threads "$threads" --prompt 8 --gen "$gen" -r "$reps" -o md --plot "$out/$1.svg" \

@@ -1,5 +1,6 @@
 #include "routing/lynx.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "routing/gating.h"
@@ -47,6 +48,14 @@ std::string LynxPolicy::spec() const {
   auto add = [&](const std::string& s) { opts += (opts.empty() ? "" : ",") + s; };
   if (p_.alpha > 0) add("alpha=" + fmt_float(p_.alpha));
   if (p_.beta > 0) add("beta=" + fmt_float(p_.beta));
+  if (!p_.window.empty()) {
+    std::string w;
+    for (float v : p_.window) {
+      if (!w.empty()) w += '/';
+      w += fmt_float(v);
+    }
+    add("window=" + w);
+  }
   if (!p_.protect_top1) add("protect-top1=0");
   if (!p_.piggyback_prefill) add("piggyback-prefill=0");
   if (p_.mode == LynxMode::kDecodeOnlyBatches) add("mode=decode-only-batches");
@@ -173,6 +182,15 @@ void LynxPolicy::route(const RoutingInput& in, RoutingOutput& out) {
   const AlphaBeta def = lynx_default_alpha_beta(k, n);
   st_.alpha = p_.alpha > 0 ? p_.alpha : def.alpha;
   st_.beta = p_.beta > 0 ? p_.beta : def.beta;
+  if (!p_.window.empty()) {
+    const float w = p_.window[size_t(std::min<int>(in.layer, int(p_.window.size()) - 1))];
+    if (w == 0.f) {  // this layer routes exactly
+      st_.B = 0;
+      return;
+    }
+    // beta >= 1 keeps q's range valid; a window under 1/alpha is a single bin 0.
+    st_.beta = std::max(1.f, st_.alpha * w);
+  }
 
   st_.loaded.assign(n, 0);
   int n_loaded = 0;
@@ -224,6 +242,10 @@ std::unique_ptr<RoutingPolicy> make_lynx_policy(SpecOptions& o) {
   p.protect_top1 = o.get_bool("protect-top1", true);
   p.piggyback_prefill = o.get_bool("piggyback-prefill", true);
   p.mode = LynxMode(o.get_choice("mode", 0, {"decode-tokens", "decode-only-batches"}));
+  for (double w : o.get_number_list("window", 0, 1e3, 1024)) p.window.push_back(float(w));
+  if (!p.window.empty() && !b_auto) {
+    throw Error("routing spec 'lynx': give beta or window (= beta / alpha), not both");
+  }
   return std::make_unique<LynxPolicy>(p);
 }
 

@@ -7,6 +7,10 @@
 //                       decode-only-batches (the original: any prefill token -> all exact)
 //   alpha, beta         bin resolution and count; default derived from (k, N), see
 //                       lynx_default_alpha_beta and docs/routing.md
+//   window              instead of beta: the window beta / alpha in logits, per MoE layer
+//                       (W0/W1/..., the last value holds for later layers; 0 = that layer
+//                       routes exactly). The window sets Lynx's operating point and layers
+//                       differ in how much remapping they tolerate (docs/evaluation.md).
 // The class is visible to tests so that the intermediates (q, h, S, m, U) of the last call can
 // be checked against hand-computed values.
 #pragma once
@@ -27,6 +31,7 @@ struct LynxParams {
   bool protect_top1 = true;
   bool piggyback_prefill = true;
   LynxMode mode = LynxMode::kDecodeTokens;
+  std::vector<float> window;  // per MoE layer beta / alpha; empty = use beta
 };
 
 struct AlphaBeta {

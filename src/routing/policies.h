@@ -24,6 +24,9 @@ class SpecOptions {
   // *is_auto set.
   double get_number(const std::string& key, double def, double lo, double hi,
                     bool* is_auto = nullptr);
+  // One number or a '/'-separated list of up to max_n numbers, each in [lo, hi]; empty when
+  // the key is absent.
+  std::vector<double> get_number_list(const std::string& key, double lo, double hi, size_t max_n);
   int get_int(const std::string& key, int def, int lo, int hi);
   // "1/0/true/false/on/off/yes/no"; a bare key ("protect-top1") means true.
   bool get_bool(const std::string& key, bool def);

@@ -80,6 +80,23 @@ const SpecOptions::Entry* SpecOptions::take(const std::string& key) {
   return nullptr;
 }
 
+namespace {
+double parse_number(const std::string& where, const std::string& text, double lo, double hi) {
+  double v = 0;
+  const char* b = text.data();
+  const char* end = b + text.size();
+  auto [p, ec] = std::from_chars(b, end, v);
+  if (ec != std::errc() || p != end || !std::isfinite(v)) {
+    throw Error(where + ": '" + text + "' is not a number");
+  }
+  if (v < lo || v > hi) {
+    throw Error(where + " = " + text + " is out of range [" + fmt_num(lo) + ", " + fmt_num(hi) +
+                "]");
+  }
+  return v;
+}
+}  // namespace
+
 double SpecOptions::get_number(const std::string& key, double def, double lo, double hi,
                                bool* is_auto) {
   const Entry* e = take(key);
@@ -94,18 +111,28 @@ double SpecOptions::get_number(const std::string& key, double def, double lo, do
     *is_auto = true;
     return def;
   }
-  double v = 0;
-  const char* b = e->value.data();
-  const char* end = b + e->value.size();
-  auto [p, ec] = std::from_chars(b, end, v);
-  if (ec != std::errc() || p != end || !std::isfinite(v)) {
-    throw Error(where + ": '" + e->value + "' is not a number");
+  return parse_number(where, e->value, lo, hi);
+}
+
+std::vector<double> SpecOptions::get_number_list(const std::string& key, double lo, double hi,
+                                                 size_t max_n) {
+  const Entry* e = take(key);
+  if (!e) return {};
+  const std::string where = "routing spec '" + policy_ + "': option '" + key + "'";
+  if (!e->has_value) throw Error(where + " needs a value (" + key + "=V or V0/V1/...)");
+  std::vector<double> out;
+  size_t pos = 0;
+  while (pos <= e->value.size()) {
+    size_t slash = e->value.find('/', pos);
+    if (slash == std::string::npos) slash = e->value.size();
+    if (out.size() == max_n) {
+      throw Error(where + ": more than " + std::to_string(max_n) + " values");
+    }
+    out.push_back(
+        parse_number(where, trim(std::string_view(e->value).substr(pos, slash - pos)), lo, hi));
+    pos = slash + 1;
   }
-  if (v < lo || v > hi) {
-    throw Error(where + " = " + e->value + " is out of range [" + fmt_num(lo) + ", " + fmt_num(hi) +
-                "]");
-  }
-  return v;
+  return out;
 }
 
 int SpecOptions::get_int(const std::string& key, int def, int lo, int hi) {

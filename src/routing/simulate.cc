@@ -69,7 +69,7 @@ TracePool load_trace(const std::string& path) {
 }
 
 void sample_trace(const TracePool& p, int batch, int steps, std::mt19937_64& rng,
-                  std::vector<float>& out) {
+                  std::vector<float>& out, std::vector<int>& step_layer) {
   const int n = p.h.n_expert;
   std::vector<int> layers;
   for (int l = 0; l < p.h.n_layers; ++l) {
@@ -78,6 +78,7 @@ void sample_trace(const TracePool& p, int batch, int steps, std::mt19937_64& rng
   std::vector<std::vector<int>> perm(p.h.n_layers);
   for (int s = 0; s < steps; ++s) {
     const int l = layers[size_t(s) % layers.size()];
+    step_layer[size_t(s)] = l;  // layer-dependent policies (lynx window=) see the real layer
     const int n_rows = int(p.rows[l].size() / n);
     auto& idx = perm[l];
     if (idx.empty()) {
@@ -125,14 +126,16 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
   std::vector<SimRow> rows;
   std::vector<float> logits, weights;
   std::vector<int32_t> ids;
+  std::vector<int> step_layer;
   RoutingStatsAccumulator acc;
   for (int batch : cfg.batches) {
     // Seeded per batch size, so a batch's logits do not depend on the other sizes listed.
     const uint64_t seed = cfg.seed * 1000003ull + uint64_t(batch);
     logits.resize(size_t(cfg.steps) * batch * n);
+    step_layer.assign(size_t(cfg.steps), 0);
     if (trace) {
       std::mt19937_64 rng(seed);
-      sample_trace(*trace, batch, cfg.steps, rng, logits);
+      sample_trace(*trace, batch, cfg.steps, rng, logits, step_layer);
     } else {
       SynthLogits synth(cfg.dist, n, seed);
       synth.fill(cfg.steps * batch, logits.data());
@@ -143,6 +146,7 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
       auto step_io = [&](int s, RoutingInput& in, RoutingOutput& out) {
         in.logits = &logits[size_t(s) * batch * n];
         in.n_tokens = batch;
+        in.layer = step_layer[size_t(s)];
         in.gating = &g;
         out.ids = &ids[size_t(s) * batch * k];
         out.weights = &weights[size_t(s) * batch * k];

@@ -170,6 +170,35 @@ TEST(LynxHand, MixedBatchPhaseAwareness) {
   EXPECT_EQ(c.ids, (std::vector<int32_t>{0, 4, 1, 2, 4, 3, 3, 6}));
 }
 
+// window = beta / alpha per MoE layer: on the hand example (alpha 1, beta 2) window=2 is the
+// same policy; a layer whose window is 0 routes exactly; the last value holds for later
+// layers; a window below 1 / alpha clamps beta to 1.
+TEST(LynxHand, PerLayerWindow) {
+  auto route_layer = [](const routing::LynxParams& p, int layer) {
+    routing::LynxPolicy pol(p);
+    test::Step s(kZ, 3, GatingConfig{8, 2, GatingFunc::kSoftmax, true, 1.f});
+    auto in = s.in();
+    in.layer = layer;
+    auto out = s.out();
+    pol.route(in, out);
+    return std::make_pair(s.ids, pol.state());
+  };
+  routing::LynxParams w = params(true);
+  w.beta = 0;
+  w.window = {0.f, 2.f};
+  const auto [exact_ids, exact_st] = route_layer(w, 0);
+  EXPECT_FALSE(exact_st.applied);
+  EXPECT_EQ(exact_ids, (std::vector<int32_t>{0, 4, 1, 2, 4, 3}));  // exact top-2
+  for (int layer : {1, 5}) {
+    const auto [ids, st] = route_layer(w, layer);
+    EXPECT_TRUE(st.applied);
+    EXPECT_EQ(st.beta, 2.f);
+    EXPECT_EQ(ids, (std::vector<int32_t>{0, 4, 1, 2, 4, 2})) << layer;  // = RemapIdsAndWeights
+  }
+  w.window = {0.25f};
+  EXPECT_EQ(route_layer(w, 3).second.beta, 1.f);
+}
+
 // mission.md's reference settings are reproduced for every listed model.
 TEST(LynxHand, DefaultAlphaBetaReproducesPublishedSettings) {
   struct {
