@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "lynx/error.h"
@@ -410,25 +411,55 @@ HWY_EXPORT(MatmulRowsT);
 HWY_EXPORT(DequantizeRowT);
 
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int n_tok, float* y, int64_t ldy) {
+                 int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout) {
   const size_t row_bytes = weight_row_bytes(t, cols);  // validates type and cols
   if (r0 < 0 || r1 < r0 || n_tok < 0) {
     throw Error("matmul_rows: bad range rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                 ") with " + std::to_string(n_tok) + " tokens");
   }
+  if (layout != WeightLayout::kRows && !can_interleave(t, kInterleaveRows, cols)) {
+    throw Error(std::string("matmul_rows: a ") + gguf::tensor_type_name(t) +
+                " matrix cannot be interleaved");
+  }
   if (r0 == r1 || n_tok == 0) return;
-  const MatmulJob job{t,
-                      static_cast<const uint8_t*>(w),
-                      static_cast<int64_t>(row_bytes),
-                      cols,
-                      r0,
-                      r1,
-                      x,
-                      ldx,
-                      n_tok,
-                      y,
-                      ldy};
-  HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
+  if (layout == WeightLayout::kRows) {
+    const MatmulJob job{t,
+                        static_cast<const uint8_t*>(w),
+                        static_cast<int64_t>(row_bytes),
+                        cols,
+                        r0,
+                        r1,
+                        x,
+                        ldx,
+                        n_tok,
+                        y,
+                        ldy};
+    HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
+    return;
+  }
+  // Interleaved: each 16-row group touched goes back to rows in a per-thread buffer and the
+  // rows kernel runs on the part of it in [r0, r1). Every output depends only on its row's
+  // bytes, which are the same, so this gives the bits of the kRows matrix. The copy is a few
+  // moves per block of 32 weights, little next to the float path's decode and FMA per weight
+  // and token (and the float path is not the fast one for these types anyway).
+  thread_local std::vector<uint8_t> rows_buf;
+  rows_buf.resize(row_bytes * kInterleaveRows);
+  for (int64_t g = r0 / kInterleaveRows; g * kInterleaveRows < r1; ++g) {
+    const int64_t base = g * kInterleaveRows;
+    deinterleave_group(t, w, cols, g, rows_buf.data());
+    const MatmulJob job{t,
+                        rows_buf.data(),
+                        static_cast<int64_t>(row_bytes),
+                        cols,
+                        std::max(r0, base) - base,
+                        std::min(r1, base + kInterleaveRows) - base,
+                        x,
+                        ldx,
+                        n_tok,
+                        y + base,
+                        ldy};
+    HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
+  }
 }
 
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
