@@ -197,6 +197,13 @@ class File {
   // with a progress callback over bytes touched.
   void prefetch(const std::function<void(size_t done, size_t total)>& progress = {}) const;
 
+  // Makes the mapped file writable (true) or read-only again (false) for this process, so
+  // the model loader can rewrite tensors in place (repacking). The mapping is private
+  // (MAP_PRIVATE): a written page becomes a copy owned by the process, the file on disk and
+  // other processes mapping it never see the change. Throws lynx::Error when the File is not
+  // a mapping it owns (from_memory) or mprotect fails.
+  void set_writable(bool writable);
+
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);

@@ -495,4 +495,14 @@ void File::prefetch(const std::function<void(size_t done, size_t total)>& progre
   }
 }
 
+void File::set_writable(bool writable) {
+  const Impl& f = *impl_;
+  if (!f.mapped) throw Error(f.path + ": not a file mapping, cannot make it writable");
+  // The mapping starts on a page boundary (mmap) and mprotect rounds its length up.
+  if (mprotect(const_cast<uint8_t*>(f.base), f.size,
+               writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+    throw Error(f.path + ": mprotect: " + std::strerror(errno));
+  }
+}
+
 }  // namespace lynx::gguf

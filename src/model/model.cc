@@ -2,12 +2,16 @@
 // the weight tensors by llama.cpp's names (llama-arch.cpp), validating every shape and type.
 #include "lynx/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "kernels/kernels.h"
+#include "kernels/thread_pool.h"
 
 namespace lynx {
 namespace {
@@ -248,7 +252,70 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   }
   m->arena_ = std::move(arena);
   if (opts.prefetch) f.prefetch(opts.progress);
+  if (opts.repack) m->repack_weights(opts.threads);
   return m;
+}
+
+// In place in the file mapping, made writable for the time of the repack: the mapping is
+// private, so the pages written become process-owned copies (the file never changes) and the
+// Weight pointers and expert offsets stay as they are (the layout keeps every 16-row group
+// where its rows were). Copying the matrices into owned memory instead would cost the same
+// memory and an allocation, and leave the file's pages mapped for nothing. The mapping is made
+// read-only again after, so a stray write still faults.
+size_t Model::repack_weights(int threads) {
+  std::vector<Weight*> todo, aliases;
+  std::set<const uint8_t*> seen{token_embd_.data};  // row lookups read token_embd as rows
+  auto add = [&](Weight& w) {
+    if (!w.present() || !kernels::can_interleave(w.type, w.rows, w.cols)) return;
+    if (seen.insert(w.data).second) {
+      todo.push_back(&w);
+    } else if (w.data != token_embd_.data) {  // a tensor bound twice is repacked once
+      aliases.push_back(&w);
+    }
+  };
+  for (LayerWeights& l : layers_) {
+    for (Weight* w :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps,
+          &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+      add(*w);
+    }
+  }
+  add(output_);
+  if (todo.empty()) return 0;
+  // Work items of about 1 MiB (whole groups of one matrix), spread over the threads. Most of
+  // the time goes to the kernel copying each written page out of the page cache (4 KiB
+  // copy-on-write faults, ~0.5 s per GB on one core), which scales with threads.
+  struct Item {
+    const Weight* w;
+    int64_t mat, g0, g1;
+  };
+  std::vector<Item> items;
+  size_t bytes = 0;
+  for (const Weight* w : todo) {
+    const int64_t groups = w->rows / kernels::kInterleaveRows;
+    const size_t group_bytes = w->row_bytes * size_t(kernels::kInterleaveRows);
+    const int64_t step = std::max<int64_t>(1, int64_t((size_t(1) << 20) / group_bytes));
+    for (int64_t i = 0; i < w->n_mat; ++i) {
+      for (int64_t g = 0; g < groups; g += step) {
+        items.push_back({w, i, g, std::min(groups, g + step)});
+      }
+    }
+    bytes += w->mat_bytes * size_t(w->n_mat);
+  }
+  file_.set_writable(true);
+  kernels::ThreadPool pool(threads > 0 ? threads
+                                       : std::max(1, int(std::thread::hardware_concurrency())));
+  pool.parallel_for(int64_t(items.size()), [&](int64_t b, int64_t e, int) {
+    for (int64_t k = b; k < e; ++k) {
+      const Item& it = items[size_t(k)];
+      kernels::interleave16(it.w->type, const_cast<uint8_t*>(it.w->mat(it.mat)), it.w->cols, it.g0,
+                            it.g1);
+    }
+  });
+  file_.set_writable(false);
+  for (Weight* w : todo) w->layout = kernels::WeightLayout::kInterleaved16;
+  for (Weight* w : aliases) w->layout = kernels::WeightLayout::kInterleaved16;
+  return bytes;
 }
 
 }  // namespace lynx
