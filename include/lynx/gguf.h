@@ -197,12 +197,12 @@ class File {
   // with a progress callback over bytes touched.
   void prefetch(const std::function<void(size_t done, size_t total)>& progress = {}) const;
 
-  // Makes the mapped file writable (true) or read-only again (false) for this process, so
-  // the model loader can rewrite tensors in place (repacking). The mapping is private
-  // (MAP_PRIVATE): a written page becomes a copy owned by the process, the file on disk and
-  // other processes mapping it never see the change. Throws lynx::Error when the File is not
-  // a mapping it owns (from_memory) or mprotect fails.
-  void set_writable(bool writable);
+  // Tells the OS that this process no longer reads the bytes [data, data + n) of the mapping
+  // (MADV_DONTNEED on the pages entirely inside the range), so they stop counting in its
+  // resident memory; used when the model loader has copied a tensor elsewhere. The bytes stay
+  // readable (a later read maps them from the page cache again). Nothing happens for a File
+  // that is not a mapping (from_memory: the caller's buffer is left alone).
+  void release_pages(const uint8_t* data, size_t n) const;
 
  private:
   struct Impl;

@@ -60,6 +60,10 @@ bool can_interleave(TensorType t, int64_t rows, int64_t cols);
 // interleaved or cols is not a multiple of 32.
 void interleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
 void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
+// Writes groups [g0, g1) of the kRows matrix at src, interleaved, at the same offsets of dst
+// (src and dst must not overlap): a repacking copy, as the model loader makes.
+void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0,
+                       int64_t g1);
 // Copies group g (16 rows) of the kInterleaved16 matrix at w to dst in kRows order
 // (16 * row_size bytes).
 void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst);

@@ -86,6 +86,16 @@ void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1)
   repack_in_place(t, w, cols, g0, g1, deinterleave_group_to);
 }
 
+void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0,
+                       int64_t g1) {
+  check(t, cols, "interleave16_into");
+  const int64_t nb = cols / 32, group_bytes = kG * nb * block_bytes(t);
+  for (int64_t g = g0; g < g1; ++g) {
+    interleave_group(t, static_cast<const uint8_t*>(src) + g * group_bytes, nb,
+                     static_cast<uint8_t*>(dst) + g * group_bytes);
+  }
+}
+
 void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst) {
   check(t, cols, "deinterleave_group");
   const int64_t nb = cols / 32;

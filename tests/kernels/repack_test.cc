@@ -130,6 +130,11 @@ TEST(Repack, RoundTripsAndReadsRows) {
       EXPECT_EQ(std::memcmp(part.data(), m.inter.data(), m.bytes), 0);
       deinterleave16(t, part.data(), cols, 0, rows / 16);
       EXPECT_EQ(std::memcmp(part.data(), m.plain.data(), m.bytes), 0);
+      // The repacking copy, group range by group range.
+      std::vector<uint8_t> copy(m.bytes);
+      interleave16_into(t, m.plain.data(), copy.data(), cols, 0, 2);
+      interleave16_into(t, m.plain.data(), copy.data(), cols, 2, 3);
+      EXPECT_EQ(std::memcmp(copy.data(), m.inter.data(), m.bytes), 0);
     }
   }
 }
@@ -140,6 +145,7 @@ TEST(Repack, RejectsTypesAndShapesItCannotInterleave) {
   EXPECT_THROW(interleave16(TensorType::F16, w.data(), 32, 0, 1), Error);
   EXPECT_THROW(interleave16(TensorType::Q8_0, w.data(), 48, 0, 1), Error);
   EXPECT_THROW(deinterleave16(TensorType::BF16, w.data(), 32, 0, 1), Error);
+  EXPECT_THROW(interleave16_into(TensorType::F32, w.data(), w.data() + 64, 32, 0, 1), Error);
   EXPECT_THROW(matmul_rows(TensorType::F32, w.data(), 32, 0, 1, x.data(), 32, 1, y.data(), 1, kI16),
                Error);
   EXPECT_THROW(

@@ -83,7 +83,11 @@ TEST(ModelRepack, InterleavesMatmulWeightsOnlyAndLeavesTheFileAlone) {
     EXPECT_EQ(std::memcmp(packed->token_embd().data, plain->token_embd().data,
                           packed->token_embd().mat_bytes),
               0);
-    // Repacking wrote into a private mapping: a fresh map of the file still has the rows.
+    // The repacked copy is the model's own; the file (the model's mapping of it, and a fresh
+    // map) still has the rows.
+    const gguf::TensorInfo& q = packed->file().tensor("blk.0.attn_q.weight");
+    EXPECT_NE(q.data, lp.wq.data);
+    EXPECT_EQ(std::memcmp(q.data, lr.wq.data, lr.wq.mat_bytes), 0);
     const gguf::File f = gguf::File::open(kFixtures + name + ".gguf");
     EXPECT_EQ(std::memcmp(f.tensor("blk.0.attn_q.weight").data, lr.wq.data, lr.wq.mat_bytes), 0);
     std::vector<uint8_t> row(lp.wq.row_bytes);

@@ -16,8 +16,9 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
                 "per 32-block and use integer dot products, as llama.cpp does; faster)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
   LoadOptions opts;
+  opts.repack = repack;
   const bool tty = isatty(STDERR_FILENO);
   int last = -1;
   opts.progress = [&](size_t done, size_t total) {
