@@ -96,7 +96,8 @@ struct LoadOptions {
   // Repack the Q8_0/Q4_0 matrices that only matmuls read (not token_embd, nor an output tied
   // to it) into the kernels' 16-row interleaved layout: the integer kernels then load whole
   // vectors instead of transposing rows. Results are bit-identical either way; false keeps
-  // the file's layout (for A/B measurements and tests).
+  // the file's layout (for A/B measurements and tests, and for contexts that will all use
+  // exact activations: the float path reads repacked weights through a copy back to rows).
   bool repack = true;
   // Threads for the repack (0: one per hardware thread).
   int threads = 0;
