@@ -151,7 +151,8 @@ class OwnedPages {
     data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1));
     // With transparent huge pages in "madvise" mode (the usual default) this lets the kernel
     // back the copy with 2 MiB pages: 512x fewer page faults while it is written (see
-    // Model::repack_weights) and fewer TLB misses while the kernels stream it. Advice only.
+    // Model::repack_weights). Fewer TLB misses while the kernels stream it too, though that
+    // was not measurably faster here (bench_kernels, within the noise). Advice only.
     madvise(data_, n, MADV_HUGEPAGE);
   }
   ~OwnedPages() { munmap(base_, n_); }
