@@ -136,33 +136,26 @@ size_t Model::expert_bytes(int il) const {
   return l.gate_exps.mat_bytes + l.up_exps.mat_bytes + l.down_exps.mat_bytes;
 }
 
-// Anonymous memory owned by the model (the repacked weights), unmapped with it.
+// Anonymous memory owned by the model (the repacked weights), unmapped with it. Plain pages:
+// asking for transparent huge pages (MADV_HUGEPAGE) made the copy 0.18 s per GB in some runs
+// but 1.1-2.1 s in most others on this VM (kernel time, no compaction stalls counted), against
+// a steady 0.45-0.5 s with 4 KiB pages, and the kernels did not stream measurably faster.
 class OwnedPages {
  public:
-  explicit OwnedPages(size_t n) {
-    // Over-allocate by a huge page so the start can be aligned to one.
-    n_ = n + kHuge;
+  explicit OwnedPages(size_t n) : n_(n) {
     void* p = mmap(nullptr, n_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       throw Error("cannot allocate " + std::to_string(n) +
                   " bytes for the repacked weights: " + std::strerror(errno));
     }
-    base_ = static_cast<uint8_t*>(p);
-    data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1));
-    // With transparent huge pages in "madvise" mode (the usual default) this lets the kernel
-    // back the copy with 2 MiB pages: 512x fewer page faults while it is written (see
-    // Model::repack_weights). Fewer TLB misses while the kernels stream it too, though that
-    // was not measurably faster here (bench_kernels, within the noise). Advice only.
-    madvise(data_, n, MADV_HUGEPAGE);
+    data_ = static_cast<uint8_t*>(p);
   }
-  ~OwnedPages() { munmap(base_, n_); }
+  ~OwnedPages() { munmap(data_, n_); }
   OwnedPages(const OwnedPages&) = delete;
   OwnedPages& operator=(const OwnedPages&) = delete;
   uint8_t* data() const { return data_; }
 
  private:
-  static constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  uint8_t* base_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t n_ = 0;
 };
@@ -297,11 +290,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 // (the mapping is private, so writing it in place copies every page written), but measured
 // loading olmoe4-q4_0 (1 GB of Q4_0 repacked, page cache warm, one core of a 2-core VM): in
 // place, the kernel's 4 KiB copy-on-write faults took 0.5-1.4 s (two threads: no faster, twice
-// the CPU); the copy into huge-page-backed anonymous memory 0.18-0.22 s (0.44 s with 4 KiB
-// pages), whole load 0.10 s without repack, 0.24 s with it on 2 threads. When the kernel
-// first has to compact memory for the huge pages (THP defrag "madvise") one load took 2.5 s.
-// The file mapping also stays read-only. The source pages are released after the copy, so
-// they do not count twice in the resident memory.
+// the CPU); the copy into anonymous memory a steadier 0.45-0.5 s. The file mapping also stays
+// read-only. The source pages are released after the copy, so they do not count twice in the
+// resident memory.
 size_t Model::repack_weights(int threads) {
   std::vector<Weight*> todo, aliases;
   std::set<const uint8_t*> seen{token_embd_.data};  // row lookups read token_embd as rows
