@@ -37,6 +37,9 @@ struct Options {
   int reps = 5;
   double bw_mib = 1024;
   std::string simd;  // empty: the best target
+  // Layout of the Q8_0/Q4_0 matrices: "i16" (kInterleaved16, as the engine repacks them at
+  // load when rows % 16 == 0) or "rows" (the file's layout).
+  std::string layout = "i16";
 };
 
 TensorType parse_type(const std::string& s) {
@@ -67,9 +70,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Weights of all experts: one expert quantized from random data, copied to the others
-// (the contents do not change the speed; distinct addresses do).
-std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, size_t* expert_bytes) {
+// Weights of all experts: one expert quantized from random data (repacked when `layout` is
+// kInterleaved16), copied to the others (the contents do not change the speed; distinct
+// addresses do).
+std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, lk::WeightLayout layout,
+                                        size_t* expert_bytes) {
   const size_t rb = lk::weight_row_bytes(t, o.cols);
   *expert_bytes = rb * o.rows;
   std::mt19937 rng(1);
@@ -79,6 +84,9 @@ std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, size_t* 
   for (int64_t r = 0; r < o.rows; ++r) {
     for (auto& v : row) v = dist(rng);
     lk::quantize_row(t, row.data(), w.get() + r * rb, o.cols);
+  }
+  if (layout == lk::WeightLayout::kInterleaved16) {
+    lk::interleave16(t, w.get(), o.cols, 0, o.rows / lk::kInterleaveRows);
   }
   for (int64_t e = 1; e < o.experts; ++e) {
     std::memcpy(w.get() + e * *expert_bytes, w.get(), *expert_bytes);
@@ -115,6 +123,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
   app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
+  app.add_option("--layout", o.layout,
+                 "Q8_0/Q4_0 weight layout: i16 (16-row interleaved, as the engine repacks them; "
+                 "matrices whose rows are not a multiple of 16 stay rows) or rows")
+      ->check(CLI::IsMember({"i16", "rows"}));
   CLI11_PARSE(app, argc, argv);
   if (!o.simd.empty()) {
     bool found = false;
@@ -135,8 +147,9 @@ int main(int argc, char** argv) {
     if (p != "float" && p != "int") throw CLI::ValidationError("--paths", "unknown path " + p);
   }
 
-  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass\n\n", LYNX_GIT_COMMIT,
-              lk::simd_target_name(), static_cast<long long>(o.experts));
+  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  q8_0/q4_0 layout %s\n\n",
+              LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
+              o.layout.c_str());
 
   std::vector<double> bw(o.threads.size());
   for (size_t i = 0; i < o.threads.size(); ++i) {
@@ -163,7 +176,10 @@ int main(int argc, char** argv) {
     for (const auto& ts : o.types) {
       const TensorType t = parse_type(ts);
       size_t eb = 0;
-      const auto w = make_weights(t, o, &eb);
+      const lk::WeightLayout layout = o.layout == "i16" && lk::can_interleave(t, o.rows, o.cols)
+                                          ? lk::WeightLayout::kInterleaved16
+                                          : lk::WeightLayout::kRows;
+      const auto w = make_weights(t, o, layout, &eb);
       for (int n_tok : o.tokens) {
         for (const auto& path : o.paths) {
           const bool int_path = path == "int";
@@ -184,10 +200,10 @@ int main(int argc, char** argv) {
                 const auto tc = std::chrono::steady_clock::now();
                 float* ye = y.data() + e * o.rows * n_tok;
                 if (int_path) {
-                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows);
+                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows, layout);
                 } else {
                   lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok, ye,
-                             o.rows);
+                             o.rows, layout);
                 }
                 if (rep > 0) best_call[e] = std::min(best_call[e], seconds_since(tc));
               }

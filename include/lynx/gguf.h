@@ -197,6 +197,13 @@ class File {
   // with a progress callback over bytes touched.
   void prefetch(const std::function<void(size_t done, size_t total)>& progress = {}) const;
 
+  // Tells the OS that this process no longer reads the bytes [data, data + n) of the mapping
+  // (MADV_DONTNEED on the pages entirely inside the range), so they stop counting in its
+  // resident memory; used when the model loader has copied a tensor elsewhere. The bytes stay
+  // readable (a later read maps them from the page cache again). Nothing happens for a File
+  // that is not a mapping (from_memory: the caller's buffer is left alone).
+  void release_pages(const uint8_t* data, size_t n) const;
+
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);

@@ -11,6 +11,11 @@
 #include "lynx/routing.h"
 
 namespace lynx {
+namespace kernels {
+// How a weight matrix's bytes are ordered (src/kernels/kernels.h); declared here without its
+// values so the model header does not depend on the kernels. Zero is kRows, the file's order.
+enum class WeightLayout : uint8_t;
+}  // namespace kernels
 
 struct ModelArena;  // owned F32 copies of small tensors (norms, biases)
 
@@ -48,8 +53,10 @@ struct ModelConfig {
   int kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// A weight matrix in file order: `rows` rows of `cols` contiguous elements of `type`
-// (ggml ne = [cols, rows]); for expert tensors, `n_mat` such matrices back to back.
+// A weight matrix: `rows` rows of `cols` elements of `type` (ggml ne = [cols, rows]); for
+// expert tensors, `n_mat` such matrices back to back. In file order (rows contiguous) unless
+// the loader repacked it: then `layout` is kInterleaved16 and only the matmul kernels, which
+// take the layout, may read it.
 struct Weight {
   gguf::TensorType type = gguf::TensorType::F32;
   const uint8_t* data = nullptr;
@@ -58,6 +65,7 @@ struct Weight {
   int64_t n_mat = 1;
   size_t row_bytes = 0;
   size_t mat_bytes = 0;
+  kernels::WeightLayout layout{};  // kRows
   bool present() const { return data != nullptr; }
   const uint8_t* mat(int64_t i) const { return data + i * mat_bytes; }
 };
@@ -85,6 +93,14 @@ struct LoadOptions {
   // Called while the file is read ahead (bytes done, total).
   std::function<void(size_t, size_t)> progress;
   bool prefetch = true;
+  // Repack the Q8_0/Q4_0 matrices that only matmuls read (not token_embd, nor an output tied
+  // to it) into the kernels' 16-row interleaved layout: the integer kernels then load whole
+  // vectors instead of transposing rows. Results are bit-identical either way; false keeps
+  // the file's layout (for A/B measurements and tests, and for contexts that will all use
+  // exact activations: the float path reads repacked weights through a copy back to rows).
+  bool repack = true;
+  // Threads for the repack (0: one per hardware thread).
+  int threads = 0;
 };
 
 class Model {
@@ -104,6 +120,8 @@ class Model {
 
  private:
   Model(gguf::File file) : file_(std::move(file)) {}
+  // LoadOptions::repack, on `threads` threads (0: all): returns the number of bytes repacked.
+  size_t repack_weights(int threads);
   gguf::File file_;
   ModelConfig cfg_;
   std::vector<LayerWeights> layers_;

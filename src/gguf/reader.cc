@@ -495,4 +495,14 @@ void File::prefetch(const std::function<void(size_t done, size_t total)>& progre
   }
 }
 
+void File::release_pages(const uint8_t* data, size_t n) const {
+  const Impl& f = *impl_;
+  if (!f.mapped || data < f.base || n > f.size || data > f.base + (f.size - n)) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t s = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+  // Pages shared with a neighbouring tensor stay. Advice only: a failure changes nothing.
+  if (s < e) madvise(reinterpret_cast<void*>(s), e - s, MADV_DONTNEED);
+}
+
 }  // namespace lynx::gguf

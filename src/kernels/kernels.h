@@ -9,6 +9,9 @@
 //   Q8_0: 32 elements = fp16 scale d, 32 x int8 q            (34 bytes); value = q * d
 //   Q4_0: 32 elements = fp16 scale d, 16 bytes of nibbles   (18 bytes); byte j holds element j
 //         in its low nibble and element j + 16 in its high nibble; value = (nibble - 8) * d
+// A matrix is row-major in the file (WeightLayout::kRows). Q8_0/Q4_0 matrices whose rows the
+// engine only multiplies may be repacked at load into WeightLayout::kInterleaved16 (below),
+// which the integer kernels read with whole-vector loads.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +32,44 @@ int64_t block_elems(TensorType t);
 // Throws lynx::Error for a non-compute type or an `n` that is not a multiple of the block.
 size_t weight_row_bytes(TensorType t, int64_t n);
 
+// ---- Weight layouts ----
+//
+// kRows: the file's layout, row r at r * row_size(t, cols), its blocks in column order.
+//
+// kInterleaved16 (Q8_0 / Q4_0, rows a multiple of 16): rows are grouped 16 at a time and
+// group g starts where its first row starts in kRows (g * 16 * row_bytes), so the matrix
+// keeps its size and expert matrices their offsets. Inside a group, per 32-column block b (in
+// column order) come 16 * block bytes: the 16 rows' fp16 scales (32 bytes, row 0 first), then
+// the quants as planes of 64 bytes where plane p holds in its 4-byte lane i the 4 quant bytes
+// 4p..4p+3 of row i's block:
+//   Q4_0: 4 planes (the 16 nibble bytes, packed as in kRows), 32 + 256 = 288 = 16 * 18 bytes
+//   Q8_0: 8 planes (the 32 int8 quants),                      32 + 512 = 544 = 16 * 34 bytes
+// That is the "rows in lanes" form the integer kernels compute in (matmul_q8.cc): one
+// contiguous load per plane and one for the scales, instead of a transpose of 16 row loads
+// and 16 scalar scale loads per block. The grouping is 16 rows whatever the instruction set;
+// a kernel with fewer lanes reads the lane slices of each plane it needs.
+enum class WeightLayout : uint8_t { kRows, kInterleaved16 };
+constexpr int64_t kInterleaveRows = 16;
+
+// True when a [rows x cols] matrix of type t can be stored kInterleaved16: Q8_0 or Q4_0,
+// rows a positive multiple of 16, cols a positive multiple of 32.
+bool can_interleave(TensorType t, int64_t rows, int64_t cols);
+// Repacks the 16-row groups [g0, g1) of the matrix at w from kRows to kInterleaved16 in
+// place (16 rows of scratch per call), or back (deinterleave16). Groups are independent:
+// calls on disjoint group ranges may run in parallel. Throws lynx::Error if t cannot be
+// interleaved or cols is not a multiple of 32.
+void interleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
+void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
+// Writes groups [g0, g1) of the kRows matrix at src, interleaved, at the same offsets of dst
+// (src and dst must not overlap): a repacking copy, as the model loader makes.
+void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0,
+                       int64_t g1);
+// Copies group g (16 rows) of the kInterleaved16 matrix at w to dst in kRows order
+// (16 * row_size bytes).
+void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst);
+// Copies row r of the matrix at w, stored in `layout`, to dst in kRows order (row_size bytes).
+void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, int64_t r, void* dst);
+
 // Dequantizes `n` elements (a multiple of the type's block size) starting at `src`.
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 // Quantizes `n` F32 values into `dst` (row_size(t, n) bytes), as ggml does (round to
@@ -43,8 +84,12 @@ float sum(const float* x, int64_t n);
 // W is row-major [rows x cols] in type t (row r starts at r * row_size(t, cols)).
 // Each output depends only on its row and token, never on r0/r1 or n_tok grouping, so any
 // split of the rows (threads) gives bit-identical results.
+// With `layout` kInterleaved16 (Q8_0/Q4_0 only, else lynx::Error), W is stored so and the
+// result is bit-identical to that on the same matrix in kRows: each 16-row group touched is
+// copied back to rows first (the exact float path is not the fast one).
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int n_tok, float* y, int64_t ldy);
+                 int64_t ldx, int n_tok, float* y, int64_t ldy,
+                 WeightLayout layout = WeightLayout::kRows);
 
 // ---- Integer path: Q8_0 / Q4_0 weights times activations quantized to Q8_0 blocks ----
 //
@@ -92,9 +137,14 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
 // output token j of the call at y + j * ldy:
 //   y[j * ldy + r] = W[r] . x[t0 + j]   for r in [r0, r1)
 // t must be Q8_0 or Q4_0 (throws lynx::Error otherwise). Same promise as matmul_rows: each
-// output depends only on its row and token, never on the row range or token grouping.
+// output depends only on its row and token, never on the row range or token grouping, and
+// not on the layout either: W stored kInterleaved16 gives the bits W stored kRows gives.
+// With kInterleaved16 the whole 16-row groups that [r0, r1) touches are read (and computed;
+// only rows [r0, r1) are stored), so the matrix must hold them, as one that can_interleave
+// always does.
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy);
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout = WeightLayout::kRows);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be nullptr: no scale). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
@@ -111,15 +161,19 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 void quantize_row(TensorType t, const float* src, void* dst, int64_t n);
 float dot(const float* a, const float* b, int64_t n);
 float sum(const float* x, int64_t n);
+// The ref matmuls read kInterleaved16 weights in place (their own indexing of the layout, not
+// the repack functions), so they also check those.
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int n_tok, float* y, int64_t ldy);
+                 int64_t ldx, int n_tok, float* y, int64_t ldy,
+                 WeightLayout layout = WeightLayout::kRows);
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out);
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy);
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout = WeightLayout::kRows);
 }  // namespace ref
 
 // IEEE half and bfloat16 conversions (scalar, round to nearest even, NaN kept quiet,

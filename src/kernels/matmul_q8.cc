@@ -2,14 +2,24 @@
 // activation quantizer and the int8 matmul. Highway with dynamic dispatch, compiled once per
 // instruction set like matmul.cc.
 //
-// Layout, "rows in lanes": a block of kNR weight rows (the int32 lanes of a vector: 16 with
-// AVX-512, 8 with AVX2) is unpacked per 32-column block into 8 planes; plane g holds in lane i
-// the 4 weight bytes of row i at columns 4g..4g+3 (a 4x4 int32 transpose per 128-bit block of
-// the loaded rows). A u8 x s8 4-way dot product of plane g with the token's activation bytes
-// 4g..4g+3 broadcast to all lanes (one vpdpbusd with AVX-512 VNNI) adds those 4 columns into
-// all kNR rows at once, so after 8 planes the block's integer sums are already reduced, one
-// int32 per row: then one convert and one FMA per row and token per 32 columns, where the
-// float path needs 32 FMAs.
+// Computation, "rows in lanes": a block of kNR weight rows (the int32 lanes of a vector: 16
+// with AVX-512, 8 with AVX2) is unpacked per 32-column block into 8 planes; plane g holds in
+// lane i the 4 weight bytes of row i at columns 4g..4g+3. A u8 x s8 4-way dot product of plane
+// g with the token's activation bytes 4g..4g+3 broadcast to all lanes (one vpdpbusd with
+// AVX-512 VNNI) adds those 4 columns into all kNR rows at once, so after 8 planes the block's
+// integer sums are already reduced, one int32 per row: then one convert and one FMA per row
+// and token per 32 columns, where the float path needs 32 FMAs.
+//
+// Where the planes come from depends on the weight layout (kernels.h):
+//  * kInterleaved16 (what the engine repacks Q8_0/Q4_0 matrices to at load) stores the planes
+//    and the 16 rows' scales as they are used: per block one vector load of fp16 scales and
+//    one load per plane (4 for Q4_0, 8 for Q8_0), a lane slice of them when kNR < 16. At batch
+//    1..8 this roughly doubles what one thread streams (bench_kernels in cache: Q4_0 at one
+//    token 39 -> 102 GB/s, Q8_0 63 -> 111 GB/s with AVX3_DL), so decode stops being bound by
+//    per-thread instruction throughput.
+//  * kRows (the file's layout) needs 16 scalar scale loads and, per plane set, 128-bit piece
+//    loads of the kNR rows and a 4x4 int32 transpose per 128-bit block (LoadPlanes4,
+//    LoadPlanesQ8): the loop is then bound by those shuffles, not by memory.
 //
 // Unsigned x signed: Q4_0 nibbles are used as they are (0..15), and the weight offset is
 // taken out with the block's activation sum: sum (n - 8) q = sum n q - 8 sum q. Q8_0 weights
@@ -22,18 +32,20 @@
 // Highway 1.0.3 has no op for u8 x s8 dot products (vpdpbusd, vpmaddubsw), so these few are
 // raw intrinsics inside #if HWY_TARGET == HWY_AVX3_DL / HWY_AVX3 / HWY_AVX2 (AVX3_DL, the
 // target with VNNI, is compiled because src/kernels/CMakeLists.txt defines HWY_WANT_AVX3_DL);
-// everything else is Highway ops. Other targets (EMU128, non-x86) unpack the weights to one
-// int32 vector per column and multiply-add them with broadcast activations, in plain Highway.
+// everything else is Highway ops. Other targets (EMU128 or SCALAR, non-x86) unpack the
+// weights to one int32 vector per column and multiply-add them with broadcast activations, in
+// plain Highway.
 //
 // Like the float path: with up to kNT tokens each block is unpacked in registers and used at
 // once (RowBlockDirect); with more, weights are unpacked once per chunk of kChunkBlocks
 // blocks into an L1 buffer and every group of kNT tokens runs over it, accumulators kept in
 // `accbuf` between chunks (RowBlockBuffered). Each weight byte is read from memory once per
 // call for up to kSuperTokens tokens, software-prefetched a row block ahead in address order,
-// and every output sees the same sequence of operations whatever the row split or token
-// grouping (lanes never mix; a partial row block repeats its last row). The float update is
-// an exact FMA on every target (per lane std::fma where Highway's MulAdd is not fused), so all
-// targets and the scalar twin agree bit for bit.
+// and every output sees the same sequence of operations whatever the row split, token
+// grouping or layout (lanes never mix; a partial row block of kRows repeats its last row, one
+// of kInterleaved16 computes its whole kNR-row slice and stores the rows asked for). The
+// float update is an exact FMA on every target (per lane std::fma where Highway's MulAdd is
+// not fused), so all targets and the scalar twin agree bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -60,6 +72,7 @@ struct MatmulQ8Job {
   int n_tok;
   float* y;
   int64_t ldy;
+  WeightLayout layout;
 };
 }  // namespace lynx::kernels
 #endif
@@ -284,31 +297,64 @@ HWY_INLINE void LoadPlanesQ8(const uint8_t* const* rows, int64_t off, VI* pl) {
   }
 }
 
+// Q4_0: the 4 planes of nibble bytes v into the 8 planes of the block. Byte j holds column
+// j (low nibble) and column j + 16 (high nibble).
 template <TensorType kType>
-HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+HWY_INLINE void SplitNibbles(const VI* v, Block<kType>& blk) {
   const DI di;
+  const hn::RebindToUnsigned<DI> du;
+  const VI mask = hn::Set(di, 0x0F0F0F0F);
+  for (int g = 0; g < 4; ++g) {
+    blk.pl[g] = hn::And(v[g], mask);
+    blk.pl[g + 4] = hn::And(hn::BitCast(di, hn::ShiftRight<4>(hn::BitCast(du, v[g]))), mask);
+  }
+}
+
+// Q8_0: the 8 planes of signed quants in blk.pl[0..8) into what DotBlock takes.
+template <TensorType kType>
+HWY_INLINE void FinishQ8Planes(Block<kType>& blk) {
+  const DI di;
+#if HWY_TARGET == HWY_AVX3_DL
+  for (int g = 0; g < 8; ++g) blk.pl[g] = hn::Xor(blk.pl[g], hn::Set(di, int32_t(0x80808080u)));
+#else
+  const hn::Repartition<int8_t, DI> d8;
+  for (int g = 0; g < 8; ++g) {
+    blk.pl[8 + g] = blk.pl[g];
+    blk.pl[g] = hn::BitCast(di, hn::Abs(hn::BitCast(d8, blk.pl[g])));
+  }
+#endif
+}
+
+// kRows: block at byte offset boff of each of the kNR rows.
+template <TensorType kType>
+HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
   blk.dw = LoadScales(rows, boff);
   if constexpr (kType == TensorType::Q4_0) {
-    // Byte j holds column j (low nibble) and column j + 16 (high nibble).
-    const hn::RebindToUnsigned<DI> du;
-    const VI mask = hn::Set(di, 0x0F0F0F0F);
     VI v[4];
     LoadPlanes4(rows, boff + 2, v);
-    for (int g = 0; g < 4; ++g) {
-      blk.pl[g] = hn::And(v[g], mask);
-      blk.pl[g + 4] = hn::And(hn::BitCast(di, hn::ShiftRight<4>(hn::BitCast(du, v[g]))), mask);
-    }
+    SplitNibbles(v, blk);
   } else {
     LoadPlanesQ8(rows, boff + 2, blk.pl);
-#if HWY_TARGET == HWY_AVX3_DL
-    for (int g = 0; g < 8; ++g) blk.pl[g] = hn::Xor(blk.pl[g], hn::Set(di, int32_t(0x80808080u)));
-#else
-    const hn::Repartition<int8_t, DI> d8;
-    for (int g = 0; g < 8; ++g) {
-      blk.pl[8 + g] = blk.pl[g];
-      blk.pl[g] = hn::BitCast(di, hn::Abs(hn::BitCast(d8, blk.pl[g])));
-    }
-#endif
+    FinishQ8Planes(blk);
+  }
+}
+
+// kInterleaved16: `gb` is the block's 16-row group-block, `sub` which kNR of its 16 rows (the
+// lane slice of every plane: the whole 64 bytes with AVX-512, a 32-byte half with AVX2).
+template <TensorType kType>
+HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
+  const DI di;
+  const hn::Rebind<hwy::float16_t, DI> df16;
+  blk.dw =
+      hn::PromoteTo(DF(), hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(gb) + sub * kNR));
+  const int32_t* q = reinterpret_cast<const int32_t*>(gb + 32) + sub * kNR;
+  if constexpr (kType == TensorType::Q4_0) {
+    VI v[4];
+    for (int g = 0; g < 4; ++g) v[g] = hn::LoadU(di, q + 16 * g);
+    SplitNibbles(v, blk);
+  } else {
+    for (int g = 0; g < 8; ++g) blk.pl[g] = hn::LoadU(di, q + 16 * g);
+    FinishQ8Planes(blk);
   }
 }
 
@@ -372,22 +418,37 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 
 #else  // generic Highway
 
-template <TensorType kType>
-HWY_INLINE void Unpack(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+// Column e's signed weight in lane i; byte(i, k) is quant byte k of lane i's block.
+template <TensorType kType, class ByteAt>
+HWY_INLINE void UnpackColumns(ByteAt byte, Block<kType>& blk) {
   const DI di;
-  blk.dw = LoadScales(rows, boff);
   HWY_ALIGN int32_t w[32][kNR];
   for (int i = 0; i < kNR; ++i) {
-    const uint8_t* q = rows[i] + boff + 2;
     for (int e = 0; e < 32; ++e) {
       if constexpr (kType == TensorType::Q8_0) {
-        w[e][i] = static_cast<int8_t>(q[e]);
+        w[e][i] = static_cast<int8_t>(byte(i, e));
       } else {
-        w[e][i] = (e < 16 ? (q[e] & 0x0F) : (q[e - 16] >> 4)) - 8;
+        w[e][i] = (e < 16 ? (byte(i, e) & 0x0F) : (byte(i, e - 16) >> 4)) - 8;
       }
     }
   }
   for (int e = 0; e < 32; ++e) blk.pl[e] = hn::Load(di, w[e]);
+}
+
+template <TensorType kType>
+HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+  blk.dw = LoadScales(rows, boff);
+  UnpackColumns<kType>([&](int i, int k) { return rows[i][boff + 2 + k]; }, blk);
+}
+
+// kInterleaved16: lane i = row sub * kNR + i of the 16-row group-block `gb`.
+template <TensorType kType>
+HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
+  const hn::Rebind<hwy::float16_t, DI> df16;
+  blk.dw =
+      hn::PromoteTo(DF(), hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(gb) + sub * kNR));
+  const uint8_t* q = gb + 32 + 4 * sub * kNR;
+  UnpackColumns<kType>([&](int i, int k) { return q[64 * (k / 4) + 4 * i + k % 4]; }, blk);
 }
 
 template <TensorType kType>
@@ -442,72 +503,116 @@ HWY_INLINE void WithTokenCount(int n, F&& f) {
   }
 }
 
-// Rows [r, min(r + kNR, r1)) of the job: the kNR row pointers (a partial block repeats its
-// last row, whose lanes are computed and not stored) and the next row block's start.
-struct RowSet {
+// Stores lanes [lo, hi) of acc (kNR floats) to out[lo..hi).
+HWY_INLINE void StoreLanes(const float* acc, int lo, int hi, float* out) {
+  if (lo == 0 && hi == kNR) {
+    hn::StoreU(hn::Load(DF(), acc), DF(), out);
+  } else {
+    std::memcpy(out + lo, acc + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+// Prefetches slice `step` (kNR * block bytes long) of the bytes at `next` (the next row block
+// or group, contiguous in memory), one slice per block of this row block, so the next one is
+// fetched in address order, spread evenly over this one's blocks. Prefetching
+// along the kNR rows instead (kNR interleaved streams per core, as the demand loads of the
+// kRows layout go) ran ~6% slower end to end on Q8_0 at batch 1 with 2 threads (DRAM page
+// locality, presumably); so did prefetch bursts per chunk of blocks (up to 2x: they overflow
+// the miss buffers). Past the last row block this prefetches bytes that may not belong to
+// the matrix: prefetches never fault.
+template <TensorType kType>
+HWY_INLINE void PrefetchShare(const uint8_t* next, int64_t step) {
+  constexpr int64_t kBytes = kNR * BlockBytes<kType>();
+  for (int64_t o = (step * kBytes + 63) & ~int64_t{63}; o < (step + 1) * kBytes; o += 64) {
+    hwy::Prefetch(next + o);
+  }
+}
+
+// Where a row block's weights come from. Both sources give, per 32-column block b, the same
+// Block (lane i = row row0 + i) and store lanes [lo, hi) at y + row0, so the kernels below
+// run the same operations per output whatever the layout.
+//
+// kRows: rows [r, min(r + kNR, r1)) as kNR row pointers (a partial block repeats its last
+// row, whose lanes are computed and not stored).
+struct RowsSource {
+  // Where RowBlockBuffered prefetches the next row block: while unpacking a chunk (false) or
+  // spread over the first token group's pass over it (true). Measured (bench_kernels
+  // 1024x2048 x 64 matrices, 16 and 32 tokens, 1-2 threads, AVX3_DL): kRows is up to 10%
+  // faster while unpacking, its unpack being slow enough to space the prefetches out;
+  // kInterleaved16 unpacks a chunk in a burst, and prefetching while computing is up to 30%
+  // faster there (Q8_0 at 16 tokens), level for Q4_0.
+  static constexpr bool kPrefetchWhileComputing = false;
   const uint8_t* rows[kNR];
-  const uint8_t* next;
-  int n_rows;
-  RowSet(const MatmulQ8Job& j, int64_t r) {
-    n_rows = static_cast<int>(std::min<int64_t>(kNR, j.r1 - r));
-    for (int i = 0; i < kNR; ++i) rows[i] = j.w + (r + std::min(i, n_rows - 1)) * j.row_bytes;
+  const uint8_t* next;  // the next row block, contiguous in memory
+  int64_t row0;
+  int lo = 0, hi;
+  RowsSource(const MatmulQ8Job& j, int64_t r) : row0(r) {
+    hi = static_cast<int>(std::min<int64_t>(kNR, j.r1 - r));
+    for (int i = 0; i < kNR; ++i) rows[i] = j.w + (r + std::min(i, hi - 1)) * j.row_bytes;
     next = j.w + (r + kNR) * j.row_bytes;
   }
-  // Prefetches the share of the next row block (contiguous in memory, kNR * row_bytes) that
-  // corresponds to block b of this one, so the next row block is fetched in address order,
-  // spread evenly over this one's blocks. Prefetching along the kNR rows instead (kNR
-  // interleaved streams per core, as the demand loads go) ran ~6% slower end to end on Q8_0
-  // at batch 1 with 2 threads (DRAM page locality, presumably); so did prefetch bursts per
-  // chunk of blocks (up to 2x: they overflow the miss buffers). Past the last row block this
-  // prefetches bytes that may not belong to the matrix: prefetches never fault.
   template <TensorType kType>
   HWY_INLINE void Prefetch(int64_t b) const {
-    constexpr int64_t kBytes = kNR * BlockBytes<kType>();
-    for (int64_t o = (b * kBytes + 63) & ~int64_t{63}; o < (b + 1) * kBytes; o += 64) {
-      hwy::Prefetch(next + o);
-    }
+    PrefetchShare<kType>(next, b);
   }
-  HWY_INLINE void Store(const float* acc, float* out) const {
-    if (n_rows == kNR) {
-      hn::StoreU(hn::Load(DF(), acc), DF(), out);
-    } else {
-      std::memcpy(out, acc, static_cast<size_t>(n_rows) * sizeof(float));
-    }
+  template <TensorType kType>
+  HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
+    UnpackRows<kType>(rows, b * BlockBytes<kType>(), blk);
+  }
+};
+
+// kInterleaved16: the kNR-aligned rows [row0, row0 + kNR) holding row r, slice `sub` of their
+// 16-row group; stores only the rows in [j.r0, j.r1).
+struct Interleaved16Source {
+  static constexpr bool kPrefetchWhileComputing = true;  // see RowsSource
+  const uint8_t* group;
+  const uint8_t* next;  // the next group, contiguous in memory
+  int64_t row0, n_blocks;
+  int sub, lo, hi;
+  Interleaved16Source(const MatmulQ8Job& j, int64_t r) : row0(r - r % kNR), n_blocks(j.n_blocks) {
+    const int64_t g = row0 / kInterleaveRows;
+    group = j.w + g * kInterleaveRows * j.row_bytes;
+    next = group + kInterleaveRows * j.row_bytes;
+    sub = static_cast<int>(row0 % kInterleaveRows) / kNR;
+    lo = static_cast<int>(std::max<int64_t>(j.r0 - row0, 0));
+    hi = static_cast<int>(std::min<int64_t>(j.r1 - row0, kNR));
+  }
+  // The group's slices together prefetch the next group once, in address order.
+  template <TensorType kType>
+  HWY_INLINE void Prefetch(int64_t b) const {
+    PrefetchShare<kType>(next, sub * n_blocks + b);
+  }
+  template <TensorType kType>
+  HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
+    UnpackI16<kType>(group + b * kInterleaveRows * BlockBytes<kType>(), sub, blk);
   }
 };
 
 // n_tok <= kNT: every block is unpacked into registers and used at once.
-template <TensorType kType, int NT>
-HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, int64_t r) {
+template <TensorType kType, int NT, class Source>
+HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, const Source& src) {
   const DF df;
-  constexpr int64_t kBB = BlockBytes<kType>();
-  const RowSet rs(j, r);
   VF acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
-  for (int64_t c0 = 0; c0 < j.n_blocks; c0 += kChunkBlocks) {
-    const int64_t c1 = std::min(j.n_blocks, c0 + kChunkBlocks);
-    for (int64_t b = c0; b < c1; ++b) {
-      Block<kType> blk;
-      rs.Prefetch<kType>(b);
-      Unpack<kType>(rs.rows, b * kBB, blk);
-      AddBlock<kType, NT>(j, blk, 0, b, acc);
-    }
+  for (int64_t b = 0; b < j.n_blocks; ++b) {
+    Block<kType> blk;
+    src.template Prefetch<kType>(b);
+    src.template Unpack<kType>(b, blk);
+    AddBlock<kType, NT>(j, blk, 0, b, acc);
   }
   for (int t = 0; t < NT; ++t) {
     HWY_ALIGN float out[kNR];
     hn::Store(acc[t], df, out);
-    rs.Store(out, j.y + t * j.ldy + r);
+    StoreLanes(out, src.lo, src.hi, j.y + t * j.ldy + src.row0);
   }
 }
 
 // n_tok > kNT: per chunk of kChunkBlocks blocks, the rows are unpacked once into an L1
 // buffer and every token group runs over it; accumulators live in `accbuf` between chunks,
 // so each output sees the same operations as in RowBlockDirect.
-template <TensorType kType>
-HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, int64_t r) {
+template <TensorType kType, class Source>
+HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
   const DF df;
-  constexpr int64_t kBB = BlockBytes<kType>();
-  const RowSet rs(j, r);
   Block<kType> blocks[kChunkBlocks];
   HWY_ALIGN float accbuf[kSuperTokens * kNR];  // [token][row]
 
@@ -517,40 +622,55 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, int64_t r) {
     for (int64_t c0 = 0; c0 < j.n_blocks; c0 += kChunkBlocks) {
       const int64_t c1 = std::min(j.n_blocks, c0 + kChunkBlocks);
       for (int64_t b = c0; b < c1; ++b) {
-        rs.Prefetch<kType>(b);
-        Unpack<kType>(rs.rows, b * kBB, blocks[b - c0]);
+        if (!Source::kPrefetchWhileComputing) src.template Prefetch<kType>(b);
+        src.template Unpack<kType>(b, blocks[b - c0]);
       }
       for (int t0 = 0; t0 < ns; t0 += kNT) {
         WithTokenCount<kNT>(std::min(kNT, ns - t0), [&]<int NT>() {
           VF acc[NT];
           for (int t = 0; t < NT; ++t) acc[t] = hn::Load(df, accbuf + (t0 + t) * kNR);
           for (int64_t b = c0; b < c1; ++b) {
+            if (Source::kPrefetchWhileComputing && t0 == 0) src.template Prefetch<kType>(b);
             AddBlock<kType, NT>(j, blocks[b - c0], s0 + t0, b, acc);
           }
           for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + (t0 + t) * kNR);
         });
       }
     }
-    for (int t = 0; t < ns; ++t) rs.Store(accbuf + t * kNR, j.y + (s0 + t) * j.ldy + r);
+    for (int t = 0; t < ns; ++t) {
+      StoreLanes(accbuf + t * kNR, src.lo, src.hi, j.y + (s0 + t) * j.ldy + src.row0);
+    }
+  }
+}
+
+template <TensorType kType, class Source>
+void RunRowsQ8(const MatmulQ8Job& j, int64_t r_begin) {
+  for (int64_t r = r_begin; r < j.r1; r += kNR) {
+    const Source src(j, r);
+    if (j.n_tok > kNT) {
+      RowBlockBuffered<kType>(j, src);
+    } else {
+      WithTokenCount<kNT>(j.n_tok, [&]<int NT>() { RowBlockDirect<kType, NT>(j, src); });
+    }
   }
 }
 
 template <TensorType kType>
-void RunRowsQ8(const MatmulQ8Job& j) {
-  for (int64_t r = j.r0; r < j.r1; r += kNR) {
-    if (j.n_tok > kNT) {
-      RowBlockBuffered<kType>(j, r);
-    } else {
-      WithTokenCount<kNT>(j.n_tok, [&]<int NT>() { RowBlockDirect<kType, NT>(j, r); });
-    }
+void RunQ8(const MatmulQ8Job& j) {
+  if (j.layout == WeightLayout::kRows) {
+    RunRowsQ8<kType, RowsSource>(j, j.r0);
+  } else {
+    // kNR divides 16, so the kNR-aligned row blocks from r0's tile each one 16-row group.
+    static_assert(kInterleaveRows % kNR == 0);
+    RunRowsQ8<kType, Interleaved16Source>(j, j.r0 - j.r0 % kNR);
   }
 }
 
 void MatmulQ8T(const MatmulQ8Job& j) {
   if (j.type == TensorType::Q8_0) {
-    RunRowsQ8<TensorType::Q8_0>(j);
+    RunQ8<TensorType::Q8_0>(j);
   } else {
-    RunRowsQ8<TensorType::Q4_0>(j);
+    RunQ8<TensorType::Q4_0>(j);
   }
 }
 
@@ -613,7 +733,8 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
 }
 
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy) {
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout) {
   if (!has_int8_path(t)) {
     throw Error(std::string("matmul_rows_q8: no integer path for weight type ") +
                 gguf::tensor_type_name(t));
@@ -643,7 +764,8 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
                         nb,
                         n_tok,
                         y,
-                        ldy};
+                        ldy,
+                        layout};
   HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
 }
 

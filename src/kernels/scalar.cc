@@ -74,6 +74,23 @@ float weight_at(TensorType t, const uint8_t* row, int64_t c) {
   }
 }
 
+// Byte offset in a Q8_0/Q4_0 matrix of block b of row r: its fp16 scale (k = -1) or its quant
+// byte k (k < 16 for Q4_0, < 32 for Q8_0), in either layout (kernels.h), indexed directly
+// rather than through the repack functions so the ref twins check those too.
+int64_t block_byte(WeightLayout layout, int64_t bb, int64_t nb, int64_t r, int64_t b, int64_t k) {
+  if (layout == WeightLayout::kRows) return (r * nb + b) * bb + (k < 0 ? 0 : 2 + k);
+  const int64_t i = r % kInterleaveRows;
+  const int64_t blk = (r - i) * nb * bb + b * kInterleaveRows * bb;
+  return k < 0 ? blk + 2 * i : blk + 32 + 64 * (k / 4) + 4 * i + k % 4;
+}
+
+void check_layout(TensorType t, WeightLayout layout, const char* what) {
+  if (layout != WeightLayout::kRows && t != TensorType::Q8_0 && t != TensorType::Q4_0) {
+    throw Error(std::string(what) + ": a " + gguf::tensor_type_name(t) +
+                " matrix cannot be interleaved");
+  }
+}
+
 }  // namespace
 
 bool is_compute_type(TensorType t) {
@@ -230,11 +247,29 @@ float sum(const float* x, int64_t n) {
 }
 
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int n_tok, float* y, int64_t ldy) {
+                 int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout) {
   const size_t rb = weight_row_bytes(t, cols);
+  check_layout(t, layout, "ref::matmul_rows");
+  const auto* wb = static_cast<const uint8_t*>(w);
   std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> plain(rb);
   for (int64_t r = r0; r < r1; ++r) {
-    dequantize_row(t, static_cast<const uint8_t*>(w) + r * rb, row.data(), cols);
+    if (layout == WeightLayout::kRows) {
+      std::memcpy(plain.data(), wb + r * rb, rb);
+    } else {  // gather the row's blocks
+      const int64_t bb = t == TensorType::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes, nb = cols / kQK;
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t k = -1; k < bb - 2; ++k) {
+          const int64_t o = block_byte(layout, bb, nb, r, b, k);
+          if (k < 0) {
+            std::memcpy(&plain[b * bb], wb + o, 2);
+          } else {
+            plain[b * bb + 2 + k] = wb[o];
+          }
+        }
+      }
+    }
+    dequantize_row(t, plain.data(), row.data(), cols);
     for (int j = 0; j < n_tok; ++j) y[j * ldy + r] = dot(row.data(), x + j * ldx, cols);
   }
 }
@@ -292,30 +327,30 @@ void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedAc
 }
 
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy) {
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout) {
   if (!has_int8_path(t) || cols != x.cols || t0 < 0 || n_tok < 0 || t0 + n_tok > x.n_tok) {
     throw Error("ref::matmul_rows_q8: bad arguments");
   }
-  const size_t rb = weight_row_bytes(t, cols);
+  weight_row_bytes(t, cols);  // validates cols
+  const auto* wb = static_cast<const uint8_t*>(w);
   const int64_t nb = cols / kQK;
+  const int64_t bb = t == TensorType::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = static_cast<const uint8_t*>(w) + r * rb;
     for (int j = 0; j < n_tok; ++j) {
       const int tok = t0 + j;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* q = &x.q[static_cast<size_t>(tok * x.cols + b * kQK)];
+        auto qbyte = [&](int64_t k) { return wb[block_byte(layout, bb, nb, r, b, k)]; };
+        const float dw = fp16_to_fp32(load_u16(wb + block_byte(layout, bb, nb, r, b, -1)));
         int32_t isum = 0;
-        float dw;
         if (t == TensorType::Q8_0) {
-          const uint8_t* blk = row + b * kQ8BlockBytes;
-          dw = fp16_to_fp32(load_u16(blk));
-          for (int e = 0; e < kQK; ++e) isum += static_cast<int8_t>(blk[2 + e]) * q[e];
+          for (int e = 0; e < kQK; ++e) isum += static_cast<int8_t>(qbyte(e)) * q[e];
         } else {
-          const uint8_t* blk = row + b * kQ4BlockBytes;
-          dw = fp16_to_fp32(load_u16(blk));
           for (int e = 0; e < 16; ++e) {
-            isum += ((blk[2 + e] & 0x0F) - 8) * q[e] + ((blk[2 + e] >> 4) - 8) * q[e + 16];
+            const int v = qbyte(e);
+            isum += ((v & 0x0F) - 8) * q[e] + ((v >> 4) - 8) * q[e + 16];
           }
         }
         // dw * dx is exact (two 11-bit significands); one rounding per block.

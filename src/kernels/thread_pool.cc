@@ -182,12 +182,12 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 }
 
 // Rows in chunks of 16 keep every thread on whole row blocks (kNR of the float path, 8 or 16
-// rows of the integer path), so no thread runs a partial block unless rows itself is not a
-// multiple of 16.
+// rows of the integer path) and whole 16-row groups of kInterleaved16 weights, so no thread
+// runs a partial block unless rows itself is not a multiple of 16.
 constexpr int64_t kMatmulGrain = 16;
 
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy) {
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout) {
   constexpr int64_t kGrain = kMatmulGrain;
   struct Args {
     TensorType t;
@@ -198,19 +198,21 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
     int n_tok;
     float* y;
     int64_t ldy;
-  } a{t, w, cols, x, ldx, n_tok, y, ldy};
+    WeightLayout layout;
+  } a{t, w, cols, x, ldx, n_tok, y, ldy, layout};
   // Capturing one pointer keeps the std::function in its small-buffer (no allocation).
   const Args* pa = &a;
   pool.parallel_for(
       rows,
       [pa](int64_t r0, int64_t r1, int) {
-        matmul_rows(pa->t, pa->w, pa->cols, r0, r1, pa->x, pa->ldx, pa->n_tok, pa->y, pa->ldy);
+        matmul_rows(pa->t, pa->w, pa->cols, r0, r1, pa->x, pa->ldx, pa->n_tok, pa->y, pa->ldy,
+                    pa->layout);
       },
       kGrain);
 }
 
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const QuantizedActs& x, float* y, int64_t ldy) {
+            const QuantizedActs& x, float* y, int64_t ldy, WeightLayout layout) {
   const QuantizedActs* px = &x;
   struct Args {
     TensorType t;
@@ -218,12 +220,14 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
     int64_t cols;
     float* y;
     int64_t ldy;
-  } a{t, w, cols, y, ldy};
+    WeightLayout layout;
+  } a{t, w, cols, y, ldy, layout};
   const Args* pa = &a;
   pool.parallel_for(
       rows,
       [pa, px](int64_t r0, int64_t r1, int) {
-        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, px->n_tok, pa->y, pa->ldy);
+        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, px->n_tok, pa->y, pa->ldy,
+                       pa->layout);
       },
       kMatmulGrain);
 }

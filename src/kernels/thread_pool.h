@@ -31,19 +31,21 @@ class ThreadPool {
   Impl* impl_;
 };
 
-// y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols), split across the pool.
-// Bit-identical to a single matmul_rows call over all rows, for any pool size. This is the
-// exact float path for every weight type; the integer path is the overload below, on
-// activations quantized once with quantize_acts (the caller decides which path a weight
-// takes: src/model/forward.cc).
+// y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols, stored in `layout`),
+// split across the pool. Bit-identical to a single matmul_rows call over all rows, for any
+// pool size. This is the exact float path for every weight type; the integer path is the
+// overload below, on activations quantized once with quantize_acts (the caller decides which
+// path a weight takes: src/model/forward.cc).
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy);
+            const float* x, int64_t ldx, int n_tok, float* y, int64_t ldy,
+            WeightLayout layout = WeightLayout::kRows);
 
 // The integer path with activations quantized beforehand (several weights sharing one
 // input quantize it once): y[j*ldy + r] = W[r] . x[j] for all x.n_tok tokens; t must be
 // Q8_0 or Q4_0. Bit-identical to one matmul_rows_q8 call over all rows, for any pool size.
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-            const QuantizedActs& x, float* y, int64_t ldy);
+            const QuantizedActs& x, float* y, int64_t ldy,
+            WeightLayout layout = WeightLayout::kRows);
 
 // quantize_acts with the rows split across the pool (bit-identical to the serial one).
 void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,

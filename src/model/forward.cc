@@ -47,9 +47,11 @@ struct MatIn {
 // y[T x rows] = W x[T x cols], rows split across the pool; `bytes` counts weight traffic.
 void project(Context::Impl& ctx, const Weight& w, MatIn& in, float* y, size_t& bytes) {
   if (int_path(ctx, w)) {
-    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(ctx.pool), y, w.rows);
+    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(ctx.pool), y, w.rows,
+                    w.layout);
   } else {
-    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.T, y, w.rows);
+    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.T, y, w.rows,
+                    w.layout);
   }
   bytes += w.mat_bytes;
 }
@@ -235,10 +237,10 @@ void run_experts(Context::Impl& ctx, int il, MatIn& xn) {
                          float* y) {
     const int64_t cols = w.cols;
     if (int_w) {
-      kernels::matmul_rows_q8(w.type, w.mat(ex), cols, r0, r1, xq, off, cnt, y, w.rows);
+      kernels::matmul_rows_q8(w.type, w.mat(ex), cols, r0, r1, xq, off, cnt, y, w.rows, w.layout);
     } else {
       kernels::matmul_rows(w.type, w.mat(ex), cols, r0, r1, &x[size_t(off) * cols], cols, cnt, y,
-                           w.rows);
+                           w.rows, w.layout);
     }
   };
 
@@ -409,7 +411,8 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
   }
 
   rope_table(c, batch, B.rope_cs);
-  // Embedding rows (only the rows of the batch's tokens are read).
+  // Embedding rows (only the rows of the batch's tokens are read; token_embd is never
+  // repacked, so its rows are where the file has them).
   const Weight& emb = ctx.model.token_embd();
   for (int t = 0; t < T; ++t) {
     kernels::dequantize_row(emb.type, emb.data + size_t(batch[size_t(t)].token) * emb.row_bytes,

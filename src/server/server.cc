@@ -332,7 +332,11 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   }
   if (opts.http_threads <= 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
   s.opts = std::move(opts);
-  s.model = Model::load(s.opts.model_path);
+  // Exact activations run the float path, which reads repacked Q8_0/Q4_0 weights through a
+  // copy back to rows: keep the file's layout then.
+  LoadOptions lo;
+  lo.repack = !s.opts.exact_activations;
+  s.model = Model::load(s.opts.model_path, lo);
   try {
     s.tok = Tokenizer::from_gguf(s.model->file());
   } catch (const Error& e) {

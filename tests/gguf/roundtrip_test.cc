@@ -200,6 +200,8 @@ TEST(GgufRoundTrip, TensorsDefaultAlignment) {
   const File f = File::from_memory(bytes.data(), bytes.size());
   EXPECT_EQ(f.alignment(), 32u);
   check_cases(f, payloads);
+  f.release_pages(bytes.data(), bytes.size());  // not a mapping: the buffer is left alone
+  check_cases(f, payloads);
   EXPECT_EQ(f.tensor("blk.0.ffn_up_exps.weight").shape_string(), "[256, 2, 2, 2]");
   EXPECT_EQ(f.tensor("blk.0.ffn_up_exps.weight").n_elements(), 2048);
 }
@@ -233,6 +235,13 @@ TEST(GgufRoundTrip, NonDefaultAlignmentThroughFile) {
     // The mapping outlives a move.
     File g = std::move(f);
     EXPECT_EQ(std::memcmp(g.tensors()[0].data, payloads[0].data(), payloads[0].size()), 0);
+    // Released pages (the whole data section, pages shared with the header included or not)
+    // read back as they were; ranges outside the mapping are ignored.
+    const uint8_t* data = g.tensors()[0].data;
+    g.release_pages(data, g.file_size() - g.data_offset());
+    g.release_pages(data - g.data_offset(), g.file_size());
+    g.release_pages(data, g.file_size());  // runs past the end: ignored
+    check_cases(g, payloads);
   }
   // write() and to_bytes() produce the same bytes.
   const auto bytes = w.to_bytes();

@@ -30,6 +30,7 @@ struct Args {
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
+  bool no_repack = false;
 };
 
 struct Sample {
@@ -187,6 +188,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Seed of the random prompts");
   cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
   add_exact_acts_flag(cmd, &a->exact_acts);
+  cmd->add_flag("--no-repack", a->no_repack,
+                "Keep Q8_0/Q4_0 weights in the file's row layout (default: repacked at load to "
+                "the integer kernels' 16-row interleaved layout, unless --exact-acts; same "
+                "results, for A/B runs)");
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
@@ -207,7 +212,7 @@ void register_bench(CLI::App& app) {
     for (int t : threads) {
       if (t < 1) throw Error("--threads values must be >= 1");
     }
-    auto model = load_model(a->model);
+    auto model = load_model(a->model, !a->no_repack && !a->exact_acts);
     const ModelConfig& c = model->config();
     std::unique_ptr<TraceReplay> replay;
     if (!a->trace.empty()) replay = std::make_unique<TraceReplay>(a->trace, c);
@@ -296,8 +301,12 @@ void register_bench(CLI::App& app) {
     if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
     const char* acts = a->exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
-    nlohmann::json doc = {
-        {"commit", commit}, {"cpu", cpu_name()}, {"activations", acts}, {"rows", out}};
+    const char* layout = a->no_repack || a->exact_acts ? "rows" : "q8_0/q4_0 repacked (i16)";
+    nlohmann::json doc = {{"commit", commit},
+                          {"cpu", cpu_name()},
+                          {"activations", acts},
+                          {"weight_layout", layout},
+                          {"rows", out}};
     for (auto& [t, g] : bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
     if (!a->save_json.empty()) {
       std::ofstream f(a->save_json);
@@ -328,9 +337,9 @@ void register_bench(CLI::App& app) {
     }
     std::printf(
         "lynx-moe bench | commit %s | %s | %s | model %s (%s, %d layers, %d/%d experts) | "
-        "activations %s\n\n",
+        "activations %s | weights %s\n\n",
         commit.c_str(), cpu_name().c_str(), lynx::kernels::simd_target_name(), c.name.c_str(),
-        c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts);
+        c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts, layout);
     for (auto& [t, g] : bw) {
       std::printf(
           "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start); "

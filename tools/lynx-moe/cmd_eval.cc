@@ -52,7 +52,7 @@ void register_eval(CLI::App& app) {
         std::fprintf(stderr, "%s done\n", what.c_str());
       }
     };
-    auto model = load_model(a->model);
+    auto model = load_model(a->model, !a->opts.exact_activations);
     auto tok = Tokenizer::from_gguf(model->file());
     const auto docs = read_eval_documents(a->data);
     const auto rows = evaluate(*model, *tok, docs, o);

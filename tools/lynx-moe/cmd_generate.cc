@@ -157,7 +157,7 @@ void register_generate(CLI::App& app) {
     for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
       prompts.push_back(base[size_t(i) % base.size()]);
     }
-    auto model = load_model(a->model);
+    auto model = load_model(a->model, !a->exact_acts);
     auto tok = Tokenizer::from_gguf(model->file());
     const ModelConfig& c = model->config();
     std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",

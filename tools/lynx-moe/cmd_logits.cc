@@ -43,7 +43,7 @@ void register_logits(CLI::App& app) {
       }
     }
     if (ids.empty()) throw Error("--tokens: no token ids given");
-    auto model = load_model(args->model);
+    auto model = load_model(args->model, !args->exact_acts);
     ContextOptions co;
     co.n_threads = args->threads;
     co.n_ctx = int(ids.size());

@@ -13,11 +13,13 @@ namespace lynx::cli {
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
   cmd->add_flag("--exact-acts", *exact_activations,
                 "Keep activations in F32 for Q8_0/Q4_0 weights (default: quantize them to 8 bits "
-                "per 32-block and use integer dot products, as llama.cpp does; faster)");
+                "per 32-block and use integer dot products, as llama.cpp does; faster). The "
+                "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
   LoadOptions opts;
+  opts.repack = repack;
   const bool tty = isatty(STDERR_FILENO);
   int last = -1;
   opts.progress = [&](size_t done, size_t total) {

@@ -1,0 +1,127 @@
+// Repacking Q8_0 / Q4_0 matrices between the file's row layout and the 16-row interleaved
+// layout the integer kernels read with whole-vector loads (kernels.h describes the layout).
+// Byte moves only: the scales and quants themselves are never changed, so every kernel
+// computes the same numbers from either layout.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "lynx/error.h"
+
+namespace lynx::kernels {
+namespace {
+
+constexpr int64_t kG = kInterleaveRows;
+
+int64_t block_bytes(TensorType t) {
+  return t == TensorType::Q8_0 ? 34 : 18;
+}
+
+void check(TensorType t, int64_t cols, const char* what) {
+  if ((t != TensorType::Q8_0 && t != TensorType::Q4_0) || cols <= 0 || cols % 32 != 0) {
+    throw Error(std::string(what) + ": cannot interleave a " + gguf::tensor_type_name(t) +
+                " matrix of " + std::to_string(cols) +
+                " columns (Q8_0 or Q4_0, columns a "
+                "positive multiple of 32)");
+  }
+}
+
+// The 16 rows at src (kRows, row i at src + i * row bytes) into one interleaved group at dst.
+void interleave_group(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
+  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, rb = nb * bb;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* o = dst + b * kG * bb;
+    for (int64_t i = 0; i < kG; ++i) {
+      const uint8_t* blk = src + i * rb + b * bb;
+      std::memcpy(o + 2 * i, blk, 2);
+      for (int64_t p = 0; p < planes; ++p) std::memcpy(o + 32 + 64 * p + 4 * i, blk + 2 + 4 * p, 4);
+    }
+  }
+}
+
+// The inverse of interleave_group.
+void deinterleave_group_to(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
+  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, rb = nb * bb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* in = src + b * kG * bb;
+    for (int64_t i = 0; i < kG; ++i) {
+      uint8_t* blk = dst + i * rb + b * bb;
+      std::memcpy(blk, in + 2 * i, 2);
+      for (int64_t p = 0; p < planes; ++p)
+        std::memcpy(blk + 2 + 4 * p, in + 32 + 64 * p + 4 * i, 4);
+    }
+  }
+}
+
+// Rewrites groups [g0, g1) in place with `move` (one of the two above), through a copy of
+// one group: a group's bytes before and after occupy the same range, so no group spills into
+// another and the caller can split the groups over threads.
+template <class Move>
+void repack_in_place(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1, Move move) {
+  const int64_t nb = cols / 32, group_bytes = kG * nb * block_bytes(t);
+  std::vector<uint8_t> scratch(static_cast<size_t>(group_bytes));
+  auto* base = static_cast<uint8_t*>(w);
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* grp = base + g * group_bytes;
+    std::memcpy(scratch.data(), grp, scratch.size());
+    move(t, scratch.data(), nb, grp);
+  }
+}
+
+}  // namespace
+
+bool can_interleave(TensorType t, int64_t rows, int64_t cols) {
+  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) && rows > 0 && rows % kG == 0 &&
+         cols > 0 && cols % 32 == 0;
+}
+
+void interleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1) {
+  check(t, cols, "interleave16");
+  repack_in_place(t, w, cols, g0, g1, interleave_group);
+}
+
+void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1) {
+  check(t, cols, "deinterleave16");
+  repack_in_place(t, w, cols, g0, g1, deinterleave_group_to);
+}
+
+void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0,
+                       int64_t g1) {
+  check(t, cols, "interleave16_into");
+  const int64_t nb = cols / 32, group_bytes = kG * nb * block_bytes(t);
+  for (int64_t g = g0; g < g1; ++g) {
+    interleave_group(t, static_cast<const uint8_t*>(src) + g * group_bytes, nb,
+                     static_cast<uint8_t*>(dst) + g * group_bytes);
+  }
+}
+
+void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst) {
+  check(t, cols, "deinterleave_group");
+  const int64_t nb = cols / 32;
+  deinterleave_group_to(t, static_cast<const uint8_t*>(w) + g * kG * nb * block_bytes(t), nb,
+                        static_cast<uint8_t*>(dst));
+}
+
+void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, int64_t r,
+              void* dst) {
+  const size_t rb = weight_row_bytes(t, cols);  // validates t and cols
+  const auto* src = static_cast<const uint8_t*>(w);
+  if (layout == WeightLayout::kRows) {
+    std::memcpy(dst, src + static_cast<size_t>(r) * rb, rb);
+    return;
+  }
+  check(t, cols, "read_row");
+  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, nb = cols / 32, i = r % kG;
+  const uint8_t* grp = src + (r - i) * nb * bb;
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* in = grp + b * kG * bb;
+    std::memcpy(out + b * bb, in + 2 * i, 2);
+    for (int64_t p = 0; p < planes; ++p) {
+      std::memcpy(out + b * bb + 2 + 4 * p, in + 32 + 64 * p + 4 * i, 4);
+    }
+  }
+}
+
+}  // namespace lynx::kernels
