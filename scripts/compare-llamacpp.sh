@@ -4,23 +4,27 @@
 # both engines alike; prints the median over passes and the ratio per file and batch size.
 #
 #   LLAMA_BATCHED_BENCH=/path/to/llama-batched-bench \
-#     bash scripts/compare-llamacpp.sh [-p PASSES] [-b 1,2,4,8,16,32] [-t THREADS] FILE.gguf...
+#     bash scripts/compare-llamacpp.sh [-p PASSES] [-b 1,2,4,8,16,32] [-t THREADS] [-g TOKENS] \
+#       FILE.gguf...
 #
 # llama.cpp is not part of this project: build it yourself beside the project (CPU backend,
 # native instructions) and point LLAMA_BATCHED_BENCH at the binary (its shared libraries must be
 # findable, e.g. through LD_LIBRARY_PATH). Both engines prefill 32 tokens per sequence and decode
-# 16; llama.cpp's S_TG column and lynx-moe's decode_tps are the same quantity (decode tokens of
+# -g tokens (default 16; at B=1 a 16-token decode lasts under 0.1 s, so on a noisy machine use
+# 64); llama.cpp's S_TG column and lynx-moe's decode_tps are the same quantity (decode tokens of
 # all sequences per second of decode time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 passes=3
 batches=1,2,4,8,16,32
 threads=2
-while getopts "p:b:t:" opt; do
+gen=16
+while getopts "p:b:t:g:" opt; do
   case $opt in
     p) passes=$OPTARG ;;
     b) batches=$OPTARG ;;
     t) threads=$OPTARG ;;
+    g) gen=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
@@ -28,17 +32,17 @@ shift $((OPTIND - 1))
 llama=${LLAMA_BATCHED_BENCH:?set LLAMA_BATCHED_BENCH to a llama-batched-bench binary}
 lynx=build/release/bin/lynx-moe
 [[ -x $lynx ]] || { echo "build lynx-moe first (make build)" >&2; exit 1; }
-[[ $# -gt 0 ]] || { echo "usage: $0 [-p N] [-b LIST] [-t N] FILE.gguf..." >&2; exit 2; }
+[[ $# -gt 0 ]] || { echo "usage: $0 [-p N] [-b LIST] [-t N] [-g N] FILE.gguf..." >&2; exit 2; }
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for pass in $(seq 1 "$passes"); do
   for f in "$@"; do
     echo "pass $pass $(basename "$f") $(uptime | sed 's/.*load/load/')" >&2
-    "$llama" -m "$f" -c 4096 -b 512 -ub 512 -npp 32 -ntg 16 -npl "$batches" -t "$threads" \
+    "$llama" -m "$f" -c 4096 -b 512 -ub 512 -npp 32 -ntg "$gen" -npl "$batches" -t "$threads" \
       2>/dev/null | awk -F'|' -v f="$f" '$2 ~ /^ *32 *$/ {gsub(/ /,"",$4); gsub(/ /,"",$9);
         print f, "llama", $4, $9}' >>"$raw"
-    "$lynx" bench -m "$f" --batch "$batches" --threads "$threads" --prompt 32 --gen 16 -r 1 \
+    "$lynx" bench -m "$f" --batch "$batches" --threads "$threads" --prompt 32 --gen "$gen" -r 1 \
       --bandwidth 1 -o csv 2>/dev/null | awk -F, -v f="$f" 'NR > 1 {print f, "lynx", $4, $6}' \
       >>"$raw"
   done

@@ -165,21 +165,7 @@ TEST(MatmulQ8, ExtremeValuesMatchScalarTwin) {
   for_each_target([] {
     const int64_t rows = 19, cols = 96;
     for (TensorType t : kIntTypes) {
-      const size_t rb = weight_row_bytes(t, cols);
-      const int64_t bb = t == TensorType::Q8_0 ? 34 : 18;
-      std::vector<uint8_t> w(rb * rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t b = 0; b < cols / 32; ++b) {
-          uint8_t* blk = w.data() + r * rb + b * bb;
-          const uint16_t h = fp32_to_fp16(0.25f + 0.125f * static_cast<float>(r % 3));
-          std::memcpy(blk, &h, 2);
-          for (int64_t k = 2; k < bb; ++k) {
-            const bool hi = (r + b + k) % 2 == 0;
-            blk[k] =
-                t == TensorType::Q8_0 ? (hi ? 0x7F : 0x80) : (r % 2 ? (hi ? 0xFF : 0x00) : 0xF0);
-          }
-        }
-      }
+      const std::vector<uint8_t> w = testing::extreme_int_weights(t, rows, cols);
       std::vector<float> x(static_cast<size_t>(5 * cols));
       for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 3) % 2 ? 127.0f : -127.0f;
       for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(4 * cols + c)] = 127.0f;

@@ -60,4 +60,24 @@ inline double dot_tolerance(int64_t n, double abs_sum, double result) {
   return (static_cast<double>(n) + 16.0) * 6.0e-8 * abs_sum + 6.0e-8 * std::abs(result) + 1e-30;
 }
 
+// rows x cols Q8_0 / Q4_0 weights at the ends of their ranges (Q8_0 -128 / 127, Q4_0
+// nibbles 0 / 15, alternating), with a few different block scales.
+inline std::vector<uint8_t> extreme_int_weights(TensorType t, int64_t rows, int64_t cols) {
+  const size_t rb = weight_row_bytes(t, cols);
+  const int64_t bb = t == TensorType::Q8_0 ? 34 : 18;
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      uint8_t* blk = w.data() + static_cast<size_t>(r) * rb + b * bb;
+      const uint16_t h = fp32_to_fp16(0.25f + 0.125f * static_cast<float>(r % 3));
+      std::memcpy(blk, &h, 2);
+      for (int64_t k = 2; k < bb; ++k) {
+        const bool hi = (r + b + k) % 2 == 0;
+        blk[k] = t == TensorType::Q8_0 ? (hi ? 0x7F : 0x80) : (r % 2 ? (hi ? 0xFF : 0x00) : 0xF0);
+      }
+    }
+  }
+  return w;
+}
+
 }  // namespace lynx::kernels::testing
