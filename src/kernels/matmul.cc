@@ -423,7 +423,7 @@ void DeinterleaveGroupT(TensorType t, const uint8_t* w, int64_t cols, int64_t g,
 #else
   const hn::Full128<uint32_t> d;
   const hn::Full128<uint64_t> d64;
-  const int64_t bb = t == TensorType::Q8_0 ? 34 : 18, nb = cols / 32, rb = nb * bb;
+  const int64_t bb = static_cast<int64_t>(weight_row_bytes(t, 32)), nb = cols / 32, rb = nb * bb;
   const int halves = t == TensorType::Q8_0 ? 2 : 1;
   const uint8_t* src = w + g * kInterleaveRows * rb;
   for (int64_t b = 0; b < nb; ++b) {

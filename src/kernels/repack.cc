@@ -14,8 +14,9 @@ namespace {
 
 constexpr int64_t kG = kInterleaveRows;
 
+// One block's bytes: weight_row_bytes of one 32-element block (34 for Q8_0, 18 for Q4_0).
 int64_t block_bytes(TensorType t) {
-  return t == TensorType::Q8_0 ? 34 : 18;
+  return static_cast<int64_t>(weight_row_bytes(t, 32));
 }
 
 void check(TensorType t, int64_t cols, const char* what) {
@@ -27,31 +28,36 @@ void check(TensorType t, int64_t cols, const char* what) {
   }
 }
 
+// The one place that spells out the layout: row i (0..15) of the interleaved group at `grp`
+// is copied out to / in from the plain row at `row` (nb blocks of bb bytes).
+template <bool kOut, class G, class R>
+void move_row(int64_t bb, int64_t nb, G* grp, int64_t i, R* row) {
+  const int64_t planes = (bb - 2) / 4;
+  for (int64_t b = 0; b < nb; ++b) {
+    G* in = grp + b * kG * bb;
+    R* blk = row + b * bb;
+    auto mv = [&](int64_t grp_off, int64_t row_off, size_t n) {
+      if constexpr (kOut) {
+        std::memcpy(blk + row_off, in + grp_off, n);
+      } else {
+        std::memcpy(in + grp_off, blk + row_off, n);
+      }
+    };
+    mv(2 * i, 0, 2);
+    for (int64_t p = 0; p < planes; ++p) mv(32 + 64 * p + 4 * i, 2 + 4 * p, 4);
+  }
+}
+
 // The 16 rows at src (kRows, row i at src + i * row bytes) into one interleaved group at dst.
 void interleave_group(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
-  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, rb = nb * bb;
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* o = dst + b * kG * bb;
-    for (int64_t i = 0; i < kG; ++i) {
-      const uint8_t* blk = src + i * rb + b * bb;
-      std::memcpy(o + 2 * i, blk, 2);
-      for (int64_t p = 0; p < planes; ++p) std::memcpy(o + 32 + 64 * p + 4 * i, blk + 2 + 4 * p, 4);
-    }
-  }
+  const int64_t bb = block_bytes(t);
+  for (int64_t i = 0; i < kG; ++i) move_row<false>(bb, nb, dst, i, src + i * nb * bb);
 }
 
 // The inverse of interleave_group.
 void deinterleave_group_to(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
-  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, rb = nb * bb;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* in = src + b * kG * bb;
-    for (int64_t i = 0; i < kG; ++i) {
-      uint8_t* blk = dst + i * rb + b * bb;
-      std::memcpy(blk, in + 2 * i, 2);
-      for (int64_t p = 0; p < planes; ++p)
-        std::memcpy(blk + 2 + 4 * p, in + 32 + 64 * p + 4 * i, 4);
-    }
-  }
+  const int64_t bb = block_bytes(t);
+  for (int64_t i = 0; i < kG; ++i) move_row<true>(bb, nb, src, i, dst + i * nb * bb);
 }
 
 // Rewrites groups [g0, g1) in place with `move` (one of the two above), through a copy of
@@ -112,16 +118,8 @@ void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, in
     return;
   }
   check(t, cols, "read_row");
-  const int64_t bb = block_bytes(t), planes = (bb - 2) / 4, nb = cols / 32, i = r % kG;
-  const uint8_t* grp = src + (r - i) * nb * bb;
-  auto* out = static_cast<uint8_t*>(dst);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* in = grp + b * kG * bb;
-    std::memcpy(out + b * bb, in + 2 * i, 2);
-    for (int64_t p = 0; p < planes; ++p) {
-      std::memcpy(out + b * bb + 2 + 4 * p, in + 32 + 64 * p + 4 * i, 4);
-    }
-  }
+  const int64_t bb = block_bytes(t), nb = cols / 32, i = r % kG;
+  move_row<true>(bb, nb, src + (r - i) * nb * bb, i, static_cast<uint8_t*>(dst));
 }
 
 }  // namespace lynx::kernels

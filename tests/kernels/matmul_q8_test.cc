@@ -21,7 +21,7 @@ using testing::Buffer;
 using testing::for_each_target;
 using testing::random_floats;
 
-const TensorType kIntTypes[] = {TensorType::Q8_0, TensorType::Q4_0};
+using testing::kIntTypes;
 
 uint16_t load_u16(const uint8_t* p) {
   uint16_t v;

@@ -22,13 +22,9 @@ using testing::Buffer;
 using testing::for_each_target;
 using testing::random_floats;
 
-const TensorType kIntTypes[] = {TensorType::Q8_0, TensorType::Q4_0};
+using testing::kIntTypes;
 constexpr auto kRows = WeightLayout::kRows;
 constexpr auto kI16 = WeightLayout::kInterleaved16;
-
-int64_t block_bytes(TensorType t) {
-  return t == TensorType::Q8_0 ? 34 : 18;
-}
 
 // A quantized [rows x cols] matrix in rows (`plain`) and the same repacked (`inter`), both
 // starting `offset` bytes past a 64-byte boundary.
@@ -79,7 +75,7 @@ TEST(Repack, CanInterleave) {
 TEST(Repack, LayoutIsTheDocumentedOne) {
   for (TensorType t : kIntTypes) {
     SCOPED_TRACE(testing::type_name(t));
-    const int64_t rows = 32, cols = 96, nb = 3, bb = block_bytes(t);
+    const int64_t rows = 32, cols = 96, nb = 3, bb = testing::int_block_bytes(t);
     Pair m(t, rows, cols, 0, 7);
     const int64_t group_block = 16 * bb;
     EXPECT_EQ(group_block, t == TensorType::Q8_0 ? 544 : 288);

@@ -60,11 +60,18 @@ inline double dot_tolerance(int64_t n, double abs_sum, double result) {
   return (static_cast<double>(n) + 16.0) * 6.0e-8 * abs_sum + 6.0e-8 * std::abs(result) + 1e-30;
 }
 
+// The weight types with the integer path, and their block sizes in bytes written out here
+// (an independent reference for the layout tests, not weight_row_bytes).
+inline constexpr TensorType kIntTypes[] = {TensorType::Q8_0, TensorType::Q4_0};
+inline int64_t int_block_bytes(TensorType t) {
+  return t == TensorType::Q8_0 ? 34 : 18;
+}
+
 // rows x cols Q8_0 / Q4_0 weights at the ends of their ranges (Q8_0 -128 / 127, Q4_0
 // nibbles 0 / 15, alternating), with a few different block scales.
 inline std::vector<uint8_t> extreme_int_weights(TensorType t, int64_t rows, int64_t cols) {
   const size_t rb = weight_row_bytes(t, cols);
-  const int64_t bb = t == TensorType::Q8_0 ? 34 : 18;
+  const int64_t bb = int_block_bytes(t);
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < cols / 32; ++b) {
