@@ -51,6 +51,10 @@ struct StepStats {
   size_t weight_bytes = 0;  // all weight bytes read in the step (experts, attention, output...)
   size_t expert_bytes = 0;
   double routing_seconds = 0;  // time spent in the routing policy (all layers)
+  // Time in the routed experts (all MoE layers): grouping, the expert matrices, SwiGLU and
+  // the weighted mix. The part of the step a routing policy changes; the rest (attention,
+  // router, shared experts, output) is the same under every policy.
+  double expert_seconds = 0;
   std::vector<LayerStepStats> layers;
   double mean_distinct() const;
   double mean_distinct_exact() const;

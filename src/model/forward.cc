@@ -350,8 +350,11 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
     rec.flags = flags;
     ctx.trace.push_back(std::move(rec));
   }
+  const auto te = std::chrono::steady_clock::now();
   run_experts(ctx, il, xn);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  ctx.step.expert_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
 
   if (L.up_shexp.present()) {
     dense_ffn(ctx, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data());

@@ -97,7 +97,7 @@ TEST(Matmul, BitExactAcrossRowSplitsTokenBatchesAndThreads) {
     for (TensorType t : kTypes) {
       const int64_t rows = 77, cols = block_elems(t) == 32 ? 544 : 517;
       Matrix m(t, rows, cols, 0, 99);
-      const int n_tok = 17;
+      const int n_tok = 34;  // past kDirectMaxFloat (32): both float paths
       const auto x = random_floats(static_cast<size_t>(cols * n_tok), 5);
       std::vector<float> full(static_cast<size_t>(rows * n_tok));
       matmul_rows(t, m.buf.data(), cols, 0, rows, x.data(), cols, n_tok, full.data(), rows);
@@ -114,6 +114,16 @@ TEST(Matmul, BitExactAcrossRowSplitsTokenBatchesAndThreads) {
         matmul_rows(t, m.buf.data(), cols, 0, rows, x.data() + j * cols, cols, 1, one.data(), rows);
         for (int64_t r = 0; r < rows; ++r) {
           ASSERT_EQ(one[r], full[j * rows + r]) << testing::type_name(t) << " token " << j;
+        }
+      }
+
+      // Every token count (the kernels group tokens differently per count): the first nt
+      // tokens' outputs equal those of the full batch.
+      for (int nt = 2; nt < n_tok; ++nt) {
+        std::vector<float> y(static_cast<size_t>(rows * nt));
+        matmul_rows(t, m.buf.data(), cols, 0, rows, x.data(), cols, nt, y.data(), rows);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_EQ(y[i], full[i]) << testing::type_name(t) << " n_tok=" << nt;
         }
       }
 

@@ -40,6 +40,8 @@ struct Sample {
   double bytes = 0;                    // weight bytes read per decode step
   std::vector<int64_t> expert_tokens;  // [layer x expert] over the decode steps
   double route_s = 0;                  // routing policy time per decode step
+  double expert_s = 0;                 // time in the routed experts per decode step
+  double expert_bytes = 0;             // expert weight bytes read per decode step
 };
 
 struct Row {
@@ -104,11 +106,15 @@ Sample run_once(const Model& model, const Args& a, const std::string& policy, in
     distinct += ctx.last_step().mean_distinct();
     bytes += double(ctx.last_step().weight_bytes);
     s.route_s += ctx.last_step().routing_seconds;
+    s.expert_s += ctx.last_step().expert_seconds;
+    s.expert_bytes += double(ctx.last_step().expert_bytes);
   }
   s.step_s = total / a.gen;
   s.distinct = distinct / a.gen;
   s.bytes = bytes / a.gen;
   s.route_s /= a.gen;
+  s.expert_s /= a.gen;
+  s.expert_bytes /= a.gen;
   s.expert_tokens = ctx.expert_tokens();
   return s;
 }
@@ -259,8 +265,10 @@ void register_bench(CLI::App& app) {
       wtype = gguf::tensor_type_name(model->layer(0).ffn_up.type);
     nlohmann::json out = nlohmann::json::array();
     for (const auto& row : rows) {
-      std::vector<double> tps, tpot, dist, bytes, pre, route;
+      std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes;
       for (const auto& s : row.reps) {
+        ems.push_back(s.expert_s * 1e3);
+        ebytes.push_back(s.expert_bytes);
         tps.push_back(row.batch / s.step_s);
         tpot.push_back(s.step_s * 1e3);
         dist.push_back(s.distinct);
@@ -268,12 +276,16 @@ void register_bench(CLI::App& app) {
         pre.push_back(s.prefill_tps);
         route.push_back(s.route_s * 1e3);
       }
-      double base_tpot = 0;
+      double base_tpot = 0, base_ems = 0;
       for (const auto& o : rows) {
         if (o.batch == row.batch && o.threads == row.threads && o.policy == policies[0]) {
-          std::vector<double> v;
-          for (const auto& s : o.reps) v.push_back(s.step_s * 1e3);
+          std::vector<double> v, ve;
+          for (const auto& s : o.reps) {
+            v.push_back(s.step_s * 1e3);
+            ve.push_back(s.expert_s * 1e3);
+          }
           base_tpot = mean(v);
+          base_ems = mean(ve);
         }
       }
       const double gbps = mean(bytes) / (mean(tpot) * 1e-3) / 1e9;
@@ -295,6 +307,11 @@ void register_bench(CLI::App& app) {
                      {"read_bw_gbps", row_bw},
                      {"roofline_ms", roof_ms},
                      {"routing_ms", mean(route)},
+                     {"expert_ms", mean(ems)},
+                     {"expert_bytes_per_step", mean(ebytes)},
+                     {"expert_roofline_ratio",
+                      mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (row_bw * 1e9) * 1e3) : 0.0},
+                     {"expert_speedup_vs_first", mean(ems) > 0 ? base_ems / mean(ems) : 0.0},
                      {"roofline_ratio", mean(tpot) / roof_ms},
                      {"speedup_vs_first", base_tpot / mean(tpot)}});
     }
@@ -321,17 +338,19 @@ void register_bench(CLI::App& app) {
       std::printf(
           "model,type,policy,batch,threads,decode_tps,decode_tps_sd,tpot_ms,tpot_ms_sd,"
           "prefill_tps,distinct_experts,bytes_per_step,achieved_gbps,read_bw_gbps,"
-          "roofline_ratio,speedup\n");
+          "roofline_ratio,speedup,expert_ms,expert_speedup\n");
       for (const auto& j : out) {
-        std::printf("%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f\n",
-                    j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
-                    j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
-                    j["threads"].get<int>(), j["decode_tps"].get<double>(),
-                    j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
-                    j["tpot_ms_sd"].get<double>(), j["prefill_tps"].get<double>(),
-                    j["distinct_experts"].get<double>(), j["bytes_per_step"].get<double>(),
-                    j["achieved_gbps"].get<double>(), j["read_bw_gbps"].get<double>(),
-                    j["roofline_ratio"].get<double>(), j["speedup_vs_first"].get<double>());
+        std::printf(
+            "%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f\n",
+            j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+            j["policy"].get<std::string>().c_str(), j["batch"].get<int>(), j["threads"].get<int>(),
+            j["decode_tps"].get<double>(), j["decode_tps_sd"].get<double>(),
+            j["tpot_ms"].get<double>(), j["tpot_ms_sd"].get<double>(),
+            j["prefill_tps"].get<double>(), j["distinct_experts"].get<double>(),
+            j["bytes_per_step"].get<double>(), j["achieved_gbps"].get<double>(),
+            j["read_bw_gbps"].get<double>(), j["roofline_ratio"].get<double>(),
+            j["speedup_vs_first"].get<double>(), j["expert_ms"].get<double>(),
+            j["expert_speedup_vs_first"].get<double>());
       }
       return;
     }
@@ -349,12 +368,14 @@ void register_bench(CLI::App& app) {
     }
     std::printf(
         "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
-        "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | prefill tok/s |\n");
-    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | expert ms | expert speedup "
+        "| expert / roofline | prefill tok/s |\n");
+    std::printf(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& j : out) {
       std::printf(
           "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx | %.1f | %.3f | %.1f | %.1f "
-          "| %.1f | %.2f | %.0f |\n",
+          "| %.1f | %.2f | %.2f | %.2fx | %.2f | %.0f |\n",
           j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
           j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
           j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
@@ -362,7 +383,8 @@ void register_bench(CLI::App& app) {
           j["distinct_experts"].get<double>(), j["routing_ms"].get<double>(),
           j["bytes_per_step"].get<double>() / 1e6, j["achieved_gbps"].get<double>(),
           j["read_bw_gbps"].get<double>(), j["roofline_ratio"].get<double>(),
-          j["prefill_tps"].get<double>());
+          j["expert_ms"].get<double>(), j["expert_speedup_vs_first"].get<double>(),
+          j["expert_roofline_ratio"].get<double>(), j["prefill_tps"].get<double>());
     }
   });
 }
