@@ -106,7 +106,7 @@ double parallel_for_overhead_us(lk::ThreadPool& pool) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Options o;
   CLI::App app{"lynx-moe kernel benchmark: matmul GB/s per weight type vs. read bandwidth"};
   app.add_option("--types", o.types, "weight types");
@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
   }
   for (const auto& p : o.paths) {
     if (p != "float" && p != "int") throw CLI::ValidationError("--paths", "unknown path " + p);
+  }
+  for (const auto& t : o.types) parse_type(t);  // all options checked before any output
+  for (const auto& sh : o.shapes) {
+    int64_t r = 0, c = 0;
+    parse_shape(sh, &r, &c);
   }
 
   std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  q8_0/q4_0 layout %s\n\n",
@@ -224,4 +229,18 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  // Bad options (an unknown type or shape, an instruction set this CPU lacks) are reported as
+  // CLI11 reports its own parse errors, never as an uncaught exception.
+  try {
+    return run(argc, argv);
+  } catch (const CLI::Error& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
 }
