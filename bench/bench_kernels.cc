@@ -160,8 +160,10 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < o.threads.size(); ++i) {
     lk::ThreadPool pool(o.threads[i]);
     bw[i] = lk::measure_read_bandwidth_gbps(pool, static_cast<size_t>(o.bw_mib * (1 << 20)));
-    std::printf("threads %d: read bandwidth %.1f GB/s, parallel_for %.2f us/call\n", o.threads[i],
-                bw[i], parallel_for_overhead_us(pool));
+    std::printf(
+        "threads %d: read bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOPS, parallel_for "
+        "%.2f us/call\n",
+        o.threads[i], bw[i], lk::measure_fma_gflops(pool), parallel_for_overhead_us(pool));
   }
   std::printf(
       "\n| type | path | shape | n_tok | threads | ms/pass (sum of best calls) | ms/pass (best "

@@ -154,6 +154,24 @@ void AxpyT(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// 12 independent FMA chains on full vectors for `iters` rounds; returns the flops done and
+// writes a checksum (so the chains cannot be optimized away). 12 chains cover the FMA latency
+// (4 cycles) on 2 FMA pipes with room to spare, so this runs at the core's FMA peak.
+double FmaChainsT(int64_t iters, float seed, float* sink) {
+  const DF df;
+  constexpr int kChains = 12;
+  VF a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = hn::Set(df, seed * static_cast<float>(k + 1));
+  const VF m = hn::Set(df, 0.9999999f), c = hn::Set(df, 1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int k = 0; k < kChains; ++k) a[k] = hn::MulAdd(a[k], m, c);
+  }
+  VF t = a[0];
+  for (int k = 1; k < kChains; ++k) t = hn::Add(t, a[k]);
+  *sink = Sum(t);
+  return 2.0 * kChains * static_cast<double>(kN) * static_cast<double>(iters);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lynx::kernels
 HWY_AFTER_NAMESPACE();
@@ -168,6 +186,7 @@ HWY_EXPORT(RmsNormT);
 HWY_EXPORT(SoftmaxT);
 HWY_EXPORT(SwiGluT);
 HWY_EXPORT(AxpyT);
+HWY_EXPORT(FmaChainsT);
 
 float dot(const float* a, const float* b, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(DotT)(a, b, n);
@@ -188,6 +207,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 void axpy(float a, const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyT)(a, x, y, n);
+}
+
+double fma_chains(int64_t iters, float seed, float* sink) {
+  return HWY_DYNAMIC_DISPATCH(FmaChainsT)(iters, seed, sink);
 }
 
 // Quantizing is not on the inference path (the GGUF writer and exporters use it) and must

@@ -190,6 +190,15 @@ uint16_t fp32_to_bf16(float f);
 // at that moment could get. The roofline for matmul_rows.
 double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30, int runs = 5);
 
+// F32 fused multiply-add peak of this machine in GFLOPS (1e9 flops/s; an FMA is 2 flops):
+// every pool thread runs independent FMA chains on full vectors of the dispatched
+// instruction set, best of `runs`. The compute roof of the float matmul path: a float matmul
+// with n tokens takes 2 * n flops per weight.
+double measure_fma_gflops(ThreadPool& pool, int runs = 5);
+// The probe's inner loop (one thread): `iters` rounds of 12 independent vector FMA chains;
+// returns the flops done and writes a checksum to *sink.
+double fma_chains(int64_t iters, float seed, float* sink);
+
 // Name of the instruction set the dispatched kernels run on ("AVX2", "AVX3", ...).
 const char* simd_target_name();
 // Instruction sets compiled into this binary that this CPU supports (Highway target bits,

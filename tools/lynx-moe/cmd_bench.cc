@@ -226,10 +226,13 @@ void register_bench(CLI::App& app) {
     // header; and one plain 512 MiB pass right before every (threads, batch) cell of every
     // repetition, so that each row's roofline uses the bandwidth the machine gave while that
     // row ran (on a shared machine it moves by 1.5x within minutes).
-    std::map<int, double> bw;  // peak, per thread count
+    // The f32 FMA peak, per thread count: the compute roof of float weights (a matmul over
+    // n tokens takes 2n flops per weight), for telling compute-bound batch sizes apart.
+    std::map<int, double> bw, fma;  // peak, per thread count
     for (int t : threads) {
       kernels::ThreadPool pool(t);
       bw[t] = a->bw_gb > 0 ? a->bw_gb : kernels::measure_read_bandwidth_gbps(pool);
+      fma[t] = kernels::measure_fma_gflops(pool);
     }
     std::map<std::pair<int, int>, std::vector<double>> cell_bw;  // (threads, batch) -> probes
     std::vector<Row> rows;
@@ -325,6 +328,7 @@ void register_bench(CLI::App& app) {
                           {"weight_layout", layout},
                           {"rows", out}};
     for (auto& [t, g] : bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
+    for (auto& [t, g] : fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
     if (!a->save_json.empty()) {
       std::ofstream f(a->save_json);
       f << doc.dump(2) << "\n";
@@ -363,8 +367,8 @@ void register_bench(CLI::App& app) {
       std::printf(
           "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start); "
           "read BW below: one pass right before each batch size of each repetition, "
-          "averaged\n\n",
-          g, t);
+          "averaged; f32 FMA peak %.0f GFLOPS\n\n",
+          g, t, fma[t]);
     }
     std::printf(
         "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
