@@ -2,8 +2,8 @@
 // measured memory read bandwidth (the physical limit of a memory-bound decode step).
 //
 // Modelled on llama-bench: list-valued options, the cross product runs, md/csv/json output.
-// Policies run interleaved inside each repetition so that drift of a shared machine affects
-// all of them alike and cancels in the speedup ratios.
+// Policies run interleaved step by step inside each (batch, threads) cell, so that drift of a
+// shared machine affects all of them alike and cancels in the speedup ratios.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -63,60 +63,82 @@ double stddev(const std::vector<double>& v) {
   return std::sqrt(s / double(v.size() - 1));
 }
 
-Sample run_once(const Model& model, const Args& a, const std::string& policy, int B, int T,
-                uint64_t seed, const TraceReplay* replay) {
-  ContextOptions co;
-  co.n_threads = T;
-  co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
-  co.routing = policy;
-  co.exact_activations = a.exact_acts;
-  Context ctx(model, co);
-  if (replay) ctx.set_router_override(replay->override_fn());
-  std::mt19937_64 rng(seed);
+// One (batch size, threads) cell of one repetition: every policy gets its own context on the
+// same model and the same prompts, and their decode steps alternate step by step (the order
+// rotating each step), so that a change of the machine's bandwidth within the cell (it moves
+// within seconds here) hits every policy alike and cancels in the speedup ratios.
+std::vector<Sample> run_cell(const Model& model, const Args& a,
+                             const std::vector<std::string>& policies, int B, int T, uint64_t seed,
+                             const TraceReplay* replay) {
+  const size_t P = policies.size();
   const int V = model.config().n_vocab;
-  std::vector<int32_t> seqs(static_cast<size_t>(B)), last(static_cast<size_t>(B));
-  Sample s;
-  // Prefill: every sequence's prompt (random ids, different per sequence) in one step each.
-  double prefill_s = 0;
-  for (int b = 0; b < B; ++b) {
-    seqs[size_t(b)] = ctx.new_sequence();
-    std::vector<BatchToken> batch(static_cast<size_t>(a.prompt));
-    for (int i = 0; i < a.prompt; ++i) {
-      batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[size_t(b)], i, kTokenPrefill,
-                          i + 1 == a.prompt};
-    }
-    const double t0 = now_seconds();
-    ctx.eval(batch);
-    prefill_s += now_seconds() - t0;
-    last[size_t(b)] = argmax(ctx.logits(0));
-  }
-  s.prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
-  ctx.reset_stats();  // expert counts of the decode steps only
-  // Decode: B tokens per step, greedy, all sequences advancing together.
-  std::vector<BatchToken> batch(static_cast<size_t>(B));
-  double total = 0, distinct = 0, bytes = 0;
-  for (int g = 0; g < a.gen; ++g) {
+  std::vector<std::unique_ptr<Context>> ctxs;
+  std::vector<std::vector<int32_t>> seqs(P), last(P);
+  std::vector<Sample> out(P);
+  for (size_t p = 0; p < P; ++p) {
+    ContextOptions co;
+    co.n_threads = T;
+    co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
+    co.routing = policies[p];
+    co.exact_activations = a.exact_acts;
+    ctxs.push_back(std::make_unique<Context>(model, co));
+    Context& ctx = *ctxs.back();
+    if (replay) ctx.set_router_override(replay->override_fn());
+    // Prefill: every sequence's prompt (random ids, different per sequence, the same for
+    // every policy) in one step each.
+    std::mt19937_64 rng(seed);
+    seqs[p].resize(size_t(B));
+    last[p].resize(size_t(B));
+    double prefill_s = 0;
     for (int b = 0; b < B; ++b) {
-      batch[size_t(b)] = {last[size_t(b)], seqs[size_t(b)], a.prompt + g, kTokenDecode, true};
+      seqs[p][size_t(b)] = ctx.new_sequence();
+      std::vector<BatchToken> batch(static_cast<size_t>(a.prompt));
+      for (int i = 0; i < a.prompt; ++i) {
+        batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[p][size_t(b)], i, kTokenPrefill,
+                            i + 1 == a.prompt};
+      }
+      const double t0 = now_seconds();
+      ctx.eval(batch);
+      prefill_s += now_seconds() - t0;
+      last[p][size_t(b)] = argmax(ctx.logits(0));
     }
-    const double t0 = now_seconds();
-    ctx.eval(batch);
-    total += now_seconds() - t0;
-    for (int b = 0; b < B; ++b) last[size_t(b)] = argmax(ctx.logits(b));
-    distinct += ctx.last_step().mean_distinct();
-    bytes += double(ctx.last_step().weight_bytes);
-    s.route_s += ctx.last_step().routing_seconds;
-    s.expert_s += ctx.last_step().expert_seconds;
-    s.expert_bytes += double(ctx.last_step().expert_bytes);
+    out[p].prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
+    ctx.reset_stats();  // expert counts of the decode steps only
   }
-  s.step_s = total / a.gen;
-  s.distinct = distinct / a.gen;
-  s.bytes = bytes / a.gen;
-  s.route_s /= a.gen;
-  s.expert_s /= a.gen;
-  s.expert_bytes /= a.gen;
-  s.expert_tokens = ctx.expert_tokens();
-  return s;
+  // Decode: B tokens per step, greedy, all sequences of a policy advancing together.
+  std::vector<BatchToken> batch(static_cast<size_t>(B));
+  for (int g = 0; g < a.gen; ++g) {
+    for (size_t i = 0; i < P; ++i) {
+      const size_t p = (size_t(g) + i) % P;
+      Context& ctx = *ctxs[p];
+      Sample& s = out[p];
+      for (int b = 0; b < B; ++b) {
+        batch[size_t(b)] = {last[p][size_t(b)], seqs[p][size_t(b)], a.prompt + g, kTokenDecode,
+                            true};
+      }
+      const double t0 = now_seconds();
+      ctx.eval(batch);
+      s.step_s += now_seconds() - t0;
+      for (int b = 0; b < B; ++b) last[p][size_t(b)] = argmax(ctx.logits(b));
+      const StepStats& st = ctx.last_step();
+      s.distinct += st.mean_distinct();
+      s.bytes += double(st.weight_bytes);
+      s.route_s += st.routing_seconds;
+      s.expert_s += st.expert_seconds;
+      s.expert_bytes += double(st.expert_bytes);
+    }
+  }
+  for (size_t p = 0; p < P; ++p) {
+    Sample& s = out[p];
+    s.step_s /= a.gen;
+    s.distinct /= a.gen;
+    s.bytes /= a.gen;
+    s.route_s /= a.gen;
+    s.expert_s /= a.gen;
+    s.expert_bytes /= a.gen;
+    s.expert_tokens = ctxs[p]->expert_tokens();
+  }
+  return out;
 }
 
 std::string cpu_name() {
@@ -241,21 +263,21 @@ void register_bench(CLI::App& app) {
         for (const auto& p : policies) rows.push_back(Row{p, b, t, {}});
       }
     }
-    // Repetition-major, policies interleaved within each (threads, batch) cell.
+    // Repetition-major; within each (threads, batch) cell the policies run step-interleaved
+    // (run_cell). rows holds each cell's policies consecutively, in policy order.
+    const size_t P = policies.size();
     for (int r = 0; r < a->reps; ++r) {
-      for (size_t i = 0; i < rows.size(); ++i) {
-        Row& row = rows[i];
-        if (i == 0 || rows[i - 1].batch != row.batch || rows[i - 1].threads != row.threads) {
-          double g = a->bw_gb;
-          if (g <= 0) {
-            kernels::ThreadPool pool(row.threads);
-            g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
-          }
-          cell_bw[{row.threads, row.batch}].push_back(g);
+      for (size_t i = 0; i < rows.size(); i += P) {
+        const Row& first = rows[i];
+        double g = a->bw_gb;
+        if (g <= 0) {
+          kernels::ThreadPool pool(first.threads);
+          g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
         }
-        row.reps.push_back(run_once(*model, *a, row.policy, row.batch, row.threads,
-                                    a->seed + uint64_t(r) * 1000 + uint64_t(row.batch),
-                                    replay.get()));
+        cell_bw[{first.threads, first.batch}].push_back(g);
+        auto samples = run_cell(*model, *a, policies, first.batch, first.threads,
+                                a->seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay.get());
+        for (size_t p = 0; p < P; ++p) rows[i + p].reps.push_back(std::move(samples[p]));
       }
       std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a->reps);
     }
