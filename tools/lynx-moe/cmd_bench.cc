@@ -301,13 +301,20 @@ void register_bench(CLI::App& app) {
         pre.push_back(s.prefill_tps);
         route.push_back(s.route_s * 1e3);
       }
+      // Speedups: the ratio of means, and the stddev of the per-repetition ratios (each
+      // repetition runs the policies of a cell step-interleaved, so its ratio is what the
+      // machine's drift between repetitions does not move).
       double base_tpot = 0, base_ems = 0;
+      std::vector<double> rep_speedup, rep_espeedup;
       for (const auto& o : rows) {
         if (o.batch == row.batch && o.threads == row.threads && o.policy == policies[0]) {
           std::vector<double> v, ve;
-          for (const auto& s : o.reps) {
+          for (size_t r = 0; r < o.reps.size(); ++r) {
+            const Sample& s = o.reps[r];
             v.push_back(s.step_s * 1e3);
             ve.push_back(s.expert_s * 1e3);
+            rep_speedup.push_back(s.step_s / row.reps[r].step_s);
+            if (row.reps[r].expert_s > 0) rep_espeedup.push_back(s.expert_s / row.reps[r].expert_s);
           }
           base_tpot = mean(v);
           base_ems = mean(ve);
@@ -338,7 +345,9 @@ void register_bench(CLI::App& app) {
                       mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (row_bw * 1e9) * 1e3) : 0.0},
                      {"expert_speedup_vs_first", mean(ems) > 0 ? base_ems / mean(ems) : 0.0},
                      {"roofline_ratio", mean(tpot) / roof_ms},
-                     {"speedup_vs_first", base_tpot / mean(tpot)}});
+                     {"speedup_vs_first", base_tpot / mean(tpot)},
+                     {"speedup_sd", stddev(rep_speedup)},
+                     {"expert_speedup_sd", stddev(rep_espeedup)}});
     }
     if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
@@ -400,16 +409,17 @@ void register_bench(CLI::App& app) {
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& j : out) {
       std::printf(
-          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx | %.1f | %.3f | %.1f | %.1f "
-          "| %.1f | %.2f | %.2f | %.2fx | %.2f | %.0f |\n",
+          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx ± %.2f | %.1f | %.3f | %.1f "
+          "| %.1f | %.1f | %.2f | %.2f | %.2fx ± %.2f | %.2f | %.0f |\n",
           j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
           j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
           j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
           j["tpot_ms_sd"].get<double>(), j["speedup_vs_first"].get<double>(),
-          j["distinct_experts"].get<double>(), j["routing_ms"].get<double>(),
-          j["bytes_per_step"].get<double>() / 1e6, j["achieved_gbps"].get<double>(),
-          j["read_bw_gbps"].get<double>(), j["roofline_ratio"].get<double>(),
-          j["expert_ms"].get<double>(), j["expert_speedup_vs_first"].get<double>(),
+          j["speedup_sd"].get<double>(), j["distinct_experts"].get<double>(),
+          j["routing_ms"].get<double>(), j["bytes_per_step"].get<double>() / 1e6,
+          j["achieved_gbps"].get<double>(), j["read_bw_gbps"].get<double>(),
+          j["roofline_ratio"].get<double>(), j["expert_ms"].get<double>(),
+          j["expert_speedup_vs_first"].get<double>(), j["expert_speedup_sd"].get<double>(),
           j["expert_roofline_ratio"].get<double>(), j["prefill_tps"].get<double>());
     }
   });
