@@ -239,9 +239,12 @@ HWY_INLINE void ForTokenGroups(int n, F&& f) {
 // (bench_kernels --paths float --types f16 --threads 2 --shapes 1024x2048 --experts 64,
 // weights from DRAM, interleaved runs):
 //   1-2 tokens: one group.
-//   3-5: 2, then the rest (2+1, 2+2, 2+3). One group of 3-4 or 4+1 streamed 10-15% slower
-//        when memory gave 47 GB/s (82-97% of the read bandwidth against 96-102%), level
-//        when it gave 72: a lighter first pass keeps the row block's misses flowing.
+//   3-5: with a row block of at most kLead2MaxBlockBytes, 2, then the rest (2+1, 2+2,
+//        2+3). One group of 3-4 or 4+1 streamed 10-15% slower when memory gave 47 GB/s
+//        (82-97% of the read bandwidth against 96-102%), level when it gave 72: a lighter
+//        first pass keeps the row block's misses flowing. Longer rows (the Mixtral shape:
+//        blocks of 32 and 112 KiB, past L1) keep one group of up to 4 (then 1): there the
+//        2-token pass first was 3-14% slower (--shapes 14336x4096 4096x14336, 74 GB/s).
 //   6-8: 4, then the rest (as before; 6 in one group read 7% slower).
 //   9+:  n % 6 first, then groups of 6: 6 tokens amortize each decoded weight vector over
 //        24 FMAs instead of 16 (kNR 4 x 6 accumulators + 4 weights + 1 input = 29 of the 32
@@ -249,8 +252,9 @@ HWY_INLINE void ForTokenGroups(int n, F&& f) {
 //        tokens 12-15% faster than groups of 4, 24-32 about 4%.
 // The groups never change an output's FMA sequence: each (row, token) accumulator runs over
 // the columns in order whichever group it is in, so results stay bit-identical.
+constexpr int64_t kLead2MaxBlockBytes = 16384;
 template <class F>
-HWY_INLINE void ForTokenGroupsDirect(int n, F&& f) {
+HWY_INLINE void ForTokenGroupsDirect(int n, bool short_rows, F&& f) {
   auto call = [&](int g, int t0) {
     switch (g) {
       case 1:
@@ -267,7 +271,7 @@ HWY_INLINE void ForTokenGroupsDirect(int n, F&& f) {
         return f.template operator()<6>(t0);
     }
   };
-  const int lead = n <= 2 ? n : n <= 5 ? 2 : n <= 8 ? 4 : n % 6;
+  const int lead = n <= 2 ? n : n <= 5 ? (short_rows ? 2 : std::min(n, 4)) : n <= 8 ? 4 : n % 6;
   const int body = n <= 8 ? 4 : 6;
   int t0 = 0;
   if (lead > 0) {
@@ -303,7 +307,7 @@ HWY_NOINLINE void RowsDirect(const MatmulJob& j, int64_t r) {
   };
   // Quantized rows come here with at most kNT tokens: one group, decoded once.
   if constexpr (Dec::kElemBytes > 0) {
-    ForTokenGroupsDirect(j.n_tok, group);
+    ForTokenGroupsDirect(j.n_tok, NR * j.row_bytes <= kLead2MaxBlockBytes, group);
   } else {
     ForTokenGroups(j.n_tok, group);
   }
