@@ -213,25 +213,25 @@ HWY_INLINE int64_t PrefetchAhead(int64_t block_bytes) {
   return std::max<int64_t>(blocks, 1) * block_bytes;
 }
 
-// Calls f.template operator()<NT>(t0) for groups of kNT tokens and one remainder group.
-template <class F>
-HWY_INLINE void ForTokenGroups(int n, F&& f) {
-  int t0 = 0;
-  for (; t0 + kNT <= n; t0 += kNT) f.template operator()<kNT>(t0);
-  switch (n - t0) {
-    case 1:
-      f.template operator()<1>(t0);
-      break;
-    case 2:
-      f.template operator()<2>(t0);
-      break;
-    case 3:
-      f.template operator()<3>(t0);
-      break;
-    default:
-      break;
+// Calls f.template operator()<g>(t0) with the group size g as a constant (1..kMax).
+template <int G, class F>
+HWY_INLINE void CallGroup(int g, int t0, F& f) {
+  if constexpr (G >= 1) {
+    if (g == G) return f.template operator()<G>(t0);
+    CallGroup<G - 1>(g, t0, f);
   }
-  static_assert(kNT == 4, "update the remainder cases");
+}
+
+// Runs f over n tokens in groups: `lead` tokens first (if > 0), then groups of `body`, the
+// last one shorter if body does not divide the rest. Group sizes are at most kMax.
+template <int kMax, class F>
+HWY_INLINE void ForTokenGroups(int n, int lead, int body, F&& f) {
+  int t0 = 0;
+  if (lead > 0) {
+    CallGroup<kMax>(lead, 0, f);
+    t0 = lead;
+  }
+  for (; t0 < n; t0 += body) CallGroup<kMax>(std::min(body, n - t0), t0, f);
 }
 
 // The token groups of F32/F16/BF16 rows read in registers (RowsDirect). The first group's
@@ -253,32 +253,15 @@ HWY_INLINE void ForTokenGroups(int n, F&& f) {
 // The groups never change an output's FMA sequence: each (row, token) accumulator runs over
 // the columns in order whichever group it is in, so results stay bit-identical.
 constexpr int64_t kLead2MaxBlockBytes = 16384;
-template <class F>
-HWY_INLINE void ForTokenGroupsDirect(int n, bool short_rows, F&& f) {
-  auto call = [&](int g, int t0) {
-    switch (g) {
-      case 1:
-        return f.template operator()<1>(t0);
-      case 2:
-        return f.template operator()<2>(t0);
-      case 3:
-        return f.template operator()<3>(t0);
-      case 4:
-        return f.template operator()<4>(t0);
-      case 5:
-        return f.template operator()<5>(t0);
-      default:
-        return f.template operator()<6>(t0);
-    }
-  };
-  const int lead = n <= 2 ? n : n <= 5 ? (short_rows ? 2 : std::min(n, 4)) : n <= 8 ? 4 : n % 6;
-  const int body = n <= 8 ? 4 : 6;
-  int t0 = 0;
-  if (lead > 0) {
-    call(lead, 0);
-    t0 = lead;
-  }
-  for (; t0 < n; t0 += body) call(std::min(body, n - t0), t0);
+constexpr int kMaxDirectGroup = 6;
+struct GroupPlan {
+  int lead, body;
+};
+inline GroupPlan DirectGroupPlan(int n, bool short_rows) {
+  if (n <= 2) return {n, kNT};
+  if (n <= 5) return {short_rows ? 2 : std::min(n, kNT), kNT};
+  if (n <= 8) return {kNT, kNT};
+  return {n % kMaxDirectGroup, kMaxDirectGroup};
 }
 
 // Rows [r, r + NR) with the weights decoded in registers, read once from memory per row block
@@ -307,9 +290,10 @@ HWY_NOINLINE void RowsDirect(const MatmulJob& j, int64_t r) {
   };
   // Quantized rows come here with at most kNT tokens: one group, decoded once.
   if constexpr (Dec::kElemBytes > 0) {
-    ForTokenGroupsDirect(j.n_tok, NR * j.row_bytes <= kLead2MaxBlockBytes, group);
+    const GroupPlan plan = DirectGroupPlan(j.n_tok, NR * j.row_bytes <= kLead2MaxBlockBytes);
+    ForTokenGroups<kMaxDirectGroup>(j.n_tok, plan.lead, plan.body, group);
   } else {
-    ForTokenGroups(j.n_tok, group);
+    ForTokenGroups<kNT>(j.n_tok, 0, kNT, group);
   }
 }
 
@@ -362,14 +346,14 @@ HWY_NOINLINE void RowsBuffered(const MatmulJob& j, int64_t r) {
           src[i] = reinterpret_cast<const uint8_t*>(wbuf[i]);
         }
       }
-      ForTokenGroups(ns, [&]<int NT>(int t0) {
+      ForTokenGroups<kNT>(ns, 0, kNT, [&]<int NT>(int t0) {
         with_acc.template operator()<NT>(t0, [&](VF(&acc)[NR][NT]) {
           Accumulate<NR, NT, DecF32>(src, 0, len, xs + t0 * j.ldx + c0, j.ldx, acc);
         });
       });
     }
     if (tail) {
-      ForTokenGroups(ns, [&]<int NT>(int t0) {
+      ForTokenGroups<kNT>(ns, 0, kNT, [&]<int NT>(int t0) {
         with_acc.template operator()<NT>(t0, [&](VF(&acc)[NR][NT]) {
           AccumulateTail<NR, NT, Dec>(rows, c_main, tail, xs + t0 * j.ldx, j.ldx, acc);
         });
