@@ -37,9 +37,9 @@ struct Options {
   int reps = 5;
   double bw_mib = 1024;
   std::string simd;  // empty: the best target
-  // Layout of the Q8_0/Q4_0 matrices: "i16" (kInterleaved16, as the engine repacks them at
-  // load when rows % 16 == 0) or "rows" (the file's layout).
-  std::string layout = "i16";
+  // Weight layout: "packed" (as the engine repacks at load when rows % 16 == 0: Q8_0/Q4_0
+  // kInterleaved16, F32/F16/BF16 kPanel16) or "rows" (the file's layout).
+  std::string layout = "packed";
 };
 
 TensorType parse_type(const std::string& s) {
@@ -71,8 +71,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Weights of all experts: one expert quantized from random data (repacked when `layout` is
-// kInterleaved16), copied to the others (the contents do not change the speed; distinct
-// addresses do).
+// not kRows), copied to the others (the contents do not change the speed; distinct addresses
+// do).
 std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, lk::WeightLayout layout,
                                         size_t* expert_bytes) {
   const size_t rb = lk::weight_row_bytes(t, o.cols);
@@ -87,6 +87,9 @@ std::unique_ptr<uint8_t[]> make_weights(TensorType t, const Options& o, lk::Weig
   }
   if (layout == lk::WeightLayout::kInterleaved16) {
     lk::interleave16(t, w.get(), o.cols, 0, o.rows / lk::kInterleaveRows);
+  } else if (layout == lk::WeightLayout::kPanel16) {
+    std::vector<uint8_t> rows(w.get(), w.get() + *expert_bytes);
+    lk::panel16_into(t, rows.data(), w.get(), o.cols, 0, o.rows / lk::kPanelRows);
   }
   for (int64_t e = 1; e < o.experts; ++e) {
     std::memcpy(w.get() + e * *expert_bytes, w.get(), *expert_bytes);
@@ -124,9 +127,10 @@ int run(int argc, char** argv) {
   app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
   app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
   app.add_option("--layout", o.layout,
-                 "Q8_0/Q4_0 weight layout: i16 (16-row interleaved, as the engine repacks them; "
-                 "matrices whose rows are not a multiple of 16 stay rows) or rows")
-      ->check(CLI::IsMember({"i16", "rows"}));
+                 "weight layout: packed (as the engine repacks at load: Q8_0/Q4_0 16-row "
+                 "interleaved, F32/F16/BF16 16-row panels; matrices whose rows are not a "
+                 "multiple of 16 stay rows) or rows (the file's)")
+      ->check(CLI::IsMember({"packed", "rows"}));
   CLI11_PARSE(app, argc, argv);
   if (!o.simd.empty()) {
     bool found = false;
@@ -152,7 +156,7 @@ int run(int argc, char** argv) {
     parse_shape(sh, &r, &c);
   }
 
-  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  q8_0/q4_0 layout %s\n\n",
+  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  layout %s\n\n",
               LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
               o.layout.c_str());
 
@@ -183,9 +187,12 @@ int run(int argc, char** argv) {
     for (const auto& ts : o.types) {
       const TensorType t = parse_type(ts);
       size_t eb = 0;
-      const lk::WeightLayout layout = o.layout == "i16" && lk::can_interleave(t, o.rows, o.cols)
-                                          ? lk::WeightLayout::kInterleaved16
-                                          : lk::WeightLayout::kRows;
+      lk::WeightLayout layout = lk::WeightLayout::kRows;
+      if (o.layout == "packed" && lk::can_interleave(t, o.rows, o.cols)) {
+        layout = lk::WeightLayout::kInterleaved16;
+      } else if (o.layout == "packed" && lk::can_panel16(t, o.rows, o.cols)) {
+        layout = lk::WeightLayout::kPanel16;
+      }
       const auto w = make_weights(t, o, layout, &eb);
       for (int n_tok : o.tokens) {
         for (const auto& path : o.paths) {

@@ -48,8 +48,18 @@ size_t weight_row_bytes(TensorType t, int64_t n);
 // contiguous load per plane and one for the scales, instead of a transpose of 16 row loads
 // and 16 scalar scale loads per block. The grouping is 16 rows whatever the instruction set;
 // a kernel with fewer lanes reads the lane slices of each plane it needs.
-enum class WeightLayout : uint8_t { kRows, kInterleaved16 };
+//
+// kPanel16 (F32 / F16 / BF16, rows a multiple of 16): rows grouped 16 at a time, group g
+// starting where its first row starts in kRows (g * 16 * row bytes, so the matrix keeps its
+// size and expert matrices their offsets); inside a group, column by column, the 16 rows'
+// elements of that column (row 0 first): element (r, c) sits at element index
+// (r - r % 16) * cols + c * 16 + r % 16. One vector load then holds a column of 16 rows, which
+// the float kernels multiply by one broadcast activation per token (outer products): no
+// horizontal sums, fewer loads per FMA than dot products along rows, and each panel is one
+// sequential stream.
+enum class WeightLayout : uint8_t { kRows, kInterleaved16, kPanel16 };
 constexpr int64_t kInterleaveRows = 16;
+constexpr int64_t kPanelRows = 16;
 
 // True when a [rows x cols] matrix of type t can be stored kInterleaved16: Q8_0 or Q4_0,
 // rows a positive multiple of 16, cols a positive multiple of 32.
@@ -67,6 +77,12 @@ void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, i
 // Copies group g (16 rows) of the kInterleaved16 matrix at w to dst in kRows order
 // (16 * row_size bytes).
 void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst);
+// True when a [rows x cols] matrix of type t can be stored kPanel16: F32, F16 or BF16, rows a
+// positive multiple of 16, cols positive.
+bool can_panel16(TensorType t, int64_t rows, int64_t cols);
+// Writes the 16-row groups [g0, g1) of the kRows matrix at src as kPanel16 at the same offsets
+// of dst (src and dst must not overlap). Throws lynx::Error for a type other than F32/F16/BF16.
+void panel16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0, int64_t g1);
 // Copies row r of the matrix at w, stored in `layout`, to dst in kRows order (row_size bytes).
 void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, int64_t r, void* dst);
 
@@ -87,6 +103,12 @@ float sum(const float* x, int64_t n);
 // With `layout` kInterleaved16 (Q8_0/Q4_0 only, else lynx::Error), W is stored so and the
 // result is bit-identical to that on the same matrix in kRows: each 16-row group touched is
 // copied back to rows first (the exact float path is not the fast one).
+// With `layout` kPanel16 (F32/F16/BF16 only, else lynx::Error), every output is one f32 FMA
+// chain over the columns in order, from 0: acc = fma(W[r][c], x[j][c], acc). That is a
+// different summation order from kRows (lane-wise partial sums, then a horizontal sum), so
+// the two layouts differ in the last bits; but it is the same chain on every instruction set
+// (one rounding per FMA), so kPanel16 results are bit-identical across machines too. The
+// 16-row groups that [r0, r1) touches are read whole (only rows [r0, r1) are stored).
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
                  int64_t ldx, int n_tok, float* y, int64_t ldy,
                  WeightLayout layout = WeightLayout::kRows);

@@ -37,6 +37,19 @@ struct MatmulJob {
   float* y;
   int64_t ldy;
 };
+// One matmul_rows call on a kPanel16 matrix: rows [r0, r1) are stored, the whole 16-row
+// groups they touch are computed.
+struct PanelJob {
+  const uint8_t* w;
+  int64_t group_bytes;  // 16 rows
+  int64_t cols;
+  const float* x;
+  int64_t ldx;
+  int n_tok;
+  float* y;
+  int64_t ldy;
+  int64_t r0, r1;  // rows stored
+};
 }  // namespace lynx::kernels
 #endif
 
@@ -414,6 +427,157 @@ void MatmulRowsT(const MatmulJob& j) {
   }
 }
 
+// ---- kPanel16: outer products on 16-row panels (layout in kernels.h) ----
+//
+// Per column k a block of panels gives kBV weight vectors (16 rows each panel); each token of
+// a group broadcasts its x[k] (AVX-512 folds it into the FMA) and does kBV FMAs. Every output
+// is one FMA chain over k in order whatever the group, the block or the target, so results
+// never depend on threads, token grouping or instruction set. Against the dot products on rows
+// (RowsDirect: 4 rows x 6 tokens per 16 columns take 4 weight and 6 activation loads, then 24
+// horizontal sums) this needs 2 weight vectors and 14 broadcasts per 28 FMAs and no sums: a
+// scratch test of the two inner loops in L1 (AVX-512, one core) ran at 243-261 GFLOPS against
+// 150 (the FMA peak is 272).
+constexpr int kPV = int(16 / kN);       // vectors per panel column: 1 (AVX-512), 2, 4
+constexpr int kPP = kPV == 1 ? 2 : 1;   // panels per block: two with AVX-512
+constexpr int kBV = kPP * kPV;          // weight vectors per block column
+// Tokens per group: kBV * kPT accumulators + kBV weights (+ 1 broadcast register without
+// AVX-512's embedded broadcasts) within 32 (AVX-512) or 16 registers.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kPT = 14;
+#else
+constexpr int kPT = std::max(1, (16 - kBV - 1) / kBV);
+#endif
+// Columns per chunk when the tokens need several groups: the block's chunk (2 panels x 256
+// columns of F16 = 16 KiB) stays in L1 while every group runs over it; the accumulators wait
+// in a buffer between chunks (a store and a load are exact, so the chains do not change).
+constexpr int64_t kPanelChunk = 256;
+// Software prefetch distance in each panel stream: with only the hardware prefetchers, 1-6
+// tokens read 1024x2048 F16 panels from DRAM at 65-76% of the read bandwidth (2 threads);
+// 4096 bytes ahead: 96-107%, 16 tokens 394 against 237 GFLOPS; 1024 was short (79-95%),
+// 8192 and 16384 no better than 4096.
+#ifndef LYNX_PANEL_PREFETCH
+#define LYNX_PANEL_PREFETCH 4096
+#endif
+constexpr int kPanelSuper = 64;  // tokens whose accumulators share the buffer
+
+
+template <int NP, int NT, class Dec>
+HWY_INLINE void PanelAccumulate(const uint8_t* const* panels, int64_t k0, int64_t k1,
+                                const float* x, int64_t ldx, VF (&acc)[NP * kPV][NT]) {
+  const DF df;
+  constexpr int64_t kLineCols = std::max<int64_t>(1, 64 / (16 * Dec::kElemBytes));
+  for (int64_t k = k0; k < k1; ++k) {
+    VF w[NP * kPV];
+    if (k % kLineCols == 0) {  // one prefetch per 64-byte line of each panel
+      for (int p = 0; p < NP; ++p) {
+        hwy::Prefetch(panels[p] + Dec::Bytes(k * 16) + LYNX_PANEL_PREFETCH);
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      for (int v = 0; v < kPV; ++v) Dec::Decode(panels[p], k * 16 + v * kN, &w[p * kPV + v]);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const VF xb = hn::Set(df, x[t * ldx + k]);
+      for (int v = 0; v < NP * kPV; ++v) acc[v][t] = hn::MulAdd(w[v], xb, acc[v][t]);
+    }
+  }
+}
+
+// Runs f.template operator()<g>(t0) over n tokens in groups of at most kPT, of balanced sizes.
+template <class F>
+HWY_INLINE void ForPanelGroups(int n, F&& f) {
+  const int groups = (n + kPT - 1) / kPT;
+  for (int i = 0, t0 = 0; i < groups; ++i) {
+    const int g = n / groups + (i < n % groups ? 1 : 0);
+    CallGroup<kPT>(g, t0, f);
+    t0 += g;
+  }
+}
+
+// Rows [b0, b0 + 16 NP) (NP panels from row b0), storing those in [j.r0, j.r1).
+template <int NP, class Dec>
+HWY_NOINLINE void PanelBlock(const PanelJob& j, int64_t b0) {
+  const DF df;
+  const uint8_t* panels[NP];
+  for (int p = 0; p < NP; ++p) panels[p] = j.w + (b0 / 16 + p) * j.group_bytes;
+  const int64_t lo = std::max(j.r0, b0), hi = std::min(j.r1, b0 + 16 * NP);
+  const bool whole = lo == b0 && hi == b0 + 16 * NP;
+  auto store = [&](const VF* v, int t) {  // the NP * 16 outputs of token t
+    float* out = j.y + t * j.ldy;
+    if (whole) {
+      for (int i = 0; i < NP * kPV; ++i) hn::StoreU(v[i], df, out + b0 + i * kN);
+    } else {
+      HWY_ALIGN float tmp[16 * NP];
+      for (int i = 0; i < NP * kPV; ++i) hn::Store(v[i], df, tmp + i * kN);
+      std::memcpy(out + lo, tmp + (lo - b0), size_t(hi - lo) * sizeof(float));
+    }
+  };
+  if (j.n_tok <= kPT) {  // one group: the accumulators stay in registers over all columns
+    auto group = [&]<int NT>(int) {
+      VF acc[NP * kPV][NT];
+      for (auto& a : acc) {
+        for (VF& v : a) v = hn::Zero(df);
+      }
+      PanelAccumulate<NP, NT, Dec>(panels, 0, j.cols, j.x, j.ldx, acc);
+      for (int t = 0; t < NT; ++t) {
+        VF v[NP * kPV];
+        for (int i = 0; i < NP * kPV; ++i) v[i] = acc[i][t];
+        store(v, t);
+      }
+    };
+    CallGroup<kPT>(j.n_tok, 0, group);
+    return;
+  }
+  HWY_ALIGN float accbuf[kPanelSuper * NP * 16];  // [token][row]
+  for (int s0 = 0; s0 < j.n_tok; s0 += kPanelSuper) {
+    const int ns = std::min(kPanelSuper, j.n_tok - s0);
+    const float* xs = j.x + s0 * j.ldx;
+    for (int64_t k = 0; k < ns * NP * 16; k += kN) hn::Store(hn::Zero(df), df, accbuf + k);
+    for (int64_t c0 = 0; c0 < j.cols; c0 += kPanelChunk) {
+      const int64_t c1 = std::min(j.cols, c0 + kPanelChunk);
+      ForPanelGroups(ns, [&]<int NT>(int t0) {
+        VF acc[NP * kPV][NT];
+        for (int t = 0; t < NT; ++t) {
+          for (int i = 0; i < NP * kPV; ++i) {
+            acc[i][t] = hn::Load(df, accbuf + (t0 + t) * NP * 16 + i * kN);
+          }
+        }
+        PanelAccumulate<NP, NT, Dec>(panels, c0, c1, xs + t0 * j.ldx, j.ldx, acc);
+        for (int t = 0; t < NT; ++t) {
+          for (int i = 0; i < NP * kPV; ++i) {
+            hn::Store(acc[i][t], df, accbuf + (t0 + t) * NP * 16 + i * kN);
+          }
+        }
+      });
+    }
+    for (int t = 0; t < ns; ++t) {
+      VF v[NP * kPV];
+      for (int i = 0; i < NP * kPV; ++i) v[i] = hn::Load(df, accbuf + t * NP * 16 + i * kN);
+      store(v, s0 + t);
+    }
+  }
+}
+
+template <class Dec>
+void RunPanels(const PanelJob& j) {
+  int64_t b = j.r0 - j.r0 % 16;
+  for (; b + 16 * (kPP - 1) < j.r1; b += 16 * kPP) PanelBlock<kPP, Dec>(j, b);
+  for (; b < j.r1; b += 16) PanelBlock<1, Dec>(j, b);
+}
+
+void MatmulPanelsT(TensorType t, const PanelJob& j) {
+  switch (t) {
+    case TensorType::F32:
+      return RunPanels<DecF32>(j);
+    case TensorType::F16:
+      return RunPanels<DecF16>(j);
+    case TensorType::BF16:
+      return RunPanels<DecBF16>(j);
+    default:
+      return;  // rejected by matmul_rows
+  }
+}
+
 template <class Dec>
 void DequantizeWith(const uint8_t* src, float* dst, int64_t n) {
   const DF df;
@@ -513,6 +677,7 @@ namespace lynx::kernels {
 HWY_EXPORT(MatmulRowsT);
 HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(DeinterleaveGroupT);
+HWY_EXPORT(MatmulPanelsT);
 
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
                  int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout) {
@@ -521,11 +686,26 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
     throw Error("matmul_rows: bad range rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                 ") with " + std::to_string(n_tok) + " tokens");
   }
-  if (layout != WeightLayout::kRows && !can_interleave(t, kInterleaveRows, cols)) {
-    throw Error(std::string("matmul_rows: a ") + gguf::tensor_type_name(t) +
-                " matrix cannot be interleaved");
+  if ((layout == WeightLayout::kInterleaved16 && !can_interleave(t, kInterleaveRows, cols)) ||
+      (layout == WeightLayout::kPanel16 && !can_panel16(t, kPanelRows, cols))) {
+    throw Error(std::string("matmul_rows: a ") + gguf::tensor_type_name(t) + " matrix cannot be " +
+                (layout == WeightLayout::kPanel16 ? "stored in 16-row panels" : "interleaved"));
   }
   if (r0 == r1 || n_tok == 0) return;
+  if (layout == WeightLayout::kPanel16) {
+    const PanelJob job{static_cast<const uint8_t*>(w),
+                       static_cast<int64_t>(row_bytes) * kPanelRows,
+                       cols,
+                       x,
+                       ldx,
+                       n_tok,
+                       y,
+                       ldy,
+                       r0,
+                       r1};
+    HWY_DYNAMIC_DISPATCH(MatmulPanelsT)(t, job);
+    return;
+  }
   if (layout == WeightLayout::kRows) {
     const MatmulJob job{t,
                         static_cast<const uint8_t*>(w),

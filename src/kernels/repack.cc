@@ -1,7 +1,7 @@
 // Repacking Q8_0 / Q4_0 matrices between the file's row layout and the 16-row interleaved
-// layout the integer kernels read with whole-vector loads (kernels.h describes the layout).
-// Byte moves only: the scales and quants themselves are never changed, so every kernel
-// computes the same numbers from either layout.
+// layout the integer kernels read with whole-vector loads, and F32/F16/BF16 matrices into the
+// 16-row panels of the float kernels (kernels.h describes the layouts). Byte moves only: the
+// values themselves are never changed.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -109,12 +109,66 @@ void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, vo
                         static_cast<uint8_t*>(dst));
 }
 
+bool can_panel16(TensorType t, int64_t rows, int64_t cols) {
+  return (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16) && rows > 0 &&
+         rows % kPanelRows == 0 && cols > 0;
+}
+
+namespace {
+
+// The 16 rows at `rows` into the kPanel16 group at grp (E: the element's bits): the one place
+// that spells out the panel layout (read_row and ref::matmul_rows index it on their own).
+// Writes sequentially, reading 16 row streams.
+template <class E>
+void panel_group(int64_t cols, const uint8_t* rows, uint8_t* grp) {
+  const E* src[kPanelRows];
+  for (int64_t i = 0; i < kPanelRows; ++i) src[i] = reinterpret_cast<const E*>(rows) + i * cols;
+  E* out = reinterpret_cast<E*>(grp);
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t i = 0; i < kPanelRows; ++i) out[c * kPanelRows + i] = src[i][c];
+  }
+}
+
+int64_t panel_elem_bytes(TensorType t, int64_t cols, const char* what) {
+  if (!can_panel16(t, kPanelRows, cols)) {
+    throw Error(std::string(what) + ": cannot store a " + gguf::tensor_type_name(t) +
+                " matrix of " + std::to_string(cols) +
+                " columns in 16-row panels (F32, F16 or BF16, columns positive)");
+  }
+  return t == TensorType::F32 ? 4 : 2;
+}
+
+}  // namespace
+
+void panel16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0, int64_t g1) {
+  const int64_t es = panel_elem_bytes(t, cols, "panel16_into");
+  const int64_t group_bytes = kPanelRows * cols * es;
+  for (int64_t g = g0; g < g1; ++g) {
+    const auto* in = static_cast<const uint8_t*>(src) + g * group_bytes;
+    auto* out = static_cast<uint8_t*>(dst) + g * group_bytes;
+    if (es == 4) {
+      panel_group<uint32_t>(cols, in, out);
+    } else {
+      panel_group<uint16_t>(cols, in, out);
+    }
+  }
+}
+
 void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, int64_t r,
               void* dst) {
   const size_t rb = weight_row_bytes(t, cols);  // validates t and cols
   const auto* src = static_cast<const uint8_t*>(w);
   if (layout == WeightLayout::kRows) {
     std::memcpy(dst, src + static_cast<size_t>(r) * rb, rb);
+    return;
+  }
+  if (layout == WeightLayout::kPanel16) {
+    const int64_t es = panel_elem_bytes(t, cols, "read_row"), i = r % kPanelRows;
+    const uint8_t* grp = src + (r - i) * cols * es;
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(static_cast<uint8_t*>(dst) + c * es, grp + (c * kPanelRows + i) * es,
+                  size_t(es));
+    }
     return;
   }
   check(t, cols, "read_row");

@@ -85,9 +85,14 @@ int64_t block_byte(WeightLayout layout, int64_t bb, int64_t nb, int64_t r, int64
 }
 
 void check_layout(TensorType t, WeightLayout layout, const char* what) {
-  if (layout != WeightLayout::kRows && t != TensorType::Q8_0 && t != TensorType::Q4_0) {
+  const bool quant = t == TensorType::Q8_0 || t == TensorType::Q4_0;
+  if (layout == WeightLayout::kInterleaved16 && !quant) {
     throw Error(std::string(what) + ": a " + gguf::tensor_type_name(t) +
                 " matrix cannot be interleaved");
+  }
+  if (layout == WeightLayout::kPanel16 && (quant || !is_compute_type(t))) {
+    throw Error(std::string(what) + ": a " + gguf::tensor_type_name(t) +
+                " matrix cannot be stored in 16-row panels");
   }
 }
 
@@ -256,6 +261,12 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
   for (int64_t r = r0; r < r1; ++r) {
     if (layout == WeightLayout::kRows) {
       std::memcpy(plain.data(), wb + r * rb, rb);
+    } else if (layout == WeightLayout::kPanel16) {  // element c of row r: (r - i) cols + 16 c + i
+      const int64_t es = int64_t(rb) / cols, i = r % kPanelRows;
+      for (int64_t c = 0; c < cols; ++c) {
+        std::memcpy(&plain[size_t(c * es)], wb + ((r - i) * cols + c * kPanelRows + i) * es,
+                    size_t(es));
+      }
     } else {  // gather the row's blocks
       const int64_t bb = t == TensorType::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes, nb = cols / kQK;
       for (int64_t b = 0; b < nb; ++b) {

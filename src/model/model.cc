@@ -282,7 +282,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   }
   m->arena_ = std::move(arena);
   if (opts.prefetch) f.prefetch(opts.progress);
-  if (opts.repack) m->repack_weights(opts.threads);
+  if (opts.repack || opts.repack_float) {
+    m->repack_weights(opts.threads, opts.repack, opts.repack_float);
+  }
   return m;
 }
 
@@ -293,11 +295,20 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 // the CPU); the copy into anonymous memory a steadier 0.45-0.5 s. The file mapping also stays
 // read-only. The source pages are released after the copy, so they do not count twice in the
 // resident memory.
-size_t Model::repack_weights(int threads) {
+size_t Model::repack_weights(int threads, bool ints, bool floats) {
   std::vector<Weight*> todo, aliases;
   std::set<const uint8_t*> seen{token_embd_.data};  // row lookups read token_embd as rows
+  auto layout_of = [&](const Weight& w) {
+    if (ints && kernels::can_interleave(w.type, w.rows, w.cols)) {
+      return kernels::WeightLayout::kInterleaved16;
+    }
+    if (floats && kernels::can_panel16(w.type, w.rows, w.cols)) {
+      return kernels::WeightLayout::kPanel16;
+    }
+    return kernels::WeightLayout::kRows;
+  };
   auto add = [&](Weight& w) {
-    if (!w.present() || !kernels::can_interleave(w.type, w.rows, w.cols)) return;
+    if (!w.present() || layout_of(w) == kernels::WeightLayout::kRows) return;
     if (seen.insert(w.data).second) {
       todo.push_back(&w);
     } else if (w.data != token_embd_.data) {  // a tensor bound twice is repacked once
@@ -325,6 +336,7 @@ size_t Model::repack_weights(int threads) {
   std::vector<size_t> offsets;
   size_t total = 0, bytes = 0;
   for (const Weight* w : todo) {
+    static_assert(kernels::kInterleaveRows == kernels::kPanelRows);  // 16-row groups either way
     const int64_t groups = w->rows / kernels::kInterleaveRows;
     const size_t group_bytes = w->row_bytes * size_t(kernels::kInterleaveRows);
     const int64_t step = std::max<int64_t>(1, int64_t((size_t(1) << 20) / group_bytes));
@@ -345,8 +357,13 @@ size_t Model::repack_weights(int threads) {
     for (int64_t k = b; k < e; ++k) {
       const Item& it = items[size_t(k)];
       const size_t off = it.dst + size_t(it.mat) * it.w->mat_bytes;
-      kernels::interleave16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
-                                 it.g1);
+      if (layout_of(*it.w) == kernels::WeightLayout::kInterleaved16) {
+        kernels::interleave16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
+                                   it.g1);
+      } else {
+        kernels::panel16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
+                              it.g1);
+      }
     }
   });
   std::map<const uint8_t*, const uint8_t*> moved;
@@ -354,12 +371,12 @@ size_t Model::repack_weights(int threads) {
     Weight& w = *todo[i];
     file_.release_pages(w.data, w.mat_bytes * size_t(w.n_mat));
     moved[w.data] = dst + offsets[i];
+    w.layout = layout_of(w);
     w.data = dst + offsets[i];
-    w.layout = kernels::WeightLayout::kInterleaved16;
   }
   for (Weight* w : aliases) {
+    w->layout = layout_of(*w);
     w->data = moved.at(w->data);
-    w->layout = kernels::WeightLayout::kInterleaved16;
   }
   return bytes;
 }

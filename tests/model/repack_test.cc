@@ -1,7 +1,9 @@
 // Repacking at load (LoadOptions::repack): which matrices the loader interleaves, that the
 // file on disk is left alone, and that a repacked Q8_0/Q4_0 model computes the same logits,
 // bit for bit, as the model in the file's layout, on both activation paths, every SIMD
-// target, one or several threads, prefill and decode.
+// target, one or several threads, prefill and decode. And the 16-row panels of F32/F16/BF16
+// matrices (LoadOptions::repack_float): which matrices, and logits that agree with the
+// file's layout to float rounding and do not change by a bit with the thread count.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,9 +28,15 @@ const char* const kIntFixtures[] = {
     "olmoe-q4_0",    "olmoe-q8_0",     "qwen2moe-q4_0",  "qwen2moe-q8_0",    "qwen3moe-q4_0",
     "qwen3moe-q8_0", "llama-moe-q4_0", "llama-moe-q8_0", "llama-dense-q4_0", "llama-dense-q8_0"};
 
-std::unique_ptr<Model> load(const std::string& name, bool repack) {
+// The F32/F16/BF16 fixtures (LoadOptions::repack_float).
+const char* const kFloatFixtures[] = {
+    "olmoe-f16",    "olmoe-bf16",     "olmoe-f32",      "qwen2moe-f16",      "qwen3moe-bf16",
+    "qwen3moe-f32", "llama-moe-f16",  "llama-moe-bf16", "llama-dense-f32",   "llama-dense-f16"};
+
+std::unique_ptr<Model> load(const std::string& name, bool repack, bool repack_float = true) {
   LoadOptions o;
   o.repack = repack;
+  o.repack_float = repack_float;
   return Model::load(kFixtures + name + ".gguf", o);
 }
 
@@ -125,6 +133,55 @@ TEST(ModelRepack, IntegerPathBitIdenticalOnEverySimdTarget) {
     }
   }
   kernels::force_simd_target(0);
+}
+
+TEST(ModelPanels, PanelsMatmulWeightsOnly) {
+  for (const char* name : kFloatFixtures) {
+    SCOPED_TRACE(name);
+    auto packed = load(name, true);
+    auto plain = load(name, true, false);
+    const LayerWeights& lp = packed->layer(0);
+    const LayerWeights& lr = plain->layer(0);
+    EXPECT_EQ(lp.wq.layout, WeightLayout::kPanel16);
+    EXPECT_EQ(lr.wq.layout, WeightLayout::kRows);
+    EXPECT_EQ(packed->token_embd().layout, WeightLayout::kRows);
+    EXPECT_EQ(packed->output().layout,
+              packed->config().tied_output ? WeightLayout::kRows : WeightLayout::kPanel16);
+    if (packed->config().is_moe()) {
+      EXPECT_EQ(lp.gate_exps.layout, WeightLayout::kPanel16);
+      // Routers of fewer than 16 experts (or not a multiple) stay rows.
+      EXPECT_EQ(lp.router.layout,
+                lp.router.rows % 16 == 0 ? WeightLayout::kPanel16 : WeightLayout::kRows);
+    }
+    std::vector<uint8_t> row(lp.wo.row_bytes);
+    for (int64_t r = 0; r < lp.wo.rows; ++r) {
+      kernels::read_row(lp.wo.type, lp.wo.layout, lp.wo.data, lp.wo.cols, r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), lr.wo.data + r * lr.wo.row_bytes, row.size()), 0) << r;
+    }
+  }
+}
+
+// Panels change the summation order only: logits within float rounding of the file's
+// layout's, the same bits for every thread count. (Across instruction sets the panel matmuls
+// agree bit for bit, tests/kernels/matmul_panel_test.cc, but the model's other kernels, dot
+// products on rows among them, do not.)
+TEST(ModelPanels, LogitsMatchTheRowsLayoutAndDoNotDependOnThreads) {
+  for (const char* name : kFloatFixtures) {
+    SCOPED_TRACE(name);
+    auto packed = load(name, true);
+    auto plain = load(name, true, false);
+    const std::vector<float> a = run(*packed, 2, false), b = run(*plain, 2, false);
+    ASSERT_EQ(a.size(), b.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      norm += double(b[i]) * b[i];
+    }
+    EXPECT_GT(norm, 0.0);
+    EXPECT_LT(err / norm, 1e-10) << "NMSE";
+    EXPECT_TRUE(same_bits(run(*packed, 1, false), a));
+    EXPECT_TRUE(same_bits(run(*packed, 3, false), a));
+  }
 }
 
 }  // namespace

@@ -217,9 +217,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
   add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->add_flag("--no-repack", a->no_repack,
-                "Keep Q8_0/Q4_0 weights in the file's row layout (default: repacked at load to "
-                "the integer kernels' 16-row interleaved layout, unless --exact-acts; same "
-                "results, for A/B runs)");
+                "Keep the weights in the file's row layout (default: repacked at load, Q8_0/Q4_0 "
+                "to the integer kernels' 16-row interleaved layout unless --exact-acts, "
+                "F32/F16/BF16 to 16-row panels; for A/B runs)");
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
@@ -240,7 +240,7 @@ void register_bench(CLI::App& app) {
     for (int t : threads) {
       if (t < 1) throw Error("--threads values must be >= 1");
     }
-    auto model = load_model(a->model, !a->no_repack && !a->exact_acts);
+    auto model = load_model(a->model, !a->no_repack && !a->exact_acts, !a->no_repack);
     const ModelConfig& c = model->config();
     std::unique_ptr<TraceReplay> replay;
     if (!a->trace.empty()) replay = std::make_unique<TraceReplay>(a->trace, c);
@@ -352,7 +352,9 @@ void register_bench(CLI::App& app) {
     if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
     const std::string commit = LYNX_GIT_COMMIT;
     const char* acts = a->exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
-    const char* layout = a->no_repack || a->exact_acts ? "rows" : "q8_0/q4_0 repacked (i16)";
+    const char* layout = a->no_repack    ? "rows"
+                         : a->exact_acts ? "f32/f16/bf16 in 16-row panels, q8_0/q4_0 rows"
+                                         : "f32/f16/bf16 in 16-row panels, q8_0/q4_0 interleaved";
     nlohmann::json doc = {{"commit", commit},
                           {"cpu", cpu_name()},
                           {"activations", acts},

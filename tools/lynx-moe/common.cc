@@ -17,9 +17,10 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
                 "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool repack) {
+std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool repack_float) {
   LoadOptions opts;
   opts.repack = repack;
+  opts.repack_float = repack_float;
   const bool tty = isatty(STDERR_FILENO);
   int last = -1;
   opts.progress = [&](size_t done, size_t total) {
