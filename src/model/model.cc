@@ -364,6 +364,11 @@ size_t Model::repack_weights(int threads, bool ints, bool floats) {
         kernels::panel16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
                               it.g1);
       }
+      // Drop the item's source pages now rather than after the whole copy, so that the
+      // resident memory does not peak at twice the repacked bytes.
+      const size_t group_bytes = it.w->row_bytes * size_t(kernels::kPanelRows);
+      file_.release_pages(it.w->mat(it.mat) + size_t(it.g0) * group_bytes,
+                          size_t(it.g1 - it.g0) * group_bytes);
     }
   });
   std::map<const uint8_t*, const uint8_t*> moved;
