@@ -2,6 +2,11 @@
 // Highway with dynamic dispatch: this file is compiled once per instruction set
 // (foreach_target.h) and matmul_rows() calls the best one the CPU supports.
 //
+// The model loader stores F32/F16/BF16 matrices in 16-row panels (kPanel16, kernels.h), which
+// the outer-product kernel below (PanelBlock) reads; the row kernels that follow here serve
+// the file's layout (quantized rows on the float path, float matrices whose rows are not a
+// multiple of 16, and LoadOptions::repack_float = false).
+//
 // Decode (n_tok = 1..64) is memory-bandwidth bound: every weight byte must be read from DRAM
 // exactly once per call, for all tokens. So the weights of a block of kNR rows are decoded
 // into registers once per step of 32 columns and multiplied into the accumulators of every
@@ -434,9 +439,10 @@ void MatmulRowsT(const MatmulJob& j) {
 // is one FMA chain over k in order whatever the group, the block or the target, so results
 // never depend on threads, token grouping or instruction set. Against the dot products on rows
 // (RowsDirect: 4 rows x 6 tokens per 16 columns take 4 weight and 6 activation loads, then 24
-// horizontal sums) this needs 2 weight vectors and 14 broadcasts per 28 FMAs and no sums: a
+// horizontal sums) this needs 2 weight vectors and 14 broadcasts per 28 FMAs and no sums. A
 // scratch test of the two inner loops in L1 (AVX-512, one core) ran at 243-261 GFLOPS against
-// 150 (the FMA peak is 272).
+// 143-158 for the dot products; in the engine, bench_kernels in cache gives 240-249 against
+// 155-195 for RowsDirect from 8 tokens (the FMA peak of a core is 272).
 constexpr int kPV = int(16 / kN);       // vectors per panel column: 1 (AVX-512), 2, 4
 constexpr int kPP = kPV == 1 ? 2 : 1;   // panels per block: two with AVX-512
 constexpr int kBV = kPP * kPV;          // weight vectors per block column
@@ -459,7 +465,6 @@ constexpr int64_t kPanelChunk = 256;
 #define LYNX_PANEL_PREFETCH 4096
 #endif
 constexpr int kPanelSuper = 64;  // tokens whose accumulators share the buffer
-
 
 template <int NP, int NT, class Dec>
 HWY_INLINE void PanelAccumulate(const uint8_t* const* panels, int64_t k0, int64_t k1,
