@@ -443,9 +443,9 @@ void MatmulRowsT(const MatmulJob& j) {
 // scratch test of the two inner loops in L1 (AVX-512, one core) ran at 243-261 GFLOPS against
 // 143-158 for the dot products; in the engine, bench_kernels in cache gives 240-249 against
 // 155-195 for RowsDirect from 8 tokens (the FMA peak of a core is 272).
-constexpr int kPV = int(16 / kN);       // vectors per panel column: 1 (AVX-512), 2, 4
-constexpr int kPP = kPV == 1 ? 2 : 1;   // panels per block: two with AVX-512
-constexpr int kBV = kPP * kPV;          // weight vectors per block column
+constexpr int kPV = int(16 / kN);      // vectors per panel column: 1 (AVX-512), 2, 4
+constexpr int kPP = kPV == 1 ? 2 : 1;  // panels per block: two with AVX-512
+constexpr int kBV = kPP * kPV;         // weight vectors per block column
 // Tokens per group: kBV * kPT accumulators + kBV weights (+ 1 broadcast register without
 // AVX-512's embedded broadcasts) within 32 (AVX-512) or 16 registers.
 #if HWY_TARGET <= HWY_AVX3

@@ -121,11 +121,13 @@ namespace {
 // Writes sequentially, reading 16 row streams.
 template <class E>
 void panel_group(int64_t cols, const uint8_t* rows, uint8_t* grp) {
-  const E* src[kPanelRows];
-  for (int64_t i = 0; i < kPanelRows; ++i) src[i] = reinterpret_cast<const E*>(rows) + i * cols;
-  E* out = reinterpret_cast<E*>(grp);
+  // Byte copies of E: the matrices need not be aligned to E (memcpy of a fixed small size
+  // compiles to plain moves).
   for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t i = 0; i < kPanelRows; ++i) out[c * kPanelRows + i] = src[i][c];
+    for (int64_t i = 0; i < kPanelRows; ++i) {
+      std::memcpy(grp + (c * kPanelRows + i) * int64_t(sizeof(E)),
+                  rows + (i * cols + c) * int64_t(sizeof(E)), sizeof(E));
+    }
   }
 }
 
@@ -166,8 +168,7 @@ void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, in
     const int64_t es = panel_elem_bytes(t, cols, "read_row"), i = r % kPanelRows;
     const uint8_t* grp = src + (r - i) * cols * es;
     for (int64_t c = 0; c < cols; ++c) {
-      std::memcpy(static_cast<uint8_t*>(dst) + c * es, grp + (c * kPanelRows + i) * es,
-                  size_t(es));
+      std::memcpy(static_cast<uint8_t*>(dst) + c * es, grp + (c * kPanelRows + i) * es, size_t(es));
     }
     return;
   }

@@ -361,8 +361,7 @@ size_t Model::repack_weights(int threads, bool ints, bool floats) {
         kernels::interleave16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
                                    it.g1);
       } else {
-        kernels::panel16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
-                              it.g1);
+        kernels::panel16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0, it.g1);
       }
       // Drop the item's source pages now rather than after the whole copy, so that the
       // resident memory does not peak at twice the repacked bytes.

@@ -117,11 +117,15 @@ TEST(PanelMatmul, EveryOutputIsOneFmaChainOnEveryTarget) {
         // path past one group, and more tokens than share one accumulator buffer (64).
         for (int n_tok : {1, 2, 5, 6, 7, 13, 14, 15, 29, 70}) {
           // Whole panels, partial panels at both ends, one row, one odd panel.
-          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 64}, {5, 37}, {17, 18}, {16, 32},
-                                {32, 64}, {0, 48}}) {
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 64},
+                                {5, 37},
+                                {17, 18},
+                                {16, 32},
+                                {32, 64},
+                                {0, 48}}) {
             SCOPED_TRACE(std::string(testing::type_name(t)) + " cols=" + std::to_string(cols) +
-                         " n_tok=" + std::to_string(n_tok) + " rows [" + std::to_string(r0) +
-                         ", " + std::to_string(r1) + ")");
+                         " n_tok=" + std::to_string(n_tok) + " rows [" + std::to_string(r0) + ", " +
+                         std::to_string(r1) + ")");
             const int64_t ldx = cols + 1, ldy = m.rows + 3;
             const auto x = random_floats(size_t(ldx * n_tok), uint32_t(n_tok));
             const float kSentinel = -777.0f;

@@ -30,8 +30,8 @@ const char* const kIntFixtures[] = {
 
 // The F32/F16/BF16 fixtures (LoadOptions::repack_float).
 const char* const kFloatFixtures[] = {
-    "olmoe-f16",    "olmoe-bf16",     "olmoe-f32",      "qwen2moe-f16",      "qwen3moe-bf16",
-    "qwen3moe-f32", "llama-moe-f16",  "llama-moe-bf16", "llama-dense-f32",   "llama-dense-f16"};
+    "olmoe-f16",    "olmoe-bf16",    "olmoe-f32",      "qwen2moe-f16",    "qwen3moe-bf16",
+    "qwen3moe-f32", "llama-moe-f16", "llama-moe-bf16", "llama-dense-f32", "llama-dense-f16"};
 
 std::unique_ptr<Model> load(const std::string& name, bool repack, bool repack_float = true) {
   LoadOptions o;
