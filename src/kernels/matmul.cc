@@ -29,7 +29,8 @@
 #ifndef LYNX_KERNELS_MATMUL_JOB
 #define LYNX_KERNELS_MATMUL_JOB
 namespace lynx::kernels {
-// One matmul_rows call, validated (see kernels.h for the meaning of the fields).
+// One matmul_rows call, validated (see kernels.h for the meaning of the fields). On a
+// kPanel16 matrix rows [r0, r1) are stored, and the whole 16-row groups they touch computed.
 struct MatmulJob {
   TensorType type;
   const uint8_t* w;
@@ -41,19 +42,6 @@ struct MatmulJob {
   int n_tok;
   float* y;
   int64_t ldy;
-};
-// One matmul_rows call on a kPanel16 matrix: rows [r0, r1) are stored, the whole 16-row
-// groups they touch are computed.
-struct PanelJob {
-  const uint8_t* w;
-  int64_t group_bytes;  // 16 rows
-  int64_t cols;
-  const float* x;
-  int64_t ldx;
-  int n_tok;
-  float* y;
-  int64_t ldy;
-  int64_t r0, r1;  // rows stored
 };
 }  // namespace lynx::kernels
 #endif
@@ -501,10 +489,10 @@ HWY_INLINE void ForPanelGroups(int n, F&& f) {
 
 // Rows [b0, b0 + 16 NP) (NP panels from row b0), storing those in [j.r0, j.r1).
 template <int NP, class Dec>
-HWY_NOINLINE void PanelBlock(const PanelJob& j, int64_t b0) {
+HWY_NOINLINE void PanelBlock(const MatmulJob& j, int64_t b0) {
   const DF df;
   const uint8_t* panels[NP];
-  for (int p = 0; p < NP; ++p) panels[p] = j.w + (b0 / 16 + p) * j.group_bytes;
+  for (int p = 0; p < NP; ++p) panels[p] = j.w + (b0 + 16 * p) * j.row_bytes;
   const int64_t lo = std::max(j.r0, b0), hi = std::min(j.r1, b0 + 16 * NP);
   const bool whole = lo == b0 && hi == b0 + 16 * NP;
   auto store = [&](const VF* v, int t) {  // the NP * 16 outputs of token t
@@ -564,14 +552,14 @@ HWY_NOINLINE void PanelBlock(const PanelJob& j, int64_t b0) {
 }
 
 template <class Dec>
-void RunPanels(const PanelJob& j) {
+void RunPanels(const MatmulJob& j) {
   int64_t b = j.r0 - j.r0 % 16;
   for (; b + 16 * (kPP - 1) < j.r1; b += 16 * kPP) PanelBlock<kPP, Dec>(j, b);
   for (; b < j.r1; b += 16) PanelBlock<1, Dec>(j, b);
 }
 
-void MatmulPanelsT(TensorType t, const PanelJob& j) {
-  switch (t) {
+void MatmulPanelsT(const MatmulJob& j) {
+  switch (j.type) {
     case TensorType::F32:
       return RunPanels<DecF32>(j);
     case TensorType::F16:
@@ -697,32 +685,22 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
                 (layout == WeightLayout::kPanel16 ? "stored in 16-row panels" : "interleaved"));
   }
   if (r0 == r1 || n_tok == 0) return;
+  const MatmulJob job{t,
+                      static_cast<const uint8_t*>(w),
+                      static_cast<int64_t>(row_bytes),
+                      cols,
+                      r0,
+                      r1,
+                      x,
+                      ldx,
+                      n_tok,
+                      y,
+                      ldy};
   if (layout == WeightLayout::kPanel16) {
-    const PanelJob job{static_cast<const uint8_t*>(w),
-                       static_cast<int64_t>(row_bytes) * kPanelRows,
-                       cols,
-                       x,
-                       ldx,
-                       n_tok,
-                       y,
-                       ldy,
-                       r0,
-                       r1};
-    HWY_DYNAMIC_DISPATCH(MatmulPanelsT)(t, job);
+    HWY_DYNAMIC_DISPATCH(MatmulPanelsT)(job);
     return;
   }
   if (layout == WeightLayout::kRows) {
-    const MatmulJob job{t,
-                        static_cast<const uint8_t*>(w),
-                        static_cast<int64_t>(row_bytes),
-                        cols,
-                        r0,
-                        r1,
-                        x,
-                        ldx,
-                        n_tok,
-                        y,
-                        ldy};
     HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
     return;
   }
@@ -738,18 +716,12 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
     const int64_t base = g * kInterleaveRows;
     HWY_DYNAMIC_DISPATCH(DeinterleaveGroupT)
     (t, static_cast<const uint8_t*>(w), cols, g, rows_buf.data());
-    const MatmulJob job{t,
-                        rows_buf.data(),
-                        static_cast<int64_t>(row_bytes),
-                        cols,
-                        std::max(r0, base) - base,
-                        std::min(r1, base + kInterleaveRows) - base,
-                        x,
-                        ldx,
-                        n_tok,
-                        y + base,
-                        ldy};
-    HWY_DYNAMIC_DISPATCH(MatmulRowsT)(job);
+    MatmulJob part = job;  // the group's rows, back in the rows layout
+    part.w = rows_buf.data();
+    part.r0 = std::max(r0, base) - base;
+    part.r1 = std::min(r1, base + kInterleaveRows) - base;
+    part.y = y + base;
+    HWY_DYNAMIC_DISPATCH(MatmulRowsT)(part);
   }
 }
 

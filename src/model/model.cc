@@ -373,6 +373,7 @@ size_t Model::repack_weights(int threads, bool ints, bool floats) {
   std::map<const uint8_t*, const uint8_t*> moved;
   for (size_t i = 0; i < todo.size(); ++i) {
     Weight& w = *todo[i];
+    // The pages that straddle two items (each item released only the pages wholly inside it).
     file_.release_pages(w.data, w.mat_bytes * size_t(w.n_mat));
     moved[w.data] = dst + offsets[i];
     w.layout = layout_of(w);
