@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "model/cpu_expert_executor.h"
 #include "model/forward.h"
 
 namespace lynx {
@@ -130,6 +131,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       int_acts(!o.exact_activations) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   policy = make_routing_policy(o.routing);
+  experts = std::make_unique<CpuExpertExecutor>(pool, int_acts);
   routing_spec = o.routing;
   rstats.resize(size_t(m.config().n_layer));
   expert_tokens.assign(size_t(m.config().n_layer) * size_t(std::max(0, m.config().n_expert)), 0);

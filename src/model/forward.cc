@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/expert_executor.h"
 #include "model/forward.h"
 
 namespace lynx {
@@ -27,22 +28,7 @@ bool int_path(const Context::Impl& ctx, const Weight& w) {
   return ctx.int_acts && kernels::has_int8_path(w.type);
 }
 
-// The input of one or more matmuls: T rows of `cols` F32 activations and their Q8_0
-// quantization, made by the first weight that takes the integer path, so weights sharing an
-// input (q/k/v, gate/up, router/experts/shared expert) quantize it once.
-struct MatIn {
-  const float* x;
-  int T;
-  int64_t cols;
-  kernels::QuantizedActs* q;
-  bool quantized = false;
-
-  const kernels::QuantizedActs& quantize(ThreadPool& pool) {
-    if (!quantized) kernels::quantize_acts(pool, x, cols, T, cols, *q);
-    quantized = true;
-    return *q;
-  }
-};
+using MatIn = kernels::ActRows;
 
 // y[T x rows] = W x[T x cols], rows split across the pool; `bytes` counts weight traffic.
 void project(Context::Impl& ctx, const Weight& w, MatIn& in, float* y, size_t& bytes) {
@@ -50,7 +36,7 @@ void project(Context::Impl& ctx, const Weight& w, MatIn& in, float* y, size_t& b
     kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(ctx.pool), y, w.rows,
                     w.layout);
   } else {
-    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.T, y, w.rows,
+    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.n_tok, y, w.rows,
                     w.layout);
   }
   bytes += w.mat_bytes;
@@ -166,7 +152,7 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
 void dense_ffn(Context::Impl& ctx, const Weight& gate, const Weight& up, const Weight& down,
                MatIn& in, float* out) {
   StepBuffers& B = ctx.buf;
-  const int T = in.T;
+  const int T = in.n_tok;
   const int64_t F = gate.rows;
   ensure(B.sh_gate, size_t(T) * F);
   ensure(B.sh_up, size_t(T) * F);
@@ -178,131 +164,22 @@ void dense_ffn(Context::Impl& ctx, const Weight& gate, const Weight& up, const W
   project(ctx, down, hidden, out, bytes);
 }
 
-// Runs the expert FFNs grouped by expert: each active expert's weights are streamed once
-// for all the tokens routed to it. Work is split over the concatenated rows of all active
-// experts, so the threads stay balanced whatever the distribution of tokens.
-// With the integer path the expert input rows are the quantized rows of `xn` (quantized
-// once per token, copied per assignment) and the swiglu output is quantized once, row chunks
-// split across the pool, before the down projections.
+// Routed experts of layer il over the routing output in B.ids / B.weights: the plan, then
+// the executor; the weighted sum of the experts' outputs lands in B.tmp.
 void run_experts(Context::Impl& ctx, int il, MatIn& xn) {
-  const int T = xn.T;
   const ModelConfig& c = ctx.model.config();
-  const LayerWeights& L = ctx.model.layer(il);
   StepBuffers& B = ctx.buf;
-  const int E = c.n_embd, N = c.n_expert, K = c.n_expert_used, F = c.n_ff_exp;
-
-  // Group the active (weight > 0) assignments by expert.
-  std::fill(B.count.begin(), B.count.begin() + N, 0);
-  for (int i = 0; i < T * K; ++i) {
-    if (B.weights[size_t(i)] > 0.f) ++B.count[size_t(B.ids[size_t(i)])];
-  }
-  B.offset[0] = 0;
-  B.active.clear();
-  for (int e = 0; e < N; ++e) {
-    B.offset[size_t(e) + 1] = B.offset[size_t(e)] + B.count[size_t(e)];
-    if (B.count[size_t(e)] > 0) B.active.push_back(e);
-  }
-  const int rows = B.offset[size_t(N)];
+  const int N = c.n_expert;
+  kernels::ExpertPlan& plan = B.plan;
+  plan.build(B.ids.data(), B.weights.data(), xn.n_tok, c.n_expert_used, N);
   int64_t* tokens_of = &ctx.expert_tokens[size_t(il) * N];
-  for (int e = 0; e < N; ++e) tokens_of[e] += B.count[size_t(e)];
-  std::vector<int32_t>& fill = B.fill;
-  fill.assign(B.offset.begin(), B.offset.begin() + N);
-  for (int i = 0; i < T * K; ++i) {
-    if (B.weights[size_t(i)] > 0.f) {
-      const int e = B.ids[size_t(i)];
-      const int r = fill[size_t(e)]++;
-      B.assign_row[size_t(i)] = r;
-      B.row_token[size_t(r)] = i / K;
-    } else {
-      B.assign_row[size_t(i)] = -1;
-    }
-  }
-  const bool int_gate = int_path(ctx, L.gate_exps), int_up = int_path(ctx, L.up_exps);
-  const bool int_down = int_path(ctx, L.down_exps);
-  if (!int_gate || !int_up) {
-    for (int r = 0; r < rows; ++r) {
-      std::memcpy(&B.xin[size_t(r) * E], &B.xn[size_t(B.row_token[size_t(r)]) * E],
-                  sizeof(float) * E);
-    }
-  }
-  if (int_gate || int_up) {
-    const kernels::QuantizedActs& xq = xn.quantize(ctx.pool);
-    B.xq_rows.resize(rows, E);
-    for (int r = 0; r < rows; ++r) B.xq_rows.copy_row(r, xq, B.row_token[size_t(r)]);
-  }
-
-  // y[cnt x rows] of expert rows [r0, r1) over the expert's `cnt` grouped rows from `off`.
-  auto expert_rows = [&](const Weight& w, bool int_w, int ex, int64_t r0, int64_t r1, int off,
-                         int cnt, const std::vector<float>& x, const kernels::QuantizedActs& xq,
-                         float* y) {
-    const int64_t cols = w.cols;
-    if (int_w) {
-      kernels::matmul_rows_q8(w.type, w.mat(ex), cols, r0, r1, xq, off, cnt, y, w.rows, w.layout);
-    } else {
-      kernels::matmul_rows(w.type, w.mat(ex), cols, r0, r1, &x[size_t(off) * cols], cols, cnt, y,
-                           w.rows, w.layout);
-    }
-  };
-
-  const int64_t n_active = int64_t(B.active.size());
-  // gate and up: rows F per active expert.
-  ctx.pool.parallel_for(
-      n_active * F,
-      [&](int64_t b, int64_t e, int) {
-        while (b < e) {
-          const int64_t ai = b / F, r0 = b % F, r1 = std::min<int64_t>(F, r0 + (e - b));
-          const int ex = B.active[size_t(ai)];
-          const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-          expert_rows(L.gate_exps, int_gate, ex, r0, r1, off, cnt, B.xin, B.xq_rows,
-                      &B.gate[size_t(off) * F]);
-          expert_rows(L.up_exps, int_up, ex, r0, r1, off, cnt, B.xin, B.xq_rows,
-                      &B.up[size_t(off) * F]);
-          b += r1 - r0;
-        }
-      },
-      16);
-  if (int_down) {
-    // swiglu and quantization of each grouped row, rows split across the pool.
-    B.xq_hidden.resize(rows, F);
-    ctx.pool.parallel_for(
-        rows,
-        [&](int64_t r0, int64_t r1, int) {
-          kernels::swiglu(&B.gate[size_t(r0) * F], &B.up[size_t(r0) * F], &B.gate[size_t(r0) * F],
-                          (r1 - r0) * F);
-          kernels::quantize_acts_rows(B.gate.data(), F, int(r0), int(r1), B.xq_hidden);
-        },
-        std::max(1, 16384 / std::max(F, 1)));
-  } else {
-    kernels::swiglu(B.gate.data(), B.up.data(), B.gate.data(), int64_t(rows) * F);
-  }
-  ctx.pool.parallel_for(
-      n_active * E,
-      [&](int64_t b, int64_t e, int) {
-        while (b < e) {
-          const int64_t ai = b / E, r0 = b % E, r1 = std::min<int64_t>(E, r0 + (e - b));
-          const int ex = B.active[size_t(ai)];
-          const int off = B.offset[size_t(ex)], cnt = B.count[size_t(ex)];
-          expert_rows(L.down_exps, int_down, ex, r0, r1, off, cnt, B.gate, B.xq_hidden,
-                      &B.down[size_t(off) * E]);
-          b += r1 - r0;
-        }
-      },
-      16);
-
-  // Mix: each token adds its experts' outputs in slot order (independent of the batch).
-  for (int t = 0; t < T; ++t) {
-    float* out = &B.tmp[size_t(t) * E];
-    std::fill(out, out + E, 0.f);
-    for (int s = 0; s < K; ++s) {
-      const int r = B.assign_row[size_t(t) * K + s];
-      if (r >= 0) kernels::axpy(B.weights[size_t(t) * K + s], &B.down[size_t(r) * E], out, E);
-    }
-  }
-  const size_t bytes = size_t(n_active) * ctx.model.expert_bytes(il);
+  for (int e = 0; e < N; ++e) tokens_of[e] += plan.count[size_t(e)];
+  ctx.experts->run(plan, xn, ctx.model.layer(il), B.tmp.data());
+  const size_t bytes = size_t(plan.n_active()) * ctx.model.expert_bytes(il);
   ctx.step.weight_bytes += bytes;
   ctx.step.expert_bytes += bytes;
   ctx.step.layers[size_t(il)].expert_bytes = bytes;
-  ctx.step.layers[size_t(il)].distinct_experts = int(n_active);
+  ctx.step.layers[size_t(il)].distinct_experts = plan.n_active();
 }
 
 // Feed-forward block: x += FFN(norm(x)), MoE with routing policy or dense.
@@ -381,18 +258,10 @@ void size_buffers(Context::Impl& ctx, int T) {
   ensure(B.k, t * c.kv_dim());
   ensure(B.v, t * c.kv_dim());
   if (c.is_moe()) {
-    const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used), F = size_t(c.n_ff_exp);
+    const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used);
     ensure(B.router, t * N);
     ensure(B.ids, t * K);
     ensure(B.weights, t * K);
-    ensure(B.count, N);
-    ensure(B.offset, N + 1);
-    ensure(B.row_token, t * K);
-    ensure(B.assign_row, t * K);
-    ensure(B.xin, t * K * E);
-    ensure(B.gate, t * K * F);
-    ensure(B.up, t * K * F);
-    ensure(B.down, t * K * E);
   }
 }
 

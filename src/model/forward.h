@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/expert_plan.h"
 #include "kernels/thread_pool.h"
 #include "lynx/context.h"
+#include "model/expert_executor.h"
 
 namespace lynx {
 
@@ -29,20 +31,14 @@ struct StepBuffers {
   std::vector<float> router;                     // [T x N]
   std::vector<int32_t> ids;                      // [T x k]
   std::vector<float> weights;                    // [T x k]
-  std::vector<int32_t> count, offset;            // [N], [N + 1]
-  std::vector<int32_t> row_token;                // [T*k] token of each grouped row
-  std::vector<int32_t> assign_row;               // [T*k] grouped row of (t, slot)
-  std::vector<int32_t> active;                   // active expert ids
-  std::vector<int32_t> fill;                     // [N] next free grouped row per expert
+  kernels::ExpertPlan plan;                      // the routed assignments grouped by expert
   std::vector<float> rope_cs;                    // [T x hd/2 x 2] (cos, sin) per token
-  std::vector<float> xin, gate, up, down;        // grouped rows
   std::vector<float> sh_gate, sh_up, sh_down;    // shared expert / dense FFN
   std::vector<float> out_in;                     // normed rows needing logits
   std::vector<int32_t> out_rows;                 // token index of each logits row
   // Activations quantized for the integer path (Q8_0/Q4_0 weights, exact_activations off):
-  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden), the expert
-  // input rows grouped like xin, and the experts' swiglu output grouped like gate.
-  kernels::QuantizedActs xq_in, xq_mid, xq_rows, xq_hidden;
+  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
+  kernels::QuantizedActs xq_in, xq_mid;
 };
 
 struct Context::Impl {
@@ -59,6 +55,7 @@ struct Context::Impl {
   bool record_trace;
   bool int_acts;  // !ContextOptions::exact_activations
   std::unique_ptr<RoutingPolicy> policy;
+  std::unique_ptr<ExpertExecutor> experts;
   std::string routing_spec;
   std::vector<Sequence> seqs;
   StepBuffers buf;
