@@ -1,45 +1,40 @@
 // The batched forward pass: one function per block of the transformer layer, reading like
-// the model (llama.cpp's build_* graphs are the reference for every architecture).
+// the model (llama.cpp's build_* graphs are the reference for every architecture). Each
+// function takes the operands it reads and writes; statistics go to the StepObserver at
+// fixed points (weights read, routing, experts), never through the math.
 //
 // Shapes: T tokens in the step, E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim,
 // N experts, k used per token, F = expert FFN width.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
-#include "model/expert_executor.h"
 #include "model/forward.h"
 
 namespace lynx {
 namespace {
 
 using kernels::ThreadPool;
+using MatIn = kernels::ActRows;
 
 template <typename V>
 void ensure(V& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// True when products with `w` run on the integer path (Q8_0/Q4_0 weights, activations
-// quantized to Q8_0 blocks as ggml does), false for the exact float path.
-bool int_path(const Context::Impl& ctx, const Weight& w) {
-  return ctx.int_acts && kernels::has_int8_path(w.type);
-}
-
-using MatIn = kernels::ActRows;
-
-// y[T x rows] = W x[T x cols], rows split across the pool; `bytes` counts weight traffic.
-void project(Context::Impl& ctx, const Weight& w, MatIn& in, float* y, size_t& bytes) {
-  if (int_path(ctx, w)) {
-    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(ctx.pool), y, w.rows,
+// y[T x rows] = W x[T x cols], rows split across the pool. Products with Q8_0/Q4_0 weights
+// take the integer path (activations quantized to Q8_0 blocks as ggml does) unless the
+// context asked for exact activations.
+void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
+  if (cp.int_acts && kernels::has_int8_path(w.type)) {
+    kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool), y, w.rows,
                     w.layout);
   } else {
-    kernels::matmul(ctx.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.n_tok, y, w.rows,
+    kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.n_tok, y, w.rows,
                     w.layout);
   }
-  bytes += w.mat_bytes;
+  obs.weights_read(w.mat_bytes);
 }
 
 void add_bias(const float* b, float* y, int T, int n) {
@@ -78,22 +73,20 @@ void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::ve
   }
 }
 
-// Self-attention block: x += Wo · attn(norm(x)).
-void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
-  const ModelConfig& c = ctx.model.config();
-  const LayerWeights& L = ctx.model.layer(il);
-  StepBuffers& B = ctx.buf;
+// Self-attention block of layer il: B.x += Wo · attn(norm(B.x)); the batch's K/V go into
+// the cache at their positions.
+void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+               std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size());
   const int E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), hd = c.head_dim;
-  size_t& bytes = ctx.step.weight_bytes;
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
-  project(ctx, L.wq, xn, B.q.data(), bytes);
-  project(ctx, L.wk, xn, B.k.data(), bytes);
-  project(ctx, L.wv, xn, B.v.data(), bytes);
+  project(cp, L.wq, xn, B.q.data(), obs);
+  project(cp, L.wk, xn, B.k.data(), obs);
+  project(cp, L.wv, xn, B.v.data(), obs);
   add_bias(L.bq, B.q.data(), T, Q);
   add_bias(L.bk, B.k.data(), T, KV);
   add_bias(L.bv, B.v.data(), T, KV);
@@ -116,20 +109,20 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
     for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, hd, cs, c.rope);
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
-    SequenceLayer& sl = ctx.seqs[size_t(batch[size_t(t)].seq)].layers[size_t(il)];
+    SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
     std::memcpy(&sl.k[size_t(pos) * KV], k, sizeof(float) * KV);
     std::memcpy(&sl.v[size_t(pos) * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
   }
 
   const float scale = 1.f / std::sqrt(float(hd));
   const int group = c.n_head / c.n_head_kv;
-  ctx.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
-    std::vector<float>& sc = ctx.thread_scores[size_t(tid)];
-    ensure(sc, size_t(ctx.n_ctx));
+  cp.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
+    std::vector<float>& sc = B.scores[size_t(tid)];
+    ensure(sc, size_t(kv.n_ctx));
     for (int64_t job = b; job < e; ++job) {
       const int t = int(job / c.n_head), h = int(job % c.n_head), kvh = h / group;
       const BatchToken& bt = batch[size_t(t)];
-      const SequenceLayer& sl = ctx.seqs[size_t(bt.seq)].layers[size_t(il)];
+      const SequenceLayer& sl = kv.layer(bt.seq, il);
       const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
       const int n = bt.pos + 1;  // causal: positions 0..pos
       for (int j = 0; j < n; ++j) {
@@ -144,50 +137,48 @@ void attention(Context::Impl& ctx, int il, std::span<const BatchToken> batch) {
     }
   });
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
-  project(ctx, L.wo, attn, B.tmp.data(), bytes);
+  project(cp, L.wo, attn, B.tmp.data(), obs);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
 // Dense SwiGLU FFN over all T rows of `in`: out = down(silu(gate in) * up in).
-void dense_ffn(Context::Impl& ctx, const Weight& gate, const Weight& up, const Weight& down,
-               MatIn& in, float* out) {
-  StepBuffers& B = ctx.buf;
+void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const Weight& down,
+               MatIn& in, float* out, StepBuffers& B, StepObserver& obs) {
   const int T = in.n_tok;
   const int64_t F = gate.rows;
   ensure(B.sh_gate, size_t(T) * F);
   ensure(B.sh_up, size_t(T) * F);
-  size_t& bytes = ctx.step.weight_bytes;
-  project(ctx, gate, in, B.sh_gate.data(), bytes);
-  project(ctx, up, in, B.sh_up.data(), bytes);
+  project(cp, gate, in, B.sh_gate.data(), obs);
+  project(cp, up, in, B.sh_up.data(), obs);
   kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
   MatIn hidden{B.sh_gate.data(), T, F, &B.xq_mid};
-  project(ctx, down, hidden, out, bytes);
+  project(cp, down, hidden, out, obs);
 }
 
-// Routed experts of layer il over the routing output in B.ids / B.weights: the plan, then
-// the executor; the weighted sum of the experts' outputs lands in B.tmp.
-void run_experts(Context::Impl& ctx, int il, MatIn& xn) {
-  const ModelConfig& c = ctx.model.config();
-  StepBuffers& B = ctx.buf;
-  const int N = c.n_expert;
-  kernels::ExpertPlan& plan = B.plan;
-  plan.build(B.ids.data(), B.weights.data(), xn.n_tok, c.n_expert_used, N);
-  int64_t* tokens_of = &ctx.expert_tokens[size_t(il) * N];
-  for (int e = 0; e < N; ++e) tokens_of[e] += plan.count[size_t(e)];
-  ctx.experts->run(plan, xn, ctx.model.layer(il), B.tmp.data());
-  const size_t bytes = size_t(plan.n_active()) * ctx.model.expert_bytes(il);
-  ctx.step.weight_bytes += bytes;
-  ctx.step.expert_bytes += bytes;
-  ctx.step.layers[size_t(il)].expert_bytes = bytes;
-  ctx.step.layers[size_t(il)].distinct_experts = plan.n_active();
+// Router -> policy of layer il over the normed rows xn: the choice lands in B.ids / B.weights.
+// The router stays F32 as llama.cpp keeps it.
+void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+           std::span<const BatchToken> batch, const Router& router, MatIn& xn, StepBuffers& B,
+           StepObserver& obs) {
+  project(cp, L.router, xn, B.router.data(), obs);
+  if (router.override_logits) router.override_logits(il, batch, B.router.data());
+  RoutingInput in;
+  in.logits = B.router.data();
+  in.flags = B.flags.data();
+  in.n_tokens = xn.n_tok;
+  in.layer = il;
+  in.gating = &c.gating;
+  RoutingOutput out{B.ids.data(), B.weights.data()};
+  obs.routing_begin();
+  router.policy.route(in, out);
+  obs.routed(in, out);
 }
 
-// Feed-forward block: x += FFN(norm(x)), MoE with routing policy or dense.
-void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
-                  const std::vector<uint8_t>& flags) {
-  const ModelConfig& c = ctx.model.config();
-  const LayerWeights& L = ctx.model.layer(il);
-  StepBuffers& B = ctx.buf;
+// Feed-forward block of layer il: B.x += FFN(norm(B.x)), MoE (router, policy, routed
+// experts through the executor, shared expert) or dense.
+void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+                  std::span<const BatchToken> batch, const Router& router, ExpertExecutor& experts,
+                  StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size()), E = c.n_embd;
 
   for (int t = 0; t < T; ++t) {
@@ -195,49 +186,23 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (!c.is_moe()) {
-    dense_ffn(ctx, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data());
+    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs);
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
   }
 
-  // Router -> policy -> experts. The router stays F32 as llama.cpp keeps it.
-  const int N = c.n_expert;
-  project(ctx, L.router, xn, B.router.data(), ctx.step.weight_bytes);
-  if (ctx.router_override) ctx.router_override(il, batch, B.router.data());
-  RoutingInput in;
-  in.logits = B.router.data();
-  in.flags = flags.data();
-  in.n_tokens = T;
-  in.layer = il;
-  in.gating = &c.gating;
-  RoutingOutput out{B.ids.data(), B.weights.data()};
-  const auto t0 = std::chrono::steady_clock::now();
-  ctx.policy->route(in, out);
-  ctx.step.routing_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  RoutingStats& rs = ctx.rstats[size_t(il)];
-  const int64_t exact_before = rs.distinct_exact;
-  ctx.stats_acc.add(in, out, rs);
-  ctx.step.layers[size_t(il)].distinct_exact = int(rs.distinct_exact - exact_before);
-  if (ctx.record_trace) {
-    TraceRecord rec;
-    rec.layer = il;
-    rec.n_tokens = T;
-    rec.logits.assign(B.router.begin(), B.router.begin() + size_t(T) * N);
-    rec.flags = flags;
-    ctx.trace.push_back(std::move(rec));
-  }
-  const auto te = std::chrono::steady_clock::now();
-  run_experts(ctx, il, xn);
+  route(cp, c, L, il, batch, router, xn, B, obs);
+  obs.experts_begin();
+  B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
+  experts.run(B.plan, xn, L, B.tmp.data());
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
-  ctx.step.expert_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+  obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
   if (L.up_shexp.present()) {
-    dense_ffn(ctx, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data());
+    dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs);
     for (int t = 0; t < T; ++t) {
       float g = 1.f;
-      if (L.shexp_gate) {
+      if (L.shexp_gate) {  // qwen2moe: the shared expert scaled by sigmoid(gate . x)
         g = 1.f / (1.f + std::exp(-kernels::dot(L.shexp_gate, &B.xn[size_t(t) * E], E)));
       }
       kernels::axpy(g, &B.tmp[size_t(t) * E], &B.x[size_t(t) * E], E);
@@ -245,9 +210,7 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   }
 }
 
-void size_buffers(Context::Impl& ctx, int T) {
-  const ModelConfig& c = ctx.model.config();
-  StepBuffers& B = ctx.buf;
+void size_buffers(const ModelConfig& c, int T, int n_threads, StepBuffers& B) {
   const size_t t = size_t(T);
   const size_t E = size_t(c.n_embd);
   ensure(B.x, t * E);
@@ -257,6 +220,8 @@ void size_buffers(Context::Impl& ctx, int T) {
   ensure(B.attn, t * c.q_dim());
   ensure(B.k, t * c.kv_dim());
   ensure(B.v, t * c.kv_dim());
+  ensure(B.flags, t);
+  ensure(B.scores, size_t(n_threads));
   if (c.is_moe()) {
     const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used);
     ensure(B.router, t * N);
@@ -265,53 +230,53 @@ void size_buffers(Context::Impl& ctx, int T) {
   }
 }
 
-}  // namespace
-
-void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
-  const ModelConfig& c = ctx.model.config();
-  StepBuffers& B = ctx.buf;
+// Final norm and output projection for the tokens that asked for logits.
+void output_logits(const Compute& cp, const Model& model, std::span<const BatchToken> batch,
+                   StepBuffers& B, StepLogits& out, StepObserver& obs) {
+  const ModelConfig& c = model.config();
   const int T = int(batch.size()), E = c.n_embd;
-  size_buffers(ctx, T);
-
-  ctx.step = StepStats{};
-  ctx.step.n_tokens = T;
-  ctx.step.layers.assign(size_t(c.n_layer), LayerStepStats{});
-  std::vector<uint8_t> flags(static_cast<size_t>(T));
-  for (int t = 0; t < T; ++t) {
-    flags[size_t(t)] = batch[size_t(t)].flags;
-    if ((batch[size_t(t)].flags & kTokenPrefill) == 0) ++ctx.step.n_decode;
-  }
-
-  rope_table(c, batch, B.rope_cs);
-  // Embedding rows (only the rows of the batch's tokens are read; token_embd is never
-  // repacked, so its rows are where the file has them).
-  const Weight& emb = ctx.model.token_embd();
-  for (int t = 0; t < T; ++t) {
-    kernels::dequantize_row(emb.type, emb.data + size_t(batch[size_t(t)].token) * emb.row_bytes,
-                            &B.x[size_t(t) * E], E);
-    ctx.step.weight_bytes += emb.row_bytes;
-  }
-
-  for (int il = 0; il < c.n_layer; ++il) {
-    attention(ctx, il, batch);
-    feed_forward(ctx, il, batch, flags);
-  }
-
-  // Final norm and output projection for the tokens that asked for logits.
   B.out_rows.clear();
   for (int t = 0; t < T; ++t) {
     if (batch[size_t(t)].logits) B.out_rows.push_back(t);
   }
-  ctx.n_out = int(B.out_rows.size());
-  if (ctx.n_out == 0) return;
-  ensure(B.out_in, size_t(ctx.n_out) * E);
-  for (int i = 0; i < ctx.n_out; ++i) {
-    kernels::rmsnorm(&B.x[size_t(B.out_rows[size_t(i)]) * E], ctx.model.output_norm(),
+  out.n = int(B.out_rows.size());
+  if (out.n == 0) return;
+  ensure(B.out_in, size_t(out.n) * E);
+  for (int i = 0; i < out.n; ++i) {
+    kernels::rmsnorm(&B.x[size_t(B.out_rows[size_t(i)]) * E], model.output_norm(),
                      &B.out_in[size_t(i) * E], E, c.rms_eps);
   }
-  ensure(ctx.out_logits, size_t(ctx.n_out) * c.n_vocab);
-  MatIn out_in{B.out_in.data(), ctx.n_out, E, &B.xq_in};
-  project(ctx, ctx.model.output(), out_in, ctx.out_logits.data(), ctx.step.weight_bytes);
+  ensure(out.values, size_t(out.n) * c.n_vocab);
+  MatIn out_in{B.out_in.data(), out.n, E, &B.xq_in};
+  project(cp, model.output(), out_in, out.values.data(), obs);
+}
+
+}  // namespace
+
+void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
+  const ModelConfig& c = op.model.config();
+  StepBuffers& B = op.buf;
+  const int T = int(batch.size()), E = c.n_embd;
+  size_buffers(c, T, op.compute.pool.size(), B);
+  op.observer.begin_step(batch);
+  for (int t = 0; t < T; ++t) B.flags[size_t(t)] = batch[size_t(t)].flags;
+
+  rope_table(c, batch, B.rope_cs);
+  // Embedding rows (only the rows of the batch's tokens are read; token_embd is never
+  // repacked, so its rows are where the file has them).
+  const Weight& emb = op.model.token_embd();
+  for (int t = 0; t < T; ++t) {
+    kernels::dequantize_row(emb.type, emb.data + size_t(batch[size_t(t)].token) * emb.row_bytes,
+                            &B.x[size_t(t) * E], E);
+    op.observer.weights_read(emb.row_bytes);
+  }
+
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& L = op.model.layer(il);
+    attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+    feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer);
+  }
+  output_logits(op.compute, op.model, batch, B, op.logits, op.observer);
 }
 
 }  // namespace lynx
