@@ -115,9 +115,8 @@ class Context {
   // Tokens routed to each expert since the last reset_stats(): [n_layer x n_expert].
   const std::vector<int64_t>& expert_tokens() const;
 
-  struct Impl;  // defined in src/model/forward.h (the forward pass works on it directly)
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -17,7 +17,7 @@ namespace kernels {
 enum class WeightLayout : uint8_t;
 }  // namespace kernels
 
-struct ModelArena;  // owned F32 copies of small tensors (norms, biases)
+struct ModelArena;  // owned F32 copies of small tensors (norms, biases), packed weights
 
 enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
 enum class QKNorm : uint8_t { kNone, kPerHead, kFull };
@@ -33,13 +33,12 @@ struct ModelConfig {
   int n_head_kv = 0;
   int head_dim = 0;  // {arch}.attention.key_length, else n_embd / n_head
   int n_vocab = 0;
-  int n_ctx_train = 0;
-  int n_ff = 0;      // dense FFN width (layers without experts)
-  int n_expert = 0;  // 0 = dense model
+  int n_ctx_train = 0;  // {arch}.context_length: the context the model was trained for
+  int n_ff = 0;         // dense FFN width (layers without experts)
+  int n_expert = 0;     // 0 = dense model
   int n_expert_used = 0;
-  int n_ff_exp = 0;         // per-expert FFN width
-  int n_ff_shexp = 0;       // shared-expert FFN width (0 = none)
-  bool shexp_gate = false;  // shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)
+  int n_ff_exp = 0;    // per-expert FFN width
+  int n_ff_shexp = 0;  // shared-expert FFN width (0 = none)
   bool qkv_bias = false;
   QKNorm qk_norm = QKNorm::kNone;
   RopeType rope = RopeType::kNorm;
@@ -86,7 +85,9 @@ struct LayerWeights {
   Weight gate_exps, up_exps, down_exps;
   // Shared expert.
   Weight gate_shexp, up_shexp, down_shexp;
-  const float* shexp_gate = nullptr;  // [n_embd]
+  // [n_embd] or nullptr: the shared expert's output scaled by sigmoid(shexp_gate . x)
+  // (ffn_gate_inp_shexp, qwen2moe).
+  const float* shexp_gate = nullptr;
 };
 
 struct LoadOptions {
@@ -101,7 +102,7 @@ struct LoadOptions {
   bool repack = true;
   // Store the F32/F16/BF16 matrices that only matmuls read (same exclusions) in 16-row
   // panels (kernels::WeightLayout::kPanel16): the float kernels then run outer products,
-  // 1.2-1.8x faster from 4 tokens on (bench_kernels). Each output becomes one FMA chain over
+  // faster from a few tokens on (docs/benchmarks.md). Each output becomes one FMA chain over
   // the columns, a different summation order from the file's layout, so the results differ
   // from those in the last bits; but they are the same on every instruction set and thread
   // count. false keeps the file's layout.
@@ -127,9 +128,9 @@ class Model {
 
  private:
   Model(gguf::File file) : file_(std::move(file)) {}
-  // LoadOptions::repack (Q8_0/Q4_0, `ints`) and repack_float (`floats`), on `threads`
-  // threads (0: all): returns the number of bytes repacked.
-  size_t repack_weights(int threads, bool ints, bool floats);
+  // The stages of load after the configuration (model.cc).
+  void bind_weights();
+  void pack_weights(const LoadOptions& opts);
   gguf::File file_;
   ModelConfig cfg_;
   std::vector<LayerWeights> layers_;

@@ -3,7 +3,7 @@
 // Per MoE layer and per step, a policy receives the router logits of every token in the
 // step ([T x N], row-major), each token's phase, and the model's gating config, and returns
 // for every token exactly k distinct expert ids with their mixing weights. Exact top-k is the
-// model as trained; Lynx and its peers (../shared/docs/mission.md) remap low-confidence
+// model as trained; Lynx and its peers (docs/routing.md) remap low-confidence
 // choices so the batch activates fewer distinct experts. Shared experts are not routed and
 // never pass through here.
 #pragma once

@@ -241,21 +241,17 @@ HWY_INLINE void ForTokenGroups(int n, int lead, int body, F&& f) {
 }
 
 // The token groups of F32/F16/BF16 rows read in registers (RowsDirect). The first group's
-// pass brings the row block in from memory; later groups re-read it from L1. The plan
-// (bench_kernels --paths float --types f16 --threads 2 --shapes 1024x2048 --experts 64,
-// weights from DRAM, interleaved runs):
+// pass brings the row block in from memory; later groups re-read it from L1. The plan (its
+// measurements: docs/benchmarks.md, "Kernel and loader design measurements"):
 //   1-2 tokens: one group.
 //   3-5: with a row block of at most kLead2MaxBlockBytes, 2, then the rest (2+1, 2+2,
-//        2+3). One group of 3-4 or 4+1 streamed 10-15% slower when memory gave 47 GB/s
-//        (82-97% of the read bandwidth against 96-102%), level when it gave 72: a lighter
-//        first pass keeps the row block's misses flowing. Longer rows (the Mixtral shape:
-//        blocks of 32 and 112 KiB, past L1) keep one group of up to 4 (then 1): there the
-//        2-token pass first was 3-14% slower (--shapes 14336x4096 4096x14336, 74 GB/s).
-//   6-8: 4, then the rest (as before; 6 in one group read 7% slower).
+//        2+3): a lighter first pass keeps the row block's misses flowing. Longer rows (the
+//        Mixtral shape: blocks of 32 and 112 KiB, past L1) keep one group of up to 4 (then
+//        1), where the 2-token pass first was slower.
+//   6-8: 4, then the rest (6 in one group read slower).
 //   9+:  n % 6 first, then groups of 6: 6 tokens amortize each decoded weight vector over
 //        24 FMAs instead of 16 (kNR 4 x 6 accumulators + 4 weights + 1 input = 29 of the 32
-//        AVX-512 registers; 2 x 6 + 2 + 1 = 15 of 16 with AVX2). 12 tokens 10-17% and 16
-//        tokens 12-15% faster than groups of 4, 24-32 about 4%.
+//        AVX-512 registers; 2 x 6 + 2 + 1 = 15 of 16 with AVX2).
 // The groups never change an output's FMA sequence: each (row, token) accumulator runs over
 // the columns in order whichever group it is in, so results stay bit-identical.
 constexpr int64_t kLead2MaxBlockBytes = 16384;
@@ -381,16 +377,12 @@ void RunRows(const MatmulJob& j) {
   int64_t r = j.r0;
   if (Dec::kElemBytes > 0 && j.n_tok <= 2 && j.row_bytes <= kOneRowMaxBytes) {
     // F32/F16/BF16 with 1-2 tokens: one row at a time, so a thread's rows are a single
-    // sequential stream through memory, which the hardware prefetchers follow well. kNR rows
-    // at a time (kNR streams a row apart) streamed 12-25% slower from DRAM at 1-4 tokens
-    // (bench_kernels --paths float --types f16 bf16 --tokens 1 2 3 4 --threads 2). But one
-    // row has one FMA chain per token: in cache a thread then streams F16 at 49 GB/s at 1
-    // token and 26 at 4 (101 and 47 with kNR rows), so from 3 tokens a fast memory could
-    // outrun it; up to 2 tokens two threads stay above any bandwidth measured here. Same
+    // sequential stream through memory, which the hardware prefetchers follow well (kNR
+    // streams a row apart stream slower from DRAM). But one row has one FMA chain per token,
+    // so from 3 tokens a fast memory could outrun it; up to 2 tokens it keeps up. Same
     // operations per output, so the results do not change. Only for rows up to
-    // kOneRowMaxBytes: with 28 KiB rows (F16, 14336 columns: Mixtral's down projection) one
-    // row at a time read 7% slower at 1 token and 20% at 2 than kNR rows (--shapes
-    // 4096x14336 --experts 4, 73 GB/s), while 8 KiB rows (14336x4096) read 13-17% faster.
+    // kOneRowMaxBytes: very long rows (Mixtral's down projection) read slower one at a time.
+    // Figures: docs/benchmarks.md, "Kernel and loader design measurements".
     for (; r < j.r1; ++r) RowsDirect<1, Dec>(j, r);
     return;
   }
@@ -616,8 +608,8 @@ void DequantizeRowT(TensorType t, const void* src, float* dst, int64_t n) {
 // Group g of a kInterleaved16 Q8_0/Q4_0 matrix back to 16 rows at dst, for the float path:
 // per block, each quad of rows takes a 4x4 transpose of 32-bit words from 4 planes (lanes
 // 4k..4k+3 of planes 4h..4h+3 -> quant bytes 16h..16h+15 of rows 4k..4k+3), prefetching the
-// next group. With deinterleave_group's byte copies instead, the float path on interleaved
-// weights ran at 0.2-0.45x its speed on rows at 1-4 tokens (1024x2048 x 64); now 0.5-0.7x.
+// next group: deinterleave_group's byte copies would cost the float path on interleaved
+// weights several times more (docs/benchmarks.md, "Kernel and loader design measurements").
 void DeinterleaveGroupT(TensorType t, const uint8_t* w, int64_t cols, int64_t g, uint8_t* dst) {
 #if HWY_TARGET == HWY_SCALAR
   deinterleave_group(t, w, cols, g, dst);  // no 128-bit vectors
@@ -707,9 +699,8 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
   // Interleaved: each 16-row group touched goes back to rows in a per-thread buffer and the
   // rows kernel runs on the part of it in [r0, r1). Every output depends only on its row's
   // bytes, which are the same, so this gives the bits of the kRows matrix. The copy is not
-  // free: bench_kernels 1024x2048 x 64 (AVX3_DL, 1-2 threads) runs at 0.5-0.7x the speed on
-  // rows at 1-4 tokens, 1.0-1.1x from 16, so the CLI and server keep the file's layout when
-  // they run exact activations.
+  // free at a few tokens (docs/benchmarks.md), so the CLI and server keep the file's layout
+  // when they run exact activations.
   thread_local std::vector<uint8_t> rows_buf;
   rows_buf.resize(row_bytes * kInterleaveRows);
   for (int64_t g = r0 / kInterleaveRows; g * kInterleaveRows < r1; ++g) {

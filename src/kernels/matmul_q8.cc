@@ -13,10 +13,9 @@
 // Where the planes come from depends on the weight layout (kernels.h):
 //  * kInterleaved16 (what the engine repacks Q8_0/Q4_0 matrices to at load) stores the planes
 //    and the 16 rows' scales as they are used: per block one vector load of fp16 scales and
-//    one load per plane (4 for Q4_0, 8 for Q8_0), a lane slice of them when kNR < 16. At batch
-//    1..8 this roughly doubles what one thread streams (bench_kernels in cache: Q4_0 at one
-//    token 39 -> 102 GB/s, Q8_0 63 -> 111 GB/s with AVX3_DL), so decode stops being bound by
-//    per-thread instruction throughput.
+//    one load per plane (4 for Q4_0, 8 for Q8_0), a lane slice of them when kNR < 16. At small
+//    batches that is what keeps decode from being bound by per-thread instruction throughput
+//    (figures: docs/benchmarks.md, "Kernel and loader design measurements").
 //  * kRows (the file's layout) needs 16 scalar scale loads and, per plane set, 128-bit piece
 //    loads of the kNR rows and a 4x4 int32 transpose per 128-bit block (LoadPlanes4,
 //    LoadPlanesQ8): the loop is then bound by those shuffles, not by memory.
@@ -536,11 +535,10 @@ HWY_INLINE void PrefetchShare(const uint8_t* next, int64_t step) {
 // row, whose lanes are computed and not stored).
 struct RowsSource {
   // Where RowBlockBuffered prefetches the next row block: while unpacking a chunk (false) or
-  // spread over the first token group's pass over it (true). Measured (bench_kernels
-  // 1024x2048 x 64 matrices, 16 and 32 tokens, 1-2 threads, AVX3_DL): kRows is up to 10%
-  // faster while unpacking, its unpack being slow enough to space the prefetches out;
-  // kInterleaved16 unpacks a chunk in a burst, and prefetching while computing is up to 30%
-  // faster there (Q8_0 at 16 tokens), level for Q4_0.
+  // spread over the first token group's pass over it (true). kRows prefetches while
+  // unpacking, its unpack being slow enough to space the prefetches out; kInterleaved16
+  // unpacks a chunk in a burst and prefetches while computing (docs/benchmarks.md, "Kernel
+  // and loader design measurements").
   static constexpr bool kPrefetchWhileComputing = false;
   const uint8_t* rows[kNR];
   const uint8_t* next;  // the next row block, contiguous in memory

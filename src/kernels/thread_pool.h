@@ -51,4 +51,22 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
 void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
                    QuantizedActs& out);
 
+// The input of one or more matmuls: n_tok rows of `cols` F32 activations (row t at
+// x + t * cols) and their Q8_0 quantization into *q, made by the first weight that takes the
+// integer path, so weights sharing an input (q/k/v, gate/up, router/experts/shared expert)
+// quantize it once.
+struct ActRows {
+  const float* x = nullptr;
+  int n_tok = 0;
+  int64_t cols = 0;
+  QuantizedActs* q = nullptr;
+  bool quantized = false;
+
+  const QuantizedActs& quantize(ThreadPool& pool) {
+    if (!quantized) quantize_acts(pool, x, cols, n_tok, cols, *q);
+    quantized = true;
+    return *q;
+  }
+};
+
 }  // namespace lynx::kernels

@@ -1,28 +1,38 @@
 // Context: sequences, KV cache, batch validation, and the step driver. The transformer
-// layer math lives in forward.cc.
+// layer math lives in forward.cc, the step accounting in step_observer.cc.
 #include "lynx/context.h"
 
 #include <algorithm>
 #include <numeric>
 #include <thread>
 
+#include "model/cpu_expert_executor.h"
 #include "model/forward.h"
+#include "model/step_observer.h"
 
 namespace lynx {
 
-double StepStats::mean_distinct() const {
-  if (layers.empty()) return 0;
-  double s = 0;
-  for (const auto& l : layers) s += l.distinct_experts;
-  return s / double(layers.size());
-}
+// What a context owns; forward() gets each part as its own operand.
+struct Context::Impl {
+  Impl(const Model& m, const ContextOptions& o);
 
-double StepStats::mean_distinct_exact() const {
-  if (layers.empty()) return 0;
-  double s = 0;
-  for (const auto& l : layers) s += l.distinct_exact;
-  return s / double(layers.size());
-}
+  Sequence& sequence(int32_t seq);
+  void validate(std::span<const BatchToken> batch);
+  void reserve_cache(Sequence& s, int32_t need);
+  void eval(std::span<const BatchToken> batch);
+
+  const Model& model;
+  kernels::ThreadPool pool;
+  bool int_acts;  // !ContextOptions::exact_activations
+  std::unique_ptr<RoutingPolicy> policy;
+  std::string routing_spec;
+  Context::RouterOverride router_override;
+  CpuExpertExecutor experts;
+  KvCache kv;
+  StepBuffers buf;
+  StepLogits logits;
+  StepObserver observer;
+};
 
 Context::Context(const Model& model, const ContextOptions& opts)
     : impl_(std::make_unique<Impl>(model, opts)) {}
@@ -35,11 +45,11 @@ int Context::n_threads() const {
   return impl_->pool.size();
 }
 int Context::n_ctx() const {
-  return impl_->n_ctx;
+  return impl_->kv.n_ctx;
 }
 
 int32_t Context::new_sequence() {
-  auto& seqs = impl_->seqs;
+  auto& seqs = impl_->kv.seqs;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].in_use) {
       seqs[i].in_use = true;
@@ -83,12 +93,12 @@ void Context::eval(std::span<const BatchToken> batch) {
 }
 
 std::span<const float> Context::logits(int i) const {
-  if (i < 0 || i >= impl_->n_out) throw Error("logits index out of range");
+  if (i < 0 || i >= impl_->logits.n) throw Error("logits index out of range");
   const int V = impl_->model.config().n_vocab;
-  return {impl_->out_logits.data() + size_t(i) * V, size_t(V)};
+  return {impl_->logits.values.data() + size_t(i) * V, size_t(V)};
 }
 int Context::n_logits() const {
-  return impl_->n_out;
+  return impl_->logits.n;
 }
 
 void Context::set_routing(const std::string& spec) {
@@ -99,52 +109,56 @@ const std::string& Context::routing() const {
   return impl_->routing_spec;
 }
 const StepStats& Context::last_step() const {
-  return impl_->step;
+  return impl_->observer.last_step();
 }
 const std::vector<RoutingStats>& Context::routing_stats() const {
-  return impl_->rstats;
+  return impl_->observer.routing_stats();
 }
 void Context::reset_stats() {
-  for (auto& r : impl_->rstats) r = RoutingStats{};
-  std::fill(impl_->expert_tokens.begin(), impl_->expert_tokens.end(), 0);
+  impl_->observer.reset_stats();
 }
 void Context::set_router_override(RouterOverride fn) {
   impl_->router_override = std::move(fn);
 }
 const std::vector<int64_t>& Context::expert_tokens() const {
-  return impl_->expert_tokens;
+  return impl_->observer.expert_tokens();
 }
 std::vector<TraceRecord> Context::take_trace() {
-  std::vector<TraceRecord> out;
-  out.swap(impl_->trace);
-  return out;
+  return impl_->observer.take_trace();
 }
 
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+int positive_threads(int n) {
+  return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
-      pool(o.n_threads > 0 ? o.n_threads : std::max(1, int(std::thread::hardware_concurrency()))),
-      n_ctx(o.n_ctx),
-      record_trace(o.record_trace),
-      int_acts(!o.exact_activations) {
+      pool(positive_threads(o.n_threads)),
+      int_acts(!o.exact_activations),
+      experts(pool, int_acts),
+      observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
+  kv.n_ctx = o.n_ctx;
   policy = make_routing_policy(o.routing);
   routing_spec = o.routing;
-  rstats.resize(size_t(m.config().n_layer));
-  expert_tokens.assign(size_t(m.config().n_layer) * size_t(std::max(0, m.config().n_expert)), 0);
-  thread_scores.resize(size_t(pool.size()));
 }
 
 Sequence& Context::Impl::sequence(int32_t seq) {
-  if (seq < 0 || size_t(seq) >= seqs.size() || !seqs[size_t(seq)].in_use) {
+  if (seq < 0 || size_t(seq) >= kv.seqs.size() || !kv.seqs[size_t(seq)].in_use) {
     throw Error("unknown sequence id " + std::to_string(seq));
   }
-  return seqs[size_t(seq)];
+  return kv.seqs[size_t(seq)];
 }
 
 void Context::Impl::validate(std::span<const BatchToken> batch) {
   const ModelConfig& c = model.config();
+  const int n_ctx = kv.n_ctx;
   if (batch.empty()) throw Error("empty batch");
   // Positions must continue each sequence in batch order, so the KV cache has no holes.
   std::vector<std::pair<int32_t, int32_t>> next;  // (seq, next pos)
@@ -174,11 +188,11 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
 
 void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
   if (need <= s.cap) return;
-  const int kv = model.config().kv_dim();
-  int32_t cap = std::max<int32_t>(need, std::min<int32_t>(n_ctx, std::max(64, s.cap * 2)));
+  const int kvd = model.config().kv_dim();
+  int32_t cap = std::max<int32_t>(need, std::min<int32_t>(kv.n_ctx, std::max(64, s.cap * 2)));
   for (auto& l : s.layers) {
-    l.k.resize(size_t(cap) * kv);
-    l.v.resize(size_t(cap) * kv);
+    l.k.resize(size_t(cap) * kvd);
+    l.v.resize(size_t(cap) * kvd);
   }
   s.cap = cap;
 }
@@ -189,7 +203,9 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
     Sequence& s = sequence(t.seq);
     reserve_cache(s, t.pos + 1);
   }
-  forward(*this, batch);
+  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, experts, kv, buf,
+                           logits, observer};
+  forward(op, batch);
   for (const BatchToken& t : batch) {
     Sequence& s = sequence(t.seq);
     s.len = std::max(s.len, t.pos + 1);

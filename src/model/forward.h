@@ -1,12 +1,17 @@
-// Internal state of a Context and the batched forward pass over it.
+// The batched forward pass and the state it reads and writes. Every operand is passed
+// explicitly (the model, the kernels' pool, the routing policy, the expert executor, the KV
+// cache, the scratch buffers, the logits, the step observer), so each function's signature
+// says what it touches; the Context (context.cc) owns them and validates batches.
 #pragma once
-#include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
+#include "kernels/expert_plan.h"
 #include "kernels/thread_pool.h"
 #include "lynx/context.h"
+#include "lynx/model.h"
+#include "model/expert_executor.h"
+#include "model/step_observer.h"
 
 namespace lynx {
 
@@ -22,58 +27,65 @@ struct Sequence {
   std::vector<SequenceLayer> layers;
 };
 
+// The KV cache of every sequence (index: sequence id); no sequence holds more than n_ctx
+// positions.
+struct KvCache {
+  std::vector<Sequence> seqs;
+  int n_ctx = 0;
+  SequenceLayer& layer(int32_t seq, int il) { return seqs[size_t(seq)].layers[size_t(il)]; }
+};
+
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
 // steady state).
 struct StepBuffers {
   std::vector<float> x, xn, q, k, v, attn, tmp;  // [T x ...]
+  std::vector<uint8_t> flags;                    // [T] TokenFlags of the batch
   std::vector<float> router;                     // [T x N]
   std::vector<int32_t> ids;                      // [T x k]
   std::vector<float> weights;                    // [T x k]
-  std::vector<int32_t> count, offset;            // [N], [N + 1]
-  std::vector<int32_t> row_token;                // [T*k] token of each grouped row
-  std::vector<int32_t> assign_row;               // [T*k] grouped row of (t, slot)
-  std::vector<int32_t> active;                   // active expert ids
-  std::vector<int32_t> fill;                     // [N] next free grouped row per expert
+  kernels::ExpertPlan plan;                      // the routed assignments grouped by expert
   std::vector<float> rope_cs;                    // [T x hd/2 x 2] (cos, sin) per token
-  std::vector<float> xin, gate, up, down;        // grouped rows
-  std::vector<float> sh_gate, sh_up, sh_down;    // shared expert / dense FFN
+  std::vector<float> sh_gate, sh_up;             // shared expert / dense FFN hidden
   std::vector<float> out_in;                     // normed rows needing logits
   std::vector<int32_t> out_rows;                 // token index of each logits row
+  std::vector<std::vector<float>> scores;        // attention scores, one per pool worker
   // Activations quantized for the integer path (Q8_0/Q4_0 weights, exact_activations off):
-  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden), the expert
-  // input rows grouped like xin, and the experts' swiglu output grouped like gate.
-  kernels::QuantizedActs xq_in, xq_mid, xq_rows, xq_hidden;
+  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
+  kernels::QuantizedActs xq_in, xq_mid;
 };
 
-struct Context::Impl {
-  Impl(const Model& m, const ContextOptions& o);
+// Where products run, and which path products with Q8_0/Q4_0 weights take.
+struct Compute {
+  kernels::ThreadPool& pool;
+  bool int_acts;  // integer path (!ContextOptions::exact_activations)
+};
 
-  Sequence& sequence(int32_t seq);
-  void validate(std::span<const BatchToken> batch);
-  void reserve_cache(Sequence& s, int32_t need);
-  void eval(std::span<const BatchToken> batch);
+// How MoE layers choose their experts: the policy and, for benchmarks replaying traces, a
+// replacement of the router logits (empty: none).
+struct Router {
+  RoutingPolicy& policy;
+  const Context::RouterOverride& override_logits;
+};
 
-  const Model& model;
-  kernels::ThreadPool pool;
-  int n_ctx;
-  bool record_trace;
-  bool int_acts;  // !ContextOptions::exact_activations
-  std::unique_ptr<RoutingPolicy> policy;
-  std::string routing_spec;
-  std::vector<Sequence> seqs;
-  StepBuffers buf;
-  std::vector<std::vector<float>> thread_scores;  // attention scores, one per worker
-  std::vector<float> out_logits;                  // [n_out x n_vocab]
-  int n_out = 0;
-  StepStats step;
-  std::vector<RoutingStats> rstats;
-  RoutingStatsAccumulator stats_acc;  // reusable scratch: no allocation per step
-  std::vector<TraceRecord> trace;
-  Context::RouterOverride router_override;
-  std::vector<int64_t> expert_tokens;  // [n_layer x N]
+// Logits of the tokens of the last step that asked for them: [n x n_vocab], batch order.
+struct StepLogits {
+  std::vector<float> values;
+  int n = 0;
+};
+
+// The operands of one step.
+struct ForwardOperands {
+  const Model& model;       // configuration and weights (read)
+  Compute compute;          // pool and product path
+  Router router;            // expert choice
+  ExpertExecutor& experts;  // the routed-expert step
+  KvCache& kv;              // written at the batch's positions, read up to them
+  StepBuffers& buf;         // scratch
+  StepLogits& logits;       // written
+  StepObserver& observer;   // step accounting
 };
 
 // Runs the whole model over a validated batch whose cache space is reserved.
-void forward(Context::Impl& ctx, std::span<const BatchToken> batch);
+void forward(const ForwardOperands& op, std::span<const BatchToken> batch);
 
 }  // namespace lynx

@@ -2,20 +2,14 @@
 // the weight tensors by llama.cpp's names (llama-arch.cpp), validating every shape and type.
 #include "lynx/model.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/thread_pool.h"
+#include "kernels/weight_pack.h"
 
 namespace lynx {
 namespace {
@@ -136,43 +130,19 @@ size_t Model::expert_bytes(int il) const {
   return l.gate_exps.mat_bytes + l.up_exps.mat_bytes + l.down_exps.mat_bytes;
 }
 
-// Anonymous memory owned by the model (the repacked weights), unmapped with it. Plain pages:
-// asking for transparent huge pages (MADV_HUGEPAGE) made the copy 0.18 s per GB in some runs
-// but 1.1-2.1 s in most others on this VM (kernel time, no compaction stalls counted), against
-// a steady 0.45-0.5 s with 4 KiB pages, and the kernels did not stream measurably faster.
-class OwnedPages {
- public:
-  explicit OwnedPages(size_t n) : n_(n) {
-    void* p = mmap(nullptr, n_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      throw Error("cannot allocate " + std::to_string(n) +
-                  " bytes for the repacked weights: " + std::strerror(errno));
-    }
-    data_ = static_cast<uint8_t*>(p);
-  }
-  ~OwnedPages() { munmap(data_, n_); }
-  OwnedPages(const OwnedPages&) = delete;
-  OwnedPages& operator=(const OwnedPages&) = delete;
-  uint8_t* data() const { return data_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t n_ = 0;
-};
-
-// Owned small vectors and repacked weights live in the model, behind a shared arena kept
+// Owned small vectors and packed weights live in the model, behind a shared arena kept
 // alive with it.
 struct ModelArena {
   std::vector<std::vector<float>> vecs;
-  std::unique_ptr<OwnedPages> repacked;
+  std::unique_ptr<kernels::PackedWeights> packed;
 };
 
-std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
-  gguf::File file = gguf::File::open(path);
-  std::unique_ptr<Model> m(new Model(std::move(file)));
-  const gguf::File& f = m->file_;
-  ModelConfig& c = m->cfg_;
+namespace {
 
+// Stage 1: the architecture resolved to data, from the metadata and the traits table.
+// n_vocab and n_ff_shexp may still be completed from the tensors (bind_weights).
+ModelConfig read_config(const gguf::File& f) {
+  ModelConfig c;
   c.arch = f.get_string("general.architecture");
   const ArchTraits& tr = find_arch(c.arch);
   c.name = f.get_string("general.name", c.arch);
@@ -218,172 +188,122 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // llama.cpp applies the scale only when it is set to something other than 0 or 1.
   if (c.gating.weights_scale == 0.f) c.gating.weights_scale = 1.f;
   if (f.get_int(a + "expert_gating_func", 1) == 2) c.gating.func = GatingFunc::kSigmoid;
+  return c;
+}
 
-  auto arena = std::make_shared<ModelArena>();
-  Binder b(f, arena->vecs);
-  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
-  if (!emb) throw Error("missing tensor 'token_embd.weight'");
-  c.n_vocab = int(emb->ne[1]);
-  m->token_embd_ = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  m->output_norm_ = b.vector("output_norm.weight", c.n_embd);
-  m->output_ = b.matrix("output.weight", c.n_embd, c.n_vocab, 1, false);
-  if (!m->output_.present()) {
-    m->output_ = m->token_embd_;
-    c.tied_output = true;
-  }
-
+// Stage 2, per layer: the layer's tensors by llama.cpp's names, shapes and types checked.
+LayerWeights bind_layer(const Binder& b, ModelConfig& c, int il) {
   const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim();
-  m->layers_.resize(size_t(c.n_layer));
-  for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights& l = m->layers_[size_t(il)];
-    const std::string p = "blk." + std::to_string(il) + ".";
-    l.attn_norm = b.vector(p + "attn_norm.weight", E);
-    l.wq = b.matrix(p + "attn_q.weight", E, Q);
-    l.wk = b.matrix(p + "attn_k.weight", E, KV);
-    l.wv = b.matrix(p + "attn_v.weight", E, KV);
-    l.wo = b.matrix(p + "attn_output.weight", Q, E);
-    if (c.qkv_bias) {
-      l.bq = b.vector(p + "attn_q.bias", Q);
-      l.bk = b.vector(p + "attn_k.bias", KV);
-      l.bv = b.vector(p + "attn_v.bias", KV);
-    }
-    if (c.qk_norm == QKNorm::kPerHead) {
-      l.q_norm = b.vector(p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = b.vector(p + "attn_k_norm.weight", c.head_dim);
-    } else if (c.qk_norm == QKNorm::kFull) {
-      l.q_norm = b.vector(p + "attn_q_norm.weight", Q);
-      l.k_norm = b.vector(p + "attn_k_norm.weight", KV);
-    }
-    l.ffn_norm = b.vector(p + "ffn_norm.weight", E);
-    if (c.is_moe()) {
-      if (c.n_ff_exp <= 0) throw Error("MoE model without expert_feed_forward_length");
-      const int64_t F = c.n_ff_exp, N = c.n_expert;
-      l.router = b.matrix(p + "ffn_gate_inp.weight", E, N);
-      l.gate_exps = b.matrix(p + "ffn_gate_exps.weight", E, F, N);
-      l.up_exps = b.matrix(p + "ffn_up_exps.weight", E, F, N);
-      l.down_exps = b.matrix(p + "ffn_down_exps.weight", F, E, N);
-      if (b.find(p + "ffn_up_shexp.weight")) {
-        if (c.n_ff_shexp <= 0) {
-          c.n_ff_shexp = int(b.find(p + "ffn_up_shexp.weight")->ne[1]);
-        }
-        const int64_t S = c.n_ff_shexp;
-        l.gate_shexp = b.matrix(p + "ffn_gate_shexp.weight", E, S);
-        l.up_shexp = b.matrix(p + "ffn_up_shexp.weight", E, S);
-        l.down_shexp = b.matrix(p + "ffn_down_shexp.weight", S, E);
-        l.shexp_gate = b.vector(p + "ffn_gate_inp_shexp.weight", E, false);
-        c.shexp_gate = l.shexp_gate != nullptr;
+  LayerWeights l;
+  const std::string p = "blk." + std::to_string(il) + ".";
+  l.attn_norm = b.vector(p + "attn_norm.weight", E);
+  l.wq = b.matrix(p + "attn_q.weight", E, Q);
+  l.wk = b.matrix(p + "attn_k.weight", E, KV);
+  l.wv = b.matrix(p + "attn_v.weight", E, KV);
+  l.wo = b.matrix(p + "attn_output.weight", Q, E);
+  if (c.qkv_bias) {
+    l.bq = b.vector(p + "attn_q.bias", Q);
+    l.bk = b.vector(p + "attn_k.bias", KV);
+    l.bv = b.vector(p + "attn_v.bias", KV);
+  }
+  if (c.qk_norm == QKNorm::kPerHead) {
+    l.q_norm = b.vector(p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = b.vector(p + "attn_k_norm.weight", c.head_dim);
+  } else if (c.qk_norm == QKNorm::kFull) {
+    l.q_norm = b.vector(p + "attn_q_norm.weight", Q);
+    l.k_norm = b.vector(p + "attn_k_norm.weight", KV);
+  }
+  l.ffn_norm = b.vector(p + "ffn_norm.weight", E);
+  if (c.is_moe()) {
+    if (c.n_ff_exp <= 0) throw Error("MoE model without expert_feed_forward_length");
+    const int64_t F = c.n_ff_exp, N = c.n_expert;
+    l.router = b.matrix(p + "ffn_gate_inp.weight", E, N);
+    l.gate_exps = b.matrix(p + "ffn_gate_exps.weight", E, F, N);
+    l.up_exps = b.matrix(p + "ffn_up_exps.weight", E, F, N);
+    l.down_exps = b.matrix(p + "ffn_down_exps.weight", F, E, N);
+    if (b.find(p + "ffn_up_shexp.weight")) {
+      if (c.n_ff_shexp <= 0) {
+        c.n_ff_shexp = int(b.find(p + "ffn_up_shexp.weight")->ne[1]);
       }
-    } else {
-      if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
-      l.ffn_gate = b.matrix(p + "ffn_gate.weight", E, c.n_ff);
-      l.ffn_up = b.matrix(p + "ffn_up.weight", E, c.n_ff);
-      l.ffn_down = b.matrix(p + "ffn_down.weight", c.n_ff, E);
+      const int64_t S = c.n_ff_shexp;
+      l.gate_shexp = b.matrix(p + "ffn_gate_shexp.weight", E, S);
+      l.up_shexp = b.matrix(p + "ffn_up_shexp.weight", E, S);
+      l.down_shexp = b.matrix(p + "ffn_down_shexp.weight", S, E);
+      l.shexp_gate = b.vector(p + "ffn_gate_inp_shexp.weight", E, false);
     }
+  } else {
+    if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
+    l.ffn_gate = b.matrix(p + "ffn_gate.weight", E, c.n_ff);
+    l.ffn_up = b.matrix(p + "ffn_up.weight", E, c.n_ff);
+    l.ffn_down = b.matrix(p + "ffn_down.weight", c.n_ff, E);
   }
-  m->arena_ = std::move(arena);
-  if (opts.prefetch) f.prefetch(opts.progress);
-  if (opts.repack || opts.repack_float) {
-    m->repack_weights(opts.threads, opts.repack, opts.repack_float);
-  }
+  return l;
+}
+
+kernels::MatrixRef matrix_ref(const Weight& w) {
+  return {w.type, w.data, w.rows, w.cols, w.n_mat, w.row_bytes, w.mat_bytes, w.layout};
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
+  gguf::File file = gguf::File::open(path);
+  std::unique_ptr<Model> m(new Model(std::move(file)));
+  m->cfg_ = read_config(m->file_);
+  m->arena_ = std::make_shared<ModelArena>();
+  m->bind_weights();
+  if (opts.prefetch) m->file_.prefetch(opts.progress);
+  if (opts.repack || opts.repack_float) m->pack_weights(opts);
   return m;
 }
 
-// Into memory the model owns, not in place in the file mapping. Both cost the same memory
-// (the mapping is private, so writing it in place copies every page written), but measured
-// loading olmoe4-q4_0 (1 GB of Q4_0 repacked, page cache warm, one core of a 2-core VM): in
-// place, the kernel's 4 KiB copy-on-write faults took 0.5-1.4 s (two threads: no faster, twice
-// the CPU); the copy into anonymous memory a steadier 0.45-0.5 s. The file mapping also stays
-// read-only. The source pages are released after the copy, so they do not count twice in the
-// resident memory.
-size_t Model::repack_weights(int threads, bool ints, bool floats) {
-  std::vector<Weight*> todo, aliases;
-  std::set<const uint8_t*> seen{token_embd_.data};  // row lookups read token_embd as rows
-  auto layout_of = [&](const Weight& w) {
-    if (ints && kernels::can_interleave(w.type, w.rows, w.cols)) {
-      return kernels::WeightLayout::kInterleaved16;
-    }
-    if (floats && kernels::can_panel16(w.type, w.rows, w.cols)) {
-      return kernels::WeightLayout::kPanel16;
-    }
-    return kernels::WeightLayout::kRows;
-  };
-  auto add = [&](Weight& w) {
-    if (!w.present() || layout_of(w) == kernels::WeightLayout::kRows) return;
-    if (seen.insert(w.data).second) {
-      todo.push_back(&w);
-    } else if (w.data != token_embd_.data) {  // a tensor bound twice is repacked once
-      aliases.push_back(&w);
-    }
-  };
+// Stage 2: every tensor bound (views into the file mapping; small vectors copied to F32).
+void Model::bind_weights() {
+  const gguf::File& f = file_;
+  ModelConfig& c = cfg_;
+  Binder b(f, arena_->vecs);
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) throw Error("missing tensor 'token_embd.weight'");
+  c.n_vocab = int(emb->ne[1]);
+  token_embd_ = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  output_norm_ = b.vector("output_norm.weight", c.n_embd);
+  output_ = b.matrix("output.weight", c.n_embd, c.n_vocab, 1, false);
+  if (!output_.present()) {
+    output_ = token_embd_;
+    c.tied_output = true;
+  }
+  layers_.resize(size_t(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) layers_[size_t(il)] = bind_layer(b, c, il);
+}
+
+// Stage 3: the matrices that only matmuls read in the layouts the kernels prefer
+// (kernels/weight_pack.h). token_embd is read by rows (embedding lookup), so it and an output
+// tied to it keep the file's layout.
+void Model::pack_weights(const LoadOptions& opts) {
+  std::vector<Weight*> weights;
   for (LayerWeights& l : layers_) {
     for (Weight* w :
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps,
           &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
-      add(*w);
+      if (w->present() && w->data != token_embd_.data) weights.push_back(w);
     }
   }
-  add(output_);
-  if (todo.empty()) return 0;
-
-  // Each weight at a 64-byte boundary of one allocation, in work items of about 1 MiB (whole
-  // groups of one matrix) spread over the threads.
-  struct Item {
-    const Weight* w;
-    size_t dst;  // offset of the weight in the allocation
-    int64_t mat, g0, g1;
-  };
-  std::vector<Item> items;
-  std::vector<size_t> offsets;
-  size_t total = 0, bytes = 0;
-  for (const Weight* w : todo) {
-    static_assert(kernels::kInterleaveRows == kernels::kPanelRows);  // 16-row groups either way
-    const int64_t groups = w->rows / kernels::kInterleaveRows;
-    const size_t group_bytes = w->row_bytes * size_t(kernels::kInterleaveRows);
-    const int64_t step = std::max<int64_t>(1, int64_t((size_t(1) << 20) / group_bytes));
-    for (int64_t i = 0; i < w->n_mat; ++i) {
-      for (int64_t g = 0; g < groups; g += step) {
-        items.push_back({w, total, i, g, std::min(groups, g + step)});
-      }
-    }
-    offsets.push_back(total);
-    bytes += w->mat_bytes * size_t(w->n_mat);
-    total += (w->mat_bytes * size_t(w->n_mat) + 63) / 64 * 64;
+  if (output_.data != token_embd_.data) weights.push_back(&output_);
+  std::vector<kernels::MatrixRef> refs;
+  refs.reserve(weights.size());
+  for (const Weight* w : weights) refs.push_back(matrix_ref(*w));
+  std::vector<kernels::MatrixRef*> ptrs;
+  for (kernels::MatrixRef& r : refs) ptrs.push_back(&r);
+  kernels::PackOptions po;
+  po.interleave_int = opts.repack;
+  po.panel_float = opts.repack_float;
+  po.threads = opts.threads;
+  po.release = [this](const uint8_t* p, size_t n) { file_.release_pages(p, n); };
+  arena_->packed = kernels::pack_weights(ptrs, po);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    weights[i]->data = refs[i].data;
+    weights[i]->layout = refs[i].layout;
   }
-  arena_->repacked = std::make_unique<OwnedPages>(total);
-  uint8_t* dst = arena_->repacked->data();
-  kernels::ThreadPool pool(threads > 0 ? threads
-                                       : std::max(1, int(std::thread::hardware_concurrency())));
-  pool.parallel_for(int64_t(items.size()), [&](int64_t b, int64_t e, int) {
-    for (int64_t k = b; k < e; ++k) {
-      const Item& it = items[size_t(k)];
-      const size_t off = it.dst + size_t(it.mat) * it.w->mat_bytes;
-      if (layout_of(*it.w) == kernels::WeightLayout::kInterleaved16) {
-        kernels::interleave16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0,
-                                   it.g1);
-      } else {
-        kernels::panel16_into(it.w->type, it.w->mat(it.mat), dst + off, it.w->cols, it.g0, it.g1);
-      }
-      // Drop the item's source pages now rather than after the whole copy, so that the
-      // resident memory does not peak at twice the repacked bytes.
-      const size_t group_bytes = it.w->row_bytes * size_t(kernels::kPanelRows);
-      file_.release_pages(it.w->mat(it.mat) + size_t(it.g0) * group_bytes,
-                          size_t(it.g1 - it.g0) * group_bytes);
-    }
-  });
-  std::map<const uint8_t*, const uint8_t*> moved;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    Weight& w = *todo[i];
-    // The pages that straddle two items (each item released only the pages wholly inside it).
-    file_.release_pages(w.data, w.mat_bytes * size_t(w.n_mat));
-    moved[w.data] = dst + offsets[i];
-    w.layout = layout_of(w);
-    w.data = dst + offsets[i];
-  }
-  for (Weight* w : aliases) {
-    w->layout = layout_of(*w);
-    w->data = moved.at(w->data);
-  }
-  return bytes;
 }
 
 }  // namespace lynx

@@ -1,4 +1,4 @@
-// budget: an expert budget per step, XShare-like (mission.md "Peer policies"). A set C of at
+// budget: an expert budget per step, XShare-like (docs/routing.md, "Policies"). A set C of at
 // most M experts is chosen greedily for the whole batch of decode tokens:
 //   1. every decode token's exact top-1 joins C first (top-1 always kept, even if that makes
 //      |C| > M);

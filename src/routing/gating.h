@@ -56,7 +56,7 @@ int topk_among(const float* z, const int32_t* cand, int n_cand, int k, int32_t* 
 //   else:                 w_j = p_j                            (the model's own gating)
 // and finally w_j *= weights_scale.
 // For softmax gating, p_j / sum p over a subset equals a softmax over that subset, so this is
-// exactly mission.md's "gating function over U, then renormalize or rescale".
+// exactly the algorithm's "gating function over U, then renormalize or rescale".
 void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const int32_t* ids,
                  int n_active, float target, float* w);
 

@@ -9,7 +9,7 @@
 namespace lynx::routing {
 namespace {
 
-// Published (alpha, beta) per model (mission.md, from the Lynx paper).
+// Published (alpha, beta) per model (the Lynx paper; docs/routing.md).
 struct Published {
   int k, n;
   float alpha, beta;
@@ -62,7 +62,8 @@ std::string LynxPolicy::spec() const {
   return opts.empty() ? "lynx" : "lynx:" + opts;
 }
 
-// Steps 1-2 of mission.md: AffinityBinning and adaptive expert scoring, on the B rows.
+// Steps 1-2 of the algorithm (docs/routing.md): AffinityBinning and adaptive expert scoring, on the
+// B rows.
 void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n_loaded) {
   const int n = in.gating->n_expert, k = in.gating->n_expert_used;
   const int B = st_.B;
@@ -78,7 +79,7 @@ void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n
   st_.m.resize(size_t(B) * n);
   // S is summed from per-bin counts, S[e] = sum_j count_j[e] * B^-j in a fixed order, so
   // experts whose bins are the same multiset get bit-identical S and m: mathematical ties in m
-  // stay ties and are broken by the logit, as mission.md says, not by rounding noise.
+  // stay ties and are broken by the logit, as the algorithm says, not by rounding noise.
   const int n_levels = n_int + 1;  // integer bins 0..-(n_int-1), then the far bin -beta
   counts_.assign(size_t(n_levels) * n, 0);
   for (int r = 0; r < B; ++r) {

@@ -1,5 +1,5 @@
-// lynx: dynamic batch-aware expert selection (mission.md "The algorithm, exactly"), with the
-// improvements mission.md lists as gaps of the original, each an option:
+// lynx: dynamic batch-aware expert selection (the algorithm: docs/routing.md, "lynx"), with
+// improvements for gaps of the original, each an option:
 //   protect-top1        a token's top-1 expert always survives (default on)
 //   piggyback-prefill   experts that prefill / exact tokens activate anyway count as loaded
 //                       (default on)
@@ -38,7 +38,8 @@ struct AlphaBeta {
   float alpha = 0, beta = 0;
 };
 // The default (alpha, beta) for a model routing k of N experts: the published setting of the
-// reference model nearest in (log2(k/N), log2(k)); exact for every model mission.md lists.
+// reference model nearest in (log2(k/N), log2(k)); exact for every model of the published table
+// (docs/routing.md).
 AlphaBeta lynx_default_alpha_beta(int k, int n);
 
 // Intermediates of the last route() call. Rows are the B remapped (decode) tokens, in token

@@ -1,5 +1,5 @@
-// oea: Opportunistic Expert Activation (Oncescu et al. 2025, arXiv 2511.02237; mission.md
-// "Peer policies"). Each decode token keeps its top-k0 experts, the quality baseline; U0 is
+// oea: Opportunistic Expert Activation (Oncescu et al. 2025, arXiv 2511.02237;
+// docs/routing.md). Each decode token keeps its top-k0 experts, the quality baseline; U0 is
 // the union of those over the batch, the experts that are loaded anyway; each token then fills
 // its remaining k - k0 slots with its best experts (by router logit) inside U0 ("piggyback").
 // When U0 offers a token fewer than k candidates, its remaining slots take its next best

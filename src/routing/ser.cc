@@ -1,4 +1,4 @@
-// ser: Smart Expert Reduction (ik_llama.cpp, `-ser Kmin,t`; mission.md "Peer policies").
+// ser: Smart Expert Reduction (ik_llama.cpp, `-ser Kmin,t`; docs/routing.md, "Policies").
 // Per decode token, keep the top Kmin experts and every other top-k expert whose router
 // probability exceeds t times the top-1's; the rest are dropped. Not batch-aware: it lowers
 // the experts per token. Dropped slots keep their ids with weight exactly 0 (inactive, see

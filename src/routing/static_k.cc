@@ -1,4 +1,4 @@
-// static-k: every decode token uses only its top k' < k experts (mission.md "Peer policies"),
+// static-k: every decode token uses only its top k' < k experts (docs/routing.md, "Policies"),
 // the naive way to stream fewer experts. The k - k' dropped slots keep their ids with weight
 // exactly 0 (inactive, see routing.h); kept weights follow the model's gating (renormalized
 // when the model normalizes top-k weights, raw probabilities otherwise).

@@ -1,4 +1,4 @@
-// topk: exact routing, the model as trained (mission.md "Peer policies"). Every other policy
+// topk: exact routing, the model as trained (docs/routing.md, "Policies"). Every other policy
 // is measured against it, and the batch-aware ones start from its output.
 #include "routing/gating.h"
 #include "routing/policies.h"

@@ -1,0 +1,50 @@
+// Grouped matrix products over an ExpertPlan (ggml's mul_mat_id): each active expert's
+// matrix is streamed once for all the grouped rows routed to it, and the work is split over
+// the concatenated output rows of all active experts, so the threads stay balanced whatever
+// the distribution of tokens over experts.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/expert_plan.h"
+#include "kernels/kernels.h"
+#include "kernels/thread_pool.h"
+
+namespace lynx::kernels {
+
+// n_mat matrices [rows x cols] of `type` back to back, mat_bytes apart, stored in `layout`
+// (an expert tensor: matrix e is expert e).
+struct ExpertMatrices {
+  TensorType type = TensorType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t mat_bytes = 0;
+  WeightLayout layout = WeightLayout::kRows;
+  const uint8_t* mat(int64_t e) const { return data + size_t(e) * mat_bytes; }
+};
+
+// One product of matmul_id: y[row * w.rows + r] = W_e[r] . x[row] for every grouped row `row`
+// of every active expert e. x is [plan.rows() x w.cols], as F32 rows (`x`) or, for the integer
+// path (Q8_0/Q4_0 weights), quantized (`xq`, which then takes precedence).
+struct MatIdJob {
+  ExpertMatrices w;
+  const float* x = nullptr;
+  const QuantizedActs* xq = nullptr;
+  float* y = nullptr;
+};
+
+// Runs the jobs over the plan, rows split across the pool. The jobs must have the same
+// number of rows (they run in the same chunks: gate and up share their input, so a chunk
+// reads it once for both). Each output is what matmul_rows / matmul_rows_q8 over the whole
+// matrix gives (bit-identical for any pool size and any plan). Throws lynx::Error when the
+// jobs' row counts differ.
+void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJob> jobs);
+
+// out[t * cols ...] = sum over the token's slots s, in slot order, of plan.weight[t, s] *
+// y[plan.assign_row[t, s]] (inactive slots skipped; a token without active slots gets
+// zeros). y is [plan.rows() x cols], out [plan.n_tokens x cols]. The order depends only on
+// the token's own slots, not on the rest of the batch.
+void mix_id(const ExpertPlan& plan, const float* y, int64_t cols, float* out);
+
+}  // namespace lynx::kernels

@@ -1,0 +1,82 @@
+// CpuExpertExecutor: gate/up over the plan, SwiGLU, down, weighted mix.
+//
+// With the integer path the expert input rows are the quantized rows of x (quantized once
+// per token, copied per grouped row) and the SwiGLU output is quantized once, in row chunks
+// split across the pool, before the down projections.
+#include "model/cpu_expert_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/matmul_id.h"
+
+namespace lynx {
+namespace {
+
+template <typename V>
+void ensure(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+kernels::ExpertMatrices matrices(const Weight& w) {
+  return {w.type, w.data, w.rows, w.cols, w.mat_bytes, w.layout};
+}
+
+}  // namespace
+
+void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                            const LayerWeights& layer, float* out) {
+  const Weight &wg = layer.gate_exps, &wu = layer.up_exps, &wd = layer.down_exps;
+  const int64_t E = x.cols, F = wg.rows;
+  const int rows = plan.rows();
+  const bool int_gate = int_acts_ && kernels::has_int8_path(wg.type);
+  const bool int_up = int_acts_ && kernels::has_int8_path(wu.type);
+  const bool int_down = int_acts_ && kernels::has_int8_path(wd.type);
+  ensure(gate_, size_t(rows) * F);
+  ensure(up_, size_t(rows) * F);
+  ensure(down_, size_t(rows) * E);
+
+  // (rows, E) input rows: each grouped row a copy of its token's row of x.
+  if (!int_gate || !int_up) {
+    ensure(xin_, size_t(rows) * E);
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(&xin_[size_t(r) * E], x.x + size_t(plan.row_token[size_t(r)]) * E,
+                  sizeof(float) * E);
+    }
+  }
+  if (int_gate || int_up) {
+    const kernels::QuantizedActs& xq = x.quantize(pool_);
+    xq_rows_.resize(rows, E);
+    for (int r = 0; r < rows; ++r) xq_rows_.copy_row(r, xq, plan.row_token[size_t(r)]);
+  }
+
+  // (rows, F) gate and up, one pass over the plan (a chunk reads its input rows once).
+  const kernels::MatIdJob gate_up[2] = {
+      {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data()},
+      {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data()},
+  };
+  kernels::matmul_id(pool_, plan, gate_up);
+
+  // (rows, F) SwiGLU in place in gate, quantized for the down projection on the integer path.
+  if (int_down) {
+    xq_hidden_.resize(rows, F);
+    pool_.parallel_for(
+        rows,
+        [&](int64_t r0, int64_t r1, int) {
+          kernels::swiglu(&gate_[size_t(r0) * F], &up_[size_t(r0) * F], &gate_[size_t(r0) * F],
+                          (r1 - r0) * F);
+          kernels::quantize_acts_rows(gate_.data(), F, int(r0), int(r1), xq_hidden_);
+        },
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
+  } else {
+    kernels::swiglu(gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
+  }
+
+  // (rows, E) down, then (T, E) the weighted mix.
+  const kernels::MatIdJob down[1] = {
+      {matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr, down_.data()}};
+  kernels::matmul_id(pool_, plan, down);
+  kernels::mix_id(plan, down_.data(), E, out);
+}
+
+}  // namespace lynx

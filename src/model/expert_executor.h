@@ -1,0 +1,30 @@
+// The routed-expert step of an MoE layer behind one interface: given the plan (which tokens
+// go to which expert, with which weight), the layer's normed hidden states and the layer's
+// expert weights, write the weighted sum of the experts' SwiGLU FFNs for every token. The
+// forward pass (forward.cc) builds the plan and calls run; how and where the experts are
+// computed is the executor's business. CpuExpertExecutor (cpu_expert_executor.h) runs them
+// on this process's kernels; an executor over MPI ranks or a GPU is a new file implementing
+// this interface (docs/architecture.md).
+#pragma once
+#include "kernels/expert_plan.h"
+#include "kernels/thread_pool.h"
+#include "lynx/model.h"
+
+namespace lynx {
+
+class ExpertExecutor {
+ public:
+  virtual ~ExpertExecutor() = default;
+
+  // out[t] (n_embd floats) = sum over the token's active slots s, in slot order, of
+  //   plan.weight[t, s] * down_e(silu(gate_e x[t]) * up_e x[t]),   e = the slot's expert,
+  // for t in [0, plan.n_tokens); x holds the [T x n_embd] normed hidden states (its Q8_0
+  // quantization, when made, is shared with the layer's other products: an executor that
+  // needs it calls x.quantize). `layer` gives gate_exps, up_exps, down_exps. The result must
+  // not depend on the other tokens of the batch (the batch-invariance contract of the
+  // goldens), only on the token's own slots.
+  virtual void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+                   float* out) = 0;
+};
+
+}  // namespace lynx
