@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common.h"
 #include "kernels/thread_pool.h"
+#include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "svg.h"
@@ -63,17 +64,18 @@ double stddev(const std::vector<double>& v) {
   return std::sqrt(s / double(v.size() - 1));
 }
 
-// One (batch size, threads) cell of one repetition: every policy gets its own context on the
-// same model and the same prompts, and their decode steps alternate step by step (the order
-// rotating each step), so that a change of the machine's bandwidth within the cell (it moves
-// within seconds here) hits every policy alike and cancels in the speedup ratios.
+// One (batch size, threads) cell of one repetition: every policy gets its own context and
+// BatchLoop (separate prefill) on the same model and the same prompts; after the prompts,
+// their decode steps alternate step by step (the order rotating each step), so that a change
+// of the machine's bandwidth within the cell hits every policy alike and cancels in the
+// speedup ratios. Decoding is greedy.
 std::vector<Sample> run_cell(const Model& model, const Args& a,
                              const std::vector<std::string>& policies, int B, int T, uint64_t seed,
                              const TraceReplay* replay) {
   const size_t P = policies.size();
   const int V = model.config().n_vocab;
   std::vector<std::unique_ptr<Context>> ctxs;
-  std::vector<std::vector<int32_t>> seqs(P), last(P);
+  std::vector<std::unique_ptr<BatchLoop>> loops;
   std::vector<Sample> out(P);
   for (size_t p = 0; p < P; ++p) {
     ContextOptions co;
@@ -84,43 +86,31 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
     if (replay) ctx.set_router_override(replay->override_fn());
-    // Prefill: every sequence's prompt (random ids, different per sequence, the same for
-    // every policy) in one step each.
+    loops.push_back(std::make_unique<BatchLoop>(ctx, BatchLoopOptions{a.prompt, false}));
+    BatchLoop& loop = *loops.back();
+    // Every sequence's prompt: random ids, different per sequence, the same for every policy.
     std::mt19937_64 rng(seed);
-    seqs[p].resize(size_t(B));
-    last[p].resize(size_t(B));
-    double prefill_s = 0;
     for (int b = 0; b < B; ++b) {
-      seqs[p][size_t(b)] = ctx.new_sequence();
-      std::vector<BatchToken> batch(static_cast<size_t>(a.prompt));
-      for (int i = 0; i < a.prompt; ++i) {
-        batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[p][size_t(b)], i, kTokenPrefill,
-                            i + 1 == a.prompt};
-      }
-      const double t0 = now_seconds();
-      ctx.eval(batch);
-      prefill_s += now_seconds() - t0;
-      last[p][size_t(b)] = argmax(ctx.logits(0));
+      LoopSequence ls;
+      for (int i = 0; i < a.prompt; ++i) ls.prompt.push_back(int32_t(rng() % uint64_t(V)));
+      // The prompt's logits give the first token, each of the a.gen decode steps the next.
+      ls.on_logits = [decoded = -1, gen = a.gen](std::span<const float> logits) mutable {
+        return ++decoded == gen ? kEndSequence : argmax(logits);
+      };
+      loop.add(std::move(ls));
     }
+    double prefill_s = 0;
+    while (loop.prefill_pending()) prefill_s += loop.step().seconds;  // one sequence per step
     out[p].prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
     ctx.reset_stats();  // expert counts of the decode steps only
   }
-  // Decode: B tokens per step, greedy, all sequences of a policy advancing together.
-  std::vector<BatchToken> batch(static_cast<size_t>(B));
+  // Decode: B tokens per step, all sequences of a policy advancing together.
   for (int g = 0; g < a.gen; ++g) {
     for (size_t i = 0; i < P; ++i) {
       const size_t p = (size_t(g) + i) % P;
-      Context& ctx = *ctxs[p];
       Sample& s = out[p];
-      for (int b = 0; b < B; ++b) {
-        batch[size_t(b)] = {last[p][size_t(b)], seqs[p][size_t(b)], a.prompt + g, kTokenDecode,
-                            true};
-      }
-      const double t0 = now_seconds();
-      ctx.eval(batch);
-      s.step_s += now_seconds() - t0;
-      for (int b = 0; b < B; ++b) last[p][size_t(b)] = argmax(ctx.logits(b));
-      const StepStats& st = ctx.last_step();
+      s.step_s += loops[p]->step().seconds;
+      const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
       s.bytes += double(st.weight_bytes);
       s.route_s += st.routing_seconds;
