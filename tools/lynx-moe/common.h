@@ -1,11 +1,11 @@
 // Helpers shared by the commands: model loading with a progress bar, list flags, timing.
 #pragma once
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "lynx/model.h"
+#include "util/clock.h"
 
 namespace CLI {
 class App;
@@ -31,8 +31,6 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& flag);
 // ';'), so parameters keep their commas.
 std::vector<std::string> split_specs(const std::string& s);
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using util::now_seconds;
 
 }  // namespace lynx::cli
