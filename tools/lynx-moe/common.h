@@ -18,8 +18,8 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);
 
 // Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
 // stderr is a terminal or the file is large). `repack`: LoadOptions::repack; commands pass
-// false with --exact-acts, whose float path reads repacked Q8_0/Q4_0 weights through a copy
-// back to rows (0.5-0.7x its speed on rows at batch 1-4). `repack_float`:
+// false with --exact-acts, whose float path would read repacked Q8_0/Q4_0 weights through a
+// copy back to rows (slower than rows: docs/benchmarks.md). `repack_float`:
 // LoadOptions::repack_float.
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true,
                                   bool repack_float = true);
