@@ -92,6 +92,8 @@ struct RoutingStats {
                                     // / prob mass of exact top-k (softmax probs over all N, or
                                     // sigmoid scores for sigmoid gating)
   void add(const RoutingStats& o);
+  // Field by field: the statistics of an interval from two cumulative readings.
+  friend RoutingStats operator-(RoutingStats a, const RoutingStats& b);
   double mean_distinct_policy() const { return steps ? double(distinct_policy) / steps : 0; }
   double mean_distinct_exact() const { return steps ? double(distinct_exact) / steps : 0; }
   double frac_changed() const {

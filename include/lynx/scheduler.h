@@ -1,11 +1,12 @@
 // Sampling and continuous batching on top of a Context.
 //
-// The Scheduler owns the step loop of a set of generation requests: each step it puts one
-// token of every decoding sequence into the batch, then fills the remaining token budget
-// with prompt chunks of sequences still in prefill (chunked prefill, so a long prompt never
-// stalls the others), runs Context::eval, samples, and reports tokens through callbacks.
-// Requests join and leave between steps. Not thread-safe: one thread drives it (the CLI's,
-// or the server's engine loop).
+// The Scheduler runs generation requests on a BatchLoop (lynx/batch_loop.h) in its mixed
+// mode: each step holds one token of every decoding sequence, then prompt chunks of
+// sequences still in prefill within the token budget (chunked prefill, so a long prompt never
+// stalls the others). The Scheduler adds what generation needs on top: a queue of requests
+// admitted into free slots, sampling, stop tokens, callbacks and cancellation. Requests join
+// and leave between steps. Not thread-safe: one thread drives it (the CLI's, or the server's
+// engine loop).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,8 @@ class Sampler {
 int32_t argmax(std::span<const float> logits);
 
 enum class FinishReason : uint8_t { kNone, kLength, kStop, kCancelled, kError };
+// "length", "stop", "cancelled", "error" (the OpenAI API's finish_reason values and the
+// server's metric labels); "none" for kNone.
 const char* finish_reason_name(FinishReason r);
 
 struct GenerationRequest {

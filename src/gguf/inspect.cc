@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "util/strings.h"
+
 namespace lynx::gguf {
 namespace {
 
@@ -23,9 +25,7 @@ std::optional<int64_t> arch_int(const File& f, const std::string& arch, const ch
   return std::nullopt;  // a key of an unexpected type is not ours to reject here
 }
 
-bool contains(const std::string& s, const char* part) {
-  return s.find(part) != std::string::npos;
-}
+using util::contains;
 
 std::string opt_str(const std::optional<int64_t>& v) {
   return v ? std::to_string(*v) : std::string("?");

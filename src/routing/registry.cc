@@ -5,16 +5,15 @@
 #include <cstdlib>
 
 #include "routing/policies.h"
+#include "util/strings.h"
 
 namespace lynx {
 namespace routing {
 namespace {
 
+// Specs are trimmed of blanks only.
 std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
-  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
-  return std::string(s.substr(b, e - b));
+  return util::trim(s, " \t");
 }
 
 std::string join(const std::vector<std::string>& v) {

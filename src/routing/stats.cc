@@ -17,6 +17,19 @@ void RoutingStats::add(const RoutingStats& o) {
   mass_kept += o.mass_kept;
 }
 
+RoutingStats operator-(RoutingStats a, const RoutingStats& b) {
+  a.steps -= b.steps;
+  a.tokens -= b.tokens;
+  a.distinct_policy -= b.distinct_policy;
+  a.distinct_exact -= b.distinct_exact;
+  a.assignments -= b.assignments;
+  a.assignments_active -= b.assignments_active;
+  a.assignments_changed -= b.assignments_changed;
+  a.top1_kept -= b.top1_kept;
+  a.mass_kept -= b.mass_kept;
+  return a;
+}
+
 void RoutingStatsAccumulator::add(const RoutingInput& in, const RoutingOutput& out,
                                   RoutingStats& stats) {
   routing::check_routing_args(in, out);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 
@@ -59,9 +60,12 @@ RoutingStats sum_stats(const Context& ctx) {
   return s;
 }
 
-// Teacher forcing: up to B documents decode together; a finished document's slot is taken
-// by the next one (continuous batching), so batches stay full. When `exact_lp` is empty the
-// run stores its own log-probabilities there (the exact baseline); otherwise it computes the
+// Teacher forcing on a BatchLoop: up to B documents decode together; a finished document's
+// slot is taken by the next one (continuous batching), so batches stay full. Each sequence's
+// hook scores the logits against the document's next token and feeds that token (not a
+// sampled one). The prefix of a document is prefilled in a step of its own (separate
+// prefill), exact, and its routing statistics are left out. When `store` is set the run
+// stores its log-probabilities in `exact_lp` (the exact baseline); otherwise it computes the
 // KL divergence to them.
 ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>& docs,
                      const EvalOptions& o, const std::string& policy, int B,
@@ -76,103 +80,74 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   co.n_ctx = std::max(1, max_len);
   co.routing = policy;
   Context ctx(model, co);
+  // A prefix is at most max_len - 1 tokens: one step each.
+  BatchLoop loop(ctx, BatchLoopOptions{std::max(1, max_len), false});
   ForcedRun run;
   run.docs.resize(docs.size());
   if (store) exact_lp.assign(docs.size(), {});
 
-  struct Slot {
-    size_t doc;
-    int32_t seq;
-    int pos;  // next position to feed
-  };
-  std::vector<Slot> slots;
   size_t next_doc = 0;
   size_t total_tokens = 0, done_tokens = 0;
   for (const auto& d : docs) total_tokens += d.size() > 1 ? d.size() - 1 : 0;
   RoutingStats prefill_stats;
   std::vector<float> lp;
-  std::vector<BatchToken> batch;
+  // Scores the prediction at `pos` of document `doc`; returns the token fed next.
+  auto score = [&](size_t doc, int& pos, std::span<const float> logits) -> int32_t {
+    const auto& d = docs[doc];
+    log_softmax(logits, lp);
+    const int32_t target = d[size_t(pos) + 1];
+    DocScore& ds = run.docs[doc];
+    ds.nll -= lp[size_t(target)];
+    int32_t best = 0;
+    for (int v = 1; v < V; ++v) {
+      if (lp[size_t(v)] > lp[size_t(best)]) best = v;
+    }
+    ds.correct += best == target;
+    ++ds.n;
+    float* ex = exact_lp[doc].data() + size_t(pos) * V;
+    if (store) {
+      std::copy(lp.begin(), lp.end(), ex);
+    } else {
+      double kl = 0;  // KL(exact || policy)
+      for (int v = 0; v < V; ++v) kl += std::exp(double(ex[v])) * double(ex[v] - lp[size_t(v)]);
+      run.kl_sum += std::max(0.0, kl);
+    }
+    ++pos;
+    return pos + 1 >= int(d.size()) ? kEndSequence : target;
+  };
   auto admit = [&] {
-    while (int(slots.size()) < B && next_doc < docs.size()) {
-      const auto& d = docs[next_doc];
-      if (d.size() < 2) {
-        ++next_doc;
-        continue;
-      }
-      Slot s{next_doc++, ctx.new_sequence(), 0};
-      if (store) exact_lp[s.doc].assign(d.size() * size_t(V), 0.f);
+    while (int(loop.size()) < B && next_doc < docs.size()) {
+      const size_t doc = next_doc++;
+      const auto& d = docs[doc];
+      if (d.size() < 2) continue;
+      if (store) exact_lp[doc].assign(d.size() * size_t(V), 0.f);
       const int pre = std::min<int>(o.prefix, int(d.size()) - 1);
-      if (pre > 0) {
-        // The prefix is prompt-like: prefill, exact routing; its statistics are left out.
-        std::vector<BatchToken> pb;
-        for (int i = 0; i < pre; ++i) pb.push_back({d[size_t(i)], s.seq, i, kTokenPrefill, false});
-        const RoutingStats before = sum_stats(ctx);
-        ctx.eval(pb);
-        RoutingStats after = sum_stats(ctx);
-        after.steps -= before.steps;
-        after.tokens -= before.tokens;
-        after.distinct_policy -= before.distinct_policy;
-        after.distinct_exact -= before.distinct_exact;
-        after.assignments -= before.assignments;
-        after.assignments_changed -= before.assignments_changed;
-        after.top1_kept -= before.top1_kept;
-        after.mass_kept -= before.mass_kept;
-        prefill_stats.add(after);
-        s.pos = pre;
-      }
-      slots.push_back(s);
+      LoopSequence ls;
+      ls.prompt.assign(d.begin(), d.begin() + pre);
+      ls.next = d[size_t(pre)];
+      ls.on_logits = [&score, doc, pos = pre](std::span<const float> logits) mutable {
+        return score(doc, pos, logits);
+      };
+      loop.add(std::move(ls));
     }
   };
   admit();
-  while (!slots.empty()) {
-    batch.clear();
-    for (const Slot& s : slots) {
-      batch.push_back({docs[s.doc][size_t(s.pos)], s.seq, s.pos, kTokenDecode, true});
+  while (loop.size() > 0) {
+    if (loop.prefill_pending()) {
+      const RoutingStats before = sum_stats(ctx);
+      loop.step();
+      prefill_stats.add(sum_stats(ctx) - before);
+      continue;
     }
-    ctx.eval(batch);
+    const StepReport rep = loop.step();
     run.distinct += ctx.last_step().mean_distinct();
     run.distinct_exact += ctx.last_step().mean_distinct_exact();
     ++run.steps;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      Slot& s = slots[i];
-      const auto& d = docs[s.doc];
-      log_softmax(ctx.logits(int(i)), lp);
-      const int32_t target = d[size_t(s.pos) + 1];
-      DocScore& ds = run.docs[s.doc];
-      ds.nll -= lp[size_t(target)];
-      int32_t best = 0;
-      for (int v = 1; v < V; ++v) {
-        if (lp[size_t(v)] > lp[size_t(best)]) best = v;
-      }
-      ds.correct += best == target;
-      ++ds.n;
-      float* ex = exact_lp[s.doc].data() + size_t(s.pos) * V;
-      if (store) {
-        std::copy(lp.begin(), lp.end(), ex);
-      } else {
-        double kl = 0;  // KL(exact || policy)
-        for (int v = 0; v < V; ++v) kl += std::exp(double(ex[v])) * double(ex[v] - lp[size_t(v)]);
-        run.kl_sum += std::max(0.0, kl);
-      }
-      ++s.pos;
-    }
-    done_tokens += slots.size();
-    for (size_t i = slots.size(); i-- > 0;) {
-      if (slots[i].pos + 1 >= int(docs[slots[i].doc].size())) {
-        ctx.free_sequence(slots[i].seq);
-        slots.erase(slots.begin() + long(i));
-      }
-    }
+    done_tokens += size_t(rep.n_decode);
     admit();
     if (o.progress) o.progress(label, done_tokens, total_tokens);
   }
-  run.routing = sum_stats(ctx);
-  run.routing.steps -= prefill_stats.steps;
-  run.routing.tokens -= prefill_stats.tokens;
-  run.routing.assignments -= prefill_stats.assignments;
-  run.routing.assignments_changed -= prefill_stats.assignments_changed;
-  run.routing.top1_kept -= prefill_stats.top1_kept;
-  run.routing.mass_kept -= prefill_stats.mass_kept;
+  run.routing = sum_stats(ctx) - prefill_stats;
   return run;
 }
 

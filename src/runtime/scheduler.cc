@@ -1,8 +1,9 @@
 // Continuous batching over a Context (see lynx/scheduler.h).
 #include "lynx/scheduler.h"
 
+#include "lynx/batch_loop.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <deque>
 #include <numeric>
@@ -106,41 +107,77 @@ float Sampler::last_logprob(int32_t token) const {
 namespace {
 struct Active {
   int64_t id;
-  int32_t seq;
+  int32_t seq = -1;
   GenerationRequest req;
   Sampler sampler;
-  size_t prefilled = 0;  // prompt tokens already in the cache
   int generated = 0;
-  int32_t last = -1;  // last sampled token, fed next step
+  FinishReason why = FinishReason::kNone;  // set when the request ends in a step
   bool cancel = false;
 };
 }  // namespace
 
 struct Scheduler::Impl {
-  Impl(Context& c, const SchedulerOptions& o) : ctx(c), opts(o) {}
+  Impl(Context& c, const SchedulerOptions& o)
+      : ctx(c), opts(o), loop(c, BatchLoopOptions{o.max_step_tokens, true}) {}
   Context& ctx;
   SchedulerOptions opts;
+  BatchLoop loop;
   int64_t next_id = 1;
   std::deque<std::pair<int64_t, GenerationRequest>> waiting;
-  std::vector<Active> active;
-  std::vector<int64_t> cancelled_waiting;
-  std::vector<BatchToken> batch;
-  std::vector<size_t> logit_owner;  // index into active for each logits row
+  // Admission order, as in the loop; unique_ptr: the loop's hooks hold the address.
+  std::vector<std::unique_ptr<Active>> active;
   SchedulerStats stats;
 
-  void finish(size_t i, FinishReason why) {
-    Active& a = active[i];
-    ctx.free_sequence(a.seq);
-    if (a.req.on_finish) a.req.on_finish(why);
-    active.erase(active.begin() + long(i));
+  void erase(const Active* a) {
+    std::erase_if(active, [a](const auto& p) { return p.get() == a; });
   }
+  void admit(int64_t id, GenerationRequest req);
+  // Samples the next token of `a` from its logits and reports it; kEndSequence when the
+  // request ends (its reason kept in a.why for on_end).
+  int32_t on_logits(Active& a, std::span<const float> logits);
 };
 
-Scheduler::Scheduler(Context& ctx, const SchedulerOptions& opts)
-    : impl_(std::make_unique<Impl>(ctx, opts)) {
+void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
+  Sampler sampler(req.sampling);
+  active.push_back(std::make_unique<Active>(Active{id, -1, std::move(req), std::move(sampler)}));
+  Active* a = active.back().get();
+  LoopSequence ls;
+  ls.prompt = std::move(a->req.prompt);  // the loop feeds it
+  ls.decode_flags = a->req.exact_routing ? kTokenExact : kTokenDecode;
+  ls.on_logits = [this, a](std::span<const float> logits) { return on_logits(*a, logits); };
+  ls.on_end = [this, a] {
+    if (a->req.on_finish) a->req.on_finish(a->why);
+    erase(a);
+  };
+  a->seq = loop.add(std::move(ls));
+}
+
+int32_t Scheduler::Impl::on_logits(Active& a, std::span<const float> logits) {
+  const int32_t tok = a.sampler.sample(logits);
+  ++a.generated;
+  const bool stop =
+      std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();
+  if (stop) {
+    a.why = FinishReason::kStop;
+  } else {
+    const bool more = a.req.on_token_logprob
+                          ? a.req.on_token_logprob(tok, a.sampler.last_logprob(tok))
+                      : a.req.on_token ? a.req.on_token(tok)
+                                       : true;
+    if (!more) {
+      a.why = FinishReason::kStop;
+    } else if (a.generated >= a.req.max_tokens) {
+      a.why = FinishReason::kLength;
+    }
+  }
+  return a.why == FinishReason::kNone ? tok : kEndSequence;
+}
+
+Scheduler::Scheduler(Context& ctx, const SchedulerOptions& opts) {
   if (opts.max_batch < 1 || opts.max_step_tokens < 1) {
     throw Error("scheduler: max_batch and max_step_tokens must be positive");
   }
+  impl_ = std::make_unique<Impl>(ctx, opts);
 }
 Scheduler::~Scheduler() = default;
 
@@ -165,7 +202,7 @@ int64_t Scheduler::submit(GenerationRequest req) {
 
 void Scheduler::cancel(int64_t id) {
   for (auto& a : impl_->active) {
-    if (a.id == id) a.cancel = true;
+    if (a->id == id) a->cancel = true;
   }
   auto& w = impl_->waiting;
   for (auto it = w.begin(); it != w.end(); ++it) {
@@ -191,8 +228,11 @@ bool Scheduler::step() {
   Impl& s = *impl_;
   // Drop cancelled requests, admit waiting ones into free slots.
   for (size_t i = 0; i < s.active.size();) {
-    if (s.active[i].cancel) {
-      s.finish(i, FinishReason::kCancelled);
+    Active& a = *s.active[i];
+    if (a.cancel) {
+      s.loop.remove(a.seq);
+      if (a.req.on_finish) a.req.on_finish(FinishReason::kCancelled);
+      s.active.erase(s.active.begin() + long(i));
     } else {
       ++i;
     }
@@ -200,86 +240,17 @@ bool Scheduler::step() {
   while (!s.waiting.empty() && int(s.active.size()) < s.opts.max_batch) {
     auto [id, req] = std::move(s.waiting.front());
     s.waiting.pop_front();
-    Sampler sampler(req.sampling);
-    const int32_t seq = s.ctx.new_sequence();
-    s.active.push_back(Active{id, seq, std::move(req), std::move(sampler)});
+    s.admit(id, std::move(req));
   }
   if (s.active.empty()) return false;
 
-  // Decode tokens first (one per decoding sequence), then prompt chunks in admission order.
-  s.batch.clear();
-  s.logit_owner.clear();
-  int budget = s.opts.max_step_tokens;
-  bool any_prefill = false;
-  for (size_t i = 0; i < s.active.size(); ++i) {
-    Active& a = s.active[i];
-    if (a.prefilled < a.req.prompt.size()) continue;
-    BatchToken t;
-    t.token = a.last;
-    t.seq = a.seq;
-    t.pos = s.ctx.sequence_length(a.seq);
-    t.flags = a.req.exact_routing ? kTokenExact : kTokenDecode;
-    t.logits = true;
-    s.batch.push_back(t);
-    s.logit_owner.push_back(i);
-    --budget;
-  }
-  for (size_t i = 0; i < s.active.size() && budget > 0; ++i) {
-    Active& a = s.active[i];
-    if (a.prefilled >= a.req.prompt.size()) continue;
-    const size_t n = std::min(size_t(budget), a.req.prompt.size() - a.prefilled);
-    const int32_t base = s.ctx.sequence_length(a.seq);
-    for (size_t j = 0; j < n; ++j) {
-      BatchToken t;
-      t.token = a.req.prompt[a.prefilled + j];
-      t.seq = a.seq;
-      t.pos = base + int32_t(j);
-      t.flags = kTokenPrefill;
-      t.logits = a.prefilled + j + 1 == a.req.prompt.size();
-      s.batch.push_back(t);
-      if (t.logits) s.logit_owner.push_back(i);
-    }
-    a.prefilled += n;
-    budget -= int(n);
-    any_prefill = true;
-  }
-
-  const auto t0 = std::chrono::steady_clock::now();
-  s.ctx.eval(s.batch);
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Decode tokens first, then prompt chunks (BatchLoop, mixed); sampling and reporting in
+  // Impl::on_logits, retirement in on_end.
+  const StepReport rep = s.loop.step();
   ++s.stats.steps;
-  (any_prefill ? s.stats.prefill_seconds : s.stats.decode_seconds) += dt;
-  for (const auto& t : s.batch) {
-    ++((t.flags & kTokenPrefill) ? s.stats.prefill_tokens : s.stats.decode_tokens);
-  }
-
-  // Sample, report, and retire finished requests (highest index first keeps indices valid).
-  std::vector<std::pair<size_t, FinishReason>> done;
-  for (size_t r = 0; r < s.logit_owner.size(); ++r) {
-    Active& a = s.active[s.logit_owner[r]];
-    const int32_t tok = a.sampler.sample(s.ctx.logits(int(r)));
-    a.last = tok;
-    ++a.generated;
-    const bool stop = std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) !=
-                      a.req.stop_tokens.end();
-    FinishReason why = FinishReason::kNone;
-    if (stop) {
-      why = FinishReason::kStop;
-    } else {
-      const bool more = a.req.on_token_logprob
-                            ? a.req.on_token_logprob(tok, a.sampler.last_logprob(tok))
-                        : a.req.on_token ? a.req.on_token(tok)
-                                         : true;
-      if (!more) {
-        why = FinishReason::kStop;
-      } else if (a.generated >= a.req.max_tokens) {
-        why = FinishReason::kLength;
-      }
-    }
-    if (why != FinishReason::kNone) done.emplace_back(s.logit_owner[r], why);
-  }
-  std::sort(done.begin(), done.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  for (auto& [i, why] : done) s.finish(i, why);
+  (rep.n_prefill > 0 ? s.stats.prefill_seconds : s.stats.decode_seconds) += rep.seconds;
+  s.stats.prefill_tokens += rep.n_prefill;
+  s.stats.decode_tokens += rep.n_decode;
   return true;
 }
 

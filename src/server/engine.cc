@@ -2,13 +2,8 @@
 #include "server/engine.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace lynx::server {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 namespace {
 ContextOptions context_options(const ServerOptions& o) {
@@ -170,24 +165,10 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
 
 void Engine::on_finish(Task& t, int i, FinishReason why) {
   Task::Choice& c = t.choices[size_t(i)];
-  std::string reason;
-  switch (why) {
-    case FinishReason::kLength:
-      reason = "length";
-      break;
-    case FinishReason::kStop:
-      // Ended by an end-of-generation token (not shown, but generated and counted, as
-      // vLLM's usage does) or by a stop string.
-      if (!c.text->stopped()) ++c.tokens;
-      reason = "stop";
-      break;
-    case FinishReason::kCancelled:
-      reason = "cancelled";
-      break;
-    default:
-      reason = "error";
-      break;
-  }
+  std::string reason = finish_reason_name(why);
+  // Ended by an end-of-generation token (not shown, but generated and counted, as vLLM's
+  // usage does) or by a stop string.
+  if (why == FinishReason::kStop && !c.text->stopped()) ++c.tokens;
   Event ev;
   ev.choice = i;
   if (why == FinishReason::kLength || why == FinishReason::kStop) ev.text = c.text->finish();

@@ -17,6 +17,7 @@
 #include "lynx/tokenizer.h"
 #include "server/api.h"
 #include "server/metrics.h"
+#include "util/clock.h"
 
 namespace lynx::server {
 
@@ -106,6 +107,6 @@ class Engine {
   std::thread thread_;
 };
 
-double now_seconds();
+using util::now_seconds;
 
 }  // namespace lynx::server

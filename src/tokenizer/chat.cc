@@ -3,6 +3,7 @@
 
 #include "lynx/gguf.h"
 #include "lynx/tokenizer.h"
+#include "util/strings.h"
 
 namespace lynx {
 namespace {
@@ -31,21 +32,8 @@ constexpr NameEntry kNames[] = {
     {"phi3.5", ChatFamily::kPhi3, "phi3"},
 };
 
-bool contains(std::string_view hay, std::string_view needle) {
-  return hay.find(needle) != std::string_view::npos;
-}
-
-// Jinja's `trim` (Python str.strip()) on the ASCII whitespace Python also strips.
-std::string trim(std::string_view s) {
-  auto ws = [](char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' ||
-           (c >= 0x1c && c <= 0x1f);
-  };
-  size_t b = 0, e = s.size();
-  while (b < e && ws(s[b])) ++b;
-  while (e > b && ws(s[e - 1])) --e;
-  return std::string(s.substr(b, e - b));
-}
+using util::contains;
+using util::trim;  // Jinja's `trim`: Python's str.strip() on ASCII whitespace
 
 [[noreturn]] void bad_role(const ChatFormat& fmt, const std::string& role) {
   throw Error("chat format '" + fmt.name + "' has no '" + role +

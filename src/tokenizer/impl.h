@@ -106,6 +106,15 @@ struct Tokenizer::Impl {
   void build(Vocab v);  // validates and fills everything above
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   void encode_bpe_text(std::string_view text, std::vector<int32_t>* out) const;
+
+ private:
+  // The stages of build, in order.
+  void read_tokens(Vocab& v);
+  void set_special_ids(const Vocab& v);
+  void mark_control_and_eog();
+  void collect_specials(bool rstrip_after_special);
+  void map_bytes(const std::vector<std::string>& merges);
+  void make_pieces();
 };
 
 }  // namespace lynx

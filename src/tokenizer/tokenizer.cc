@@ -105,6 +105,16 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 }  // namespace
 
 void Tokenizer::Impl::build(Vocab v) {
+  read_tokens(v);
+  set_special_ids(v);
+  mark_control_and_eog();
+  collect_specials(v.rstrip_after_special);
+  map_bytes(v.merges);
+  make_pieces();
+}
+
+// The model kind, then the token table: texts, scores, attributes, text -> id (validated).
+void Tokenizer::Impl::read_tokens(Vocab& v) {
   model = v.model;
   if (model == "llama") {
     spm = true;
@@ -140,8 +150,12 @@ void Tokenizer::Impl::build(Vocab v) {
                   std::to_string(it->second) + " and " + std::to_string(i));
     }
   }
+}
 
-  // Per-model defaults (llama.cpp), then the metadata.
+// BOS / EOS / ... ids and the add_* flags: the model's defaults (llama.cpp's), then the
+// metadata's.
+void Tokenizer::Impl::set_special_ids(const Vocab& v) {
+  const auto n = static_cast<int32_t>(tokens.size());
   PreTokenizerInfo pre_info;
   if (spm) {
     bos = 1, eos = 2, unk = 0;
@@ -177,9 +191,12 @@ void Tokenizer::Impl::build(Vocab v) {
   if (add_eos && eos < 0) {
     throw Error("tokenizer: tokenizer.ggml.add_eos_token is true but there is no EOS token");
   }
+}
 
-  // Marker tokens found by text become control tokens (llama.cpp does this because converted
-  // vocabularies often mistype them); the end-of-generation set follows.
+// Marker tokens found by text become control tokens (llama.cpp does this because converted
+// vocabularies often mistype them); the end-of-generation set follows.
+void Tokenizer::Impl::mark_control_and_eog() {
+  const auto n = static_cast<int32_t>(tokens.size());
   auto find_first = [&](std::span<const std::string_view> texts) -> int32_t {
     for (int32_t i = 0; i < n; ++i) {
       if (is_any(tokens[i], texts)) return i;
@@ -238,13 +255,17 @@ void Tokenizer::Impl::build(Vocab v) {
       attrs[end] = kAttrUserDefined;
     }
   }
+}
 
+// The tokens cut out of raw text before tokenization (longest first), and their rstrip.
+void Tokenizer::Impl::collect_specials(bool rstrip_after_special) {
+  const auto n = static_cast<int32_t>(tokens.size());
   for (int32_t i = 0; i < n; ++i) {
     if (attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) specials.push_back(i);
   }
   std::stable_sort(specials.begin(), specials.end(),
                    [&](int32_t a, int32_t b) { return tokens[a].size() > tokens[b].size(); });
-  if (v.rstrip_after_special) {
+  if (rstrip_after_special) {
     for (int32_t id : specials) attrs[id] |= kAttrRstrip;
     for (std::string_view t : {"</s>"}) {
       if (auto it = token_to_id.find(t); it != token_to_id.end()) attrs[it->second] |= kAttrRstrip;
@@ -255,8 +276,10 @@ void Tokenizer::Impl::build(Vocab v) {
       }
     }
   }
+}
 
-  // Byte tokens.
+// The token of each byte (SPM: <0xXX>; BPE: the byte's encoded char) and the BPE merges.
+void Tokenizer::Impl::map_bytes(const std::vector<std::string>& merges) {
   byte_token.fill(-1);
   if (spm) {
     for (const std::string& t : tokens) {
@@ -273,15 +296,18 @@ void Tokenizer::Impl::build(Vocab v) {
       if (it != token_to_id.end()) byte_token[b] = it->second;
     }
   } else {
-    bpe = std::make_unique<BpeModel>(v.merges, token_to_id, n);
+    bpe = std::make_unique<BpeModel>(merges, token_to_id, static_cast<int32_t>(tokens.size()));
     ByteMap bm;
     for (int b = 0; b < 256; ++b) {
       auto it = token_to_id.find(bm.byte_to_utf8[b]);
       if (it != token_to_id.end()) byte_token[b] = it->second;
     }
   }
+}
 
-  // Pieces.
+// token_to_piece's cache: the text each token decodes to.
+void Tokenizer::Impl::make_pieces() {
+  const auto n = static_cast<int32_t>(tokens.size());
   ByteMap bm;
   pieces.resize(n);
   for (int32_t i = 0; i < n; ++i) {

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common.h"
 #include "kernels/thread_pool.h"
+#include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "svg.h"
@@ -63,17 +64,18 @@ double stddev(const std::vector<double>& v) {
   return std::sqrt(s / double(v.size() - 1));
 }
 
-// One (batch size, threads) cell of one repetition: every policy gets its own context on the
-// same model and the same prompts, and their decode steps alternate step by step (the order
-// rotating each step), so that a change of the machine's bandwidth within the cell (it moves
-// within seconds here) hits every policy alike and cancels in the speedup ratios.
+// One (batch size, threads) cell of one repetition: every policy gets its own context and
+// BatchLoop (separate prefill) on the same model and the same prompts; after the prompts,
+// their decode steps alternate step by step (the order rotating each step), so that a change
+// of the machine's bandwidth within the cell hits every policy alike and cancels in the
+// speedup ratios. Decoding is greedy.
 std::vector<Sample> run_cell(const Model& model, const Args& a,
                              const std::vector<std::string>& policies, int B, int T, uint64_t seed,
                              const TraceReplay* replay) {
   const size_t P = policies.size();
   const int V = model.config().n_vocab;
   std::vector<std::unique_ptr<Context>> ctxs;
-  std::vector<std::vector<int32_t>> seqs(P), last(P);
+  std::vector<std::unique_ptr<BatchLoop>> loops;
   std::vector<Sample> out(P);
   for (size_t p = 0; p < P; ++p) {
     ContextOptions co;
@@ -84,43 +86,31 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
     if (replay) ctx.set_router_override(replay->override_fn());
-    // Prefill: every sequence's prompt (random ids, different per sequence, the same for
-    // every policy) in one step each.
+    loops.push_back(std::make_unique<BatchLoop>(ctx, BatchLoopOptions{a.prompt, false}));
+    BatchLoop& loop = *loops.back();
+    // Every sequence's prompt: random ids, different per sequence, the same for every policy.
     std::mt19937_64 rng(seed);
-    seqs[p].resize(size_t(B));
-    last[p].resize(size_t(B));
-    double prefill_s = 0;
     for (int b = 0; b < B; ++b) {
-      seqs[p][size_t(b)] = ctx.new_sequence();
-      std::vector<BatchToken> batch(static_cast<size_t>(a.prompt));
-      for (int i = 0; i < a.prompt; ++i) {
-        batch[size_t(i)] = {int32_t(rng() % uint64_t(V)), seqs[p][size_t(b)], i, kTokenPrefill,
-                            i + 1 == a.prompt};
-      }
-      const double t0 = now_seconds();
-      ctx.eval(batch);
-      prefill_s += now_seconds() - t0;
-      last[p][size_t(b)] = argmax(ctx.logits(0));
+      LoopSequence ls;
+      for (int i = 0; i < a.prompt; ++i) ls.prompt.push_back(int32_t(rng() % uint64_t(V)));
+      // The prompt's logits give the first token, each of the a.gen decode steps the next.
+      ls.on_logits = [decoded = -1, gen = a.gen](std::span<const float> logits) mutable {
+        return ++decoded == gen ? kEndSequence : argmax(logits);
+      };
+      loop.add(std::move(ls));
     }
+    double prefill_s = 0;
+    while (loop.prefill_pending()) prefill_s += loop.step().seconds;  // one sequence per step
     out[p].prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
     ctx.reset_stats();  // expert counts of the decode steps only
   }
-  // Decode: B tokens per step, greedy, all sequences of a policy advancing together.
-  std::vector<BatchToken> batch(static_cast<size_t>(B));
+  // Decode: B tokens per step, all sequences of a policy advancing together.
   for (int g = 0; g < a.gen; ++g) {
     for (size_t i = 0; i < P; ++i) {
       const size_t p = (size_t(g) + i) % P;
-      Context& ctx = *ctxs[p];
       Sample& s = out[p];
-      for (int b = 0; b < B; ++b) {
-        batch[size_t(b)] = {last[p][size_t(b)], seqs[p][size_t(b)], a.prompt + g, kTokenDecode,
-                            true};
-      }
-      const double t0 = now_seconds();
-      ctx.eval(batch);
-      s.step_s += now_seconds() - t0;
-      for (int b = 0; b < B; ++b) last[p][size_t(b)] = argmax(ctx.logits(b));
-      const StepStats& st = ctx.last_step();
+      s.step_s += loops[p]->step().seconds;
+      const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
       s.bytes += double(st.weight_bytes);
       s.route_s += st.routing_seconds;
@@ -200,6 +190,231 @@ void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& row
   std::fprintf(stderr, "wrote %s\n", a.plot.c_str());
 }
 
+// The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes) once at
+// start, for the header (run_rows probes it again before every cell, for that cell's
+// roofline, since a shared machine's bandwidth drifts). The f32 FMA peak: the compute roof of
+// float weights (a matmul over n tokens takes 2n flops per weight), for telling
+// compute-bound batch sizes apart.
+struct Peaks {
+  std::map<int, double> bw, fma;  // per thread count
+};
+
+Peaks measure_peaks(const Args& a, const std::vector<int>& threads) {
+  Peaks pk;
+  for (int t : threads) {
+    kernels::ThreadPool pool(t);
+    pk.bw[t] = a.bw_gb > 0 ? a.bw_gb : kernels::measure_read_bandwidth_gbps(pool);
+    pk.fma[t] = kernels::measure_fma_gflops(pool);
+  }
+  return pk;
+}
+
+using CellBandwidth = std::map<std::pair<int, int>, std::vector<double>>;  // (threads, batch)
+
+// Every cell of every repetition, repetition-major; within each (threads, batch) cell the
+// policies run step-interleaved (run_cell). One plain 512 MiB bandwidth pass right before
+// each cell goes to cell_bw, so that each row's roofline uses the bandwidth the machine gave
+// while that row ran. The rows hold each cell's policies consecutively, in policy order.
+std::vector<Row> run_rows(const Model& model, const Args& a,
+                          const std::vector<std::string>& policies, const std::vector<int>& batches,
+                          const std::vector<int>& threads, const TraceReplay* replay,
+                          CellBandwidth& cell_bw) {
+  std::vector<Row> rows;
+  for (int t : threads) {
+    for (int b : batches) {
+      for (const auto& p : policies) rows.push_back(Row{p, b, t, {}});
+    }
+  }
+  const size_t P = policies.size();
+  for (int r = 0; r < a.reps; ++r) {
+    for (size_t i = 0; i < rows.size(); i += P) {
+      const Row& first = rows[i];
+      double g = a.bw_gb;
+      if (g <= 0) {
+        kernels::ThreadPool pool(first.threads);
+        g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
+      }
+      cell_bw[{first.threads, first.batch}].push_back(g);
+      auto samples = run_cell(model, a, policies, first.batch, first.threads,
+                              a.seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay);
+      for (size_t p = 0; p < P; ++p) rows[i + p].reps.push_back(std::move(samples[p]));
+    }
+    std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a.reps);
+  }
+  std::fprintf(stderr, "\n");
+  return rows;
+}
+
+// One JSON object per row: means and spreads over the repetitions, rooflines, and speedups
+// against the first policy of the same cell.
+nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
+                         const std::vector<std::string>& policies, const CellBandwidth& cell_bw) {
+  const ModelConfig& c = model.config();
+  std::string wtype = "mixed";
+  if (c.is_moe())
+    wtype = gguf::tensor_type_name(model.layer(0).gate_exps.type);
+  else
+    wtype = gguf::tensor_type_name(model.layer(0).ffn_up.type);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& row : rows) {
+    std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes;
+    for (const auto& s : row.reps) {
+      ems.push_back(s.expert_s * 1e3);
+      ebytes.push_back(s.expert_bytes);
+      tps.push_back(row.batch / s.step_s);
+      tpot.push_back(s.step_s * 1e3);
+      dist.push_back(s.distinct);
+      bytes.push_back(s.bytes);
+      pre.push_back(s.prefill_tps);
+      route.push_back(s.route_s * 1e3);
+    }
+    // Speedups: the ratio of means, and the stddev of the per-repetition ratios (each
+    // repetition runs the policies of a cell step-interleaved, so its ratio is what the
+    // machine's drift between repetitions does not move).
+    double base_tpot = 0, base_ems = 0;
+    std::vector<double> rep_speedup, rep_espeedup;
+    for (const auto& o : rows) {
+      if (o.batch == row.batch && o.threads == row.threads && o.policy == policies[0]) {
+        std::vector<double> v, ve;
+        for (size_t r = 0; r < o.reps.size(); ++r) {
+          const Sample& s = o.reps[r];
+          v.push_back(s.step_s * 1e3);
+          ve.push_back(s.expert_s * 1e3);
+          rep_speedup.push_back(s.step_s / row.reps[r].step_s);
+          if (row.reps[r].expert_s > 0) rep_espeedup.push_back(s.expert_s / row.reps[r].expert_s);
+        }
+        base_tpot = mean(v);
+        base_ems = mean(ve);
+      }
+    }
+    const double gbps = mean(bytes) / (mean(tpot) * 1e-3) / 1e9;
+    const double row_bw = mean(cell_bw.at({row.threads, row.batch}));
+    const double roof_ms = mean(bytes) / (row_bw * 1e9) * 1e3;
+    out.push_back({{"model", c.name},
+                   {"type", wtype},
+                   {"policy", row.policy},
+                   {"batch", row.batch},
+                   {"threads", row.threads},
+                   {"decode_tps", mean(tps)},
+                   {"decode_tps_sd", stddev(tps)},
+                   {"tpot_ms", mean(tpot)},
+                   {"tpot_ms_sd", stddev(tpot)},
+                   {"prefill_tps", mean(pre)},
+                   {"distinct_experts", mean(dist)},
+                   {"bytes_per_step", mean(bytes)},
+                   {"achieved_gbps", gbps},
+                   {"read_bw_gbps", row_bw},
+                   {"roofline_ms", roof_ms},
+                   {"routing_ms", mean(route)},
+                   {"expert_ms", mean(ems)},
+                   {"expert_bytes_per_step", mean(ebytes)},
+                   {"expert_roofline_ratio",
+                    mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (row_bw * 1e9) * 1e3) : 0.0},
+                   {"expert_speedup_vs_first", mean(ems) > 0 ? base_ems / mean(ems) : 0.0},
+                   {"roofline_ratio", mean(tpot) / roof_ms},
+                   {"speedup_vs_first", base_tpot / mean(tpot)},
+                   {"speedup_sd", stddev(rep_speedup)},
+                   {"expert_speedup_sd", stddev(rep_espeedup)}});
+  }
+  return out;
+}
+
+void print_csv(const nlohmann::json& out) {
+  std::printf(
+      "model,type,policy,batch,threads,decode_tps,decode_tps_sd,tpot_ms,tpot_ms_sd,"
+      "prefill_tps,distinct_experts,bytes_per_step,achieved_gbps,read_bw_gbps,"
+      "roofline_ratio,speedup,expert_ms,expert_speedup\n");
+  for (const auto& j : out) {
+    std::printf("%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f\n",
+                j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+                j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
+                j["threads"].get<int>(), j["decode_tps"].get<double>(),
+                j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
+                j["tpot_ms_sd"].get<double>(), j["prefill_tps"].get<double>(),
+                j["distinct_experts"].get<double>(), j["bytes_per_step"].get<double>(),
+                j["achieved_gbps"].get<double>(), j["read_bw_gbps"].get<double>(),
+                j["roofline_ratio"].get<double>(), j["speedup_vs_first"].get<double>(),
+                j["expert_ms"].get<double>(), j["expert_speedup_vs_first"].get<double>());
+  }
+}
+
+void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
+              const std::string& commit, const char* acts, const char* layout) {
+  std::printf(
+      "lynx-moe bench | commit %s | %s | %s | model %s (%s, %d layers, %d/%d experts) | "
+      "activations %s | weights %s\n\n",
+      commit.c_str(), cpu_name().c_str(), lynx::kernels::simd_target_name(), c.name.c_str(),
+      c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts, layout);
+  for (auto& [t, g] : pk.bw) {
+    std::printf(
+        "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start); "
+        "read BW below: one pass right before each batch size of each repetition, "
+        "averaged; f32 FMA peak %.0f GFLOPS\n\n",
+        g, t, pk.fma.at(t));
+  }
+  std::printf(
+      "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
+      "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | expert ms | expert speedup "
+      "| expert / roofline | prefill tok/s |\n");
+  std::printf(
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& j : out) {
+    std::printf(
+        "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx ± %.2f | %.1f | %.3f | %.1f "
+        "| %.1f | %.1f | %.2f | %.2f | %.2fx ± %.2f | %.2f | %.0f |\n",
+        j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
+        j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
+        j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(), j["tpot_ms_sd"].get<double>(),
+        j["speedup_vs_first"].get<double>(), j["speedup_sd"].get<double>(),
+        j["distinct_experts"].get<double>(), j["routing_ms"].get<double>(),
+        j["bytes_per_step"].get<double>() / 1e6, j["achieved_gbps"].get<double>(),
+        j["read_bw_gbps"].get<double>(), j["roofline_ratio"].get<double>(),
+        j["expert_ms"].get<double>(), j["expert_speedup_vs_first"].get<double>(),
+        j["expert_speedup_sd"].get<double>(), j["expert_roofline_ratio"].get<double>(),
+        j["prefill_tps"].get<double>());
+  }
+}
+
+void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
+               const std::vector<std::string>& policies) {
+  auto model = load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
+  const ModelConfig& c = model->config();
+  std::unique_ptr<TraceReplay> replay;
+  if (!a.trace.empty()) replay = std::make_unique<TraceReplay>(a.trace, c);
+  const Peaks pk = measure_peaks(a, threads);
+  CellBandwidth cell_bw;
+  const std::vector<Row> rows =
+      run_rows(*model, a, policies, batches, threads, replay.get(), cell_bw);
+  const nlohmann::json out = summarize(*model, rows, policies, cell_bw);
+  if (!a.plot.empty()) write_plot(a, c, rows, out, policies, batches, threads);
+  const std::string commit = LYNX_GIT_COMMIT;
+  const char* acts = a.exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
+  const char* layout = a.no_repack    ? "rows"
+                       : a.exact_acts ? "f32/f16/bf16 in 16-row panels, q8_0/q4_0 rows"
+                                      : "f32/f16/bf16 in 16-row panels, q8_0/q4_0 interleaved";
+  nlohmann::json doc = {{"commit", commit},
+                        {"cpu", cpu_name()},
+                        {"activations", acts},
+                        {"weight_layout", layout},
+                        {"rows", out}};
+  for (auto& [t, g] : pk.bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
+  for (auto& [t, g] : pk.fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
+  if (!a.save_json.empty()) {
+    std::ofstream f(a.save_json);
+    f << doc.dump(2) << "\n";
+    if (!f) throw Error("cannot write " + a.save_json);
+  }
+  if (a.output == "json") {
+    std::printf("%s\n", doc.dump(2).c_str());
+    return;
+  }
+  if (a.output == "csv") {
+    print_csv(out);
+    return;
+  }
+  print_md(c, out, pk, commit, acts, layout);
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -240,190 +455,7 @@ void register_bench(CLI::App& app) {
     for (int t : threads) {
       if (t < 1) throw Error("--threads values must be >= 1");
     }
-    auto model = load_model(a->model, !a->no_repack && !a->exact_acts, !a->no_repack);
-    const ModelConfig& c = model->config();
-    std::unique_ptr<TraceReplay> replay;
-    if (!a->trace.empty()) replay = std::make_unique<TraceReplay>(a->trace, c);
-    // Read bandwidth: the peak (best of 5 passes) once at start per thread count, for the
-    // header; and one plain 512 MiB pass right before every (threads, batch) cell of every
-    // repetition, so that each row's roofline uses the bandwidth the machine gave while that
-    // row ran (on a shared machine it moves by 1.5x within minutes).
-    // The f32 FMA peak, per thread count: the compute roof of float weights (a matmul over
-    // n tokens takes 2n flops per weight), for telling compute-bound batch sizes apart.
-    std::map<int, double> bw, fma;  // peak, per thread count
-    for (int t : threads) {
-      kernels::ThreadPool pool(t);
-      bw[t] = a->bw_gb > 0 ? a->bw_gb : kernels::measure_read_bandwidth_gbps(pool);
-      fma[t] = kernels::measure_fma_gflops(pool);
-    }
-    std::map<std::pair<int, int>, std::vector<double>> cell_bw;  // (threads, batch) -> probes
-    std::vector<Row> rows;
-    for (int t : threads) {
-      for (int b : batches) {
-        for (const auto& p : policies) rows.push_back(Row{p, b, t, {}});
-      }
-    }
-    // Repetition-major; within each (threads, batch) cell the policies run step-interleaved
-    // (run_cell). rows holds each cell's policies consecutively, in policy order.
-    const size_t P = policies.size();
-    for (int r = 0; r < a->reps; ++r) {
-      for (size_t i = 0; i < rows.size(); i += P) {
-        const Row& first = rows[i];
-        double g = a->bw_gb;
-        if (g <= 0) {
-          kernels::ThreadPool pool(first.threads);
-          g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
-        }
-        cell_bw[{first.threads, first.batch}].push_back(g);
-        auto samples = run_cell(*model, *a, policies, first.batch, first.threads,
-                                a->seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay.get());
-        for (size_t p = 0; p < P; ++p) rows[i + p].reps.push_back(std::move(samples[p]));
-      }
-      std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a->reps);
-    }
-    std::fprintf(stderr, "\n");
-
-    std::string wtype = "mixed";
-    if (c.is_moe())
-      wtype = gguf::tensor_type_name(model->layer(0).gate_exps.type);
-    else
-      wtype = gguf::tensor_type_name(model->layer(0).ffn_up.type);
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& row : rows) {
-      std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes;
-      for (const auto& s : row.reps) {
-        ems.push_back(s.expert_s * 1e3);
-        ebytes.push_back(s.expert_bytes);
-        tps.push_back(row.batch / s.step_s);
-        tpot.push_back(s.step_s * 1e3);
-        dist.push_back(s.distinct);
-        bytes.push_back(s.bytes);
-        pre.push_back(s.prefill_tps);
-        route.push_back(s.route_s * 1e3);
-      }
-      // Speedups: the ratio of means, and the stddev of the per-repetition ratios (each
-      // repetition runs the policies of a cell step-interleaved, so its ratio is what the
-      // machine's drift between repetitions does not move).
-      double base_tpot = 0, base_ems = 0;
-      std::vector<double> rep_speedup, rep_espeedup;
-      for (const auto& o : rows) {
-        if (o.batch == row.batch && o.threads == row.threads && o.policy == policies[0]) {
-          std::vector<double> v, ve;
-          for (size_t r = 0; r < o.reps.size(); ++r) {
-            const Sample& s = o.reps[r];
-            v.push_back(s.step_s * 1e3);
-            ve.push_back(s.expert_s * 1e3);
-            rep_speedup.push_back(s.step_s / row.reps[r].step_s);
-            if (row.reps[r].expert_s > 0) rep_espeedup.push_back(s.expert_s / row.reps[r].expert_s);
-          }
-          base_tpot = mean(v);
-          base_ems = mean(ve);
-        }
-      }
-      const double gbps = mean(bytes) / (mean(tpot) * 1e-3) / 1e9;
-      const double row_bw = mean(cell_bw[{row.threads, row.batch}]);
-      const double roof_ms = mean(bytes) / (row_bw * 1e9) * 1e3;
-      out.push_back({{"model", c.name},
-                     {"type", wtype},
-                     {"policy", row.policy},
-                     {"batch", row.batch},
-                     {"threads", row.threads},
-                     {"decode_tps", mean(tps)},
-                     {"decode_tps_sd", stddev(tps)},
-                     {"tpot_ms", mean(tpot)},
-                     {"tpot_ms_sd", stddev(tpot)},
-                     {"prefill_tps", mean(pre)},
-                     {"distinct_experts", mean(dist)},
-                     {"bytes_per_step", mean(bytes)},
-                     {"achieved_gbps", gbps},
-                     {"read_bw_gbps", row_bw},
-                     {"roofline_ms", roof_ms},
-                     {"routing_ms", mean(route)},
-                     {"expert_ms", mean(ems)},
-                     {"expert_bytes_per_step", mean(ebytes)},
-                     {"expert_roofline_ratio",
-                      mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (row_bw * 1e9) * 1e3) : 0.0},
-                     {"expert_speedup_vs_first", mean(ems) > 0 ? base_ems / mean(ems) : 0.0},
-                     {"roofline_ratio", mean(tpot) / roof_ms},
-                     {"speedup_vs_first", base_tpot / mean(tpot)},
-                     {"speedup_sd", stddev(rep_speedup)},
-                     {"expert_speedup_sd", stddev(rep_espeedup)}});
-    }
-    if (!a->plot.empty()) write_plot(*a, c, rows, out, policies, batches, threads);
-    const std::string commit = LYNX_GIT_COMMIT;
-    const char* acts = a->exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
-    const char* layout = a->no_repack    ? "rows"
-                         : a->exact_acts ? "f32/f16/bf16 in 16-row panels, q8_0/q4_0 rows"
-                                         : "f32/f16/bf16 in 16-row panels, q8_0/q4_0 interleaved";
-    nlohmann::json doc = {{"commit", commit},
-                          {"cpu", cpu_name()},
-                          {"activations", acts},
-                          {"weight_layout", layout},
-                          {"rows", out}};
-    for (auto& [t, g] : bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
-    for (auto& [t, g] : fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
-    if (!a->save_json.empty()) {
-      std::ofstream f(a->save_json);
-      f << doc.dump(2) << "\n";
-      if (!f) throw Error("cannot write " + a->save_json);
-    }
-    if (a->output == "json") {
-      std::printf("%s\n", doc.dump(2).c_str());
-      return;
-    }
-    if (a->output == "csv") {
-      std::printf(
-          "model,type,policy,batch,threads,decode_tps,decode_tps_sd,tpot_ms,tpot_ms_sd,"
-          "prefill_tps,distinct_experts,bytes_per_step,achieved_gbps,read_bw_gbps,"
-          "roofline_ratio,speedup,expert_ms,expert_speedup\n");
-      for (const auto& j : out) {
-        std::printf(
-            "%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f\n",
-            j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
-            j["policy"].get<std::string>().c_str(), j["batch"].get<int>(), j["threads"].get<int>(),
-            j["decode_tps"].get<double>(), j["decode_tps_sd"].get<double>(),
-            j["tpot_ms"].get<double>(), j["tpot_ms_sd"].get<double>(),
-            j["prefill_tps"].get<double>(), j["distinct_experts"].get<double>(),
-            j["bytes_per_step"].get<double>(), j["achieved_gbps"].get<double>(),
-            j["read_bw_gbps"].get<double>(), j["roofline_ratio"].get<double>(),
-            j["speedup_vs_first"].get<double>(), j["expert_ms"].get<double>(),
-            j["expert_speedup_vs_first"].get<double>());
-      }
-      return;
-    }
-    std::printf(
-        "lynx-moe bench | commit %s | %s | %s | model %s (%s, %d layers, %d/%d experts) | "
-        "activations %s | weights %s\n\n",
-        commit.c_str(), cpu_name().c_str(), lynx::kernels::simd_target_name(), c.name.c_str(),
-        c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts, layout);
-    for (auto& [t, g] : bw) {
-      std::printf(
-          "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start); "
-          "read BW below: one pass right before each batch size of each repetition, "
-          "averaged; f32 FMA peak %.0f GFLOPS\n\n",
-          g, t, fma[t]);
-    }
-    std::printf(
-        "| policy | type | batch | threads | decode tok/s | TPOT ms | speedup | experts/layer "
-        "| route ms | MB/step | GB/s | read BW GB/s | TPOT / roofline | expert ms | expert speedup "
-        "| expert / roofline | prefill tok/s |\n");
-    std::printf(
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const auto& j : out) {
-      std::printf(
-          "| %s | %s | %d | %d | %.1f ± %.1f | %.2f ± %.2f | %.2fx ± %.2f | %.1f | %.3f | %.1f "
-          "| %.1f | %.1f | %.2f | %.2f | %.2fx ± %.2f | %.2f | %.0f |\n",
-          j["policy"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
-          j["batch"].get<int>(), j["threads"].get<int>(), j["decode_tps"].get<double>(),
-          j["decode_tps_sd"].get<double>(), j["tpot_ms"].get<double>(),
-          j["tpot_ms_sd"].get<double>(), j["speedup_vs_first"].get<double>(),
-          j["speedup_sd"].get<double>(), j["distinct_experts"].get<double>(),
-          j["routing_ms"].get<double>(), j["bytes_per_step"].get<double>() / 1e6,
-          j["achieved_gbps"].get<double>(), j["read_bw_gbps"].get<double>(),
-          j["roofline_ratio"].get<double>(), j["expert_ms"].get<double>(),
-          j["expert_speedup_vs_first"].get<double>(), j["expert_speedup_sd"].get<double>(),
-          j["expert_roofline_ratio"].get<double>(), j["prefill_tps"].get<double>());
-    }
+    run_bench(*a, batches, threads, policies);
   });
 }
 

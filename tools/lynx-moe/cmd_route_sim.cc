@@ -1,5 +1,5 @@
-// `lynx-moe route-sim`: routing policies side by side on router logits, without a model
-// (issue 4 "CLI"). Synthetic logits from a stated distribution, or a recorded routing trace
+// `lynx-moe route-sim`: routing policies side by side on router logits, without a model.
+// Synthetic logits from a stated distribution, or a recorded routing trace
 // (--logits). Every list flag takes a comma list and the cross product runs, llama-bench
 // style; the time per call column makes it the policy-overhead micro-benchmark too.
 #include <cstdio>

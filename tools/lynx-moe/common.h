@@ -1,11 +1,11 @@
 // Helpers shared by the commands: model loading with a progress bar, list flags, timing.
 #pragma once
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "lynx/model.h"
+#include "util/clock.h"
 
 namespace CLI {
 class App;
@@ -18,8 +18,8 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);
 
 // Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
 // stderr is a terminal or the file is large). `repack`: LoadOptions::repack; commands pass
-// false with --exact-acts, whose float path reads repacked Q8_0/Q4_0 weights through a copy
-// back to rows (0.5-0.7x its speed on rows at batch 1-4). `repack_float`:
+// false with --exact-acts, whose float path would read repacked Q8_0/Q4_0 weights through a
+// copy back to rows (slower than rows: docs/benchmarks.md). `repack_float`:
 // LoadOptions::repack_float.
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true,
                                   bool repack_float = true);
@@ -31,8 +31,6 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& flag);
 // ';'), so parameters keep their commas.
 std::vector<std::string> split_specs(const std::string& s);
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using util::now_seconds;
 
 }  // namespace lynx::cli
