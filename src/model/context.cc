@@ -92,7 +92,9 @@ int Context::n_logits() const {
 }
 
 void Context::set_routing(const std::string& spec) {
-  impl_->policy = make_routing_policy(spec);
+  auto policy = make_routing_policy(spec);
+  if (impl_->model.config().is_moe()) policy->check(impl_->model.config().gating);
+  impl_->policy = std::move(policy);
   impl_->routing_spec = spec;
 }
 const std::string& Context::routing() const {
@@ -130,6 +132,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       int_acts(!o.exact_activations) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   policy = make_routing_policy(o.routing);
+  if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
   routing_spec = o.routing;
   rstats.resize(size_t(m.config().n_layer));
   expert_tokens.assign(size_t(m.config().n_layer) * size_t(std::max(0, m.config().n_expert)), 0);

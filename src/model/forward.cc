@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/finite.h"
 #include "model/forward.h"
 
 namespace lynx {
@@ -327,6 +328,8 @@ void feed_forward(Context::Impl& ctx, int il, std::span<const BatchToken> batch,
   const int N = c.n_expert;
   project(ctx, L.router, xn, B.router.data(), ctx.step.weight_bytes);
   if (ctx.router_override) ctx.router_override(il, batch, B.router.data());
+  check_finite_rows(
+      B.router.data(), T, size_t(N), batch, [](int r) { return r; }, "router logits", il);
   RoutingInput in;
   in.logits = B.router.data();
   in.flags = flags.data();
@@ -428,6 +431,9 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
     feed_forward(ctx, il, batch, flags);
   }
 
+  check_finite_rows(
+      B.x.data(), T, size_t(E), batch, [](int r) { return r; },
+      "hidden states after the last layer");
   // Final norm and output projection for the tokens that asked for logits.
   B.out_rows.clear();
   for (int t = 0; t < T; ++t) {
@@ -443,6 +449,9 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
   ensure(ctx.out_logits, size_t(ctx.n_out) * c.n_vocab);
   MatIn out_in{B.out_in.data(), ctx.n_out, E, &B.xq_in};
   project(ctx, ctx.model.output(), out_in, ctx.out_logits.data(), ctx.step.weight_bytes);
+  check_finite_rows(
+      ctx.out_logits.data(), ctx.n_out, size_t(c.n_vocab), batch,
+      [&](int r) { return B.out_rows[size_t(r)]; }, "output logits");
 }
 
 }  // namespace lynx

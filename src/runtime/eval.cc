@@ -88,20 +88,27 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   std::vector<Slot> slots;
   size_t next_doc = 0;
   size_t total_tokens = 0, done_tokens = 0;
-  for (const auto& d : docs) total_tokens += d.size() > 1 ? d.size() - 1 : 0;
+  // A document is scored on the targets after its prefix: positions prefix + 1 .. size - 1.
+  // One with no such target (size <= prefix + 1) is skipped: feeding its last token would ask
+  // for a target past its end.
+  const int64_t prefix = std::max(0, o.prefix);
+  auto n_scored = [prefix](const std::vector<int32_t>& d) {
+    return std::max<int64_t>(0, int64_t(d.size()) - 1 - prefix);
+  };
+  for (const auto& d : docs) total_tokens += size_t(n_scored(d));
   RoutingStats prefill_stats;
   std::vector<float> lp;
   std::vector<BatchToken> batch;
   auto admit = [&] {
     while (int(slots.size()) < B && next_doc < docs.size()) {
       const auto& d = docs[next_doc];
-      if (d.size() < 2) {
+      if (n_scored(d) == 0) {
         ++next_doc;
         continue;
       }
       Slot s{next_doc++, ctx.new_sequence(), 0};
       if (store) exact_lp[s.doc].assign(d.size() * size_t(V), 0.f);
-      const int pre = std::min<int>(o.prefix, int(d.size()) - 1);
+      const int pre = int(prefix);
       if (pre > 0) {
         // The prefix is prompt-like: prefill, exact routing; its statistics are left out.
         std::vector<BatchToken> pb;
@@ -194,7 +201,9 @@ EvalRow make_row(const std::string& policy, int B, const ForcedRun& r, const For
     dn.push_back(d.nll / double(d.n) - e.nll / double(e.n));
     da.push_back(double(d.correct - e.correct) / double(d.n));
   }
-  if (row.tokens == 0) throw Error("eval: no document has two or more tokens");
+  if (row.tokens == 0) {
+    throw Error("eval: no document has a token to score (each needs more than prefix + 1 tokens)");
+  }
   row.ppl = std::exp(nll / double(row.tokens));
   row.accuracy = double(correct) / double(row.tokens);
   row.kl = is_exact ? 0.0 : r.kl_sum / double(row.tokens);
@@ -314,6 +323,9 @@ std::vector<EvalRow> evaluate_tokens(const Model& model,
   for (int b : o.batches) {
     if (b < 1) throw Error("eval: batch sizes must be >= 1");
   }
+  if (o.max_tokens < 2) throw Error("eval: max_tokens must be >= 2");
+  if (o.max_docs < 0) throw Error("eval: max_docs must be >= 0 (0 = all)");
+  if (o.prefix < 0) throw Error("eval: prefix must be >= 0");
   std::vector<std::vector<int32_t>> docs;
   for (const auto& d : docs_in) {
     if (o.max_docs > 0 && int(docs.size()) >= o.max_docs) break;

@@ -134,6 +134,27 @@ struct Scheduler::Impl {
     if (a.req.on_finish) a.req.on_finish(why);
     active.erase(active.begin() + long(i));
   }
+
+  // A step's eval threw: the requests it names (NonFiniteError), or else every request with
+  // tokens in the step, finish with kError; the others are rolled back to before the step
+  // (the context did not advance their sequences) and go on with the next one.
+  void fail_step(const Error& e, const std::vector<std::pair<size_t, size_t>>& prefilled_before) {
+    for (const auto& [i, n] : prefilled_before) active[i].prefilled = n;
+    std::vector<int32_t> bad;
+    if (const auto* nf = dynamic_cast<const NonFiniteError*>(&e)) bad = nf->sequences();
+    auto named = [&](int32_t seq) { return std::find(bad.begin(), bad.end(), seq) != bad.end(); };
+    bool any = false;
+    for (const Active& a : active) any |= named(a.seq);
+    if (!any) {
+      for (const BatchToken& t : batch) bad.push_back(t.seq);
+    }
+    for (size_t i = active.size(); i-- > 0;) {
+      if (!named(active[i].seq)) continue;
+      ++stats.failed_requests;
+      if (active[i].req.on_error) active[i].req.on_error(e.what());
+      finish(i, FinishReason::kError);
+    }
+  }
 };
 
 Scheduler::Scheduler(Context& ctx, const SchedulerOptions& opts)
@@ -211,6 +232,7 @@ bool Scheduler::step() {
   s.logit_owner.clear();
   int budget = s.opts.max_step_tokens;
   bool any_prefill = false;
+  std::vector<std::pair<size_t, size_t>> prefilled_before;  // (active index, prefilled)
   for (size_t i = 0; i < s.active.size(); ++i) {
     Active& a = s.active[i];
     if (a.prefilled < a.req.prompt.size()) continue;
@@ -239,13 +261,19 @@ bool Scheduler::step() {
       s.batch.push_back(t);
       if (t.logits) s.logit_owner.push_back(i);
     }
+    prefilled_before.emplace_back(i, a.prefilled);
     a.prefilled += n;
     budget -= int(n);
     any_prefill = true;
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  s.ctx.eval(s.batch);
+  try {
+    s.ctx.eval(s.batch);
+  } catch (const Error& e) {
+    s.fail_step(e, prefilled_before);
+    return true;
+  }
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++s.stats.steps;
   (any_prefill ? s.stats.prefill_seconds : s.stats.decode_seconds) += dt;
