@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lynx/gguf.h"
@@ -158,6 +161,60 @@ TEST(HostileCli, SynthRefusesADeviceNode) {
   const auto d = run_cli("synth --shape tiny-moe --layers 1 -o " + kTmp);
   EXPECT_EQ(d.code(), 1) << d.out;
   EXPECT_NE(d.out.find("not a regular file"), std::string::npos) << d.out;
+}
+
+// loadgen when threads cannot be created (issue 15, item 3): it used to abort with
+// std::terminate. A fake server (Python's http.server, one thread per request) holds every
+// completion for 2 s, so loadgen's request threads pile up; `ulimit -v` leaves room for a
+// few of their stacks only. The run must finish and count the refused requests.
+TEST(HostileCli, LoadgenReportsThreadCreationFailure) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan reserves terabytes of address space: ulimit -v would stop it";
+#else
+  std::filesystem::create_directories(kTmp);
+  const std::string script = kTmp + "/fake_server.py", port_file = kTmp + "/fake_port";
+  std::filesystem::remove(port_file);
+  std::ofstream(script) << R"(import http.server, json, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def reply(self, body, ctype):
+        self.send_response(200)
+        self.send_header('Content-Type', ctype)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(json.dumps({'data': [{'id': 'fake', 'meta': {'n_vocab': 100}}]}).encode(),
+                   'application/json')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get('Content-Length', 0)))
+        time.sleep(2)
+        self.reply(b'data: [DONE]\n\n', 'text/event-stream')
+s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+open(sys.argv[1] + '.tmp', 'w').write(str(s.server_address[1]))
+import os; os.rename(sys.argv[1] + '.tmp', sys.argv[1])
+s.timeout = 0.5
+end = time.time() + 20
+while time.time() < end and not os.path.exists(sys.argv[1] + '.stop'): s.handle_request()
+)";
+  std::filesystem::remove(port_file + ".stop");
+  ASSERT_EQ(
+      std::system(("/usr/bin/python3 " + script + " " + port_file + " >/dev/null 2>&1 &").c_str()),
+      0);
+  std::string port;
+  for (int i = 0; i < 100 && port.empty(); ++i) {
+    std::ifstream(port_file) >> port;
+    if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(port.empty()) << "the fake server did not start";
+  const auto r = run_cli("loadgen --url http://127.0.0.1:" + port +
+                             " --rate 300 --duration 1 --timeout 5 --gen-len 1 --prompt-len 1",
+                         "ulimit -v 300000; ");
+  std::ofstream(port_file + ".stop") << "1";  // the fake server exits within 0.5 s
+  EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code(), 0) << r.out;
+  EXPECT_NE(r.out.find("cannot start a thread"), std::string::npos) << r.out;
+#endif
 }
 
 // --help still exits 0 (the mapping of parse errors to 2 leaves it alone).

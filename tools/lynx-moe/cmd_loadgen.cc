@@ -283,7 +283,13 @@ int send_all(const Args& a, const std::string& model, const std::vector<Job>& jo
     ++inflight;
     try {
       joiner.threads.emplace_back([&, i] {
-        samples[i] = run_one(a, model, jobs[i].prompt, jobs[i].gen);
+        // Nothing may leave a thread function (std::terminate): a request that cannot even
+        // allocate is a client error like the others.
+        try {
+          samples[i] = run_one(a, model, jobs[i].prompt, jobs[i].gen);
+        } catch (const std::exception& e) {
+          samples[i].error = std::string("client: ") + e.what();
+        }
         --inflight;
       });
     } catch (const std::system_error& e) {
