@@ -222,6 +222,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   if (c.head_dim % 2 != 0 || c.head_dim <= 0) {
     throw Error("head dimension " + std::to_string(c.head_dim) + " must be positive and even");
   }
+  // q_dim() and kv_dim() are int products: keep them far from overflow.
+  if (int64_t(c.n_head) * c.head_dim > kMaxDim) {
+    throw Error("head_count x head dimension = " + std::to_string(c.n_head) + " x " +
+                std::to_string(c.head_dim) + " is out of range");
+  }
   c.rms_eps = positive_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5);
   c.rope_base = positive_float(f, a + "rope.freq_base", 10000.0);
   c.rope = tr.rope;

@@ -90,6 +90,10 @@ TEST(HostileCli, RouteSimWithInfiniteStdRuns) {
       "--experts 64 --k 8 --batch 4 --steps 2 --std inf --repeats 1");
   EXPECT_EQ(r.code(), 0) << r.out;
   EXPECT_NE(r.out.find("lynx"), std::string::npos) << r.out;
+  // All logits are drawn up front: a huge --steps is refused, not an overflow or bad_alloc.
+  const auto big = run_cli("route-sim --routing topk --steps 16000000 --batch 65536");
+  EXPECT_EQ(big.code(), 1) << big.out;
+  EXPECT_NE(big.out.find("2^28"), std::string::npos) << big.out;
 }
 
 // Copies the bundled model with every router weight of layer 0 set to NaN.

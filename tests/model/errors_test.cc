@@ -137,6 +137,8 @@ TEST(ModelErrors, OutOfRangeMetadataIsRejected) {
   expect_bad_value("olmoe.embedding_length", gguf::Value::u64(uint64_t(1) << 63), "int64");
   expect_bad_value("olmoe.attention.head_count_kv", gguf::Value::i32(-2), "out of range");
   expect_bad_value("olmoe.expert_feed_forward_length", gguf::Value::u64(big), "out of range");
+  // head_count x key_length would overflow the int q_dim().
+  expect_bad_value("olmoe.attention.key_length", gguf::Value::u32(1u << 29), "out of range");
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const char* key : {"olmoe.attention.layer_norm_rms_epsilon", "olmoe.rope.freq_base"}) {
     expect_bad_value(key, gguf::Value::f32(nan), "positive finite");
