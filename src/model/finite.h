@@ -27,9 +27,10 @@ inline bool row_is_finite(const float* row, size_t n) {
   return all_ones == 0;
 }
 
-// Throws NonFiniteError naming `what` (with " of layer N" when layer >= 0) and the sequences
-// of the bad rows. `rows` holds `n_rows` rows of `n` values; row r belongs to batch token
-// token_of(r). Builds no string unless it throws.
+// Throws NonFiniteError naming `what` (followed by " of layer N", or by " N" when `what`
+// ends in "layer"; nothing when layer < 0) and the sequences of the bad rows. `rows` holds
+// `n_rows` rows of `n` values; row r belongs to batch token token_of(r). Builds no string
+// unless it throws.
 template <class TokenOf>
 void check_finite_rows(const float* rows, int n_rows, size_t n, std::span<const BatchToken> batch,
                        TokenOf token_of, const char* what, int layer = -1) {
@@ -44,8 +45,10 @@ void check_finite_rows(const float* rows, int n_rows, size_t n, std::span<const 
   if (seqs.empty()) return;
   std::string list;
   for (int32_t s : seqs) list += (list.empty() ? "" : ", ") + std::to_string(s);
-  const std::string where =
-      std::string(what) + (layer >= 0 ? " of layer " + std::to_string(layer) : std::string());
+  const std::string where = std::string(what) + (layer < 0 ? std::string()
+                                                 : std::string_view(what).ends_with("layer")
+                                                     ? " " + std::to_string(layer)
+                                                     : " of layer " + std::to_string(layer));
   throw NonFiniteError("non-finite values (NaN or inf) in the " + where + " (sequence" +
                            (seqs.size() > 1 ? "s " : " ") + list +
                            "): the model's weights or metadata produce invalid numbers",

@@ -429,11 +429,11 @@ void forward(Context::Impl& ctx, std::span<const BatchToken> batch) {
   for (int il = 0; il < c.n_layer; ++il) {
     attention(ctx, il, batch);
     feed_forward(ctx, il, batch, flags);
+    // T x E values just written, still in cache: names the first layer that went bad.
+    check_finite_rows(
+        B.x.data(), T, size_t(E), batch, [](int r) { return r; }, "hidden states after layer", il);
   }
 
-  check_finite_rows(
-      B.x.data(), T, size_t(E), batch, [](int r) { return r; },
-      "hidden states after the last layer");
   // Final norm and output projection for the tokens that asked for logits.
   B.out_rows.clear();
   for (int t = 0; t < T; ++t) {

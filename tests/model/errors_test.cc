@@ -155,11 +155,11 @@ TEST(ModelErrors, OutOfRangeMetadataIsRejected) {
 // let the sampler pick ids the tokenizer cannot decode (issue 15, item 10).
 TEST(ModelErrors, TokenizerSmallerThanEmbeddingIsRejected) {
   std::vector<std::string> toks;
-  for (int i = 0; i < 100; ++i) toks.push_back(std::to_string(i) + "t");
+  for (int i = 0; i < 128; ++i) toks.push_back(std::to_string(i));  // distinct tokens
+  toks.resize(100);
   expect_bad_value("tokenizer.ggml.tokens", gguf::Value::str_array(toks),
                    "the tokenizer has 100 tokens but token_embd.weight has 128 rows");
-  toks.resize(128);
-  for (int i = 100; i < 128; ++i) toks[size_t(i)] = std::to_string(i) + "t";
+  for (int i = 100; i < 128; ++i) toks.push_back(std::to_string(i));
   gguf::File f = gguf::File::open(kFixture);
   gguf::Writer w;
   for (const auto& kv : f.metadata()) {
@@ -212,6 +212,41 @@ TEST(ModelErrors, NanRouterFailsTheStepNamingTheLayer) {
       EXPECT_EQ(e.sequences(), (std::vector<int32_t>{a, b})) << e.what();
     }
     EXPECT_EQ(ctx.sequence_length(a), 0);
+  }
+}
+
+// A dense model has no router: a NaN norm weight shows in the hidden states, named by layer.
+TEST(ModelErrors, NanNormInADenseModelNamesTheLayer) {
+  const std::string dense =
+      std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/llama-dense-f32.gguf";
+  gguf::File f = gguf::File::open(dense);
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  }
+  for (const auto& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    std::vector<float> v(t.n_bytes / 4, std::numeric_limits<float>::quiet_NaN());
+    w.add_tensor(t.name, t.type, ne,
+                 t.name == "blk.1.attn_norm.weight" ? static_cast<const void*>(v.data()) : t.data,
+                 t.n_bytes);
+  }
+  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_nan_norm.gguf";
+  w.write(p);
+  auto m = Model::load(p);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 4;
+  Context ctx(*m, co);
+  const int32_t s = ctx.new_sequence();
+  BatchToken t{3, s, 0, kTokenPrefill, true};
+  try {
+    ctx.eval({&t, 1});
+    ADD_FAILURE() << "a NaN norm weight went unnoticed";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden states after layer 1 (sequence 0)"),
+              std::string::npos)
+        << e.what();
   }
 }
 
