@@ -1,5 +1,4 @@
 #include "tokenizer/pretokenizer.h"
-#include "lynx/gguf.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -7,6 +6,7 @@
 #include <array>
 
 #include "lynx/error.h"
+#include "lynx/gguf.h"
 #include "tokenizer/unicode.h"
 
 namespace lynx::tok {
@@ -50,14 +50,12 @@ constexpr const char* kTekken =
 // llama.cpp's source they were NFC-normalized into lookalikes (U+1F7D -> U+03CE, U+1FD3 ->
 // U+0390, U+1FDB -> U+038A), which turns their ranges around; these are the original ends.
 constexpr const char* kDeepseekLetters =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-"
-    "ᏽᲐ-"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-"
     "ᲺᲽ-"
     "Ჿᴀ-"
     "ᴫᵫ-ᵷᵹ-ᶚ"
     "Ḁ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴ"
-    "ℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-"
-    "𐑏𐒰-"
+    "ℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-"
     "𐓓𐓘-"
     "𐓻𐲀-"
     "𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
