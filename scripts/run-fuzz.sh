@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets for a bounded time each (default 60 s), seeded with the GGUF
-# fixtures in tests/. Fails if the fuzzer finds a crash, leak or hang.
+# Runs the libFuzzer targets for a bounded time each (default 60 s), seeded from tests/ (GGUF
+# files) and docs/ (text for the tokenizers). Fails if a fuzzer finds a crash, leak or hang.
+# Longer offline runs: docs/fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-bin=build/fuzz/bin/fuzz_gguf
-[[ -x $bin ]] || { echo "run-fuzz: $bin not built (make fuzz)"; exit 1; }
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
-find tests -name '*.gguf' -size -2M -exec cp {} "$corpus"/ \; 2>/dev/null || true
-"$bin" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
-  -print_final_stats=1 "$corpus" 2>&1 | tail -n 15
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {  # run TARGET SEED_FILES...
+  local bin=build/fuzz/bin/$1 corpus=$tmp/$1
+  shift
+  [[ -x $bin ]] || { echo "run-fuzz: $bin not built (make fuzz)"; exit 1; }
+  mkdir -p "$corpus"
+  cp "$@" "$corpus"/ 2>/dev/null || true
+  echo "== $(basename "$bin") ($secs s)"
+  "$bin" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 "$corpus" 2>&1 | tail -n 15
+}
+run fuzz_gguf $(find tests -name '*.gguf' -size -2M)
+run fuzz_tokenizer docs/*.md scripts/demo-prompts.txt

@@ -69,6 +69,8 @@ class BatchLoop {
   size_t size() const { return entries_.size(); }
   bool prefill_pending() const;  // a sequence still has prompt tokens to feed
   Context& context() const { return ctx_; }
+  // The tokens of the last step (also when its Context::eval threw: the failed step's batch).
+  std::span<const BatchToken> last_batch() const { return batch_; }
 
  private:
   struct Entry {

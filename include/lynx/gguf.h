@@ -93,6 +93,12 @@ const char* tensor_type_name(TensorType t);
 bool tensor_type_info(TensorType t, int64_t* block_elems, int64_t* block_bytes);
 // Parses "f32", "F16", "q8_0", ...; throws lynx::Error on an unknown name.
 TensorType tensor_type_from_name(std::string_view name);
+
+// Bytes from a file (keys, tensor names, string values) made safe for a terminal or a log:
+// control characters (C0, DEL and the C1 range U+0080..U+009F, which terminals also obey),
+// invalid UTF-8 and backslashes are written as \xNN / \\; printable UTF-8 passes unchanged.
+// Every message and listing that shows a name from a GGUF goes through this.
+std::string printable(std::string_view s);
 // Bytes of a row of `n` elements (n must be a multiple of the block size).
 size_t row_size(TensorType t, int64_t n);
 

@@ -62,12 +62,18 @@ class RoutingPolicy {
   // Fills out.ids/out.weights for every token. Must not allocate per call in steady state
   // (scratch lives in the policy object); a policy object is used by one thread at a time.
   virtual void route(const RoutingInput& in, RoutingOutput& out) = 0;
+  // Throws lynx::Error when the policy's parameters do not fit a model with gating `g`
+  // (static-k:k, ser:kmin or oea:k0 above the model's k; budget:m above its N).
+  virtual void check(const GatingConfig& g) const { (void)g; }
 };
 
 // Creates a policy from a spec string: "topk", "lynx:alpha=3,beta=4", "oea:k0=4",
 // "budget:m=24", "ser:kmin=4,t=0.2", "static-k:k=6". Throws lynx::Error naming the problem
 // (unknown policy, unknown or malformed parameter).
 std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec);
+// The same, checked against a model's gating (RoutingPolicy::check): what the engine and the
+// commands use once they know the model.
+std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec, const GatingConfig& g);
 // Names of the registered policies, for --help texts.
 std::vector<std::string> routing_policy_names();
 

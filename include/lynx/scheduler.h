@@ -67,6 +67,10 @@ struct GenerationRequest {
   std::function<bool(int32_t token, float logprob)> on_token_logprob;
   // Called once when the request ends (also on cancel), after its last on_token.
   std::function<void(FinishReason)> on_finish;
+  // Called with the reason just before on_finish(FinishReason::kError): a step that failed
+  // for this request (non-finite values from the model, lynx::NonFiniteError). The other
+  // requests of the step go on.
+  std::function<void(const std::string& message)> on_error;
 };
 
 struct SchedulerOptions {
@@ -78,8 +82,9 @@ struct SchedulerStats {
   int64_t steps = 0;
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
-  double decode_seconds = 0;   // time of steps with no prefill token
-  double prefill_seconds = 0;  // time of steps with prefill tokens
+  double decode_seconds = 0;    // time of steps with no prefill token
+  double prefill_seconds = 0;   // time of steps with prefill tokens
+  int64_t failed_requests = 0;  // finished with kError by a failed step
 };
 
 class Scheduler {

@@ -128,13 +128,14 @@ ModelSummary summarize(const File& f) {
 
 std::string format_summary(const File& f, const ModelSummary& s, const InspectOptions& opt) {
   std::string out;
-  line(out, "file", s.path);
+  // Names and values from the file are printable()'d: a GGUF may hold escape sequences.
+  line(out, "file", printable(s.path));
   line(out, "file size",
        format_bytes(s.file_size) + " (" + std::to_string(s.file_size) + " bytes)");
   line(out, "GGUF version", std::to_string(s.version));
   line(out, "alignment", std::to_string(s.alignment));
-  line(out, "architecture", s.architecture.empty() ? "?" : s.architecture);
-  if (!s.name.empty()) line(out, "name", s.name);
+  line(out, "architecture", s.architecture.empty() ? "?" : printable(s.architecture));
+  if (!s.name.empty()) line(out, "name", printable(s.name));
   line(out, "layers", opt_str(s.n_layer));
   line(out, "embedding length", opt_str(s.n_embd));
   line(out, "heads", opt_str(s.n_head) + " (kv heads " + opt_str(s.n_head_kv) + ")");
@@ -180,7 +181,7 @@ std::string format_summary(const File& f, const ModelSummary& s, const InspectOp
   if (opt.metadata) {
     out += "metadata:\n";
     for (const KeyValue& kv : f.metadata()) {
-      out += "  " + kv.key + " (" + value_type_name(kv.value.type);
+      out += "  " + printable(kv.key) + " (" + value_type_name(kv.value.type);
       if (kv.value.type == ValueType::ARRAY) {
         out += " of " + std::to_string(kv.value.as_array().size()) + " " +
                value_type_name(kv.value.elem_type);
@@ -191,13 +192,13 @@ std::string format_summary(const File& f, const ModelSummary& s, const InspectOp
   if (opt.tensors) {
     out += "tensors:\n";
     size_t width = 0;
-    for (const TensorInfo& t : f.tensors()) width = std::max(width, t.name.size());
+    for (const TensorInfo& t : f.tensors()) width = std::max(width, printable(t.name).size());
     for (const TensorInfo& t : f.tensors()) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "  %-7s %12s  ", tensor_type_name(t.type),
                     format_bytes(t.n_bytes).c_str());
-      out +=
-          "  " + t.name + std::string(width - t.name.size(), ' ') + buf + t.shape_string() + "\n";
+      const std::string name = printable(t.name);
+      out += "  " + name + std::string(width - name.size(), ' ') + buf + t.shape_string() + "\n";
     }
   }
   return out;

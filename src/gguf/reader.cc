@@ -222,7 +222,7 @@ void parse_metadata(Parser& p, uint64_t n_kv, State& f) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string where = "metadata entry " + std::to_string(i);
     std::string key = p.read_string(where + " key");
-    const std::string what = "metadata key '" + key + "'";
+    const std::string what = "metadata key '" + printable(key) + "'";
     const Where w{&what};
     const ValueType type = p.read_value_type(w, " value");
     Value value = p.read_value(type, w, 0);
@@ -247,7 +247,7 @@ void parse_metadata(Parser& p, uint64_t n_kv, State& f) {
 TensorInfo parse_tensor_info(Parser& p, uint64_t index) {
   TensorInfo t;
   t.name = p.read_string("tensor info " + std::to_string(index) + " name");
-  const std::string what = "tensor '" + t.name + "'";
+  const std::string what = "tensor '" + printable(t.name) + "'";
   const uint32_t n_dims = p.read<uint32_t>(what + " dimension count");
   if (n_dims == 0 || n_dims > uint32_t(kMaxDims)) {
     p.fail(what + " has " + std::to_string(n_dims) + " dimensions (must be 1 to " +
@@ -294,7 +294,7 @@ void parse_tensors(Parser& p, uint64_t n_tensors, State& f) {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t = parse_tensor_info(p, i);
     if (!f.tensor_index.emplace(t.name, f.tensors.size()).second) {
-      p.fail("duplicate tensor name '" + t.name + "'");
+      p.fail("duplicate tensor name '" + printable(t.name) + "'");
     }
     f.tensors.push_back(std::move(t));
   }
@@ -308,11 +308,11 @@ void parse_tensors(Parser& p, uint64_t n_tensors, State& f) {
   const uint64_t data_size = f.size - f.data_offset;
   for (auto& t : f.tensors) {
     if (t.offset % f.alignment != 0) {
-      p.fail("tensor '" + t.name + "' data offset " + std::to_string(t.offset) +
+      p.fail("tensor '" + printable(t.name) + "' data offset " + std::to_string(t.offset) +
              " is not a multiple of the alignment " + std::to_string(f.alignment));
     }
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-      p.fail("tensor '" + t.name + "' data [" + std::to_string(t.offset) + ", +" +
+      p.fail("tensor '" + printable(t.name) + "' data [" + std::to_string(t.offset) + ", +" +
              std::to_string(t.n_bytes) + ") extends past the end of the file (data section is " +
              std::to_string(data_size) + " bytes)");
     }
@@ -327,7 +327,7 @@ void parse_tensors(Parser& p, uint64_t n_tensors, State& f) {
     const TensorInfo& a = f.tensors[order[i - 1]];
     const TensorInfo& b = f.tensors[order[i]];
     if (a.offset + a.n_bytes > b.offset) {
-      p.fail("tensor '" + a.name + "' data overlaps tensor '" + b.name + "'");
+      p.fail("tensor '" + printable(a.name) + "' data overlaps tensor '" + printable(b.name) + "'");
     }
   }
 }

@@ -115,6 +115,60 @@ bool tensor_type_info(TensorType t, int64_t* block_elems, int64_t* block_bytes) 
   return true;
 }
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto hex = [&out](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) {
+        hex(c);
+      } else if (c == '\\') {
+        out += "\\\\";
+      } else {
+        out += char(c);
+      }
+      ++i;
+      continue;
+    }
+    // Length and minimum code point of a UTF-8 sequence by its lead byte (RFC 3629:
+    // no overlong forms, no surrogates, nothing above U+10FFFF).
+    int len = 0;
+    uint32_t cp = 0;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4, cp = c & 0x07;
+    }
+    bool ok = len > 0 && i + size_t(len) <= s.size();
+    for (int j = 1; ok && j < len; ++j) {
+      const auto d = static_cast<unsigned char>(s[i + size_t(j)]);
+      ok = (d & 0xc0) == 0x80;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    ok = ok && cp >= min_cp && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    if (!ok) {  // one bad byte, then resynchronize on the next
+      hex(c);
+      ++i;
+    } else if (cp < 0xa0) {  // C1 controls (U+0080..U+009F): CSI and friends
+      for (int j = 0; j < len; ++j) hex(static_cast<unsigned char>(s[i + size_t(j)]));
+      i += size_t(len);
+    } else {
+      out.append(s.substr(i, size_t(len)));
+      i += size_t(len);
+    }
+  }
+  return out;
+}
+
 TensorType tensor_type_from_name(std::string_view name) {
   std::string known;
   for (const auto& tr : kTypes) {
@@ -315,19 +369,12 @@ std::string Value::to_string(size_t max_items) const {
       return buf;
     }
     case ValueType::STRING: {
-      // Quoted, with control characters escaped so one value stays on one line.
+      // Quoted and printable (control characters and invalid UTF-8 escaped), so one value
+      // stays on one line and cannot drive the terminal.
       std::string out = "\"";
-      for (unsigned char c : std::get<std::string>(v)) {
-        if (c == '"' || c == '\\') {
-          out += '\\';
-          out += static_cast<char>(c);
-        } else if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+      for (char c : printable(std::get<std::string>(v))) {
+        if (c == '"') out += '\\';
+        out += c;
       }
       return out + "\"";
     }

@@ -3,6 +3,10 @@
 // write() streams the file: header and tensor infos first, then each tensor's bytes in turn.
 // A lazy tensor is materialized into a buffer of its own size just before it is written and
 // freed right after, so a multi-GB synthetic model needs at most one tensor in memory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -263,11 +267,31 @@ std::vector<uint8_t> Writer::to_bytes() const {
 
 void Writer::write(const std::string& path) const {
   const Layout l = make_layout(kv_, tensors_, alignment_);
+  // Regular files only: the rename below would replace a device node (/dev/full, /dev/null)
+  // or a FIFO with the file, and a directory cannot take it.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw Error(path + ": not a regular file (GGUF files are written to regular files only)");
+  }
   // Written to a temporary name and renamed, so a failed or interrupted write never leaves
-  // a truncated file under the final name.
+  // a truncated file under the final name. O_NOFOLLOW and the fstat keep the temporary name
+  // from being a link or a device someone placed there (O_NONBLOCK: a FIFO fails at once
+  // instead of waiting for a reader; it changes nothing for a regular file).
   const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(path + ": cannot create: " + std::strerror(errno));
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": " + tmp + " exists and is not a regular file");
+  }
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int e = errno;
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot create: " + std::strerror(e));
+  }
   auto fail = [&](const char* what) {
     const int e = errno;
     std::fclose(f);

@@ -102,7 +102,9 @@ int Context::n_logits() const {
 }
 
 void Context::set_routing(const std::string& spec) {
-  impl_->policy = make_routing_policy(spec);
+  auto policy = make_routing_policy(spec);
+  if (impl_->model.config().is_moe()) policy->check(impl_->model.config().gating);
+  impl_->policy = std::move(policy);
   impl_->routing_spec = spec;
 }
 const std::string& Context::routing() const {
@@ -146,6 +148,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   kv.n_ctx = o.n_ctx;
   policy = make_routing_policy(o.routing);
+  if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
   routing_spec = o.routing;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/finite.h"
 #include "model/forward.h"
 
 namespace lynx {
@@ -162,6 +163,9 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
            StepObserver& obs) {
   project(cp, L.router, xn, B.router.data(), obs);
   if (router.override_logits) router.override_logits(il, batch, B.router.data());
+  check_finite_rows(
+      B.router.data(), xn.n_tok, size_t(c.n_expert), batch, [](int r) { return r; },
+      "router logits", il);
   RoutingInput in;
   in.logits = B.router.data();
   in.flags = B.flags.data();
@@ -249,6 +253,9 @@ void output_logits(const Compute& cp, const Model& model, std::span<const BatchT
   ensure(out.values, size_t(out.n) * c.n_vocab);
   MatIn out_in{B.out_in.data(), out.n, E, &B.xq_in};
   project(cp, model.output(), out_in, out.values.data(), obs);
+  check_finite_rows(
+      out.values.data(), out.n, size_t(c.n_vocab), batch,
+      [&](int r) { return B.out_rows[size_t(r)]; }, "output logits");
 }
 
 }  // namespace
@@ -275,6 +282,9 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
     const LayerWeights& L = op.model.layer(il);
     attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
     feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer);
+    // T x E values just written, still in cache: names the first layer that went bad.
+    check_finite_rows(
+        B.x.data(), T, size_t(E), batch, [](int r) { return r; }, "hidden states after layer", il);
   }
   output_logits(op.compute, op.model, batch, B, op.logits, op.observer);
 }

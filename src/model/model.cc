@@ -44,15 +44,36 @@ const ArchTraits& find_arch(const std::string& arch) {
   }
   std::string list;
   for (const auto& a : kArchs) list += std::string(list.empty() ? "" : ", ") + a.name;
-  throw Error("unsupported architecture '" + arch + "' (supported: " + list + ")");
+  throw Error("unsupported architecture '" + gguf::printable(arch) + "' (supported: " + list + ")");
+}
+
+constexpr int64_t kMaxDim = int64_t(1) << 30;
+
+// An integer key in [lo, hi] (`def` when absent). Every integer the config keeps goes through
+// here: a u64 above 2^32 would otherwise be truncated by the int() to a small plausible value.
+int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi) {
+  const int64_t v = f.get_int(key, def);
+  if (v < lo || v > hi) {
+    throw Error("metadata " + key + " = " + std::to_string(v) + " is out of range [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return int(v);
 }
 
 int positive_int(const gguf::File& f, const std::string& key) {
-  int64_t v = f.get_int(key);
-  if (v <= 0 || v > (int64_t(1) << 30)) {
-    throw Error("metadata " + key + " = " + std::to_string(v) + " is out of range");
+  f.get_int(key);  // required: throws naming the key when absent
+  return int_in(f, key, 0, 1, kMaxDim);
+}
+
+// A float key that must be positive and finite (epsilons, rope base): NaN, 0 or a negative
+// value would turn every activation into NaN or inf without a word.
+float positive_float(const gguf::File& f, const std::string& key, double def) {
+  const double v = f.get_float(key, def);
+  if (!(v > 0) || !std::isfinite(float(v))) {
+    throw Error("metadata " + key + " = " + std::to_string(v) +
+                " must be a positive finite number");
   }
-  return int(v);
+  return float(v);
 }
 
 // Binds tensors and owns F32 copies of the small vectors (norms, biases), so those can be
@@ -145,18 +166,25 @@ ModelConfig read_config(const gguf::File& f) {
   ModelConfig c;
   c.arch = f.get_string("general.architecture");
   const ArchTraits& tr = find_arch(c.arch);
-  c.name = f.get_string("general.name", c.arch);
+  c.name = gguf::printable(f.get_string("general.name", c.arch));  // shown in logs and output
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count");
+  // Each layer has several tensors: a block_count beyond the file's tensor count is a lie
+  // that would otherwise size per-layer arrays (here and in every context) before the first
+  // missing tensor is noticed.
+  if (size_t(c.n_layer) > f.tensors().size()) {
+    throw Error("metadata " + a + "block_count = " + std::to_string(c.n_layer) +
+                " but the file holds only " + std::to_string(f.tensors().size()) + " tensors");
+  }
   c.n_embd = positive_int(f, a + "embedding_length");
   c.n_head = positive_int(f, a + "attention.head_count");
-  c.n_head_kv = int(f.get_int(a + "attention.head_count_kv", c.n_head));
-  c.n_ctx_train = int(f.get_int(a + "context_length", 4096));
+  c.n_head_kv = int_in(f, a + "attention.head_count_kv", c.n_head, 1, kMaxDim);
+  c.n_ctx_train = int_in(f, a + "context_length", 4096, 1, kMaxDim);
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
     throw Error("attention.head_count_kv = " + std::to_string(c.n_head_kv) +
                 " does not divide head_count = " + std::to_string(c.n_head));
   }
-  c.head_dim = int(f.get_int(a + "attention.key_length", 0));
+  c.head_dim = int_in(f, a + "attention.key_length", 0, 0, kMaxDim);
   if (c.head_dim == 0) {
     if (c.n_embd % c.n_head != 0) throw Error("embedding_length not divisible by head_count");
     c.head_dim = c.n_embd / c.n_head;
@@ -164,27 +192,36 @@ ModelConfig read_config(const gguf::File& f) {
   if (c.head_dim % 2 != 0 || c.head_dim <= 0) {
     throw Error("head dimension " + std::to_string(c.head_dim) + " must be positive and even");
   }
-  c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
-  c.rope_base = float(f.get_float(a + "rope.freq_base", 10000.0));
+  // q_dim() and kv_dim() are int products: keep them far from overflow.
+  if (int64_t(c.n_head) * c.head_dim > kMaxDim) {
+    throw Error("head_count x head dimension = " + std::to_string(c.n_head) + " x " +
+                std::to_string(c.head_dim) + " is out of range");
+  }
+  c.rms_eps = positive_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_base = positive_float(f, a + "rope.freq_base", 10000.0);
   c.rope = tr.rope;
   c.qk_norm = tr.qk_norm;
   c.qkv_bias = tr.qkv_bias;
-  c.n_expert = int(f.get_int(a + "expert_count", 0));
-  c.n_expert_used = int(f.get_int(a + "expert_used_count", 0));
+  c.n_expert = int_in(f, a + "expert_count", 0, 0, 4096);
+  c.n_expert_used = int_in(f, a + "expert_used_count", 0, 0, 4096);
   if (tr.moe && c.n_expert == 0) throw Error(c.arch + " model without " + a + "expert_count");
   if (c.n_expert < 0 || c.n_expert > 4096 || c.n_expert_used < 0 ||
       (c.n_expert > 0 && (c.n_expert_used < 1 || c.n_expert_used > c.n_expert))) {
     throw Error("expert_used_count = " + std::to_string(c.n_expert_used) +
                 " is invalid for expert_count = " + std::to_string(c.n_expert));
   }
-  c.n_ff = int(f.get_int(a + "feed_forward_length", 0));
-  c.n_ff_exp = int(f.get_int(a + "expert_feed_forward_length", c.n_ff));
-  c.n_ff_shexp = int(f.get_int(a + "expert_shared_feed_forward_length", 0));
+  c.n_ff = int_in(f, a + "feed_forward_length", 0, 0, kMaxDim);
+  c.n_ff_exp = int_in(f, a + "expert_feed_forward_length", c.n_ff, 0, kMaxDim);
+  c.n_ff_shexp = int_in(f, a + "expert_shared_feed_forward_length", 0, 0, kMaxDim);
   c.gating.n_expert = c.n_expert;
   c.gating.n_expert_used = c.n_expert_used;
   c.gating.func = GatingFunc::kSoftmax;
   c.gating.norm_topk = f.get_bool(a + "expert_weights_norm", tr.norm_topk);
   c.gating.weights_scale = float(f.get_float(a + "expert_weights_scale", 1.0));
+  if (!(c.gating.weights_scale >= 0.f) || !std::isfinite(c.gating.weights_scale)) {
+    throw Error("metadata " + a + "expert_weights_scale = " +
+                std::to_string(c.gating.weights_scale) + " must be a finite number >= 0");
+  }
   // llama.cpp applies the scale only when it is set to something other than 0 or 1.
   if (c.gating.weights_scale == 0.f) c.gating.weights_scale = 1.f;
   if (f.get_int(a + "expert_gating_func", 1) == 2) c.gating.func = GatingFunc::kSigmoid;
@@ -264,7 +301,19 @@ void Model::bind_weights() {
   Binder b(f, arena_->vecs);
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) throw Error("missing tensor 'token_embd.weight'");
-  c.n_vocab = int(emb->ne[1]);
+  c.n_vocab = int(std::min<int64_t>(emb->ne[1], kMaxDim + 1));
+  // The tokenizer and the embedding must agree on the vocabulary (as llama.cpp requires):
+  // with fewer tokenizer entries the sampler would pick ids the tokenizer cannot decode, and
+  // whole batches would fail mid-generation; with more, a prompt could hold ids the
+  // embedding lacks. A file without a tokenizer (token ids in, logits out) is fine.
+  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens")) {
+    const size_t n_tok = toks->as_array("tokenizer.ggml.tokens").size();
+    if (n_tok != size_t(emb->ne[1])) {
+      throw Error("the tokenizer has " + std::to_string(n_tok) +
+                  " tokens but token_embd.weight has " + std::to_string(emb->ne[1]) +
+                  " rows: the vocabulary sizes must match");
+    }
+  }
   token_embd_ = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
   output_norm_ = b.vector("output_norm.weight", c.n_embd);
   output_ = b.matrix("output.weight", c.n_embd, c.n_vocab, 1, false);

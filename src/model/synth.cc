@@ -130,6 +130,16 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   if (!kernels::is_compute_type(o.type)) {
     throw Error(std::string("synth: unsupported weight type ") + gguf::tensor_type_name(o.type));
   }
+  if (s.n_layer < 1) throw Error("synth: the model needs at least one layer");
+  if (s.n_expert > 0 && s.n_expert < s.n_expert_used) {
+    throw Error("synth: " + std::to_string(s.n_expert) + " experts is fewer than the shape's " +
+                std::to_string(s.n_expert_used) + " experts per token");
+  }
+  if (s.n_vocab < 257) {
+    throw Error(
+        "synth: the vocabulary needs at least 257 entries (256 bytes and <|endoftext|>), got " +
+        std::to_string(s.n_vocab));
+  }
   gguf::Writer w;
   const std::string a = s.arch + ".";
   w.set("general.architecture", gguf::Value::str(s.arch));

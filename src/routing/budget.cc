@@ -23,6 +23,12 @@ class BudgetPolicy final : public RoutingPolicy {
  public:
   explicit BudgetPolicy(int m) : m_(m) {}
   std::string spec() const override { return "budget:m=" + std::to_string(m_); }
+  void check(const GatingConfig& g) const override {
+    if (m_ > g.n_expert) {
+      throw Error("routing spec '" + spec() + "': m = " + std::to_string(m_) +
+                  " is more than the model's " + std::to_string(g.n_expert) + " experts");
+    }
+  }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk_keep_gates(in, out, gates_);

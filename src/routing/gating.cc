@@ -1,5 +1,6 @@
 #include "routing/gating.h"
 
+#include <limits>
 #include <string>
 
 namespace lynx::routing {
@@ -21,13 +22,18 @@ void check_routing_args(const RoutingInput& in, const RoutingOutput& out) {
 
 RowGate row_gate(const float* z, int n, GatingFunc func) {
   RowGate rg;
-  float m = z[0];
-  for (int e = 1; e < n; ++e) m = z[e] > m ? z[e] : m;
+  // NaN compares false, so it never becomes the maximum; for finite rows this is the same
+  // maximum (and Z the same sum, term by term) as before the non-finite rules.
+  float m = -std::numeric_limits<float>::infinity();
+  for (int e = 0; e < n; ++e) m = z[e] > m ? z[e] : m;
   rg.zmax = m;
   if (func == GatingFunc::kSoftmax) {
     float sum = 0;
-    for (int e = 0; e < n; ++e) sum += std::exp(z[e] - m);
-    rg.inv_z = 1.f / sum;
+    for (int e = 0; e < n; ++e) {
+      const float d = z[e] - m;
+      sum += d == d ? std::exp(d) : (z[e] == m ? 1.f : 0.f);
+    }
+    rg.inv_z = sum > 0 ? 1.f / sum : 0.f;
   }
   return rg;
 }
@@ -67,6 +73,11 @@ void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const
   for (int j = 0; j < n_active; ++j) {
     w[j] = gate_prob(z[ids[j]], rg, g.func);
     sum += w[j];
+  }
+  // A selection of probability 0 (a row of NaN logits) keeps weights 0 rather than 0 / 0.
+  if (!(sum > 0)) {
+    for (int j = 0; j < k; ++j) w[j] = 0.f;
+    return;
   }
   float factor = 1.f;
   if (g.norm_topk) {

@@ -10,9 +10,18 @@
 namespace lynx::routing {
 
 // The one total order on a token's experts used everywhere: higher logit first, ties broken
-// by the lower expert id (so results never depend on sort stability).
+// by the lower expert id (so results never depend on sort stability). Total over non-finite
+// logits too (docs/routing.md "Non-finite router logits"): +inf ranks first, then finite
+// values, then -inf, and NaN ranks after everything; equal values (two +inf, two NaN) go by
+// id. A strict weak order, so std::sort may use it; the NaN test runs only when neither
+// comparison holds.
 inline bool logit_before(const float* z, int32_t a, int32_t b) {
-  return z[a] > z[b] || (z[a] == z[b] && a < b);
+  const float za = z[a], zb = z[b];
+  if (za > zb) return true;
+  if (za < zb) return false;
+  const bool na = std::isnan(za), nb = std::isnan(zb);
+  if (na != nb) return nb;  // the number before the NaN
+  return a < b;             // equal, or both NaN
 }
 
 // A token may be remapped only when it is a decode token that did not ask for exact routing.
@@ -28,7 +37,10 @@ inline bool is_prefill(const RoutingInput& in, int t) {
 void check_routing_args(const RoutingInput& in, const RoutingOutput& out);
 
 // Per-token constants of the gating function: the row maximum and, for softmax, 1/Z with
-// Z = sum_e exp(z_e - max) over ALL N experts (the model's probabilities).
+// Z = sum_e exp(z_e - max) over ALL N experts (the model's probabilities). Non-finite rows
+// get the limits (docs/routing.md): NaN logits have probability 0 and are left out of the
+// maximum and of Z; when the maximum is +inf (or every number is -inf) the experts at the
+// maximum share the mass equally; a row of NaNs has probability 0 everywhere (inv_z = 0).
 struct RowGate {
   float zmax = 0;
   float inv_z = 1;
@@ -36,9 +48,15 @@ struct RowGate {
 RowGate row_gate(const float* z, int n, GatingFunc func);
 
 // The router probability of one expert: softmax over all N, or the sigmoid score.
+// Always finite, in [0, 1].
 inline float gate_prob(float z, const RowGate& g, GatingFunc func) {
-  if (func == GatingFunc::kSoftmax) return std::exp(z - g.zmax) * g.inv_z;
-  return 1.f / (1.f + std::exp(-z));
+  if (func == GatingFunc::kSoftmax) {
+    const float d = z - g.zmax;  // <= 0, or NaN for a NaN logit or inf - inf
+    if (d == d) return std::exp(d) * g.inv_z;
+    return z == g.zmax ? g.inv_z : 0.f;  // an infinite maximum: its share of the mass
+  }
+  const float p = 1.f / (1.f + std::exp(-z));
+  return p == p ? p : 0.f;
 }
 
 // Top-k of a row by logit_before, written to ids[0..k) in that order. O(N*k) insertion,

@@ -89,9 +89,13 @@ void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n
     float* q = &st_.q[size_t(r) * n];
     float* h = &st_.h[size_t(r) * n];
     for (int e = 0; e < n; ++e) {
-      const float g = alpha * (z[e] - zmax);  // <= 0
+      // <= 0 for finite logits. Non-finite ones (docs/routing.md): an expert equal to the
+      // top-1 (+inf beside a +inf top-1) is in bin 0, and NaN (a NaN logit, or a finite one
+      // below a NaN top-1) falls to the far bin: the negated test keeps NaN out of the
+      // float-to-int conversion below, which would be undefined.
+      const float g = z[e] == zmax ? 0.f : alpha * (z[e] - zmax);
       int level;
-      if (g <= -beta) {
+      if (!(g > -beta)) {
         q[e] = -beta;
         h[e] = h_far;
         level = n_int;

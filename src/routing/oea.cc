@@ -17,6 +17,7 @@ class OeaPolicy final : public RoutingPolicy {
  public:
   explicit OeaPolicy(int k0) : k0_(k0) {}
   std::string spec() const override { return "oea:k0=" + std::to_string(k0_); }
+  void check(const GatingConfig& g) const override { check_at_most_k(spec(), "k0", k0_, g); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk_keep_gates(in, out, gates_);

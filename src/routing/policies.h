@@ -52,6 +52,10 @@ class SpecOptions {
 std::string fmt_num(double v);
 std::string fmt_float(float v);  // the same for a float parameter
 
+// RoutingPolicy::check of the policies whose option counts experts per token: throws when
+// `value` (option `key`) exceeds the model's k.
+void check_at_most_k(const std::string& spec, const char* key, int value, const GatingConfig& g);
+
 std::unique_ptr<RoutingPolicy> make_topk_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_lynx_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_oea_policy(SpecOptions& o);

@@ -186,6 +186,14 @@ void SpecOptions::finish() const {
   }
 }
 
+void check_at_most_k(const std::string& spec, const char* key, int value, const GatingConfig& g) {
+  if (value > g.n_expert_used) {
+    throw Error("routing spec '" + spec + "': " + key + " = " + std::to_string(value) +
+                " is more than the model's " + std::to_string(g.n_expert_used) +
+                " experts per token");
+  }
+}
+
 std::string fmt_num(double v) {
   char buf[32];
   for (int prec = 1; prec <= 17; ++prec) {
@@ -228,6 +236,12 @@ std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec) {
   }
   throw Error("unknown routing policy '" + name +
               "' (known: " + routing::join(routing_policy_names()) + ")");
+}
+
+std::unique_ptr<RoutingPolicy> make_routing_policy(std::string_view spec, const GatingConfig& g) {
+  auto p = make_routing_policy(spec);
+  p->check(g);
+  return p;
 }
 
 std::vector<std::string> routing_policy_names() {

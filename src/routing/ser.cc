@@ -18,6 +18,7 @@ class SerPolicy final : public RoutingPolicy {
   std::string spec() const override {
     return "ser:kmin=" + std::to_string(kmin_) + ",t=" + fmt_num(t_);
   }
+  void check(const GatingConfig& g) const override { check_at_most_k(spec(), "kmin", kmin_, g); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk(in, out);

@@ -119,8 +119,17 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
     throw Error("route-sim: need 1 <= k <= N, got k = " + std::to_string(g.n_expert_used) +
                 ", N = " + std::to_string(g.n_expert));
   }
+  // All steps' logits are drawn up front: bound them (1 GiB of floats) rather than fail an
+  // allocation or overflow the int token count.
+  for (int b : cfg.batches) {
+    if (double(cfg.steps) * b * g.n_expert > double(1 << 28)) {
+      throw Error("route-sim: steps x batch x experts = " + std::to_string(cfg.steps) + " x " +
+                  std::to_string(b) + " x " + std::to_string(g.n_expert) +
+                  " is over 2^28 logits; lower --steps");
+    }
+  }
   std::vector<std::unique_ptr<RoutingPolicy>> policies;
-  for (const auto& s : specs) policies.push_back(make_routing_policy(s));
+  for (const auto& s : specs) policies.push_back(make_routing_policy(s, g));
 
   const int n = g.n_expert, k = g.n_expert_used;
   std::vector<SimRow> rows;

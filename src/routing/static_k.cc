@@ -14,6 +14,7 @@ class StaticKPolicy final : public RoutingPolicy {
  public:
   explicit StaticKPolicy(int k) : k_(k) {}
   std::string spec() const override { return "static-k:k=" + std::to_string(k_); }
+  void check(const GatingConfig& g) const override { check_at_most_k(spec(), "k", k_, g); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk(in, out);

@@ -88,7 +88,14 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
 
   size_t next_doc = 0;
   size_t total_tokens = 0, done_tokens = 0;
-  for (const auto& d : docs) total_tokens += d.size() > 1 ? d.size() - 1 : 0;
+  // A document is scored on the targets after its prefix: positions prefix + 1 .. size - 1.
+  // One with no such target (size <= prefix + 1) is skipped: feeding its last token would ask
+  // for a target past its end.
+  const int64_t prefix = std::max(0, o.prefix);
+  auto n_scored = [prefix](const std::vector<int32_t>& d) {
+    return std::max<int64_t>(0, int64_t(d.size()) - 1 - prefix);
+  };
+  for (const auto& d : docs) total_tokens += size_t(n_scored(d));
   RoutingStats prefill_stats;
   std::vector<float> lp;
   // Scores the prediction at `pos` of document `doc`; returns the token fed next.
@@ -119,9 +126,9 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
     while (int(loop.size()) < B && next_doc < docs.size()) {
       const size_t doc = next_doc++;
       const auto& d = docs[doc];
-      if (d.size() < 2) continue;
+      if (n_scored(d) == 0) continue;
       if (store) exact_lp[doc].assign(d.size() * size_t(V), 0.f);
-      const int pre = std::min<int>(o.prefix, int(d.size()) - 1);
+      const int pre = int(prefix);
       LoopSequence ls;
       ls.prompt.assign(d.begin(), d.begin() + pre);
       ls.next = d[size_t(pre)];
@@ -169,7 +176,9 @@ EvalRow make_row(const std::string& policy, int B, const ForcedRun& r, const For
     dn.push_back(d.nll / double(d.n) - e.nll / double(e.n));
     da.push_back(double(d.correct - e.correct) / double(d.n));
   }
-  if (row.tokens == 0) throw Error("eval: no document has two or more tokens");
+  if (row.tokens == 0) {
+    throw Error("eval: no document has a token to score (each needs more than prefix + 1 tokens)");
+  }
   row.ppl = std::exp(nll / double(row.tokens));
   row.accuracy = double(correct) / double(row.tokens);
   row.kl = is_exact ? 0.0 : r.kl_sum / double(row.tokens);
@@ -289,6 +298,9 @@ std::vector<EvalRow> evaluate_tokens(const Model& model,
   for (int b : o.batches) {
     if (b < 1) throw Error("eval: batch sizes must be >= 1");
   }
+  if (o.max_tokens < 2) throw Error("eval: max_tokens must be >= 2");
+  if (o.max_docs < 0) throw Error("eval: max_docs must be >= 0 (0 = all)");
+  if (o.prefix < 0) throw Error("eval: prefix must be >= 0");
   std::vector<std::vector<int32_t>> docs;
   for (const auto& d : docs_in) {
     if (o.max_docs > 0 && int(docs.size()) >= o.max_docs) break;

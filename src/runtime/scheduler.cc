@@ -2,6 +2,7 @@
 #include "lynx/scheduler.h"
 
 #include "lynx/batch_loop.h"
+#include "lynx/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -132,6 +133,10 @@ struct Scheduler::Impl {
     std::erase_if(active, [a](const auto& p) { return p.get() == a; });
   }
   void admit(int64_t id, GenerationRequest req);
+  // A step's eval threw: the requests it names (NonFiniteError), or else every request with
+  // tokens in the step, finish with kError; the context did not advance any sequence, so the
+  // others go on with the next step.
+  void fail_step(const Error& e);
   // Samples the next token of `a` from its logits and reports it; kEndSequence when the
   // request ends (its reason kept in a.why for on_end).
   int32_t on_logits(Active& a, std::span<const float> logits);
@@ -150,6 +155,26 @@ void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
     erase(a);
   };
   a->seq = loop.add(std::move(ls));
+}
+
+void Scheduler::Impl::fail_step(const Error& e) {
+  std::vector<int32_t> bad;
+  if (const auto* nf = dynamic_cast<const NonFiniteError*>(&e)) bad = nf->sequences();
+  auto named = [&](int32_t seq) { return std::find(bad.begin(), bad.end(), seq) != bad.end(); };
+  const bool any = std::any_of(active.begin(), active.end(),
+                               [&](const auto& a) { return named(a->seq); });
+  if (!any) {
+    for (const BatchToken& t : loop.last_batch()) bad.push_back(t.seq);
+  }
+  for (size_t i = active.size(); i-- > 0;) {
+    Active& a = *active[i];
+    if (!named(a.seq)) continue;
+    ++stats.failed_requests;
+    loop.remove(a.seq);
+    if (a.req.on_error) a.req.on_error(e.what());
+    if (a.req.on_finish) a.req.on_finish(FinishReason::kError);
+    active.erase(active.begin() + long(i));
+  }
 }
 
 int32_t Scheduler::Impl::on_logits(Active& a, std::span<const float> logits) {
@@ -246,7 +271,13 @@ bool Scheduler::step() {
 
   // Decode tokens first, then prompt chunks (BatchLoop, mixed); sampling and reporting in
   // Impl::on_logits, retirement in on_end.
-  const StepReport rep = s.loop.step();
+  StepReport rep;
+  try {
+    rep = s.loop.step();
+  } catch (const Error& e) {
+    s.fail_step(e);
+    return true;
+  }
   ++s.stats.steps;
   (rep.n_prefill > 0 ? s.stats.prefill_seconds : s.stats.decode_seconds) += rep.seconds;
   s.stats.prefill_tokens += rep.n_prefill;

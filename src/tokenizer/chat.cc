@@ -243,7 +243,7 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
     std::string list;
     for (const auto& n : chat_format_names()) list += (list.empty() ? "" : ", ") + n;
     throw Error("unrecognized chat template (tokenizer.chat_template starts with \"" +
-                std::string(t.substr(0, 60)) + "\"); choose a format by name: " + list);
+                gguf::printable(t.substr(0, 60)) + "\"); choose a format by name: " + list);
   }
   ChatFormat f = chat_format_from_name(name, std::move(bos), std::move(eos));
   if (f.family == ChatFamily::kChatML) f.default_system = chatml_default_system(t);

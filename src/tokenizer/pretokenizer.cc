@@ -6,6 +6,7 @@
 #include <array>
 
 #include "lynx/error.h"
+#include "lynx/gguf.h"
 #include "tokenizer/unicode.h"
 
 namespace lynx::tok {
@@ -154,7 +155,7 @@ PreTokenizer::~PreTokenizer() = default;
 std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name) {
   PreSpec spec;
   if (!lookup(name, &spec)) {
-    throw Error("unknown pre-tokenizer '" + std::string(name) +
+    throw Error("unknown pre-tokenizer '" + gguf::printable(name) +
                 "' (tokenizer.ggml.pre); lynx-moe knows gpt-2, llama3/llama-bpe, qwen2, "
                 "deepseek-llm, deepseek-v3, olmo, dbrx, gpt-4o, tekken, ... (docs/tokenizer.md)");
   }

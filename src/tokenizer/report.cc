@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include "lynx/gguf.h"
 #include "tokenizer/unicode.h"
 
 namespace lynx::tok {
@@ -23,7 +24,8 @@ std::string describe_tokens(const Tokenizer& tok, std::span<const int32_t> ids, 
   for (int32_t id : ids) {
     std::string num = std::to_string(id);
     if (num.size() < 6) num.insert(0, 6 - num.size(), ' ');
-    out += num + " -> '" + tok.token_to_piece(id) + "'\n";
+    // A piece is bytes from the file: printable() keeps escape sequences off the terminal.
+    out += num + " -> '" + gguf::printable(tok.token_to_piece(id)) + "'\n";
   }
   return out;
 }

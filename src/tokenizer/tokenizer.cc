@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "lynx/gguf.h"
 #include "tokenizer/impl.h"
 
 namespace lynx {
@@ -121,7 +122,7 @@ void Tokenizer::Impl::read_tokens(Vocab& v) {
   } else if (model == "gpt2") {
     spm = false;
   } else {
-    throw Error("unknown tokenizer model '" + model +
+    throw Error("unknown tokenizer model '" + gguf::printable(model) +
                 "' (tokenizer.ggml.model); lynx-moe supports 'llama' (SentencePiece) and "
                 "'gpt2' (byte-level BPE)");
   }
@@ -146,7 +147,7 @@ void Tokenizer::Impl::read_tokens(Vocab& v) {
     if (!v.types.empty()) attrs[i] = attr_of(v.types[i]);
     auto [it, inserted] = token_to_id.emplace(tokens[i], i);
     if (!inserted) {
-      throw Error("tokenizer: duplicate token '" + tokens[i] + "' has ids " +
+      throw Error("tokenizer: duplicate token '" + gguf::printable(tokens[i]) + "' has ids " +
                   std::to_string(it->second) + " and " + std::to_string(i));
     }
   }

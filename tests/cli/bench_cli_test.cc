@@ -9,25 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util.h"
+
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
-
-// Runs the lynx-moe binary of this build with `args` (stderr folded into stdout).
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(LYNX_BINARY_DIR) + "/bin/lynx-moe " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  r.status = pclose(p);
-  return r;
-}
+using lynx::test::CliRun;
+using lynx::test::run_cli;
 
 const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
 

@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "lynx/context.h"
 #include "lynx/gguf.h"
@@ -95,6 +98,169 @@ TEST(ModelErrors, BadExpertCountIsNamed) {
       },
       keep_all_tensors);
   expect_load_error(p, "expert_used_count = 99");
+}
+
+// Rewrites one metadata key of the fixture and expects the load to fail naming it.
+void expect_bad_value(const std::string& key, const gguf::Value& value, const std::string& msg) {
+  SCOPED_TRACE(key + " = " + value.to_string());
+  bool seen = false;
+  auto p = rewrite(
+      "value",
+      [&](const std::string& k, gguf::Value& v) {
+        if (k == key) v = value, seen = true;
+        return true;
+      },
+      keep_all_tensors);
+  if (!seen) {  // an optional key the fixture lacks: add it
+    gguf::File f = gguf::File::open(p);
+    gguf::Writer w;
+    for (const auto& kv : f.metadata()) {
+      if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+    }
+    w.set(key, value);
+    for (const auto& t : f.tensors()) {
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
+    }
+    p = std::string(LYNX_BINARY_DIR) + "/model_err_value_added.gguf";
+    w.write(p);
+  }
+  expect_load_error(p, msg);
+}
+
+// Issue 15: values that were truncated or accepted silently.
+TEST(ModelErrors, OutOfRangeMetadataIsRejected) {
+  const uint64_t big = (uint64_t(1) << 32) + 8;  // int() of it is 8: a plausible count
+  expect_bad_value("olmoe.expert_count", gguf::Value::u64(big), "olmoe.expert_count = 4294967304");
+  expect_bad_value("olmoe.block_count", gguf::Value::u64(big + 2), "out of range");
+  expect_bad_value("olmoe.context_length", gguf::Value::u64(big), "out of range");
+  expect_bad_value("olmoe.context_length", gguf::Value::u32(0), "context_length = 0");
+  expect_bad_value("olmoe.embedding_length", gguf::Value::u64(uint64_t(1) << 63), "int64");
+  expect_bad_value("olmoe.attention.head_count_kv", gguf::Value::i32(-2), "out of range");
+  expect_bad_value("olmoe.expert_feed_forward_length", gguf::Value::u64(big), "out of range");
+  // head_count x key_length would overflow the int q_dim().
+  expect_bad_value("olmoe.attention.key_length", gguf::Value::u32(1u << 29), "out of range");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* key : {"olmoe.attention.layer_norm_rms_epsilon", "olmoe.rope.freq_base"}) {
+    expect_bad_value(key, gguf::Value::f32(nan), "positive finite");
+    expect_bad_value(key, gguf::Value::f32(0.f), "positive finite");
+    expect_bad_value(key, gguf::Value::f32(-1e-5f), "positive finite");
+    expect_bad_value(key, gguf::Value::f32(std::numeric_limits<float>::infinity()),
+                     "positive finite");
+  }
+  expect_bad_value("olmoe.expert_weights_scale", gguf::Value::f32(-2.f), "expert_weights_scale");
+  expect_bad_value("olmoe.expert_weights_scale", gguf::Value::f32(nan), "expert_weights_scale");
+}
+
+// The tokenizer must cover the embedding rows: a 100-entry vocabulary for 128 rows would
+// let the sampler pick ids the tokenizer cannot decode (issue 15, item 10).
+TEST(ModelErrors, TokenizerSmallerThanEmbeddingIsRejected) {
+  std::vector<std::string> toks;
+  for (int i = 0; i < 128; ++i) toks.push_back(std::to_string(i));  // distinct tokens
+  toks.resize(100);
+  expect_bad_value("tokenizer.ggml.tokens", gguf::Value::str_array(toks),
+                   "the tokenizer has 100 tokens but token_embd.weight has 128 rows");
+  for (int i = 100; i < 128; ++i) toks.push_back(std::to_string(i));
+  gguf::File f = gguf::File::open(kFixture);
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  }
+  w.set("tokenizer.ggml.tokens", gguf::Value::str_array(toks));
+  for (const auto& t : f.tensors()) {
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
+  }
+  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_vocab_ok.gguf";
+  w.write(p);
+  EXPECT_NO_THROW(Model::load(p));  // equal sizes load
+}
+
+// NaN router weights load (the loader does not scan weights) but the first step fails with
+// a NonFiniteError naming the layer and the sequence, and leaves the cache unchanged.
+TEST(ModelErrors, NanRouterFailsTheStepNamingTheLayer) {
+  gguf::File f = gguf::File::open(kFixture);
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  }
+  for (const auto& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name == "blk.1.ffn_gate_inp.weight") {
+      std::vector<float> v(t.n_bytes / 4, std::numeric_limits<float>::quiet_NaN());
+      w.add_tensor(t.name, t.type, ne, v.data(), t.n_bytes);
+    } else {
+      w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+    }
+  }
+  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_nan_router.gguf";
+  w.write(p);
+  auto m = Model::load(p);
+  for (const char* policy : {"topk", "lynx", "budget:m=4"}) {
+    ContextOptions co;
+    co.n_threads = 1;
+    co.n_ctx = 8;
+    co.routing = policy;
+    Context ctx(*m, co);
+    const int32_t a = ctx.new_sequence(), b = ctx.new_sequence();
+    std::vector<BatchToken> batch = {{1, a, 0, kTokenPrefill, true},
+                                     {2, b, 0, kTokenPrefill, true}};
+    try {
+      ctx.eval(batch);
+      ADD_FAILURE() << policy << ": a step with NaN router logits succeeded";
+    } catch (const NonFiniteError& e) {
+      EXPECT_NE(std::string(e.what()).find("router logits of layer 1"), std::string::npos)
+          << e.what();
+      EXPECT_EQ(e.sequences(), (std::vector<int32_t>{a, b})) << e.what();
+    }
+    EXPECT_EQ(ctx.sequence_length(a), 0);
+  }
+}
+
+// A dense model has no router: a NaN norm weight shows in the hidden states, named by layer.
+TEST(ModelErrors, NanNormInADenseModelNamesTheLayer) {
+  const std::string dense =
+      std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/llama-dense-f32.gguf";
+  gguf::File f = gguf::File::open(dense);
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  }
+  for (const auto& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    std::vector<float> v(t.n_bytes / 4, std::numeric_limits<float>::quiet_NaN());
+    w.add_tensor(t.name, t.type, ne,
+                 t.name == "blk.1.attn_norm.weight" ? static_cast<const void*>(v.data()) : t.data,
+                 t.n_bytes);
+  }
+  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_nan_norm.gguf";
+  w.write(p);
+  auto m = Model::load(p);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 4;
+  Context ctx(*m, co);
+  const int32_t s = ctx.new_sequence();
+  BatchToken t{3, s, 0, kTokenPrefill, true};
+  try {
+    ctx.eval({&t, 1});
+    ADD_FAILURE() << "a NaN norm weight went unnoticed";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden states after layer 1 (sequence 0)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Routing specs that do not fit the model are refused when the context is made.
+TEST(ModelErrors, RoutingSpecAboveTheModelsK) {
+  auto m = Model::load(kFixture);  // olmoe fixture: 16 experts, k = 4
+  for (const char* spec : {"static-k:k=5", "ser:kmin=9,t=0.5", "oea:k0=65", "budget:m=17"}) {
+    ContextOptions co;
+    co.routing = spec;
+    EXPECT_THROW(Context(*m, co), Error) << spec;
+  }
+  ContextOptions ok;
+  ok.routing = "static-k:k=4";
+  EXPECT_NO_THROW(Context(*m, ok));
 }
 
 TEST(ModelErrors, NotAGgufFile) {

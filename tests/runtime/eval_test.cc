@@ -95,6 +95,30 @@ TEST(Eval, LynxAtBatchOneIsTopk) {
   EXPECT_LT(rows[5].distinct, rows[5].distinct_exact);
 }
 
+// A prefix that leaves a document nothing to score skips it (it used to feed the document's
+// last token and read the target past its end): doc d has 10 + 3d tokens, so with prefix 9
+// document 0 is skipped and document d scores 3d targets.
+TEST(Eval, PrefixAtTheDocumentEndSkipsIt) {
+  auto m = Model::load(kModel);
+  auto docs = make_docs(m->config().n_vocab);
+  EvalOptions o;
+  o.policies = {"topk"};
+  o.batches = {2};
+  o.n_threads = 1;
+  o.prefix = 9;
+  auto rows = evaluate_tokens(*m, docs, o);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].tokens, 3 * (1 + 2 + 3 + 4 + 5 + 6));
+  EXPECT_TRUE(std::isfinite(rows[0].ppl));
+  // max_docs 1, max_tokens 8, prefix 7 (the command): nothing left to score.
+  o.max_docs = 1;
+  o.max_tokens = 8;
+  o.prefix = 7;
+  EXPECT_THROW(evaluate_tokens(*m, docs, o), Error);
+  o.prefix = 6;  // one target left
+  EXPECT_EQ(evaluate_tokens(*m, docs, o)[0].tokens, 1);
+}
+
 TEST(Eval, BadInput) {
   auto m = Model::load(kModel);
   EvalOptions o;
@@ -103,6 +127,11 @@ TEST(Eval, BadInput) {
   o.batches = {1};
   EXPECT_THROW(evaluate_tokens(*m, {{1}}, o), Error);  // no document with two tokens
   EXPECT_THROW(read_eval_documents("/nonexistent-dir"), Error);
+  o.max_tokens = -1;  // used to build an iterator before the document's start
+  EXPECT_THROW(evaluate_tokens(*m, {{1, 2, 3}}, o), Error);
+  o.max_tokens = 256;
+  o.prefix = -1;
+  EXPECT_THROW(evaluate_tokens(*m, {{1, 2, 3}}, o), Error);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // tokens as each request run alone; sampling is seeded; bad requests are refused.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <string>
 
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
@@ -74,6 +76,58 @@ TEST(Scheduler, ContinuousBatchingMatchesRunningAlone) {
     EXPECT_EQ(why[i], FinishReason::kLength);
   }
   EXPECT_EQ(s.stats().prefill_tokens, 3 + 18 + 1 + 4);
+}
+
+// A step whose router logits turn NaN for one sequence (a broken model seen by one request)
+// fails that request with kError and a message naming the layer; the other requests of the
+// same steps, including a chunked prefill that was rolled back, finish as if alone.
+TEST(Scheduler, NonFiniteRowsFailOnlyTheirRequest) {
+  auto m = Model::load(kModel);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 2, 3}, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16, 17, 18}, {42}};
+  const std::vector<int> lens = {10, 6, 12};
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 128;
+  Context ctx(*m, co);
+  // Sequences are handed out from 0 in admission order, so request 2 decodes in sequence 2;
+  // its row of layer 1 goes NaN at position 4, after it has generated 4 tokens.
+  ctx.set_router_override([](int layer, std::span<const BatchToken> batch, float* logits) {
+    for (size_t t = 0; t < batch.size(); ++t) {
+      if (layer == 1 && batch[t].seq == 2 && batch[t].pos == 4) {
+        logits[t * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  });
+  SchedulerOptions so;
+  so.max_step_tokens = 5;  // request 1's prompt is prefilled in chunks while 2 decodes
+  Scheduler s(ctx, so);
+  std::map<size_t, std::vector<int32_t>> got;
+  std::map<size_t, FinishReason> why;
+  std::map<size_t, std::string> err;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = lens[i];
+    r.on_token = [&got, i](int32_t t) {
+      got[i].push_back(t);
+      return true;
+    };
+    r.on_finish = [&why, i](FinishReason f) { why[i] = f; };
+    r.on_error = [&err, i](const std::string& e) { err[i] = e; };
+    s.submit(std::move(r));
+  }
+  s.run_until_idle();
+  EXPECT_EQ(why[2], FinishReason::kError);
+  EXPECT_NE(err[2].find("router logits of layer 1"), std::string::npos) << err[2];
+  EXPECT_NE(err[2].find("sequence 2"), std::string::npos) << err[2];
+  EXPECT_EQ(got[2], run_alone(*m, prompts[2], 4));
+  for (size_t i : {size_t(0), size_t(1)}) {
+    EXPECT_EQ(why[i], FinishReason::kLength) << i;
+    EXPECT_TRUE(err[i].empty()) << err[i];
+    EXPECT_EQ(got[i], run_alone(*m, prompts[i], lens[i])) << "request " << i;
+  }
+  EXPECT_EQ(s.stats().failed_requests, 1);
 }
 
 TEST(Scheduler, SeededSamplingIsReproducible) {

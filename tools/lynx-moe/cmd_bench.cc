@@ -186,6 +186,7 @@ void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& row
   }
   std::ofstream f(a.plot);
   f << svg_document(1400, y, body);
+  f.close();
   if (!f) throw Error("cannot write " + a.plot);
   std::fprintf(stderr, "wrote %s\n", a.plot.c_str());
 }
@@ -378,6 +379,7 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
 void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
                const std::vector<std::string>& policies) {
   auto model = load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
+  check_specs_fit(policies, *model, "--routing");
   const ModelConfig& c = model->config();
   std::unique_ptr<TraceReplay> replay;
   if (!a.trace.empty()) replay = std::make_unique<TraceReplay>(a.trace, c);
@@ -402,6 +404,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   if (!a.save_json.empty()) {
     std::ofstream f(a.save_json);
     f << doc.dump(2) << "\n";
+    f.close();
     if (!f) throw Error("cannot write " + a.save_json);
   }
   if (a.output == "json") {
@@ -425,11 +428,12 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--routing", a->routing,
                   "Routing specs, separated by ';' (or ',' between names)");
   cmd->add_option("--threads", a->threads, "Thread counts, e.g. 1,2");
-  cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence");
-  cmd->add_option("--gen", a->gen, "Decode steps measured");
-  cmd->add_option("-r,--reps", a->reps, "Repetitions");
+  cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->check(int_in(1, 1 << 20));
+  cmd->add_option("--gen", a->gen, "Decode steps measured")->check(int_in(1, 1 << 20));
+  cmd->add_option("-r,--reps", a->reps, "Repetitions")->check(int_in(1, 1 << 16));
   cmd->add_option("--seed", a->seed, "Seed of the random prompts");
-  cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)");
+  cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)")
+      ->check(number_in(0, 1e6));
   add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->add_flag("--no-repack", a->no_repack,
                 "Keep the weights in the file's row layout (default: repacked at load, Q8_0/Q4_0 "
@@ -442,18 +446,18 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   cmd->callback([a] {
     if (a->output != "md" && a->output != "csv" && a->output != "json") {
-      throw Error("-o must be md, csv or json");
+      throw UsageError("-o must be md, csv or json");
     }
-    if (a->prompt < 1 || a->gen < 1 || a->reps < 1)
-      throw Error("--prompt, --gen and -r must be >= 1");
     const auto batches = parse_int_list(a->batch, "--batch");
     const auto threads = parse_int_list(a->threads, "--threads");
-    const auto policies = split_specs(a->routing);
+    const auto policies = routing_specs(a->routing, "--routing");
     for (int b : batches) {
-      if (b < 1) throw Error("--batch values must be >= 1");
+      if (b < 1 || b > (1 << 16)) throw UsageError("--batch values must be in [1, 65536]");
     }
     for (int t : threads) {
-      if (t < 1) throw Error("--threads values must be >= 1");
+      if (t < 1 || t > kMaxThreads) {
+        throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
+      }
     }
     run_bench(*a, batches, threads, policies);
   });

@@ -22,22 +22,34 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--data", a->data, "Directory of held-out documents (one per file)")->required();
   cmd->add_option("--routing", a->routing, "Routing specs (';' separated, or ',' between names)");
   cmd->add_option("--batch", a->batch, "Batch sizes (documents decoding together)");
-  cmd->add_option("--max-tokens", a->opts.max_tokens, "Tokens per document");
-  cmd->add_option("--max-docs", a->opts.max_docs, "Documents (0 = all)");
-  cmd->add_option("--prefix", a->opts.prefix, "Leading tokens per document fed as prefill");
-  cmd->add_option("--gen-prompts", a->opts.gen_prompts, "Prompts for greedy agreement (0 = off)");
-  cmd->add_option("--gen-tokens", a->opts.gen_tokens, "Greedy tokens per prompt");
-  cmd->add_option("--code-lines", a->opts.code_lines, "Held-out code lines to complete (0 = off)");
-  cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)");
+  cmd->add_option("--max-tokens", a->opts.max_tokens, "Tokens per document")
+      ->check(int_in(2, 1 << 30));
+  cmd->add_option("--max-docs", a->opts.max_docs, "Documents (0 = all)")->check(int_in(0, 1 << 30));
+  cmd->add_option("--prefix", a->opts.prefix,
+                  "Leading tokens per document fed as prefill (documents of prefix + 1 tokens "
+                  "or fewer have nothing left to score and are skipped)")
+      ->check(int_in(0, 1 << 30));
+  cmd->add_option("--gen-prompts", a->opts.gen_prompts, "Prompts for greedy agreement (0 = off)")
+      ->check(int_in(0, 1 << 20));
+  cmd->add_option("--gen-tokens", a->opts.gen_tokens, "Greedy tokens per prompt")
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--code-lines", a->opts.code_lines, "Held-out code lines to complete (0 = off)")
+      ->check(int_in(0, 1 << 20));
+  cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)")
+      ->check(int_in(0, kMaxThreads));
   add_exact_acts_flag(cmd, &a->opts.exact_activations);
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   cmd->callback([a] {
     if (a->output != "md" && a->output != "csv" && a->output != "json") {
-      throw Error("-o must be md, csv or json");
+      throw UsageError("-o must be md, csv or json");
     }
     EvalOptions o = a->opts;
-    o.policies = split_specs(a->routing);
+    o.policies = routing_specs(a->routing, "--routing");
     o.batches = parse_int_list(a->batch, "--batch");
+    for (int b : o.batches) {
+      if (b < 1 || b > (1 << 16))
+        throw UsageError("--batch: " + std::to_string(b) + " is out of range [1, 65536]");
+    }
     const bool tty = isatty(STDERR_FILENO);
     o.progress = [tty, last = std::string()](const std::string& what, size_t done,
                                              size_t total) mutable {
@@ -53,6 +65,7 @@ void register_eval(CLI::App& app) {
       }
     };
     auto model = load_model(a->model, !a->opts.exact_activations);
+    check_specs_fit(o.policies, *model, "--routing");
     auto tok = Tokenizer::from_gguf(model->file());
     const auto docs = read_eval_documents(a->data);
     const auto rows = evaluate(*model, *tok, docs, o);

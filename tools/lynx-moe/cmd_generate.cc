@@ -1,7 +1,7 @@
 // `lynx-moe generate`: a batch of prompts generated together (continuous batching), once per
 // routing policy, printing the texts, speed, and distinct experts per layer for each.
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include "commands.h"
 #include "common.h"
@@ -32,6 +32,8 @@ struct PolicyRun {
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;  // tokens of pure-decode steps
   RoutingStats total;
+  std::string first_error;  // of a request the scheduler failed (non-finite values, ...)
+  int failed = 0;
 };
 
 PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
@@ -85,6 +87,9 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
       return true;
     };
     r.on_finish = [d, text](FinishReason) { *text += d->flush(); };
+    r.on_error = [&run, i](const std::string& msg) {
+      if (run.failed++ == 0) run.first_error = "sequence " + std::to_string(i) + ": " + msg;
+    };
     sched.submit(std::move(r));
   }
   int step = 0;
@@ -121,14 +126,17 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
   cmd->add_option("-f,--prompts-file", a->prompts_file, "File with one prompt per line");
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per sequence");
-  cmd->add_option("-B,--parallel", a->parallel, "Sequences decoding together in one batch");
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
-  cmd->add_option("-c,--ctx", a->ctx, "Context limit per sequence");
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per sequence")
+      ->check(int_in(1, 1 << 30));
+  cmd->add_option("-B,--parallel", a->parallel, "Sequences decoding together in one batch")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)")
+      ->check(int_in(0, kMaxThreads));
+  cmd->add_option("-c,--ctx", a->ctx, "Context limit per sequence")->check(int_in(1, 1 << 30));
   cmd->add_option("--seed", a->seed, "Sampling seed (sequence i uses seed + i)");
-  cmd->add_option("--temp", a->temp, "Temperature (0 = greedy)");
-  cmd->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)");
-  cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)");
+  cmd->add_option("--temp", a->temp, "Temperature (0 = greedy)")->check(number_in(0, 1e4));
+  cmd->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(int_in(0, 1 << 30));
+  cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)")->check(number_in(0, 1, true));
   cmd->add_option("--routing", a->routing,
                   "Routing policy spec; several separated by ';' run one after the other");
   cmd->add_option("--record-trace", a->record_trace,
@@ -142,11 +150,10 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->callback([a] {
-    if (a->parallel < 1) throw Error("--parallel must be at least 1");
+    const std::vector<std::string> specs = routing_specs(a->routing, "--routing");
     std::vector<std::string> base;
     if (!a->prompts_file.empty()) {
-      std::ifstream f(a->prompts_file);
-      if (!f) throw Error("cannot read " + a->prompts_file);
+      std::istringstream f(read_text_file(a->prompts_file, "--prompts-file"));
       for (std::string line; std::getline(f, line);) {
         if (!line.empty()) base.push_back(line);
       }
@@ -158,6 +165,7 @@ void register_generate(CLI::App& app) {
       prompts.push_back(base[size_t(i) % base.size()]);
     }
     auto model = load_model(a->model, !a->exact_acts);
+    check_specs_fit(specs, *model, "--routing");
     auto tok = Tokenizer::from_gguf(model->file());
     const ModelConfig& c = model->config();
     std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
@@ -176,8 +184,13 @@ void register_generate(CLI::App& app) {
       h.weights_scale = c.gating.weights_scale;
       trace = std::make_unique<routing::TraceWriter>(a->record_trace, h);
     }
-    for (const std::string& spec : split_specs(a->routing)) {
+    for (const std::string& spec : specs) {
       runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get()));
+      if (runs.back().failed > 0) {
+        throw Error("routing " + spec + ": " + std::to_string(runs.back().failed) + " of " +
+                    std::to_string(prompts.size()) +
+                    " sequences failed; first: " + runs.back().first_error);
+      }
       if (trace) {
         trace->close();
         trace.reset();

@@ -11,12 +11,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "commands.h"
@@ -49,10 +52,13 @@ struct Dist {
         d.a = d.b = std::stod(s);
       }
     } catch (const std::exception&) {
-      throw Error(flag + ": '" + s + "' is not N, A:B or normal:MEAN:STD");
+      throw UsageError(flag + ": '" + s + "' is not N, A:B or normal:MEAN:STD");
     }
-    if (d.a < 1 || d.b < (d.kind == "normal" ? 0 : d.a))
-      throw Error(flag + ": bad range '" + s + "'");
+    // Finite and below 2^24 tokens, so the int() of a draw is defined.
+    const double top = double(1 << 24);
+    if (!(d.a >= 1 && d.a <= top) || !(d.b >= (d.kind == "normal" ? 0 : d.a) && d.b <= top)) {
+      throw UsageError(flag + ": bad range '" + s + "' (values in [1, 16777216])");
+    }
     return d;
   }
   int draw(std::mt19937_64& rng) const {
@@ -180,8 +186,14 @@ Sample run_one(const Args& a, const std::string& model, const std::vector<int>& 
   return s;
 }
 
-json run(const Args& a) {
-  // The served model and its vocabulary (for token-id prompts) from /v1/models.
+// What the server serves, from /v1/models: the model id, its vocabulary (for token-id
+// prompts) and its routing policy.
+struct ServerInfo {
+  std::string model, routing;
+  int n_vocab = 256;
+};
+
+ServerInfo fetch_server_info(const Args& a) {
   httplib::Client c(a.url);
   c.set_read_timeout(10, 0);
   auto models = c.Get("/v1/models", auth(a));
@@ -189,18 +201,36 @@ json run(const Args& a) {
     throw Error("cannot reach " + a.url + "/v1/models" +
                 (models ? " (HTTP " + std::to_string(models->status) + ")" : ""));
   }
-  const json mj = json::parse(models->body);
-  const json& m0 = mj["data"].at(0);
-  const std::string model = a.model.empty() ? m0.value("id", "") : a.model;
-  const int n_vocab = m0.contains("meta") ? m0["meta"].value("n_vocab", 256) : 256;
-  const std::string routing = m0.contains("meta") ? m0["meta"].value("routing", "") : "";
+  const json mj = json::parse(models->body, nullptr, false);
+  if (mj.is_discarded() || !mj.contains("data") || !mj["data"].is_array() || mj["data"].empty() ||
+      !mj["data"][0].is_object()) {
+    throw Error(a.url + "/v1/models: not a model list");
+  }
+  const json& m0 = mj["data"][0];
+  ServerInfo info;
+  info.model = a.model.empty() ? m0.value("id", "") : a.model;
+  if (m0.contains("meta") && m0["meta"].is_object()) {
+    info.n_vocab = m0["meta"].value("n_vocab", 256);
+    info.routing = m0["meta"].value("routing", "");
+  }
+  if (info.n_vocab < 1) throw Error(a.url + "/v1/models: n_vocab " + std::to_string(info.n_vocab));
+  return info;
+}
 
+struct Job {
+  double at = 0;  // arrival time, seconds after the start
+  std::vector<int> prompt;
+  int gen = 0;
+};
+
+// The whole schedule, drawn before the first request: arrival times (exponential gaps for
+// Poisson, gamma gaps with shape k < 1 for bursty: same mean rate, coefficient of variation
+// 1/sqrt(k)) and each request's prompt and length.
+std::vector<Job> draw_jobs(const Args& a, int n_vocab) {
   const Dist plen = Dist::parse(a.prompt_len, "--prompt-len");
   const Dist glen = Dist::parse(a.gen_len, "--gen-len");
   std::mt19937_64 rng(a.seed);
-  // Arrival times: exponential gaps (Poisson) or gamma gaps with shape k < 1 (bursty: same
-  // mean rate, coefficient of variation 1/sqrt(k)).
-  std::vector<double> at;
+  std::vector<Job> jobs;
   for (double t = 0;;) {
     if (a.arrivals == "poisson") {
       t += std::exponential_distribution<double>(a.rate)(rng);
@@ -208,47 +238,71 @@ json run(const Args& a) {
       const double k = a.burstiness;
       t += std::gamma_distribution<double>(k, 1.0 / (a.rate * k))(rng);
     }
-    if (t >= a.duration) break;
-    at.push_back(t);
+    if (!(t < a.duration)) break;  // also ends on a NaN gap instead of looping forever
+    jobs.push_back({t, {}, 0});
   }
-  struct Job {
-    std::vector<int> prompt;
-    int gen = 0;
-  };
-  std::vector<Job> jobs(at.size());
   for (auto& j : jobs) {
     j.prompt.resize(size_t(plen.draw(rng)));
     // Ids below 256 are bytes in byte-level vocabularies; any id is a valid prompt token.
     for (int& id : j.prompt) id = std::uniform_int_distribution<int>(0, n_vocab - 1)(rng);
     j.gen = glen.draw(rng);
   }
+  return jobs;
+}
 
-  const double d_policy0 = routing_counter(a, "lynx_routing_distinct_policy_total");
-  const double d_exact0 = routing_counter(a, "lynx_routing_distinct_exact_total");
-  std::vector<Sample> samples(jobs.size());
+// Joins every started request thread, also when the loop that starts them is left by an
+// exception: a joinable std::thread destroyed would call std::terminate.
+struct Joiner {
   std::vector<std::thread> threads;
+  ~Joiner() {
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+};
+
+// Sends each job at its arrival time on a thread of its own (open loop). A request the
+// client cannot send (too many in flight, or no thread to be had: std::system_error from the
+// thread's creation) is recorded as a client error in its sample and counted, never hidden.
+// Returns the number of requests not sent.
+int send_all(const Args& a, const std::string& model, const std::vector<Job>& jobs,
+             std::vector<Sample>& samples) {
+  samples.assign(jobs.size(), Sample{});
   std::atomic<int> inflight{0};
   int skipped = 0;
+  Joiner joiner;
   const double t0 = now_seconds();
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const double wait = t0 + at[i] - now_seconds();
+    const double wait = t0 + jobs[i].at - now_seconds();
     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-    if (inflight >= a.max_inflight) {  // the client's own limit: counted, never hidden
+    if (inflight >= a.max_inflight) {
       samples[i].error = "client: too many requests in flight";
       ++skipped;
       continue;
     }
     ++inflight;
-    threads.emplace_back([&, i] {
-      samples[i] = run_one(a, model, jobs[i].prompt, jobs[i].gen);
+    try {
+      joiner.threads.emplace_back([&, i] {
+        // Nothing may leave a thread function (std::terminate): a request that cannot even
+        // allocate is a client error like the others.
+        try {
+          samples[i] = run_one(a, model, jobs[i].prompt, jobs[i].gen);
+        } catch (const std::exception& e) {
+          samples[i].error = std::string("client: ") + e.what();
+        }
+        --inflight;
+      });
+    } catch (const std::system_error& e) {
       --inflight;
-    });
+      samples[i].error = std::string("client: cannot start a thread: ") + e.what();
+      ++skipped;
+    }
   }
-  for (auto& t : threads) t.join();
-  const double t1 = now_seconds();
-  const double d_policy1 = routing_counter(a, "lynx_routing_distinct_policy_total");
-  const double d_exact1 = routing_counter(a, "lynx_routing_distinct_exact_total");
+  return skipped;
+}
 
+json summarize(const Args& a, const ServerInfo& info, const std::vector<Job>& jobs,
+               const std::vector<Sample>& samples, int skipped, double elapsed) {
   std::vector<double> ttft, tpot, e2e;
   std::map<std::string, int> errors;
   int64_t out_tokens = 0, in_tokens = 0;
@@ -266,26 +320,39 @@ json run(const Args& a) {
       ++errors[s.error.empty() ? "http " + std::to_string(s.status) : s.error];
     }
   }
-  const double elapsed = t1 - t0;
-  json r = {{"url", a.url},
-            {"model", model},
-            {"routing", routing},
-            {"arrivals", a.arrivals},
-            {"rate", a.rate},
-            {"duration_s", a.duration},
-            {"prompt_len", a.prompt_len},
-            {"gen_len", a.gen_len},
-            {"sent", int(jobs.size()) - skipped},
-            {"completed", ok},
-            {"errors", errors},
-            {"elapsed_s", elapsed},
-            {"ttft_s", percentiles(ttft)},
-            {"tpot_s", percentiles(tpot)},
-            {"e2e_s", percentiles(e2e)},
-            {"throughput",
-             {{"requests_per_s", ok / elapsed},
-              {"output_tokens_per_s", double(out_tokens) / elapsed},
-              {"total_tokens_per_s", double(out_tokens + in_tokens) / elapsed}}}};
+  return {{"url", a.url},
+          {"model", info.model},
+          {"routing", info.routing},
+          {"arrivals", a.arrivals},
+          {"rate", a.rate},
+          {"duration_s", a.duration},
+          {"prompt_len", a.prompt_len},
+          {"gen_len", a.gen_len},
+          {"sent", int(jobs.size()) - skipped},
+          {"completed", ok},
+          {"errors", errors},
+          {"elapsed_s", elapsed},
+          {"ttft_s", percentiles(ttft)},
+          {"tpot_s", percentiles(tpot)},
+          {"e2e_s", percentiles(e2e)},
+          {"throughput",
+           {{"requests_per_s", ok / elapsed},
+            {"output_tokens_per_s", double(out_tokens) / elapsed},
+            {"total_tokens_per_s", double(out_tokens + in_tokens) / elapsed}}}};
+}
+
+json run(const Args& a) {
+  const ServerInfo info = fetch_server_info(a);
+  const std::vector<Job> jobs = draw_jobs(a, info.n_vocab);
+  const double d_policy0 = routing_counter(a, "lynx_routing_distinct_policy_total");
+  const double d_exact0 = routing_counter(a, "lynx_routing_distinct_exact_total");
+  std::vector<Sample> samples;
+  const double t0 = now_seconds();
+  const int skipped = send_all(a, info.model, jobs, samples);
+  const double elapsed = now_seconds() - t0;
+  const double d_policy1 = routing_counter(a, "lynx_routing_distinct_policy_total");
+  const double d_exact1 = routing_counter(a, "lynx_routing_distinct_exact_total");
+  json r = summarize(a, info, jobs, samples, skipped, elapsed);
   if (d_policy0 >= 0 && d_exact1 > d_exact0) {
     // Distinct experts activated by the server during the run relative to exact top-k
     // (all steps and MoE layers): what the routing policy saved.
@@ -325,24 +392,34 @@ void register_loadgen(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("loadgen", "Open-loop load against an OpenAI-compatible server");
   cmd->add_option("--url", a->url, "Server base URL");
-  cmd->add_option("--rate", a->rate, "Mean arrival rate (requests/s)");
-  cmd->add_option("--duration", a->duration, "Seconds during which requests are sent");
+  cmd->add_option("--rate", a->rate, "Mean arrival rate (requests/s)")
+      ->check(number_in(0, 1e5, true));
+  cmd->add_option("--duration", a->duration, "Seconds during which requests are sent")
+      ->check(number_in(0, 86400 * 7, true));
   cmd->add_option("--arrivals", a->arrivals, "poisson or bursty")
       ->check(CLI::IsMember({"poisson", "bursty"}));
   cmd->add_option("--burstiness", a->burstiness,
-                  "Gamma shape of bursty inter-arrival times (< 1 = burstier)");
+                  "Gamma shape of bursty inter-arrival times (< 1 = burstier)")
+      ->check(number_in(1e-3, 1e3));
   cmd->add_option("--prompt-len", a->prompt_len, "Prompt tokens: N, A:B or normal:MEAN:STD");
   cmd->add_option("--gen-len", a->gen_len, "Generated tokens: N, A:B or normal:MEAN:STD");
   cmd->add_option("--model", a->model, "Model id (default: the server's)");
   cmd->add_option("--api-key", a->api_key, "Bearer token");
   cmd->add_option("--seed", a->seed, "Seed of arrivals and lengths");
-  cmd->add_option("--timeout", a->timeout, "Per-request read timeout (s)");
-  cmd->add_option("--max-inflight", a->max_inflight, "Client-side cap on open requests");
+  cmd->add_option("--timeout", a->timeout, "Per-request read timeout (s)")
+      ->check(number_in(0, 86400, true));
+  cmd->add_option("--max-inflight", a->max_inflight, "Client-side cap on open requests")
+      ->check(int_in(1, 1 << 16));
   cmd->add_option("-o,--output", a->output, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--out-file", a->out_file, "Also write the JSON result to this file");
   cmd->callback([a] {
-    if (a->rate <= 0 || a->duration <= 0) throw Error("--rate and --duration must be positive");
-    if (a->burstiness <= 0) throw Error("--burstiness must be positive");
+    // The schedule is drawn in advance: bound its size (a typo of --rate or --duration would
+    // otherwise try to hold billions of requests).
+    if (a->rate * a->duration > 1e6) {
+      throw UsageError("--rate x --duration asks for more than 1,000,000 requests");
+    }
+    Dist::parse(a->prompt_len, "--prompt-len");  // before contacting the server
+    Dist::parse(a->gen_len, "--gen-len");
     const json r = run(*a);
     if (a->output == "json") {
       std::printf("%s\n", r.dump(2).c_str());
@@ -351,9 +428,9 @@ void register_loadgen(CLI::App& app) {
     }
     if (!a->out_file.empty()) {
       FILE* f = std::fopen(a->out_file.c_str(), "w");
-      if (!f) throw Error("cannot write " + a->out_file);
-      std::fprintf(f, "%s\n", r.dump(2).c_str());
-      std::fclose(f);
+      if (!f) throw Error("cannot write " + a->out_file + ": " + std::strerror(errno));
+      const bool ok = std::fprintf(f, "%s\n", r.dump(2).c_str()) >= 0;
+      if (std::fclose(f) != 0 || !ok) throw Error("cannot write " + a->out_file);
     }
   });
 }

@@ -21,7 +21,8 @@ void register_logits(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
   cmd->add_option("--tokens", args->tokens, "Token ids, separated by spaces or commas")->required();
   cmd->add_option("--out", args->out, "Write raw little-endian f32 logits here");
-  cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
+      ->check(int_in(0, kMaxThreads));
   cmd->add_option("--routing", args->routing, "Routing policy spec");
   cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
   add_exact_acts_flag(cmd, &args->exact_acts);
@@ -36,14 +37,25 @@ void register_logits(CLI::App& app) {
     while (in >> item) {
       try {
         size_t used = 0;
-        ids.push_back(int32_t(std::stol(item, &used)));
+        const long v = std::stol(item, &used);
+        if (v < INT32_MIN || v > INT32_MAX) throw std::out_of_range(item);
+        ids.push_back(int32_t(v));
         if (used != item.size()) throw std::invalid_argument(item);
       } catch (const std::exception&) {
-        throw Error("--tokens: '" + item + "' is not a token id");
+        throw UsageError("--tokens: '" + item + "' is not a token id");
       }
     }
-    if (ids.empty()) throw Error("--tokens: no token ids given");
+    if (ids.empty()) throw UsageError("--tokens: no token ids given");
+    const auto specs = routing_specs(args->routing, "--routing");
+    if (specs.size() != 1) throw UsageError("--routing: give one policy");
     auto model = load_model(args->model, !args->exact_acts);
+    check_specs_fit(specs, *model, "--routing");
+    for (int32_t id : ids) {
+      if (id < 0 || id >= model->config().n_vocab) {
+        throw UsageError("--tokens: token id " + std::to_string(id) + " is out of range [0, " +
+                         std::to_string(model->config().n_vocab) + ")");
+      }
+    }
     ContextOptions co;
     co.n_threads = args->threads;
     co.n_ctx = int(ids.size());
@@ -68,6 +80,7 @@ void register_logits(CLI::App& app) {
       for (int i = 0; i < ctx.n_logits(); ++i) {
         f.write(reinterpret_cast<const char*>(ctx.logits(i).data()), std::streamsize(V) * 4);
       }
+      f.close();  // flushes: a full disk shows here, not in the destructor
       if (!f) throw Error("cannot write " + args->out);
     }
     auto last = ctx.logits(ctx.n_logits() - 1);

@@ -2,6 +2,7 @@
 // Synthetic logits from a stated distribution, or a recorded routing trace
 // (--logits). Every list flag takes a comma list and the cross product runs, llama-bench
 // style; the time per call column makes it the policy-overhead micro-benchmark too.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -34,19 +35,26 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--experts", a->experts, "Experts per layer N (list)");
   cmd->add_option("--k", a->k, "Experts per token k (list)");
   cmd->add_option("--batch", a->batch, "Decode batch sizes B (list)");
-  cmd->add_option("--steps", a->steps, "Routing calls per policy and batch size");
-  cmd->add_option("--repeats", a->repeats, "Timed passes; the fastest is reported");
+  cmd->add_option("--steps", a->steps, "Routing calls per policy and batch size")
+      ->check(int_in(1, 1 << 24));
+  cmd->add_option("--repeats", a->repeats, "Timed passes; the fastest is reported")
+      ->check(int_in(1, 1 << 16));
   cmd->add_option("--seed", a->seed, "Random seed (logits and trace sampling)");
   cmd->add_option("--dist", a->dist,
                   "Synthetic logits: gauss (iid normal), zipf (popular experts), topic "
                   "(tokens share a topic's preferred experts)");
-  cmd->add_option("--std", a->std, "Noise std of the synthetic logits");
-  cmd->add_option("--topics", a->topics, "topic: number of topics");
-  cmd->add_option("--topic-std", a->topic_std, "topic: std of a topic's expert preferences");
-  cmd->add_option("--zipf-s", a->zipf_s, "zipf: exponent of the popularity law");
+  cmd->add_option("--std", a->std,
+                  "Noise std of the synthetic logits ('inf' gives infinite and NaN logits: a "
+                  "test of the policies' non-finite rules, docs/routing.md)")
+      ->check(number_in(0, INFINITY, false, true));
+  cmd->add_option("--topics", a->topics, "topic: number of topics")->check(int_in(1, 1 << 16));
+  cmd->add_option("--topic-std", a->topic_std, "topic: std of a topic's expert preferences")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--zipf-s", a->zipf_s, "zipf: exponent of the popularity law")
+      ->check(number_in(0, 1e6));
   cmd->add_option("--gating", a->gating, "softmax or sigmoid");
   cmd->add_option("--norm-topk", a->norm_topk, "1: renormalize the top-k weights, 0: do not");
-  cmd->add_option("--scale", a->scale, "Routed weights scale");
+  cmd->add_option("--scale", a->scale, "Routed weights scale")->check(number_in(0, 1e6, true));
   cmd->add_option("--logits", a->logits,
                   "Routing trace to replay instead of synthetic logits (N, k and gating come "
                   "from the trace)");
@@ -56,13 +64,20 @@ void register_route_sim(CLI::App& app) {
     for (const auto& r : a->routing) {
       for (auto& s : split_specs(r)) specs.push_back(s);
     }
-    for (const auto& s : specs) make_routing_policy(s);  // reject bad specs before any work
-    if (a->gating != "softmax" && a->gating != "sigmoid") {
-      throw Error("--gating must be softmax or sigmoid, got '" + a->gating + "'");
+    if (specs.empty()) throw UsageError("--routing: no routing policy given");
+    for (const auto& s : specs) {  // reject bad specs before any work
+      try {
+        make_routing_policy(s);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--routing: ") + e.what());
+      }
     }
-    if (a->norm_topk != 0 && a->norm_topk != 1) throw Error("--norm-topk must be 0 or 1");
+    if (a->gating != "softmax" && a->gating != "sigmoid") {
+      throw UsageError("--gating must be softmax or sigmoid, got '" + a->gating + "'");
+    }
+    if (a->norm_topk != 0 && a->norm_topk != 1) throw UsageError("--norm-topk must be 0 or 1");
     if (a->format != "md" && a->format != "csv" && a->format != "json") {
-      throw Error("-o must be md, csv or json, got '" + a->format + "'");
+      throw UsageError("-o must be md, csv or json, got '" + a->format + "'");
     }
     routing::SimConfig cfg;
     cfg.batches = parse_int_list(a->batch, "--batch");
@@ -80,9 +95,25 @@ void register_route_sim(CLI::App& app) {
         a->logits.empty() ? parse_int_list(a->experts, "--experts") : std::vector<int>{0};
     const auto ks = a->logits.empty() ? parse_int_list(a->k, "--k") : std::vector<int>{0};
     for (int n : experts) {
+      if (a->logits.empty() && (n < 1 || n > 4096)) {
+        throw UsageError("--experts: " + std::to_string(n) + " is out of range [1, 4096]");
+      }
       for (int k : ks) {
+        if (a->logits.empty() && (k < 1 || k > n)) {
+          throw UsageError("--k: " + std::to_string(k) + " is out of range [1, " +
+                           std::to_string(n) + "] for " + std::to_string(n) + " experts");
+        }
         cfg.gating = {n, k, a->gating == "sigmoid" ? GatingFunc::kSigmoid : GatingFunc::kSoftmax,
                       a->norm_topk == 1, a->scale};
+        if (a->logits.empty()) {
+          for (const auto& s : specs) {
+            try {
+              make_routing_policy(s, cfg.gating);
+            } catch (const Error& e) {
+              throw UsageError(std::string("--routing: ") + e.what());
+            }
+          }
+        }
         auto part = routing::simulate_routing(cfg, specs);
         rows.insert(rows.end(), part.begin(), part.end());
       }

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/synth.h"
 
 namespace lynx::cli {
@@ -18,20 +19,27 @@ void register_synth(CLI::App& app) {
   for (const auto& n : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + n;
   auto* cmd = app.add_subcommand("synth", "Write a random-weight GGUF model at a real shape");
   cmd->add_option("--shape", args->shape, "Shape: " + shapes)->required();
-  cmd->add_option("--layers", args->layers, "Number of layers (default: the shape's)");
-  cmd->add_option("--experts", args->experts, "Override the expert count");
-  cmd->add_option("--vocab", args->vocab, "Override the vocabulary size");
+  cmd->add_option("--layers", args->layers, "Number of layers (default: the shape's)")
+      ->check(int_in(0, 4096));
+  cmd->add_option("--experts", args->experts, "Override the expert count")->check(int_in(0, 4096));
+  cmd->add_option("--vocab", args->vocab, "Override the vocabulary size")
+      ->check(int_in(0, 1 << 24));
   cmd->add_option("--type", args->type, "Weight type: f32, f16, bf16, q8_0, q4_0");
   cmd->add_option("--seed", args->seed, "Random seed");
-  cmd->add_option("--router-std", args->router_std, "Std of router logits");
+  cmd->add_option("--router-std", args->router_std, "Std of router logits")
+      ->check(number_in(0, 1e6));
   cmd->add_option("-o,--output", args->out, "Output file")->required();
   cmd->callback([args] {
     SynthOptions o;
-    o.shape = synth_shape(args->shape);
+    try {
+      o.shape = synth_shape(args->shape);
+      o.type = gguf::tensor_type_from_name(args->type);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
     if (args->layers > 0) o.shape.n_layer = args->layers;
     if (args->experts > 0) o.shape.n_expert = args->experts;
     if (args->vocab > 0) o.shape.n_vocab = args->vocab;
-    o.type = gguf::tensor_type_from_name(args->type);
     o.seed = args->seed;
     o.router_std = args->router_std;
     int last = -1;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/gguf.h"
 #include "lynx/tokenizer.h"
 #include "tokenizer/report.h"
@@ -25,13 +26,7 @@ void run_tokenize(const TokenizeArgs& a) {
   const gguf::File f = gguf::File::open(a.model);
   const auto tok = Tokenizer::from_gguf(f);
   std::string text = a.prompt;
-  if (!a.file.empty()) {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) throw Error("cannot open --file " + a.file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
+  if (!a.file.empty()) text = read_text_file(a.file, "--file");
   if (a.bench) {
     if (text.empty()) text = tok::mixed_text(1000000);
     const auto r = tok::bench_encode(*tok, text, a.reps);
@@ -59,7 +54,8 @@ void register_tokenize(CLI::App& app) {
   cmd->add_flag("--special", args->special, "Parse control tokens written in the text");
   cmd->add_flag("--bench", args->bench,
                 "Measure encoding speed (1 MB of mixed text unless -p/-f is given)");
-  cmd->add_option("--reps", args->reps, "Benchmark repetitions (best is reported)");
+  cmd->add_option("--reps", args->reps, "Benchmark repetitions (best is reported)")
+      ->check(int_in(1, 1 << 16));
   cmd->callback([args] { run_tokenize(*args); });
 }
 

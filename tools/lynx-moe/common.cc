@@ -2,13 +2,97 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "lynx/error.h"
+#include "routing/policies.h"
 
 namespace lynx::cli {
+
+CLI::Validator number_in(double lo, double hi, bool lo_open, bool allow_inf) {
+  std::string desc =
+      (lo_open ? "(" : "[") + routing::fmt_num(lo) + ", " + routing::fmt_num(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size())
+          return "'" + text + "' is not a number";
+        if (std::isnan(v) || (!allow_inf && std::isinf(v))) {
+          return "'" + text + "' is not a finite number";
+        }
+        if (v < lo || v > hi || (lo_open && v == lo)) {
+          return text + " is out of range " + desc;
+        }
+        return {};
+      },
+      "NUMBER in " + desc, "number_in");
+}
+
+CLI::Validator int_in(int64_t lo, int64_t hi) {
+  const std::string desc = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || p != text.data() + text.size()) {
+          return "'" + text + "' is not an integer";
+        }
+        if (v < lo || v > hi) return text + " is out of range " + desc;
+        return {};
+      },
+      "INT in " + desc, "int_in");
+}
+
+std::vector<std::string> routing_specs(const std::string& value, const std::string& flag) {
+  const std::vector<std::string> specs = split_specs(value);
+  if (specs.empty()) {
+    throw UsageError(flag + ": no routing policy given (e.g. 'topk' or 'topk;lynx')");
+  }
+  for (const auto& s : specs) {
+    try {
+      make_routing_policy(s);
+    } catch (const Error& e) {
+      throw UsageError(flag + ": " + e.what());
+    }
+  }
+  return specs;
+}
+
+void check_specs_fit(const std::vector<std::string>& specs, const Model& model,
+                     const std::string& flag) {
+  if (!model.config().is_moe()) return;  // a dense model has nothing to route
+  for (const auto& s : specs) {
+    try {
+      make_routing_policy(s, model.config().gating);
+    } catch (const Error& e) {
+      throw UsageError(flag + ": " + e.what());
+    }
+  }
+}
+
+std::string read_text_file(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError(flag + ": '" + path + "' is a directory, not a file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag + ": cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(flag + ": cannot read '" + path + "'");
+  return ss.str();
+}
 
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
   cmd->add_flag("--exact-acts", *exact_activations,
@@ -54,7 +138,7 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& flag) {
       if (used != item.size()) throw std::invalid_argument(item);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw Error(flag + ": '" + item + "' is not an integer");
+      throw UsageError(flag + ": '" + item + "' is not an integer");
     }
     i = j + 1;
   }

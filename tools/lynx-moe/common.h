@@ -7,11 +7,39 @@
 #include "lynx/model.h"
 #include "util/clock.h"
 
-namespace CLI {
-class App;
-}
+#include <CLI/CLI.hpp>
+
+#include "lynx/error.h"
 
 namespace lynx::cli {
+
+// Bad command-line input found after parsing (a routing spec that does not fit the model, a
+// file flag naming a directory): main prints it and exits with status 2, as it does for
+// CLI11's own parse errors; runtime failures exit with 1.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A floating-point flag in [lo, hi] (open at lo when lo_open). Unlike CLI::Range it rejects
+// NaN, and infinities unless allow_inf.
+CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool allow_inf = false);
+// An integer flag in [lo, hi].
+CLI::Validator int_in(int64_t lo, int64_t hi);
+// Upper bound of --threads / -t (0 = all cores): far above any machine this runs on, low enough
+// that a typo does not try to start a million threads.
+constexpr int kMaxThreads = 1024;
+
+// The --routing value of a command: split (split_specs) and each spec parsed, so that a bad
+// or empty value fails before the model is loaded (UsageError naming `flag`).
+std::vector<std::string> routing_specs(const std::string& value, const std::string& flag);
+// Every spec checked against the model's gating (static-k:k above the model's k, ...).
+void check_specs_fit(const std::vector<std::string>& specs, const Model& model,
+                     const std::string& flag);
+
+// The whole content of a regular file (a directory or a device is a UsageError naming `flag`;
+// a read error a lynx::Error).
+std::string read_text_file(const std::string& path, const std::string& flag);
 
 // Adds --exact-acts (ContextOptions::exact_activations) to a command that creates a Context.
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/error.h"
 
 int main(int argc, char** argv) {
@@ -23,7 +24,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every malformed command line exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const lynx::cli::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const lynx::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
