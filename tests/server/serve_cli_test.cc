@@ -189,5 +189,43 @@ TEST(ServeCli, KeyFromEnvironmentAndSigtermWithASlowClient) {
   EXPECT_NE(c.log.find("stopped"), std::string::npos) << c.log;
 }
 
+// A second signal is not ignored while the graceful stop waits for a long request: the
+// process exits at once with 128 + the signal.
+TEST(ServeCli, SecondSignalExitsAtOnce) {
+  Child c({"serve", "-m", tiny_model(), "--port", "0", "--ctx", "4096", "--shutdown-timeout", "300",
+           "-t", "1"},
+          "");
+  ASSERT_GT(c.port, 0) << c.log;
+  std::atomic<int> events{0};
+  std::thread client([&] {
+    httplib::Client http("127.0.0.1", c.port);
+    http.set_read_timeout(60);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"long","max_tokens":4000,"ignore_eos":true,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      ++events;
+      return true;
+    };
+    http.send(req);
+  });
+  ASSERT_TRUE(eventually([&] { return events > 0; }, 60000));
+  kill(c.pid, SIGTERM);
+  // The first signal starts a stop that would wait up to 300 s for the request.
+  eventually(
+      [&] {
+        c.pump();
+        return c.log.find("shutting down") != std::string::npos;
+      },
+      20000);
+  kill(c.pid, SIGTERM);
+  const int code = c.wait_exit(20000);
+  client.join();
+  EXPECT_EQ(code, 128 + SIGTERM) << c.log;
+  EXPECT_NE(c.log.find("second signal"), std::string::npos) << c.log;
+}
+
 }  // namespace
 }  // namespace lynx::test
