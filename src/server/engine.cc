@@ -194,6 +194,11 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   {
     std::lock_guard tl(t.mu);
     if (!t.error.empty() && why == FinishReason::kCancelled) reason = "error";
+    // A sequence the scheduler failed on its own (e.g. non-finite logits in its rows): the
+    // request is answered as failed (500 / an error event), never as a normal finish.
+    if (why == FinishReason::kError && t.error.empty()) {
+      t.error = "generation failed: the engine reported an error for this request";
+    }
   }
   // Metrics first: a client that reads them right after its answer sees its request counted.
   metrics_.request_finished(reason, int(t.params.prompt.size()), c.tokens,

@@ -44,7 +44,7 @@ std::string_view trim(std::string_view s) {
 }
 
 bool is_token_char(char c) {
-  return std::isalnum(uint8_t(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  return std::isalnum(uint8_t(c)) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
 const char* reason(int status) {
@@ -203,7 +203,8 @@ bool parse_head(HttpServer::Conn& c, std::string_view head, const HttpLimits& li
   bool has_cl = false;
   for (const auto& [k, v] : r.headers) {
     if (!iequals(k, "Content-Length")) continue;
-    if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), ::isdigit)) {
+    if (v.empty() || v.size() > 18 ||
+        !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       err = {400, "invalid Content-Length"};
       return false;
     }
