@@ -259,6 +259,66 @@ TEST(Hostile, HeaderAndBodyLimits) {
   }
 }
 
+// Framing details of RFC 9112 the layer accepts or refuses, each on its own connection.
+TEST(Hostile, HttpFraming) {
+  Running srv(tiny_options());
+  const int port = srv.server->port();
+  auto answer = [&](const std::string& req) {
+    Raw c(port);
+    c.send(req);
+    return c.read_all();
+  };
+  const std::string body = R"({"prompt":"hi","max_tokens":1})";
+  // Bare LF line ends, empty lines before the request line.
+  EXPECT_EQ(status_of(answer("\r\n\nGET /health HTTP/1.1\nConnection: close\n\n")), 200);
+  // Chunk extensions and trailers are read and ignored.
+  EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                             "Connection: close\r\n\r\n" +
+                             std::to_string(0) + "\r\n\r\n")),
+            400);  // an empty body is not JSON
+  {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                               "Connection: close\r\n\r\n" +
+                               std::string(size) + ";ext=1\r\n" + body +
+                               "\r\n0\r\nX-Trailer: t\r\n\r\n")),
+              200);
+  }
+  EXPECT_EQ(status_of(answer("GET /health HTTP/2.0\r\n\r\n")), 505);
+  EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")),
+            501);
+  EXPECT_EQ(status_of(answer("GET /health HTTP/1.1\r\n folded: x\r\n\r\n")), 400);
+  EXPECT_EQ(status_of(answer("GET /health HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n"
+                             "\r\nab")),
+            400);
+  EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                             "\r\nzz\r\n")),
+            400);
+  // Expect: 100-continue is answered before the body is sent.
+  {
+    Raw c(port);
+    c.send(
+        "POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n");
+    const std::string cont =
+        c.read_until([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; });
+    EXPECT_EQ(status_of(cont), 100) << cont;
+    c.send(body);
+    const std::string got = c.read_all();
+    EXPECT_EQ(status_of(got), 200) << got;
+  }
+  // HEAD gets the headers without a body; the connection stays usable.
+  {
+    Raw c(port);
+    c.send("HEAD /health HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+    const std::string got = c.read_all();
+    EXPECT_EQ(count(got, "HTTP/1.1 200 OK"), 2) << got;
+    EXPECT_EQ(count(got, R"({"status":"ok"})"), 1) << got;
+  }
+}
+
 TEST(Hostile, MemoryStaysBoundedAfterAFlood) {
   Running srv(tiny_options());
   const int port = srv.server->port();
