@@ -2,6 +2,7 @@
 #include <pthread.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -138,6 +139,19 @@ void register_serve(CLI::App& app) {
       std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
       std::fflush(stderr);
     };
+    // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so
+    // that --max-connections, not EMFILE, is what refuses clients.
+    rlimit nofile{};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+        nofile.rlim_cur < rlim_t(o->max_connections) + 64) {
+      o->log("warning: " + std::to_string(nofile.rlim_cur) +
+             " file descriptors allowed; --max-connections " + std::to_string(o->max_connections) +
+             " may not all be accepted");
+    }
     Server srv(*o);
     srv.start();
     int sig = 0;
