@@ -11,6 +11,7 @@
 #include "lynx/server.h"
 
 #include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,23 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   const std::string& ref = a.size() == b.size() ? b : a;
   for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(ref[i]);
   return diff == 0;
+}
+
+// Log lines carry strings from the model file (its name, template errors) and from clients:
+// control bytes are escaped so that none reaches the operator's terminal as an escape
+// sequence.
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += char(ch);
+    }
+  }
+  return out;
 }
 
 std::string endpoint_label(const std::string& path) {
@@ -313,6 +331,9 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     throw Error("server: request and connection limits must be positive");
   }
   if (opts.http_threads == 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
+  if (opts.log) {
+    opts.log = [raw = std::move(opts.log)](const std::string& m) { raw(escape_controls(m)); };
+  }
   s.opts = std::move(opts);
   // Exact activations run the float path, which reads repacked Q8_0/Q4_0 weights through a
   // copy back to rows: keep the file's layout then.

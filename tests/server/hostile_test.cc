@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "util.h"
@@ -482,6 +483,27 @@ TEST(Hostile, ApiKeyFile) {
   std::filesystem::remove(path);
   EXPECT_THROW(read_api_key_file(path.string()), Error);
   EXPECT_THROW(read_api_key_file(dir.string()), Error);
+}
+
+TEST(Hostile, LogLinesEscapeControlBytes) {
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  ServerOptions o = tiny_options();
+  o.model_name = "evil\x1b[2J\x07name";  // as a GGUF general.name could be
+  o.log = [lines, mu](const std::string& s) {
+    std::lock_guard lk(*mu);
+    lines->push_back(s);
+  };
+  { Running srv(o); }
+  std::lock_guard lk(*mu);
+  ASSERT_FALSE(lines->empty());
+  bool seen = false;
+  for (const auto& l : *lines) {
+    EXPECT_EQ(l.find('\x1b'), std::string::npos) << l;
+    EXPECT_EQ(l.find('\x07'), std::string::npos) << l;
+    seen = seen || l.find("evil\\x1b[2J\\x07name") != std::string::npos;
+  }
+  EXPECT_TRUE(seen);
 }
 
 }  // namespace
