@@ -131,6 +131,9 @@ struct HttpServer::Conn {
   size_t content_length = 0;
   bool in_trailers = false;
   bool keep_alive = true;
+  // Counted against the connection limits; false for one refused at accept, which lingers
+  // only to deliver its 429/503.
+  bool counted = true;
 };
 
 namespace {
@@ -516,6 +519,10 @@ void HttpServer::close_conn(const std::shared_ptr<Conn>& c) {
   if (c->fd < 0) return;
   ::close(c->fd);
   c->fd = -1;
+  if (!c->counted) {
+    --n_refused_;
+    return;
+  }
   --n_conns_;
   if (--per_ip_[c->ip] == 0) per_ip_.erase(c->ip);
 }
@@ -559,6 +566,7 @@ void HttpServer::accept_all() {
     c->ip = ip;
     reset_request(*c);
     int status = 0;
+    bool linger = false;
     {
       std::lock_guard lk(mu_);
       if (n_conns_ >= limits_.max_connections) {
@@ -570,12 +578,28 @@ void HttpServer::accept_all() {
         ++per_ip_[c->ip];
       }
       if (status && per_ip_[c->ip] == 0) per_ip_.erase(c->ip);
+      // A refused client has usually sent its request already, and closing a socket with
+      // unread input resets it, losing our answer: a few refused connections linger to
+      // deliver it; past that, a flood is simply closed.
+      if (status && n_refused_ < kMaxRefusedLingering) {
+        ++n_refused_;
+        linger = true;
+      }
     }
     if (status) {
       reject(c, status,
              status == 503 ? "the server has too many open connections; retry later"
                            : "too many open connections from your address; retry later");
-      ::close(fd);
+      if (!linger) {
+        ::close(fd);
+        continue;
+      }
+      c->counted = false;
+      ::shutdown(fd, SHUT_WR);
+      c->phase = Conn::Phase::kLinger;
+      c->deadline = now_s() + 1.0;
+      std::lock_guard lk(mu_);
+      returns_.push_back(std::move(c));
       continue;
     }
     c->deadline = now_s() + limits_.header_timeout_s;

@@ -137,6 +137,8 @@ class HttpServer {
   std::vector<std::shared_ptr<Conn>> busy_;     // on a worker (stop() shuts them down)
   std::map<std::string, int> per_ip_;
   int n_conns_ = 0;
+  static constexpr int kMaxRefusedLingering = 64;
+  int n_refused_ = 0;  // refused at accept, lingering to deliver their answer
 };
 
 }  // namespace lynx::server
