@@ -46,7 +46,8 @@ summary=()
 for spec in "${specs[@]}"; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$bin" serve -m "$model" --port "$port" --routing "$spec" -t "$threads" --max-batch "$max_batch" \
-    --max-queue 1024 ${trace:+--routing-trace "$trace"} 2>"$out/serve-${spec//[:,=]/_}.log" &
+    --max-queue 1024 --max-connections-per-ip 1024 --max-connections 1024 \
+    ${trace:+--routing-trace "$trace"} 2>"$out/serve-${spec//[:,=]/_}.log" &
   pid=$!
   for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
   best="none"

@@ -13,6 +13,7 @@
 // (Prometheus text format). Extensions to the OpenAI request: "routing": "exact" (this
 // request's decode tokens are never remapped), "ignore_eos", "top_k".
 #pragma once
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,7 +32,8 @@ struct ServerOptions {
   std::string routing = "topk";    // routing policy spec of the engine
   int max_batch = 16;              // sequences decoding together
   int max_step_tokens = 256;       // token budget of one step (decode + prefill chunks)
-  int n_ctx = 4096;                // context limit per sequence (prompt + generated)
+  int n_ctx = 0;                   // context limit per sequence (prompt + generated);
+                                   // 0 = the model's trained context length
   int max_queue = 64;              // requests waiting for a slot before 429
   int n_threads = 0;               // compute threads of the engine (0 = all cores)
   bool exact_activations = false;  // F32 activations for Q8_0/Q4_0 too (see ContextOptions)
@@ -42,12 +44,27 @@ struct ServerOptions {
                                    // falling back to chatml when the model has none
   double shutdown_timeout_s = 10;  // stop(): in-flight requests get this long to finish
   int retry_after_s = 1;           // Retry-After of 429 / 503 answers
+  // Bounds on what one client can make the server hold (docs/serving.md, "Limits").
+  size_t max_body_bytes = 16u << 20;    // request body after de-chunking (413)
+  int max_headers = 100;                // header lines per request (431)
+  size_t max_header_bytes = 64u << 10;  // request line + headers (431)
+  int max_json_depth = 64;              // nesting of arrays/objects in a body (400)
+  double header_timeout_s = 10;         // total time for a request's line + headers (408)
+  double body_timeout_s = 60;           // total time for a request's body (408)
+  double idle_timeout_s = 30;           // a keep-alive connection between requests
+  int max_connections = 512;            // open connections (503 beyond)
+  int max_connections_per_ip = 256;     // open connections per client address (429 beyond)
   // Called once on the engine's Context before serving (e.g. `serve --routing-trace` installs
   // a router override so a random-weight model routes like a trained one); null = none.
   std::function<void(Context&)> configure_context;
   // One line per event worth an operator's attention (start, errors, shutdown); null = none.
   std::function<void(const std::string&)> log;
 };
+
+// Reads an API key from a file (the first line, trailing whitespace removed), so that it
+// need not appear on a command line where `ps` shows it. Throws lynx::Error when the file
+// cannot be read or holds no key.
+std::string read_api_key_file(const std::string& path);
 
 class Server {
  public:
@@ -63,7 +80,9 @@ class Server {
   void start();
   // Graceful shutdown: new requests get 503, in-flight requests get shutdown_timeout_s to
   // finish and are then cancelled (streams end with an error event and [DONE]), the engine
-  // stops, the listener closes. Idempotent; safe from any thread but the HTTP handlers.
+  // stops, the listener closes. Returns within shutdown_timeout_s + kShutdownSlack_s whatever
+  // the clients do. Idempotent; safe from any thread but the HTTP handlers.
+  static constexpr double kShutdownSlack_s = 8;
   void stop();
   // Blocks until stop() has completed (from another thread).
   void wait();

@@ -99,12 +99,26 @@ std::string message_content(const json& msg, size_t i) {
   if (it->is_string()) return it->get<std::string>();
   if (!it->is_array()) bad_type("messages", "objects whose content is a string or text parts");
   std::string s;
-  for (const json& part : *it) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
-      bad_value("messages", "[" + std::to_string(i) + "]: only text content parts are supported");
+  const std::string where = "messages[" + std::to_string(i) + "].content";
+  for (size_t k = 0; k < it->size(); ++k) {
+    const json& part = (*it)[k];
+    const std::string at = where + "[" + std::to_string(k) + "]";
+    if (!part.is_object()) {
+      throw ApiError(400, "'" + at + "' must be an object", "messages", "invalid_type");
     }
-    s += part["text"].get<std::string>();
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      throw ApiError(400, "'" + at + ".type' must be a string", "messages", "invalid_type");
+    }
+    if (type->get<std::string>() != "text") {
+      throw ApiError(400, "'" + at + ".type': only text content parts are supported", "messages",
+                     "invalid_value");
+    }
+    const auto txt = part.find("text");
+    if (txt == part.end() || !txt->is_string()) {
+      throw ApiError(400, "'" + at + ".text' must be a string", "messages", "invalid_type");
+    }
+    s += txt->get<std::string>();
   }
   return s;
 }
@@ -151,7 +165,10 @@ void refuse_unsupported(const json& body) {
     if (const json* v = field(body, k); v && !v->empty()) bad_value(k, "are not supported");
   }
   if (const json* v = field(body, "response_format")) {
-    if (!v->is_object() || v->value("type", "text") != "text") {
+    if (!v->is_object()) bad_type("response_format", "an object");
+    const json* type = field(*v, "type");
+    if (type && !type->is_string()) bad_type("response_format.type", "a string");
+    if (type && type->get<std::string>() != "text") {
       bad_value("response_format", "supports only {\"type\": \"text\"}");
     }
   }
@@ -202,7 +219,39 @@ json ApiError::body() const {
   return {{"error", e}};
 }
 
-CompletionParams parse_completion(const std::string& text, bool chat, const ApiModel& m) {
+int json_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+namespace {
+CompletionParams parse_checked(const std::string& text, bool chat, const ApiModel& m) {
+  if (json_depth(text, m.max_depth) > m.max_depth) {
+    throw ApiError(
+        400, "The JSON body is nested deeper than " + std::to_string(m.max_depth) + " levels.", "",
+        "invalid_json");
+  }
   json body = json::parse(text, nullptr, false);
   if (body.is_discarded()) {
     throw ApiError(400, "We could not parse the JSON body of your request.", "", "invalid_json");
@@ -221,7 +270,14 @@ CompletionParams parse_completion(const std::string& text, bool chat, const ApiM
     }
   }
   refuse_unsupported(body);
-  p.prompt = chat ? chat_prompt(body, m) : completion_prompt(body, m);
+  try {
+    p.prompt = chat ? chat_prompt(body, m) : completion_prompt(body, m);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // The tokenizer refusing the text (our own message, about the client's input).
+    bad_value(chat ? "messages" : "prompt", std::string("cannot be tokenized: ") + e.what());
+  }
   if (p.prompt.empty()) bad_value(chat ? "messages" : "prompt", "tokenizes to nothing");
   check_tokens(p.prompt, m);
 
@@ -290,6 +346,19 @@ CompletionParams parse_completion(const std::string& text, bool chat, const ApiM
   p.ignore_eos = get_bool(body, "ignore_eos", false);
   if (const json* v = field(body, "user"); v && !v->is_string()) bad_type("user", "a string");
   return p;
+}
+}  // namespace
+
+CompletionParams parse_completion(const std::string& text, bool chat, const ApiModel& m) {
+  try {
+    return parse_checked(text, chat, m);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const json::exception&) {
+    // Every field is type-checked above; this is the net under a check that was missed, so
+    // the client still gets a 400 (and no library text) rather than a 500.
+    throw ApiError(400, "The request has a value of the wrong type.", "", "invalid_type");
+  }
 }
 
 json completion_body(const CompletionParams& p, const std::string& id, int64_t created,

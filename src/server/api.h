@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lynx/chat.h"
@@ -34,6 +35,7 @@ struct ApiModel {
   std::string name;  // served model id
   int n_ctx = 0;     // context limit per sequence
   int max_n = 8;
+  int max_depth = 64;  // nesting of arrays/objects in a request body
 };
 
 struct CompletionParams {
@@ -50,8 +52,14 @@ struct CompletionParams {
   bool ignore_eos = false;     // extension (as vLLM): keep going past end-of-generation tokens
 };
 
-// Parses and validates a request body; throws ApiError (400) naming the offending field.
+// Parses and validates a request body; throws ApiError (400) naming the offending field, and
+// nothing else for any body (fuzz/fuzz_request.cc checks this).
 CompletionParams parse_completion(const std::string& body, bool chat, const ApiModel& m);
+
+// Largest nesting depth of arrays/objects in a JSON text (strings skipped), stopping early
+// once it exceeds `limit`: checked before parsing, because a DOM parser spends about 60 bytes
+// per level (a 15 MiB body of '[' would cost a gigabyte).
+int json_depth(std::string_view text, int limit);
 
 // One generated choice, as the engine reports it.
 struct ChoiceResult {

@@ -122,7 +122,7 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     r.on_finish = [this, t, i](FinishReason why) { on_finish(*t, i, why); };
     try {
       t->choices[size_t(i)].sched_id = sched_.submit(std::move(r));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // Validated by the handler already; a refusal here is a server-side inconsistency.
       {
         std::lock_guard tl(t->mu);
@@ -175,6 +175,11 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   {
     std::lock_guard tl(t.mu);
     if (!t.error.empty() && why == FinishReason::kCancelled) reason = "error";
+    // A sequence the scheduler failed on its own (e.g. non-finite logits in its rows): the
+    // request is answered as failed (500 / an error event), never as a normal finish.
+    if (why == FinishReason::kError && t.error.empty()) {
+      t.error = "generation failed: the engine reported an error for this request";
+    }
   }
   // Metrics first: a client that reads them right after its answer sees its request counted.
   metrics_.request_finished(reason, int(t.params.prompt.size()), c.tokens,
@@ -244,10 +249,14 @@ void Engine::loop() {
           metrics_.step(ctx_.last_step(), now_seconds() - t0, ctx_.routing_stats());
         }
       } catch (const std::exception& e) {
-        // A failed step leaves the batch's sequences in an unknown state: end them all with
-        // an error rather than serve corrupt text. The server itself keeps running.
+        // A failed step (the engine's non-finite logits check, a kernel error) leaves the
+        // batch's sequences in an unknown state: end them all with the cause rather than serve
+        // corrupt text. The server itself keeps running.
         if (opts_.log) opts_.log(std::string("engine step failed: ") + e.what());
-        fail_all(std::string("internal error: ") + e.what());
+        fail_all(std::string("generation failed: ") + e.what());
+      } catch (...) {
+        if (opts_.log) opts_.log("engine step failed: unknown exception");
+        fail_all("generation failed: unknown error");
       }
     }
     metrics_.set_queue(int64_t(sched_.n_waiting()), int64_t(sched_.n_active()));

@@ -1,27 +1,25 @@
-// The HTTP front of the server (see lynx/server.h): routes, authentication, admission, and
-// the streaming of engine events to clients.
+// The front of the server (see lynx/server.h): routes, authentication, admission, and the
+// streaming of engine events to clients. Sockets, request reading and limits are the HTTP
+// layer's (server/http.h).
 //
-// Both streaming and non-streaming answers are written through httplib's chunked content
-// provider: the provider wakes every kPollInterval to check the socket, so a client that goes
-// away is noticed while its request is still queued or generating, and the request is
-// cancelled at once (its slot and KV cache freed) instead of running to max_tokens. The price
-// is that the status (200) is committed before generation ends: a failure after that point
-// is reported in the body as an OpenAI error object (non-streaming) or an error event
-// (streaming).
+// A handler that waits for the engine polls the client's connection every kPollInterval, so
+// a client that goes away is noticed while its request is still queued or generating, and the
+// request is cancelled at once (its slot and KV cache freed) instead of running to
+// max_tokens. A non-streaming answer is written only when it is complete, so a failure gets
+// its own status (500); a stream has committed 200 with its first event, so a failure after
+// that is an error event before [DONE].
 #include "lynx/server.h"
 
-#include <httplib.h>
-
-#include <sys/socket.h>
-#include <sys/stat.h>
-
 #include <csignal>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 
 #include "lynx/model.h"
 #include "server/api.h"
 #include "server/engine.h"
+#include "server/http.h"
 #include "server/metrics.h"
 
 namespace lynx {
@@ -38,9 +36,36 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(server::HttpResponse& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(dump(e.body()), "application/json");
+  res.body = dump(e.body());
+  res.content_type = "application/json";
+}
+
+// Compares in time that depends on the lengths only, not on where the first difference is,
+// so response times do not reveal how much of a guessed key was right.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::string& ref = a.size() == b.size() ? b : a;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(ref[i]);
+  return diff == 0;
+}
+
+// Log lines carry strings from the model file (its name, template errors) and from clients:
+// control bytes are escaped so that none reaches the operator's terminal as an escape
+// sequence.
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += char(ch);
+    }
+  }
+  return out;
 }
 
 std::string endpoint_label(const std::string& path) {
@@ -52,35 +77,6 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-// The system's cpp-httplib listens with a backlog of 5 (compiled in): a burst of more clients
-// than that overflows the accept queue, and the dropped SYNs are retried by the kernel only
-// after a second, which would add a second to those requests' time to first token. Linux
-// lets listen() be called again on a listening socket to enlarge its backlog; httplib does
-// not expose the descriptor, so find it among ours by its port.
-void enlarge_backlog(int port, int backlog) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = -1;
-    try {
-      fd = std::stoi(e.path().filename().string());
-    } catch (...) {
-      continue;
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof addr;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int p = -1;
-    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (p == port) ::listen(fd, backlog);
-  }
-}
-
 }  // namespace
 
 struct Server::Impl {
@@ -90,14 +86,13 @@ struct Server::Impl {
   server::ApiModel api;
   server::Metrics metrics;
   std::unique_ptr<server::Engine> engine;
-  httplib::Server http;
-  std::thread listener;
+  std::unique_ptr<server::HttpServer> http;
   int port = -1;
   int64_t created = 0;
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> draining{false};
-  // Responses whose provider is still running: stop() lets them write their last events
-  // before closing the listener (httplib ends providers as soon as it stops).
+  // Requests whose handler or stream is still running: stop() lets them write their last
+  // events before the HTTP layer closes the connections.
   std::mutex streams_mu;
   std::condition_variable streams_cv;
   int open_streams = 0;
@@ -109,8 +104,10 @@ struct Server::Impl {
   void log(const std::string& s) const {
     if (opts.log) opts.log(s);
   }
-  void routes();
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void handle(const server::HttpRequest& req, server::HttpResponse& res);
+  void route(const server::HttpRequest& req, server::HttpResponse& res);
+  json model_json() const;
+  void generate(const server::HttpRequest& req, server::HttpResponse& res, bool chat);
   void stream_opened() {
     std::lock_guard lk(streams_mu);
     ++open_streams;
@@ -121,96 +118,77 @@ struct Server::Impl {
   }
 };
 
-void Server::Impl::routes() {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opts.api_key.empty() || req.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth != "Bearer " + opts.api_key) {
-      send_error(res, ApiError(401,
-                               auth.empty() ? "Missing API key (Authorization: Bearer <key>)"
-                                            : "Incorrect API key provided",
-                               "", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+void Server::Impl::handle(const server::HttpRequest& req, server::HttpResponse& res) {
+  try {
+    if (!opts.api_key.empty() && req.path != "/health") {
+      const std::string auth = req.header("Authorization");
+      if (!constant_time_equal(auth, "Bearer " + opts.api_key)) {
+        send_error(res, ApiError(401,
+                                 auth.empty() ? "Missing API key (Authorization: Bearer <key>)"
+                                              : "Incorrect API key provided",
+                                 "", "invalid_api_key"));
+        return;
+      }
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.http_response(endpoint_label(req.path), res.status);
-  });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string what = res.status == 404 ? "Unknown endpoint " + req.method + " " + req.path
-                                               : "HTTP error " + std::to_string(res.status);
-    res.set_content(dump(ApiError(res.status, what, "", "",
-                                  res.status == 404 ? "not_found_error" : "invalid_request_error")
-                             .body()),
-                    "application/json");
-  });
-  http.set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        log("internal error: " + what);
-        send_error(res, ApiError(500, "internal error: " + what, "", "", "server_error"));
-      });
-
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining) {
-      res.status = 503;
-      res.set_content(R"({"status":"shutting down"})", "application/json");
-    } else {
-      res.set_content(R"({"status":"ok"})", "application/json");
-    }
-  });
-  auto model_json = [this] {
-    const ModelConfig& c = model->config();
-    return json{{"id", api.name},
-                {"object", "model"},
-                {"created", created},
-                {"owned_by", "lynx-moe"},
-                {"meta",
-                 {{"arch", c.arch},
-                  {"n_vocab", c.n_vocab},
-                  {"n_ctx", opts.n_ctx},
-                  {"n_expert", c.n_expert},
-                  {"n_expert_used", c.n_expert_used},
-                  {"routing", engine->routing()},
-                  {"max_batch", opts.max_batch}}}};
-  };
-  http.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_json()})}}),
-                    "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req,
-                                                    httplib::Response& res) {
-    if (req.matches[1] != api.name) {
-      send_error(res,
-                 ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist",
-                          "model", "model_not_found"));
-      return;
-    }
-    res.set_content(dump(model_json()), "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(engine->routing()), "text/plain; version=0.0.4");
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, false);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, true);
-  });
+    route(req, res);
+  } catch (const std::exception& e) {
+    log(std::string("internal error: ") + e.what());
+    res = server::HttpResponse{};
+    send_error(res,
+               ApiError(500, std::string("internal error: ") + e.what(), "", "", "server_error"));
+  }
 }
 
-void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+json Server::Impl::model_json() const {
+  const ModelConfig& c = model->config();
+  return json{{"id", api.name},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "lynx-moe"},
+              {"meta",
+               {{"arch", c.arch},
+                {"n_vocab", c.n_vocab},
+                {"n_ctx", opts.n_ctx},
+                {"n_ctx_train", c.n_ctx_train},
+                {"n_expert", c.n_expert},
+                {"n_expert_used", c.n_expert_used},
+                {"routing", engine->routing()},
+                {"max_batch", opts.max_batch}}}};
+}
+
+void Server::Impl::route(const server::HttpRequest& req, server::HttpResponse& res) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (get && path == "/health") {
+    if (draining) res.status = 503;
+    res.body = draining ? R"({"status":"shutting down"})" : R"({"status":"ok"})";
+  } else if (get && path == "/v1/models") {
+    res.body = dump(json{{"object", "list"}, {"data", json::array({model_json()})}});
+  } else if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
+    const std::string id = path.substr(11);
+    if (id != api.name) {
+      send_error(
+          res, ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found"));
+      return;
+    }
+    res.body = dump(model_json());
+  } else if (get && path == "/metrics") {
+    res.body = metrics.render(engine->routing());
+    res.content_type = "text/plain; version=0.0.4";
+  } else if (req.method == "POST" && path == "/v1/completions") {
+    generate(req, res, false);
+  } else if (req.method == "POST" && path == "/v1/chat/completions") {
+    generate(req, res, true);
+  } else {
+    send_error(res, ApiError(404, "Unknown endpoint " + req.method + " " + path, "", "",
+                             "not_found_error"));
+  }
+}
+
+void Server::Impl::generate(const server::HttpRequest& req, server::HttpResponse& res, bool chat) {
   auto task = std::make_shared<server::Task>();
   task->t_arrival = server::now_seconds();
+  // The body is read as JSON whatever its Content-Type: `curl -d` labels JSON as a form.
   try {
     task->params = server::parse_completion(req.body, chat, api);
   } catch (const ApiError& e) {
@@ -242,101 +220,130 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   st->created = int64_t(std::time(nullptr));
   const std::string& model_name = api.name;
   stream_opened();
-  // Runs when httplib is done with the response, whether it was written completely or the
-  // client went away: in the second case the request is still running, so cancel it.
-  auto release = [this, task](bool) {
+
+  if (!task->params.stream) {
+    // Wait for the whole answer, watching the client: one that hangs up cancels its request.
+    for (;;) {
+      std::unique_lock lk(task->mu);
+      if (task->cv.wait_for(lk, kPollInterval, [&] { return task->done(); })) break;
+      lk.unlock();
+      if (!req.client_alive()) {
+        engine->cancel(task);
+        stream_closed();
+        send_error(res, ApiError(499, "client closed the connection", "", "", "server_error"));
+        return;
+      }
+    }
+    {
+      std::lock_guard lk(task->mu);
+      if (task->error.empty()) {
+        res.body = dump(server::completion_body(task->params, st->id, st->created, model_name,
+                                                task->results, int(task->params.prompt.size())));
+      } else {
+        send_error(res, ApiError(draining ? 503 : 500, task->error, "", "", "server_error"));
+      }
+    }
+    stream_closed();
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.content_type = "text/event-stream";
+  // Runs when the HTTP layer is done with the response, whether it was written completely or
+  // the client went away: in the second case the request is still running, so cancel it.
+  res.on_done = [this, task](bool) {
     engine->cancel(task);
     stream_closed();
   };
+  res.provider = [task, st, &model_name](server::HttpSink& sink, bool& finished) {
+    const server::CompletionParams& p = task->params;
+    auto send = [&sink](const json& j) { return sink.write("data: " + dump(j) + "\n\n"); };
+    if (p.chat && !st->role_sent) {
+      st->role_sent = true;
+      for (int i = 0; i < p.n; ++i) {
+        if (!send(server::chat_role_chunk(st->id, st->created, model_name, i))) return false;
+      }
+    }
+    std::deque<server::Event> evs;
+    bool done = false;
+    std::string error;
+    int completion = 0;
+    {
+      std::unique_lock lk(task->mu);
+      task->cv.wait_for(lk, kPollInterval, [&] { return !task->events.empty() || task->done(); });
+      evs.swap(task->events);
+      done = task->done();
+      error = task->error;
+      for (const auto& r : task->results) completion += r.completion_tokens;
+    }
+    for (const server::Event& ev : evs) {
+      if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below
+      if (!send(server::chunk_body(p, st->id, st->created, model_name, ev.choice, ev.text,
+                                   ev.token_text, ev.token_logprob, ev.finish_reason))) {
+        return false;
+      }
+    }
+    if (!done) return sink.alive();  // false = the client went away
+    if (!error.empty()) {
+      if (!send(ApiError(500, error, "", "", "server_error").body())) return false;
+    } else if (p.include_usage) {
+      if (!send(server::usage_chunk(p, st->id, st->created, model_name, int(p.prompt.size()),
+                                    completion))) {
+        return false;
+      }
+    }
+    if (!sink.write("data: [DONE]\n\n")) return false;
+    finished = true;
+    return true;
+  };
+}
 
-  if (task->params.stream) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [task, st, &model_name](size_t, httplib::DataSink& sink) {
-          const server::CompletionParams& p = task->params;
-          auto send = [&sink](const json& j) {
-            const std::string s = "data: " + dump(j) + "\n\n";
-            return sink.write(s.data(), s.size());
-          };
-          if (p.chat && !st->role_sent) {
-            st->role_sent = true;
-            for (int i = 0; i < p.n; ++i) {
-              if (!send(server::chat_role_chunk(st->id, st->created, model_name, i))) return false;
-            }
-          }
-          std::deque<server::Event> evs;
-          bool done = false;
-          std::string error;
-          int completion = 0;
-          {
-            std::unique_lock lk(task->mu);
-            task->cv.wait_for(lk, kPollInterval,
-                              [&] { return !task->events.empty() || task->done(); });
-            evs.swap(task->events);
-            done = task->done();
-            error = task->error;
-            for (const auto& r : task->results) completion += r.completion_tokens;
-          }
-          for (const server::Event& ev : evs) {
-            if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below
-            if (!send(server::chunk_body(p, st->id, st->created, model_name, ev.choice, ev.text,
-                                         ev.token_text, ev.token_logprob, ev.finish_reason))) {
-              return false;
-            }
-          }
-          if (!done) return sink.is_writable();  // false = the client went away
-          if (!error.empty()) {
-            send(ApiError(500, error, "", "", "server_error").body());
-          } else if (p.include_usage) {
-            send(server::usage_chunk(p, st->id, st->created, model_name, int(p.prompt.size()),
-                                     completion));
-          }
-          const std::string end = "data: [DONE]\n\n";
-          sink.write(end.data(), end.size());
-          sink.done();
-          return true;
-        },
-        release);
-  } else {
-    res.set_chunked_content_provider(
-        "application/json",
-        [task, st, &model_name](size_t, httplib::DataSink& sink) {
-          std::string body;
-          {
-            std::unique_lock lk(task->mu);
-            if (!task->cv.wait_for(lk, kPollInterval, [&] { return task->done(); })) {
-              lk.unlock();
-              return sink.is_writable();
-            }
-            body =
-                task->error.empty()
-                    ? dump(server::completion_body(task->params, st->id, st->created, model_name,
-                                                   task->results, int(task->params.prompt.size())))
-                    : dump(ApiError(500, task->error, "", "", "server_error").body());
-          }
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        },
-        release);
-  }
+std::string read_api_key_file(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a key file");
+  std::ifstream f(path);
+  std::string key;
+  if (!f || !std::getline(f, key)) throw Error(path + ": cannot read an API key");
+  while (!key.empty() && std::isspace(uint8_t(key.back()))) key.pop_back();
+  if (key.empty()) throw Error(path + ": the API key file is empty");
+  return key;
 }
 
 Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
-  if (opts.max_batch < 1 || opts.max_queue < 0 || opts.n_ctx < 2 || opts.max_n < 1 ||
-      opts.max_step_tokens < 1) {
-    throw Error("server: max_batch, n_ctx, max_n and max_step_tokens must be positive");
+  if (opts.max_batch < 1 || opts.max_queue < 0 || opts.n_ctx < 0 || opts.n_ctx == 1 ||
+      opts.max_n < 1 || opts.max_step_tokens < 1 || opts.http_threads < 0) {
+    throw Error(
+        "server: max_batch, max_n and max_step_tokens must be positive, n_ctx 0 or at least 2, "
+        "max_queue and http_threads not negative");
   }
-  if (opts.http_threads <= 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
+  if (!(opts.shutdown_timeout_s >= 0 && opts.shutdown_timeout_s <= 86400) ||
+      !(opts.header_timeout_s > 0 && opts.header_timeout_s <= 3600) ||
+      !(opts.body_timeout_s > 0 && opts.body_timeout_s <= 3600) ||
+      !(opts.idle_timeout_s > 0 && opts.idle_timeout_s <= 3600)) {
+    throw Error(
+        "server: timeouts must be finite, positive and at most an hour (a day for the "
+        "shutdown timeout)");
+  }
+  if (opts.max_body_bytes < 1 || opts.max_headers < 1 || opts.max_header_bytes < 64 ||
+      opts.max_json_depth < 2 || opts.max_connections < 1 || opts.max_connections_per_ip < 1 ||
+      opts.retry_after_s < 0) {
+    throw Error("server: request and connection limits must be positive");
+  }
+  if (opts.http_threads == 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
+  if (opts.log) {
+    opts.log = [raw = std::move(opts.log)](const std::string& m) { raw(escape_controls(m)); };
+  }
   s.opts = std::move(opts);
   // Exact activations run the float path, which reads repacked Q8_0/Q4_0 weights through a
   // copy back to rows: keep the file's layout then.
   LoadOptions lo;
   lo.repack = !s.opts.exact_activations;
   s.model = Model::load(s.opts.model_path, lo);
+  // The model was trained up to its context length; positions past it are untested (RoPE
+  // extrapolation), and a 4096 default let a request without max_tokens run 16x past a
+  // 256-token model. The operator can still ask for more.
+  if (s.opts.n_ctx == 0) s.opts.n_ctx = std::max(2, s.model->config().n_ctx_train);
   try {
     s.tok = Tokenizer::from_gguf(s.model->file());
   } catch (const Error& e) {
@@ -345,6 +352,7 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   s.api.tok = s.tok.get();
   s.api.n_ctx = s.opts.n_ctx;
   s.api.max_n = s.opts.max_n;
+  s.api.max_depth = s.opts.max_json_depth;
   s.api.name = s.opts.model_name;
   if (s.api.name.empty()) s.api.name = s.model->config().name;
   if (s.api.name.empty()) s.api.name = std::filesystem::path(s.opts.model_path).stem().string();
@@ -372,39 +380,42 @@ void Server::start() {
     if (s.started) throw Error("server: already started");
     s.started = true;
   }
-  // A client that closes its socket while we write would otherwise kill the process with
-  // SIGPIPE (the system's cpp-httplib sends without MSG_NOSIGNAL); a failed write is handled
-  // as a disconnect instead. Process-wide, as signal dispositions are.
+  // Writes use MSG_NOSIGNAL; this also covers anything else in the process that writes to a
+  // socket whose peer is gone. Process-wide, as signal dispositions are.
   std::signal(SIGPIPE, SIG_IGN);
-  const size_t n_http = size_t(s.opts.http_threads);
-  s.http.new_task_queue = [n_http] { return new httplib::ThreadPool(n_http); };
-  s.http.set_payload_max_length(16u << 20);
-  // httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is in
-  // use and silently take half its connections. SO_REUSEADDR alone still allows a quick
-  // restart (sockets in TIME_WAIT) but makes a live listener's port a bind error.
-  s.http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  s.routes();
-  if (s.opts.port == 0) {
-    s.port = s.http.bind_to_any_port(s.opts.host);
-  } else {
-    s.port = s.http.bind_to_port(s.opts.host, s.opts.port) ? s.opts.port : -1;
+  server::HttpLimits lim;
+  lim.max_body = s.opts.max_body_bytes;
+  lim.max_header_bytes = s.opts.max_header_bytes;
+  lim.max_headers = s.opts.max_headers;
+  lim.header_timeout_s = s.opts.header_timeout_s;
+  lim.body_timeout_s = s.opts.body_timeout_s;
+  lim.idle_timeout_s = s.opts.idle_timeout_s;
+  lim.max_connections = s.opts.max_connections;
+  lim.max_connections_per_ip = s.opts.max_connections_per_ip;
+  s.http = std::make_unique<server::HttpServer>(
+      lim, s.opts.http_threads,
+      [&s](const server::HttpRequest& req, server::HttpResponse& res) { s.handle(req, res); },
+      [](int status, const std::string& msg) {
+        return dump(
+            ApiError(status, msg, "", "", status >= 500 ? "server_error" : "invalid_request_error")
+                .body());
+      },
+      [&s](const std::string& path, int status) {
+        s.metrics.http_response(endpoint_label(path), status);
+      });
+  try {
+    s.port = s.http->bind(s.opts.host, s.opts.port);
+  } catch (const Error&) {
+    s.http.reset();
+    std::lock_guard lk(s.stop_mu);
+    s.started = false;
+    throw;
   }
-  if (s.port < 0) {
-    throw Error("cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port));
-  }
-  enlarge_backlog(s.port, 1024);
   s.engine->start();
-  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
-  // httplib's stop() does nothing until the accept loop has started, so a stop() right after
-  // start() would leave the listener running and hang the join: wait for the loop here.
-  for (int i = 0; i < 5000 && !s.http.is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  s.http->start();
   s.log("listening on http://" + s.opts.host + ":" + std::to_string(s.port) + " (model '" +
-        s.api.name + "', routing " + s.engine->routing() + ")");
+        s.api.name + "', routing " + s.engine->routing() + ", context " +
+        std::to_string(s.opts.n_ctx) + ")");
 }
 
 void Server::stop() {
@@ -429,12 +440,12 @@ void Server::stop() {
     s.engine->wait_idle(5.0);
   }
   {
-    // Let providers write the last events of the requests that just ended.
+    // Let handlers and streams write the last events of the requests that just ended.
     std::unique_lock lk(s.streams_mu);
     s.streams_cv.wait_for(lk, std::chrono::seconds(2), [&] { return s.open_streams == 0; });
   }
-  s.http.stop();
-  if (s.listener.joinable()) s.listener.join();
+  // Bounded whatever the clients do: reading connections are closed, writes are cut.
+  s.http->stop();
   s.engine->stop();
   s.log("stopped");
   std::lock_guard lk(s.stop_mu);

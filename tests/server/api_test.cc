@@ -157,5 +157,127 @@ TEST(ParseCompletion, RejectsBadInputNamingTheField) {
   }
 }
 
+// Every field of both endpoints, and every part inside content parts and response_format,
+// given a value of every wrong type: a 400 that names the field, never another exception
+// (which the server would answer with 500 and a library's text).
+TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
+  const ApiModel m = fx().api();
+  const std::vector<json> values = {json(nullptr),
+                                    json(true),
+                                    json(-3),
+                                    json(2.5),
+                                    json("s"),
+                                    json::array(),
+                                    json::array({1, "x", nullptr}),
+                                    json::object(),
+                                    json{{"type", 5}},
+                                    json{{"a", {{"b", 1}}}}};
+  const json base_chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
+  const json base_cmpl = {{"prompt", "hi"}, {"max_tokens", 2}};
+  const std::vector<std::string> fields = {"model",
+                                           "prompt",
+                                           "messages",
+                                           "max_tokens",
+                                           "max_completion_tokens",
+                                           "temperature",
+                                           "top_p",
+                                           "top_k",
+                                           "seed",
+                                           "stop",
+                                           "n",
+                                           "stream",
+                                           "stream_options",
+                                           "logprobs",
+                                           "top_logprobs",
+                                           "routing",
+                                           "ignore_eos",
+                                           "user",
+                                           "echo",
+                                           "best_of",
+                                           "suffix",
+                                           "logit_bias",
+                                           "presence_penalty",
+                                           "frequency_penalty",
+                                           "tools",
+                                           "functions",
+                                           "response_format"};
+  // Paths inside nested objects, as JSON pointers.
+  const std::vector<std::string> nested = {"/messages/0/content",
+                                           "/messages/0/content/0",
+                                           "/messages/0/content/0/type",
+                                           "/messages/0/content/0/text",
+                                           "/messages/0/role",
+                                           "/response_format/type",
+                                           "/stream_options/include_usage",
+                                           "/messages/0"};
+  auto check = [&](const json& body, bool chat, const std::string& what) {
+    try {
+      parse_completion(body.dump(), chat, m);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << what;
+      EXPECT_FALSE(e.param.empty() && std::string(e.what()).find('\'') == std::string::npos)
+          << what << ": " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  };
+  for (bool chat : {false, true}) {
+    const json base = chat ? base_chat : base_cmpl;
+    for (const auto& f : fields) {
+      for (const json& v : values) {
+        json b = base;
+        b[f] = v;
+        check(b, chat, f + "=" + v.dump());
+      }
+    }
+    if (!chat) continue;
+    for (const auto& path : nested) {
+      for (const json& v : values) {
+        json b = base;
+        b["messages"][0]["content"] = json::array({{{"type", "text"}, {"text", "hi"}}});
+        b["response_format"] = {{"type", "text"}};
+        b["stream"] = true;
+        b["stream_options"] = {{"include_usage", true}};
+        b[json::json_pointer(path)] = v;
+        check(b, chat, path + "=" + v.dump());
+      }
+    }
+  }
+  // The two of the issue, with the field in the message.
+  json b = base_chat;
+  b["messages"][0]["content"] = json::array({{{"type", 5}, {"text", "hi"}}});
+  try {
+    parse_completion(b.dump(), true, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("messages[0].content[0].type"), std::string::npos)
+        << e.what();
+  }
+  b = base_chat;
+  b["response_format"] = {{"type", 7}};
+  try {
+    parse_completion(b.dump(), true, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "response_format.type");
+  }
+}
+
+TEST(ParseCompletion, NestingDepthIsBoundedBeforeParsing) {
+  ApiModel m = fx().api();
+  m.max_depth = 8;
+  EXPECT_EQ(json_depth(R"({"a":[[1]],"s":"[[[[[[[[[[\"[["})", 100), 3);
+  EXPECT_EQ(json_depth(std::string(1000, '['), 8), 9);  // stops past the limit
+  try {
+    parse_completion(std::string(1 << 20, '['), false, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 8"), std::string::npos) << e.what();
+  }
+  // Within the limit (the prompt's own array nesting counts): parsed as usual.
+  EXPECT_NO_THROW(parse_completion(R"({"prompt":[[104,105]],"max_tokens":1})", false, m));
+}
+
 }  // namespace
 }  // namespace lynx::server

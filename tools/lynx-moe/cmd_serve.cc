@@ -1,8 +1,17 @@
 // `lynx-moe serve`: the OpenAI-compatible server (lynx/server.h) until SIGINT or SIGTERM.
 #include <pthread.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
 
 #include "commands.h"
 #include "common.h"
@@ -10,6 +19,55 @@
 #include "trace_replay.h"
 
 namespace lynx::cli {
+
+namespace {
+
+[[noreturn]] void bad_flag(const std::string& msg) {
+  // Exit code 2, as for any other misuse of the command line.
+  throw CLI::ValidationError(msg, 2);
+}
+
+void check_int(const char* flag, long long v, long long lo, long long hi) {
+  if (v < lo || v > hi) {
+    bad_flag(std::string(flag) + ": must be between " + std::to_string(lo) + " and " +
+             std::to_string(hi) + " (got " + std::to_string(v) + ")");
+  }
+}
+
+void check_seconds(const char* flag, double v, double lo, double hi) {
+  if (!(v >= lo && v <= hi)) {  // false for NaN too
+    bad_flag(std::string(flag) + ": must be a number of seconds between " +
+             std::to_string(int(lo)) + " and " + std::to_string(int(hi)) + " (got " +
+             std::to_string(v) + ")");
+  }
+}
+
+// Every serve flag with a range: nonsense is refused before the model is loaded.
+void validate(const ServerOptions& o, int api_key_sources) {
+  if (o.model_path.empty()) bad_flag("--model: must name a GGUF file");
+  if (o.host.empty()) bad_flag("--host: must not be empty");
+  check_int("--port", o.port, 0, 65535);
+  check_int("--max-batch", o.max_batch, 1, 4096);
+  check_int("--max-step-tokens", o.max_step_tokens, 1, 1 << 20);
+  check_int("--ctx", o.n_ctx, 0, 1 << 24);
+  if (o.n_ctx == 1) bad_flag("--ctx: must be 0 (the model's) or at least 2");
+  check_int("--max-queue", o.max_queue, 0, 1 << 20);
+  check_int("--threads", o.n_threads, 0, 4096);
+  check_int("--http-threads", o.http_threads, 0, 65536);
+  check_int("--max-n", o.max_n, 1, 128);
+  check_int("--max-connections", o.max_connections, 1, 1 << 20);
+  check_int("--max-connections-per-ip", o.max_connections_per_ip, 1, 1 << 20);
+  check_seconds("--shutdown-timeout", o.shutdown_timeout_s, 0, 86400);
+  check_seconds("--header-timeout", o.header_timeout_s, 0.001, 3600);
+  check_seconds("--body-timeout", o.body_timeout_s, 0.001, 3600);
+  check_seconds("--idle-timeout", o.idle_timeout_s, 0.001, 3600);
+  if (o.routing.empty()) bad_flag("--routing: must not be empty");
+  if (api_key_sources > 1) {
+    bad_flag("the API key comes from one of --api-key, --api-key-file and LYNX_API_KEY");
+  }
+}
+
+}  // namespace
 
 void register_serve(CLI::App& app) {
   auto o = std::make_shared<ServerOptions>();
@@ -21,10 +79,15 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-batch", o->max_batch, "Sequences decoding together");
   cmd->add_option("--max-step-tokens", o->max_step_tokens,
                   "Token budget of one step (decode tokens + prefill chunks)");
-  cmd->add_option("-c,--ctx", o->n_ctx, "Context limit per sequence (prompt + completion)");
+  cmd->add_option("-c,--ctx", o->n_ctx,
+                  "Context limit per sequence (prompt + completion; default: the model's "
+                  "trained context length)");
   cmd->add_option("--max-queue", o->max_queue, "Requests waiting for a slot before 429");
   cmd->add_option("--api-key", o->api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1 and /metrics");
+                  "Require 'Authorization: Bearer KEY' on /v1 and /metrics (visible in ps: "
+                  "prefer --api-key-file or LYNX_API_KEY)");
+  auto key_file = std::make_shared<std::string>();
+  cmd->add_option("--api-key-file", *key_file, "Read the API key from the first line of FILE");
   cmd->add_option("-t,--threads", o->n_threads, "Compute threads (default: all cores)");
   add_exact_acts_flag(cmd, &o->exact_activations);
   cmd->add_option("--http-threads", o->http_threads,
@@ -38,7 +101,25 @@ void register_serve(CLI::App& app) {
                   "Replay router logits recorded from a trained model (see bench)");
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "Seconds in-flight requests get to finish on SIGINT/SIGTERM");
-  cmd->callback([o, trace] {
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Open connections in total (503 beyond)");
+  cmd->add_option("--max-connections-per-ip", o->max_connections_per_ip,
+                  "Open connections per client address (429 beyond)");
+  cmd->add_option("--header-timeout", o->header_timeout_s,
+                  "Seconds a client has to send a request's line and headers (408 after)");
+  cmd->add_option("--body-timeout", o->body_timeout_s,
+                  "Seconds a client has to send a request's body (408 after)");
+  cmd->add_option("--idle-timeout", o->idle_timeout_s,
+                  "Seconds a keep-alive connection may wait for its next request");
+  cmd->callback([o, trace, key_file] {
+    const char* env_key = std::getenv("LYNX_API_KEY");
+    const bool has_env = env_key && *env_key;
+    validate(*o, int(!o->api_key.empty()) + int(!key_file->empty()) + int(has_env));
+    if (!key_file->empty()) {
+      o->api_key = read_api_key_file(*key_file);
+    } else if (has_env) {
+      o->api_key = env_key;
+    }
     if (!trace->empty()) {
       auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
       o->configure_context = [path = *trace, replay](Context& ctx) {
@@ -48,7 +129,7 @@ void register_serve(CLI::App& app) {
     }
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask) and
     // taken synchronously with sigwait below: no handler, no global flag, and the shutdown
-    // runs on this ordinary thread where it may lock and join.
+    // runs on an ordinary thread where it may lock and join.
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -58,12 +139,44 @@ void register_serve(CLI::App& app) {
       std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
       std::fflush(stderr);
     };
+    // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so
+    // that --max-connections, not EMFILE, is what refuses clients.
+    rlimit nofile{};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+        nofile.rlim_cur < rlim_t(o->max_connections) + 64) {
+      o->log("warning: " + std::to_string(nofile.rlim_cur) +
+             " file descriptors allowed; --max-connections " + std::to_string(o->max_connections) +
+             " may not all be accepted");
+    }
     Server srv(*o);
     srv.start();
     int sig = 0;
     sigwait(&sigs, &sig);
-    o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ", shutting down");
-    srv.stop();
+    o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+           ", shutting down (a second signal exits at once)");
+    // The graceful stop runs beside this thread, which keeps listening: a second signal, or
+    // the stop overrunning its documented bound, ends the process without waiting.
+    std::atomic<bool> done{false};
+    std::thread stopper([&] {
+      srv.stop();
+      done = true;
+      kill(getpid(), SIGTERM);  // wakes the wait below
+    });
+    const double bound = o->shutdown_timeout_s + Server::kShutdownSlack_s;
+    timespec ts{time_t(bound), long((bound - double(time_t(bound))) * 1e9)};
+    int again;
+    while ((again = sigtimedwait(&sigs, nullptr, &ts)) < 0 && errno == EINTR) {
+    }
+    if (!done) {
+      o->log(again > 0 ? "second signal: exiting now" : "shutdown overran its bound: exiting now");
+      std::fflush(nullptr);
+      std::_Exit(again > 0 ? 128 + again : 1);
+    }
+    stopper.join();
   });
 }
 

@@ -1,0 +1,231 @@
+// `lynx-moe serve` as a process: flag values that make no sense are refused with exit code 2,
+// the API key can come from the environment, and SIGTERM ends the process within the
+// documented bound even with a slow client connected.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "util.h"
+
+namespace lynx::test {
+namespace {
+
+const std::string kBinary = std::string(LYNX_BINARY_DIR) + "/bin/lynx-moe";
+const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
+
+struct CliRun {
+  int status = -1;  // exit code
+  std::string out;
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string cmd = kBinary + " " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(ServeCli, NonsenseFlagValuesExitWith2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--port 70000", "--port"},
+      {"--port -1", "--port"},
+      {"--http-threads -5", "--http-threads"},
+      {"--shutdown-timeout nan", "--shutdown-timeout"},
+      {"--shutdown-timeout -1", "--shutdown-timeout"},
+      {"--shutdown-timeout inf", "--shutdown-timeout"},
+      {"--max-batch 0", "--max-batch"},
+      {"--max-step-tokens 0", "--max-step-tokens"},
+      {"--ctx -1", "--ctx"},
+      {"--ctx 1", "--ctx"},
+      {"--max-queue -1", "--max-queue"},
+      {"-t -1", "--threads"},
+      {"--max-n 0", "--max-n"},
+      {"--max-connections 0", "--max-connections"},
+      {"--max-connections-per-ip -2", "--max-connections-per-ip"},
+      {"--header-timeout 0", "--header-timeout"},
+      {"--body-timeout nan", "--body-timeout"},
+      {"--idle-timeout -3", "--idle-timeout"},
+      {"--routing ''", "--routing"},
+      {"--api-key a --api-key-file /dev/null", "API key"},
+  };
+  for (const auto& [flags, name] : cases) {
+    const CliRun r = run_cli("serve -m " + kModel + " " + flags);
+    EXPECT_EQ(r.status, 2) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(name), std::string::npos) << flags << ": " << r.out;
+  }
+  const CliRun r = run_cli("serve -m " + kModel + " --port 0 --api-key-file /nonexistent/key");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/key"), std::string::npos) << r.out;
+}
+
+// A `serve` child process with its stderr on a pipe.
+struct Child {
+  pid_t pid = -1;
+  int err = -1;
+  std::string log;
+  int port = -1;
+
+  Child(const std::vector<std::string>& args, const std::string& env_key) {
+    int p[2];
+    if (pipe(p) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+      dup2(p[1], 2);
+      close(p[0]);
+      if (!env_key.empty()) setenv("LYNX_API_KEY", env_key.c_str(), 1);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(kBinary.c_str()));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(kBinary.c_str(), argv.data());
+      _exit(127);
+    }
+    close(p[1]);
+    err = p[0];
+    fcntl(err, F_SETFL, O_NONBLOCK);
+    // The port is in the "listening on http://127.0.0.1:PORT" line.
+    eventually(
+        [&] {
+          pump();
+          const size_t at = log.find("listening on http://127.0.0.1:");
+          if (at == std::string::npos) return false;
+          port = std::atoi(log.c_str() + at + 30);
+          return true;
+        },
+        60000);
+  }
+  void pump() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(err, buf, sizeof buf)) > 0) log.append(buf, size_t(n));
+  }
+  // Exit status once it has exited within `ms`, -1 otherwise.
+  int wait_exit(int ms) {
+    int st = 0;
+    for (int waited = 0; waited < ms; waited += 20) {
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        pump();
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  ~Child() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (err >= 0) close(err);
+  }
+};
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(ServeCli, KeyFromEnvironmentAndSigtermWithASlowClient) {
+  Child c({"serve", "-m", kModel, "--port", "0", "--shutdown-timeout", "1", "--header-timeout",
+           "300", "-t", "1"},
+          "env-key");
+  ASSERT_GT(c.port, 0) << c.log;
+  httplib::Client http("127.0.0.1", c.port);
+  http.set_read_timeout(30);
+  auto res = http.Get("/v1/models");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = http.Get("/v1/models", {{"Authorization", "Bearer env-key"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  // The key is not on the command line.
+  EXPECT_EQ(c.log.find("env-key"), std::string::npos);
+
+  const int slow = connect_to(c.port);
+  ASSERT_GE(slow, 0);
+  std::atomic<bool> quit{false};
+  std::thread trickle([&] {
+    send(slow, "POST /v1/completions HTTP/1.1\r\n", 31, MSG_NOSIGNAL);
+    for (int i = 0; i < 600 && !quit; ++i) {
+      if (send(slow, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) <= 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(c.pid, SIGTERM);
+  // Bound: --shutdown-timeout + Server::kShutdownSlack_s, plus room for a loaded machine.
+  const int code = c.wait_exit(int((1 + Server::kShutdownSlack_s + 20) * 1000));
+  quit = true;
+  trickle.join();
+  close(slow);
+  EXPECT_EQ(code, 0) << c.log;
+  EXPECT_NE(c.log.find("stopped"), std::string::npos) << c.log;
+}
+
+// A second signal is not ignored while the graceful stop waits for a long request: the
+// process exits at once with 128 + the signal.
+TEST(ServeCli, SecondSignalExitsAtOnce) {
+  Child c({"serve", "-m", tiny_model(), "--port", "0", "--ctx", "4096", "--shutdown-timeout", "300",
+           "-t", "1"},
+          "");
+  ASSERT_GT(c.port, 0) << c.log;
+  std::atomic<int> events{0};
+  std::thread client([&] {
+    httplib::Client http("127.0.0.1", c.port);
+    http.set_read_timeout(60);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"long","max_tokens":4000,"ignore_eos":true,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      ++events;
+      return true;
+    };
+    http.send(req);
+  });
+  ASSERT_TRUE(eventually([&] { return events > 0; }, 60000));
+  kill(c.pid, SIGTERM);
+  // The first signal starts a stop that would wait up to 300 s for the request.
+  eventually(
+      [&] {
+        c.pump();
+        return c.log.find("shutting down") != std::string::npos;
+      },
+      20000);
+  kill(c.pid, SIGTERM);
+  const int code = c.wait_exit(20000);
+  client.join();
+  EXPECT_EQ(code, 128 + SIGTERM) << c.log;
+  EXPECT_NE(c.log.find("second signal"), std::string::npos) << c.log;
+}
+
+}  // namespace
+}  // namespace lynx::test
