@@ -24,6 +24,8 @@ import struct
 
 import numpy as np
 
+import types_np
+
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
 DEFAULT_ALIGNMENT = 32
@@ -42,10 +44,14 @@ _SCALAR_FMT = {
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 TYPE_NAMES = {GGML_F32: "f32", GGML_F16: "f16", GGML_Q4_0: "q4_0", GGML_Q8_0: "q8_0",
               GGML_BF16: "bf16"}
-TYPE_BY_NAME = {v: k for k, v in TYPE_NAMES.items()}
 # (elements per block, bytes per block)
 BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2),
          GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18)}
+# The other block types (K-quants, IQ4, MXFP4, legacy): decoded by types_np.py.
+for _id, (_name, _per, _bytes) in types_np.TYPES.items():
+    TYPE_NAMES[_id] = _name
+    BLOCK[_id] = (_per, _bytes)
+TYPE_BY_NAME = {v: k for k, v in TYPE_NAMES.items()}
 QK = 32
 
 
@@ -180,6 +186,9 @@ def decode_tensor(raw, ggml_type, ne):
         out = dequantize_q8_0(raw, n)
     elif ggml_type == GGML_Q4_0:
         out = dequantize_q4_0(raw, n)
+    elif ggml_type in types_np.DECODERS:
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN/Inf scales decode as such
+            out = types_np.DECODERS[ggml_type](raw, n)
     else:
         raise ValueError("unsupported ggml type %r" % ggml_type)
     return out.reshape(shape)
