@@ -12,7 +12,8 @@ Facts used (see docs/reference.md for sources):
   data section starts at the first multiple of general.alignment (default 32) after the
   tensor infos; padding bytes are zero.
 
-Tensor types: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), BF16 (30).
+Tensor types: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), BF16 (30) here; the K-quants, IQ4_NL,
+IQ4_XS, MXFP4, Q4_1, Q5_0, Q5_1 and Q8_K are decoded (not encoded) by types_np.py.
   Q8_0: blocks of 32 along ne0: fp16 d, 32 x int8 q; value = q * d.
   Q4_0: blocks of 32 along ne0: fp16 d, 16 bytes; byte j = element j (low nibble) |
         element j+16 (high nibble) << 4; value = (nibble - 8) * d.

@@ -37,8 +37,9 @@ void encode_mxfp4(const float* src, uint8_t* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, src += 32, dst += 17) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[j]));
-    const int e =
-        amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+    // Clamped in float before the conversion (an Inf input would not fit an int).
+    const float fe = amax > 0 ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
+    const int e = static_cast<int>(std::clamp(fe, 0.0f, 254.0f));
     const float d = e8m0_half(static_cast<uint8_t>(e));
     dst[0] = static_cast<uint8_t>(e);
     auto nearest = [&](float x) {

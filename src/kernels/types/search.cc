@@ -1,4 +1,6 @@
-// The scale searches of search.h.
+// The scale searches of search.h. The float sums take their products in ggml's order
+// ((w * x) * l and (w * l) * l, each rounded) so that the encoders give ggml's bytes: checked
+// against ggml-quants.c compiled beside (docs/models.md).
 #include "kernels/types/search.h"
 
 #include <algorithm>
@@ -33,7 +35,7 @@ float search_symmetric(int n, int nmax, const float* x, int8_t* L, int rmse_type
     L[i] = static_cast<int8_t>(nmax + l);
     const float w = x[i] * x[i];
     sumlx += w * x[i] * static_cast<float>(l);
-    suml2 += w * static_cast<float>(l * l);
+    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
   }
   float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
   float best = scale * sumlx;
@@ -45,7 +47,7 @@ float search_symmetric(int n, int nmax, const float* x, int8_t* L, int rmse_type
       const int l = level(iscale, i);
       const float w = x[i] * x[i];
       sumlx += w * x[i] * static_cast<float>(l);
-      suml2 += w * static_cast<float>(l * l);
+      suml2 += w * static_cast<float>(l) * static_cast<float>(l);
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
       for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + level(iscale, i));
@@ -135,7 +137,7 @@ float search_q3(int n, int nmax, const float* x, int8_t* L) {
     L[i] = static_cast<int8_t>(l);
     const float w = x[i] * x[i];
     sumlx += w * x[i] * static_cast<float>(l);
-    suml2 += w * static_cast<float>(l * l);
+    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
   }
   for (int pass = 0; pass < 5; ++pass) {
     int changed = 0;
@@ -143,11 +145,11 @@ float search_q3(int n, int nmax, const float* x, int8_t* L) {
       const float w = x[i] * x[i];
       float slx = sumlx - w * x[i] * static_cast<float>(L[i]);
       if (slx <= 0) continue;
-      float sl2 = suml2 - w * static_cast<float>(L[i] * L[i]);
+      float sl2 = suml2 - w * static_cast<float>(L[i]) * static_cast<float>(L[i]);
       const int nl = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
       if (nl == L[i]) continue;
       slx += w * x[i] * static_cast<float>(nl);
-      sl2 += w * static_cast<float>(nl * nl);
+      sl2 += w * static_cast<float>(nl) * static_cast<float>(nl);
       if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
         L[i] = static_cast<int8_t>(nl);
         sumlx = slx;

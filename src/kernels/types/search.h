@@ -11,8 +11,11 @@ namespace lynx::kernels::types {
 // Groups whose largest magnitude is below this are stored as zeros (ggml's GROUP_MAX_EPS).
 inline constexpr float kGroupMaxEps = 1e-15f;
 
-// Round half to even, as ggml's nearest_int (valid for |x| < 2^22, which every caller keeps).
+// Round half to even, as ggml's nearest_int for |x| < 2^22; beyond that (and for Inf/NaN
+// from non-finite weights) a saturated value instead of an out-of-range conversion.
 inline int nearest_int(float x) {
+  constexpr float kLim = 4194304.0f;  // 2^22
+  if (!(std::fabs(x) < kLim)) return x > 0 ? int(kLim) : x < 0 ? -int(kLim) : 0;
   return static_cast<int>(std::nearbyint(x));
 }
 
