@@ -8,14 +8,28 @@
 
 #include "kernels/kernels.h"
 
+// ggml's functions (their block pointers taken as void*).
 extern "C" {
 #define DECL(t)                                                    \
   void quantize_row_##t##_ref(const float* x, void* y, int64_t k); \
-  void dequantize_row_##t(const void* x, float* y, int64_t k);
-DECL(q4_0)
-DECL(q4_1) DECL(q5_0) DECL(q5_1) DECL(q8_0) DECL(q2_K) DECL(q3_K) DECL(q4_K) DECL(q5_K) DECL(q6_K)
-    DECL(q8_K) DECL(iq4_nl) DECL(iq4_xs) DECL(mxfp4) size_t
-    quantize_iq4_nl(const float* src, void* dst, int64_t nrow, int64_t n_per_row, const float* qw);
+  void dequantize_row_##t(const void* x, float* y, int64_t k)
+DECL(q4_0);
+DECL(q4_1);
+DECL(q5_0);
+DECL(q5_1);
+DECL(q8_0);
+DECL(q2_K);
+DECL(q3_K);
+DECL(q4_K);
+DECL(q5_K);
+DECL(q6_K);
+DECL(q8_K);
+DECL(iq4_nl);
+DECL(iq4_xs);
+DECL(mxfp4);
+#undef DECL
+size_t quantize_iq4_nl(const float* src, void* dst, int64_t nrow, int64_t n_per_row,
+                       const float* qw);
 size_t quantize_iq4_xs(const float* src, void* dst, int64_t nrow, int64_t n_per_row,
                        const float* qw);
 }
