@@ -18,6 +18,20 @@
 #include "kernels/types/kquants.h"
 #include "lynx/error.h"
 
+#ifndef LYNX_KERNELS_MATMUL_K_BLOCK
+#define LYNX_KERNELS_MATMUL_K_BLOCK
+namespace lynx::kernels {
+// A weight block in levels form: ls[e] = scale(sub(e)) * level(e); m[sub] the integer mins
+// (none for Q3_K/Q6_K/IQ4_XS), each covering sub_len elements.
+struct BlockK {
+  float d = 0, dmin = 0;
+  int32_t m[16] = {};
+  int sub_len = 16;
+  bool has_min = false;
+};
+}  // namespace lynx::kernels
+#endif
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul_k.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -28,38 +42,56 @@ namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// out[t * nb + b] = sum over the 256 elements of block b of ls[e] * xq[t * ldq + e].
-void BlockDotsT(const int16_t* ls, int64_t nb, const int16_t* xq, int64_t ldq, int n_tok,
-                int32_t* out) {
+// Exact int32 sum of ls[e] * q[e] over the 256 elements of a block.
+HWY_INLINE int32_t BlockDot(const int16_t* ls, const int16_t* q) {
 #if HWY_TARGET == HWY_SCALAR
   // One lane: no int16 pairs to widen; the plain loop is the same exact sum.
-  for (int t = 0; t < n_tok; ++t) {
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t s = 0;
-      for (int64_t i = 0; i < 256; ++i) s += ls[b * 256 + i] * xq[t * ldq + b * 256 + i];
-      out[t * nb + b] = s;
-    }
-  }
+  int32_t s = 0;
+  for (int64_t i = 0; i < 256; ++i) s += ls[i] * q[i];
+  return s;
 #else
   using D32 = hn::ScalableTag<int32_t>;
   using D16 = hn::Repartition<int16_t, D32>;
   const D32 d32;
   const D16 d16;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d16));
-  for (int t = 0; t < n_tok; ++t) {
-    const int16_t* q = xq + t * ldq;
-    for (int64_t b = 0; b < nb; ++b) {
-      auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
-      const int16_t* wb = ls + b * 256;
-      const int16_t* qb = q + b * 256;
-      for (int64_t i = 0; i < 256; i += n) {
-        s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, wb + i), hn::LoadU(d16, qb + i), s0,
-                                           s1);
-      }
-      out[t * nb + b] = hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
-    }
+  auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+  for (int64_t i = 0; i < 256; i += n) {
+    s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, ls + i), hn::LoadU(d16, q + i), s0, s1);
   }
+  return hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
 #endif
+}
+
+// Row r (unpacked: ls, blocks) times tokens [t0, t0 + n_tok) of x, into y[j * ldy + r]. The
+// float update is matmul_k.h's; std::fma is one instruction on the targets with FMA (and
+// exact everywhere), so every target gives the scalar twin's bits.
+void RowKT(const int16_t* ls, const BlockK* blocks, const QuantizedActsK& x, int t0, int n_tok,
+           float* y, int64_t ldy, int64_t r) {
+  const int64_t nb = x.n_blocks(), cols = x.cols;
+  for (int j = 0; j < n_tok; ++j) {
+    const int tok = t0 + j;
+    const int16_t* q = x.q.data() + size_t(tok) * size_t(cols);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockK& k = blocks[b];
+      const int32_t isum = BlockDot(ls + b * 256, q + b * 256);
+      const float dx = x.d[size_t(tok * nb + b)];
+      acc = std::fma(k.d * dx, static_cast<float>(isum), acc);
+      if (k.has_min) {
+        const int32_t* gs = &x.gsum[size_t((tok * nb + b) * 16)];
+        const int per = k.sub_len / 16, n_sub = 256 / k.sub_len;
+        int32_t msum = 0;
+        for (int s = 0; s < n_sub; ++s) {
+          int32_t g = 0;
+          for (int p = 0; p < per; ++p) g += gs[s * per + p];
+          msum += k.m[s] * g;
+        }
+        acc = std::fma(-(k.dmin * dx), static_cast<float>(msum), acc);
+      }
+    }
+    y[j * ldy + r] = acc;
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -69,21 +101,12 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lynx::kernels {
 
-HWY_EXPORT(BlockDotsT);
+HWY_EXPORT(RowKT);
 
 namespace {
 
 using types::kIq4nlValues;
 using types::load_f16;
-
-// A weight block in levels form: ls[e] = scale(sub(e)) * level(e); m[sub] the integer mins
-// (none for Q3_K/Q6_K/IQ4_XS), each covering sub_len elements.
-struct BlockK {
-  float d = 0, dmin = 0;
-  int32_t m[16] = {};
-  int sub_len = 16;
-  bool has_min = false;
-};
 
 int q3_scale(const uint8_t* s, int i) {
   const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
@@ -260,37 +283,14 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
   const int64_t nb = cols / 256, bb = block_bytes(t);
   thread_local std::vector<int16_t> ls;
   thread_local std::vector<BlockK> blocks;
-  thread_local std::vector<int32_t> isums;
   ls.resize(size_t(cols));
   blocks.resize(size_t(nb));
-  isums.resize(size_t(n_tok) * size_t(nb));
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       blocks[size_t(b)] = unpack(t, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
     }
-    HWY_DYNAMIC_DISPATCH(BlockDotsT)
-    (ls.data(), nb, x.q.data() + size_t(t0) * size_t(cols), cols, n_tok, isums.data());
-    for (int j = 0; j < n_tok; ++j) {
-      const int tok = t0 + j;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const BlockK& k = blocks[size_t(b)];
-        int32_t msum = 0;
-        if (k.has_min) {
-          const int32_t* gs = &x.gsum[size_t((tok * nb + b) * 16)];
-          const int per = k.sub_len / 16, n_sub = 256 / k.sub_len;
-          for (int s = 0; s < n_sub; ++s) {
-            int32_t g = 0;
-            for (int p = 0; p < per; ++p) g += gs[s * per + p];
-            msum += k.m[s] * g;
-          }
-        }
-        acc = accumulate(acc, k.d, k.dmin, x.d[size_t(tok * nb + b)], isums[size_t(j * nb + b)],
-                         msum, k.has_min);
-      }
-      y[j * ldy + r] = acc;
-    }
+    HWY_DYNAMIC_DISPATCH(RowKT)(ls.data(), blocks.data(), x, t0, n_tok, y, ldy, r);
   }
 }
 
