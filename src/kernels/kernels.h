@@ -1,9 +1,10 @@
 // Compute kernels over plain arrays (no graph, no model knowledge).
 //
-// Weights stay in their file type (F32, F16, BF16, Q8_0, Q4_0 with the ggml block layouts);
-// activations are F32. Every SIMD kernel (Highway, runtime dispatch to the best instruction
-// set of the machine) has a scalar twin in namespace `ref`, and tests compare the two over odd
-// and aligned sizes.
+// Weights stay in their file type (any type of the type table, kernels/types.h, with the ggml
+// block layouts); activations are F32. F32/F16/BF16/Q8_0/Q4_0 have SIMD decoders and the
+// faster layouts below; every other type is decoded row by row to F32 first (the exact path). Every
+// SIMD kernel (Highway, runtime dispatch to the best instruction set of the machine) has a scalar
+// twin in namespace `ref`, and tests compare the two over odd and aligned sizes.
 //
 // Block layouts (ggml/src/ggml-common.h):
 //   Q8_0: 32 elements = fp16 scale d, 32 x int8 q            (34 bytes); value = q * d
@@ -15,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lynx/gguf.h"
@@ -24,9 +26,13 @@ namespace lynx::kernels {
 using gguf::TensorType;
 class ThreadPool;
 
-// True for the weight types the engine computes with (F32, F16, BF16, Q8_0, Q4_0).
+// True for the weight types the engine computes with: the rows of the type table
+// (kernels/types.h: F32, F16, BF16, the legacy 32-element types, the K-quants, IQ4_NL,
+// IQ4_XS, MXFP4).
 bool is_compute_type(TensorType t);
-// Elements per block of a compute type (1 for F32/F16/BF16, 32 for Q8_0/Q4_0).
+// Their names, "f32, f16, ...", for error messages.
+std::string compute_type_names();
+// Elements per block of a compute type (1 for F32/F16/BF16, 32 or 256 for block types).
 int64_t block_elems(TensorType t);
 // Bytes of a row of `n` elements of a compute type; equals gguf::row_size for those types.
 // Throws lynx::Error for a non-compute type or an `n` that is not a multiple of the block.

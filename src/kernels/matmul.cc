@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_JOB
@@ -677,6 +678,10 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
                 (layout == WeightLayout::kPanel16 ? "stored in 16-row panels" : "interleaved"));
   }
   if (r0 == r1 || n_tok == 0) return;
+  if (!type_traits(t).simd_decode) {  // the types without a decoder here (types.h)
+    matmul_rows_decoded(t, w, cols, r0, r1, x, ldx, n_tok, y, ldy);
+    return;
+  }
   const MatmulJob job{t,
                       static_cast<const uint8_t*>(w),
                       static_cast<int64_t>(row_bytes),
@@ -718,6 +723,7 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
 
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
   weight_row_bytes(t, n);  // validates type and n
+  if (!type_traits(t).simd_decode) return ref::dequantize_row(t, src, dst, n);
   HWY_DYNAMIC_DISPATCH(DequantizeRowT)(t, src, dst, n);
 }
 

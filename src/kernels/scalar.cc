@@ -1,5 +1,6 @@
-// Scalar kernels: fp16/bf16 conversions, type sizes, quantizers (as ggml's reference
-// quantizers: ggml/src/ggml-quants.c) and the `ref` twins of every SIMD kernel.
+// Scalar kernels: fp16/bf16 conversions, type sizes and the `ref` twins of every SIMD kernel.
+// What each weight type is (block size, decode, quantizer) lives in the type table
+// (types.h, one file per type in types/); this file only looks it up.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 namespace lynx::kernels {
@@ -31,47 +33,14 @@ uint16_t load_u16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
-void store_u16(uint8_t* p, uint16_t v) {
-  std::memcpy(p, &v, 2);
-}
 
-void check_row(TensorType t, int64_t n) {
-  if (!is_compute_type(t)) {
-    throw Error(std::string("kernels: unsupported weight type ") + gguf::tensor_type_name(t));
-  }
-  if (n < 0 || n % block_elems(t) != 0) {
+const TypeTraits& check_row(TensorType t, int64_t n) {
+  const TypeTraits& tr = type_traits(t);
+  if (n < 0 || n % tr.block_elems != 0) {
     throw Error("kernels: row of " + std::to_string(n) + " elements is not a multiple of the " +
-                gguf::tensor_type_name(t) + " block size");
+                gguf::tensor_type_name(t) + " block size " + std::to_string(tr.block_elems));
   }
-}
-
-// Dequantized weight (row-local element index c).
-float weight_at(TensorType t, const uint8_t* row, int64_t c) {
-  switch (t) {
-    case TensorType::F32: {
-      float v;
-      std::memcpy(&v, row + 4 * c, 4);
-      return v;
-    }
-    case TensorType::F16:
-      return fp16_to_fp32(load_u16(row + 2 * c));
-    case TensorType::BF16:
-      return bf16_to_fp32(load_u16(row + 2 * c));
-    case TensorType::Q8_0: {
-      const uint8_t* b = row + (c / kQK) * kQ8BlockBytes;
-      const float d = fp16_to_fp32(load_u16(b));
-      return static_cast<float>(static_cast<int8_t>(b[2 + c % kQK])) * d;
-    }
-    case TensorType::Q4_0: {
-      const uint8_t* b = row + (c / kQK) * kQ4BlockBytes;
-      const float d = fp16_to_fp32(load_u16(b));
-      const int64_t j = c % kQK;
-      const int q = j < 16 ? (b[2 + j] & 0x0F) : (b[2 + j - 16] >> 4);
-      return static_cast<float>(q - 8) * d;
-    }
-    default:
-      throw Error(std::string("kernels: unsupported weight type ") + gguf::tensor_type_name(t));
-  }
+  return tr;
 }
 
 // Byte offset in a Q8_0/Q4_0 matrix of block b of row r: its fp16 scale (k = -1) or its quant
@@ -90,7 +59,8 @@ void check_layout(TensorType t, WeightLayout layout, const char* what) {
     throw Error(std::string(what) + ": a " + gguf::tensor_type_name(t) +
                 " matrix cannot be interleaved");
   }
-  if (layout == WeightLayout::kPanel16 && (quant || !is_compute_type(t))) {
+  const bool flt = t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+  if (layout == WeightLayout::kPanel16 && !flt) {
     throw Error(std::string(what) + ": a " + gguf::tensor_type_name(t) +
                 " matrix cannot be stored in 16-row panels");
   }
@@ -99,35 +69,17 @@ void check_layout(TensorType t, WeightLayout layout, const char* what) {
 }  // namespace
 
 bool is_compute_type(TensorType t) {
-  switch (t) {
-    case TensorType::F32:
-    case TensorType::F16:
-    case TensorType::BF16:
-    case TensorType::Q8_0:
-    case TensorType::Q4_0:
-      return true;
-    default:
-      return false;
-  }
+  return find_type_traits(t) != nullptr;
 }
 
 int64_t block_elems(TensorType t) {
-  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) ? kQK : 1;
+  const TypeTraits* tr = find_type_traits(t);
+  return tr ? tr->block_elems : 1;
 }
 
 size_t weight_row_bytes(TensorType t, int64_t n) {
-  check_row(t, n);
-  switch (t) {
-    case TensorType::F32:
-      return static_cast<size_t>(n) * 4;
-    case TensorType::F16:
-    case TensorType::BF16:
-      return static_cast<size_t>(n) * 2;
-    case TensorType::Q8_0:
-      return static_cast<size_t>(n / kQK * kQ8BlockBytes);
-    default:  // Q4_0
-      return static_cast<size_t>(n / kQK * kQ4BlockBytes);
-  }
+  const TypeTraits& tr = check_row(t, n);
+  return static_cast<size_t>(n / tr.block_elems * tr.block_bytes);
 }
 
 // ---------------------------------------------------------------- fp16 / bf16
@@ -182,61 +134,16 @@ uint16_t fp32_to_bf16(float f) {
 namespace ref {
 
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
-  check_row(t, n);
-  const auto* row = static_cast<const uint8_t*>(src);
-  for (int64_t c = 0; c < n; ++c) dst[c] = weight_at(t, row, c);
+  const TypeTraits& tr = check_row(t, n);
+  tr.decode(static_cast<const uint8_t*>(src), dst, n / tr.block_elems);
 }
 
 void quantize_row(TensorType t, const float* src, void* dst, int64_t n) {
-  check_row(t, n);
-  auto* out = static_cast<uint8_t*>(dst);
-  switch (t) {
-    case TensorType::F32:
-      std::memcpy(out, src, static_cast<size_t>(n) * 4);
-      return;
-    case TensorType::F16:
-      for (int64_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_fp16(src[i]));
-      return;
-    case TensorType::BF16:
-      for (int64_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_bf16(src[i]));
-      return;
-    case TensorType::Q8_0:
-      for (int64_t b = 0; b < n / kQK; ++b) {
-        const float* x = src + b * kQK;
-        uint8_t* blk = out + b * kQ8BlockBytes;
-        float amax = 0.0f;
-        for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        store_u16(blk, fp32_to_fp16(d));
-        for (int j = 0; j < kQK; ++j) {
-          blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
-        }
-      }
-      return;
-    default:  // Q4_0: the scale comes from the signed value of largest magnitude, so that it
-              // maps to -8 exactly and the asymmetric range [-8, 7] is fully used.
-      for (int64_t b = 0; b < n / kQK; ++b) {
-        const float* x = src + b * kQK;
-        uint8_t* blk = out + b * kQ4BlockBytes;
-        float amax = 0.0f, vmax = 0.0f;
-        for (int j = 0; j < kQK; ++j) {
-          if (amax < std::fabs(x[j])) {
-            amax = std::fabs(x[j]);
-            vmax = x[j];
-          }
-        }
-        const float d = vmax / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        store_u16(blk, fp32_to_fp16(d));
-        for (int j = 0; j < 16; ++j) {
-          const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-          const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
-          blk[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
-        }
-      }
-      return;
+  const TypeTraits& tr = check_row(t, n);
+  if (!tr.encode) {
+    throw Error(std::string("kernels: no quantizer for ") + gguf::tensor_type_name(t));
   }
+  tr.encode(src, static_cast<uint8_t*>(dst), n / tr.block_elems);
 }
 
 float dot(const float* a, const float* b, int64_t n) {

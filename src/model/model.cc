@@ -101,8 +101,8 @@ class Binder {
     }
     if (!kernels::is_compute_type(t->type)) {
       throw Error("tensor '" + name + "' has weight type " + gguf::tensor_type_name(t->type) +
-                  ", which this engine does not compute with (supported: f32, f16, bf16, "
-                  "q8_0, q4_0)");
+                  ", which this engine does not compute with (supported: " +
+                  kernels::compute_type_names() + ")");
     }
     Weight w;
     w.type = t->type;

@@ -146,7 +146,7 @@ TEST(Matmul, RejectsBadArguments) {
   std::vector<float> x(64), y(64);
   EXPECT_THROW(matmul_rows(TensorType::Q8_0, w.data(), 33, 0, 1, x.data(), 33, 1, y.data(), 1),
                Error);
-  EXPECT_THROW(matmul_rows(TensorType::Q4_K, w.data(), 256, 0, 1, x.data(), 256, 1, y.data(), 1),
+  EXPECT_THROW(matmul_rows(TensorType::IQ2_XXS, w.data(), 256, 0, 1, x.data(), 256, 1, y.data(), 1),
                Error);
   EXPECT_THROW(matmul_rows(TensorType::F32, w.data(), 8, 2, 1, x.data(), 8, 1, y.data(), 1), Error);
   // Empty ranges are fine and write nothing.

@@ -367,9 +367,12 @@ TEST(Quant, RowBytesAndErrors) {
   EXPECT_EQ(weight_row_bytes(TensorType::Q8_0, 64), 68u);
   EXPECT_EQ(weight_row_bytes(TensorType::Q4_0, 64), 36u);
   EXPECT_THROW(weight_row_bytes(TensorType::Q4_0, 48), Error);
-  EXPECT_THROW(weight_row_bytes(TensorType::Q6_K, 256), Error);
+  EXPECT_EQ(weight_row_bytes(TensorType::Q6_K, 512), 420u);
+  EXPECT_THROW(weight_row_bytes(TensorType::Q6_K, 384), Error);
+  EXPECT_THROW(weight_row_bytes(TensorType::IQ2_XXS, 256), Error);  // not computed
   EXPECT_TRUE(is_compute_type(TensorType::BF16));
-  EXPECT_FALSE(is_compute_type(TensorType::Q4_1));
+  EXPECT_TRUE(is_compute_type(TensorType::Q4_1));
+  EXPECT_FALSE(is_compute_type(TensorType::IQ1_S));
   std::vector<float> x(48);
   std::vector<uint8_t> q(64);
   EXPECT_THROW(quantize_row(TensorType::Q8_0, x.data(), q.data(), 48), Error);

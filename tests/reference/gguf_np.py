@@ -12,7 +12,8 @@ Facts used (see docs/reference.md for sources):
   data section starts at the first multiple of general.alignment (default 32) after the
   tensor infos; padding bytes are zero.
 
-Tensor types: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), BF16 (30).
+Tensor types: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), BF16 (30) here; the K-quants, IQ4_NL,
+IQ4_XS, MXFP4, Q4_1, Q5_0, Q5_1 and Q8_K are decoded (not encoded) by types_np.py.
   Q8_0: blocks of 32 along ne0: fp16 d, 32 x int8 q; value = q * d.
   Q4_0: blocks of 32 along ne0: fp16 d, 16 bytes; byte j = element j (low nibble) |
         element j+16 (high nibble) << 4; value = (nibble - 8) * d.
@@ -23,6 +24,8 @@ in float32 (so blocks are meant to be byte-identical to ggml's reference quantiz
 import struct
 
 import numpy as np
+
+import types_np
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -42,10 +45,14 @@ _SCALAR_FMT = {
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 TYPE_NAMES = {GGML_F32: "f32", GGML_F16: "f16", GGML_Q4_0: "q4_0", GGML_Q8_0: "q8_0",
               GGML_BF16: "bf16"}
-TYPE_BY_NAME = {v: k for k, v in TYPE_NAMES.items()}
 # (elements per block, bytes per block)
 BLOCK = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2),
          GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18)}
+# The other block types (K-quants, IQ4, MXFP4, legacy): decoded by types_np.py.
+for _id, (_name, _per, _bytes) in types_np.TYPES.items():
+    TYPE_NAMES[_id] = _name
+    BLOCK[_id] = (_per, _bytes)
+TYPE_BY_NAME = {v: k for k, v in TYPE_NAMES.items()}
 QK = 32
 
 
@@ -180,6 +187,9 @@ def decode_tensor(raw, ggml_type, ne):
         out = dequantize_q8_0(raw, n)
     elif ggml_type == GGML_Q4_0:
         out = dequantize_q4_0(raw, n)
+    elif ggml_type in types_np.DECODERS:
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN/Inf scales decode as such
+            out = types_np.DECODERS[ggml_type](raw, n)
     else:
         raise ValueError("unsupported ggml type %r" % ggml_type)
     return out.reshape(shape)

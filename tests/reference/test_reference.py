@@ -340,6 +340,69 @@ def test_goldens_up_to_date():
     assert names == expected, names ^ expected
 
 
+def _f16_bytes(v):
+    return list(np.array([v], dtype=np.float16).view(np.uint8))
+
+
+def test_type_decoders_hand_blocks():
+    """types_np.py on hand-made blocks whose values follow from the layout alone."""
+    import types_np as T
+    one = _f16_bytes(1.0)
+    # q5_0: d = 1, qh bit j set for odd j, nibble j % 16 -> (nibble | bit << 4) - 16
+    qh = sum(1 << j for j in range(1, 32, 2))
+    blk = one + list(np.array([qh], "<u4").view(np.uint8)) + [(j & 15) | ((15 - j) << 4)
+                                                               for j in range(16)]
+    v = T.decode_q5_0(bytes(blk), 32)
+    want = [((j if j < 16 else 15 - (j - 16)) | ((j % 2) << 4)) - 16 for j in range(32)]
+    assert list(v) == want, (list(v), want)
+    # q2_K: d = 1, dmin = 1, every sub-block scale 1 and min 2; byte l holds j in bit pair j,
+    # so element 32 j + l (per half) is j - 2
+    blk = [0x21] * 16 + [0b11100100] * 64 + one + one
+    v = T.decode_q2_K(bytes(blk), 256)
+    assert list(v) == [float((e % 128) // 32 - 2) for e in range(256)]
+    # q6_K: all-zero quants with d = 1, scales i -> -32 * scale of the element's 16-group
+    blk = [0] * 192 + list(range(1, 17)) + one
+    v = T.decode_q6_K(bytes(blk), 256)
+    groups = [8 * (e // 128) + (e % 32) // 16 + 2 * ((e % 128) // 32) for e in range(256)]
+    assert list(v) == [-32.0 * (g + 1) for g in groups]
+    # q4_K: d = 1, dmin = 0.5, scales/mins of sub-blocks 0-3 = 1..4 / 0..3 (low 6 bits of bytes
+    # 0-7), 4-7 = 5..8 / 4..7 (nibbles of bytes 8-11, top bits 0); nibbles all 3
+    blk = one + _f16_bytes(0.5) + [1, 2, 3, 4, 0, 1, 2, 3] + [5 | 4 << 4, 6 | 5 << 4,
+                                                               7 | 6 << 4, 8 | 7 << 4] + [0x33] * 128
+    v = T.decode_q4_K(bytes(blk), 256)
+    assert list(v) == [3.0 * (e // 32 + 1) - 0.5 * (e // 32) for e in range(256)]
+    # mxfp4: e = 128 is scale 1 on the doubled grid; e = 0 is 2^-128
+    blk = [128] + [(j & 15) | ((15 - j) << 4) for j in range(16)]
+    v = T.decode_mxfp4(bytes(blk), 32)
+    assert list(v[:16]) == [float(T.MXFP4_GRID[j]) for j in range(16)]
+    assert T.decode_mxfp4(bytes([0] + [0x11] * 16), 32)[0] == np.float32(2.0 ** -128)
+    # iq4_xs: d = 1, sub-block ib scale ls = ib + 28 (low nibble in scales_l, 2 high bits in
+    # scales_h) -> (ib - 4) * grid[nibble]
+    ls = [ib + 28 for ib in range(8)]
+    sh = sum((l >> 4) << (2 * ib) for ib, l in enumerate(ls))
+    sl = [(ls[2 * k] & 15) | ((ls[2 * k + 1] & 15) << 4) for k in range(4)]
+    blk = one + list(np.array([sh], "<u2").view(np.uint8)) + sl + [0x98] * 128
+    v = T.decode_iq4_xs(bytes(blk), 256)
+    want = [float((e // 32 - 4) * (T.IQ4NL_GRID[8] if e % 32 < 16 else T.IQ4NL_GRID[9]))
+            for e in range(256)]
+    assert list(v) == want
+
+
+def test_type_blocks_fixture_is_current():
+    """fixtures/types/blocks.gguf: each T.f32 tensor is types_np's decode of tensor T."""
+    g = G.read_gguf(os.path.join(FIXTURES, "types", "blocks.gguf"))
+    n = 0
+    for name, t in g.tensors.items():
+        if t.type == G.GGML_F32:
+            continue
+        want = g.tensors[name + ".f32"].to_numpy().reshape(-1)
+        got = t.to_numpy().reshape(-1)
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), name
+        n += 1
+    assert n == 12, n
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:

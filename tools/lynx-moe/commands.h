@@ -10,6 +10,7 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_quantize(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_route_sim(CLI::App& app);
 void register_serve(CLI::App& app);

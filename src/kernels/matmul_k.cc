@@ -1,0 +1,378 @@
+// The Q8_K integer path (matmul_k.h): the activation quantizer, the per-type unpacking of
+// weight blocks to integer levels times sub-block scales, the block dot products (Highway,
+// dynamic dispatch: int16 pair products, vpmaddwd on x86) and the scalar twin.
+//
+// A weight row is unpacked once per call into an int16 buffer (level x sub-block scale, 512
+// bytes per block) and then multiplied with every token's int16 activations: the unpacking is
+// scalar and its cost shared by the tokens of the call. The integer sums are exact, so the
+// lane order does not matter and every target gives the scalar twin's bits.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul_k.h"
+#include "kernels/types.h"
+#include "kernels/types/blocks.h"
+#include "kernels/types/kquants.h"
+#include "lynx/error.h"
+
+#ifndef LYNX_KERNELS_MATMUL_K_BLOCK
+#define LYNX_KERNELS_MATMUL_K_BLOCK
+namespace lynx::kernels {
+// A weight block in levels form: ls[e] = scale(sub(e)) * level(e); m[sub] the integer mins
+// (none for Q3_K/Q6_K/IQ4_XS), each covering sub_len elements.
+struct BlockK {
+  float d = 0, dmin = 0;
+  int32_t m[16] = {};
+  int sub_len = 16;
+  bool has_min = false;
+};
+}  // namespace lynx::kernels
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul_k.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lynx::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Exact int32 sum of ls[e] * q[e] over the 256 elements of a block.
+HWY_INLINE int32_t BlockDot(const int16_t* ls, const int16_t* q) {
+#if HWY_TARGET == HWY_SCALAR
+  // One lane: no int16 pairs to widen; the plain loop is the same exact sum.
+  int32_t s = 0;
+  for (int64_t i = 0; i < 256; ++i) s += ls[i] * q[i];
+  return s;
+#else
+  using D32 = hn::ScalableTag<int32_t>;
+  using D16 = hn::Repartition<int16_t, D32>;
+  const D32 d32;
+  const D16 d16;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d16));
+  auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+  for (int64_t i = 0; i < 256; i += n) {
+    s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, ls + i), hn::LoadU(d16, q + i), s0, s1);
+  }
+  return hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
+#endif
+}
+
+// Row r (unpacked: ls, blocks) times tokens [t0, t0 + n_tok) of x, into y[j * ldy + r]. The
+// float update is matmul_k.h's; std::fma is one instruction on the targets with FMA (and
+// exact everywhere), so every target gives the scalar twin's bits.
+void RowKT(const int16_t* ls, const BlockK* blocks, const QuantizedActsK& x, int t0, int n_tok,
+           float* y, int64_t ldy, int64_t r) {
+  const int64_t nb = x.n_blocks(), cols = x.cols;
+  for (int j = 0; j < n_tok; ++j) {
+    const int tok = t0 + j;
+    const int16_t* q = x.q.data() + size_t(tok) * size_t(cols);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockK& k = blocks[b];
+      const int32_t isum = BlockDot(ls + b * 256, q + b * 256);
+      const float dx = x.d[size_t(tok * nb + b)];
+      acc = std::fma(k.d * dx, static_cast<float>(isum), acc);
+      if (k.has_min) {
+        const int32_t* gs = &x.gsum[size_t((tok * nb + b) * 16)];
+        const int per = k.sub_len / 16, n_sub = 256 / k.sub_len;
+        int32_t msum = 0;
+        for (int s = 0; s < n_sub; ++s) {
+          int32_t g = 0;
+          for (int p = 0; p < per; ++p) g += gs[s * per + p];
+          msum += k.m[s] * g;
+        }
+        acc = std::fma(-(k.dmin * dx), static_cast<float>(msum), acc);
+      }
+    }
+    y[j * ldy + r] = acc;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lynx::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lynx::kernels {
+
+HWY_EXPORT(RowKT);
+
+namespace {
+
+using types::kIq4nlValues;
+using types::load_f16;
+
+int q3_scale(const uint8_t* s, int i) {
+  const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
+  const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+int iq4xs_scale(const uint8_t* b, int ib) {
+  const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+  const int hi = (types::load_u16(b + 2) >> (2 * ib)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// Block-wise unpacking (the fast path's), following each decoder's loops.
+BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
+  BlockK k;
+  auto put = [&](int e, int s, int level) { ls[e] = static_cast<int16_t>(s * level); };
+  switch (t) {
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: {
+      const bool q5 = t == TensorType::Q5_K;
+      k.d = load_f16(b);
+      k.dmin = load_f16(b + 2);
+      k.has_min = true;
+      k.sub_len = 32;
+      const uint8_t* qh = b + 16;
+      const uint8_t* q = b + (q5 ? 48 : 16);
+      for (int c = 0; c < 4; ++c) {
+        int s1, m1, s2, m2;
+        types::scale_min_k4(2 * c, b + 4, &s1, &m1);
+        types::scale_min_k4(2 * c + 1, b + 4, &s2, &m2);
+        k.m[2 * c] = m1;
+        k.m[2 * c + 1] = m2;
+        for (int l = 0; l < 32; ++l) {
+          const int h1 = q5 ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
+          const int h2 = q5 ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
+          put(64 * c + l, s1, (q[32 * c + l] & 0x0F) + h1);
+          put(64 * c + 32 + l, s2, (q[32 * c + l] >> 4) + h2);
+        }
+      }
+      break;
+    }
+    case TensorType::Q6_K: {
+      k.d = load_f16(b + 208);
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b + 64 * h;
+        const uint8_t* qh = b + 128 + 32 * h;
+        for (int l = 0; l < 32; ++l) {
+          const int is = 8 * h + l / 16;
+          put(128 * h + l, sc[is], ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
+          put(128 * h + l + 32, sc[is + 2], ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+          put(128 * h + l + 64, sc[is + 4], ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+          put(128 * h + l + 96, sc[is + 6], ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+      }
+      break;
+    }
+    case TensorType::Q3_K:
+    case TensorType::Q2_K: {
+      const bool q3 = t == TensorType::Q3_K;
+      k.d = load_f16(b + (q3 ? 108 : 80));
+      if (!q3) {
+        k.dmin = load_f16(b + 82);
+        k.has_min = true;
+      }
+      const uint8_t* q = b + (q3 ? 32 : 16);
+      int is = 0, e = 0;
+      for (int h = 0; h < 2; ++h, q += 32) {
+        for (int j = 0; j < 4; ++j) {
+          for (int part = 0; part < 2; ++part, ++is) {
+            const int s = q3 ? q3_scale(b + 96, is) : (b[is] & 0x0F);
+            if (!q3) k.m[is] = b[is] >> 4;
+            for (int l = 16 * part; l < 16 * part + 16; ++l, ++e) {
+              int level = (q[l] >> (2 * j)) & 3;
+              if (q3 && !((b[l] >> (4 * h + j)) & 1)) level -= 4;
+              put(e, s, level);
+            }
+          }
+        }
+      }
+      break;
+    }
+    default: {  // IQ4_XS
+      k.d = load_f16(b);
+      for (int ib = 0; ib < 8; ++ib) {
+        const int s = iq4xs_scale(b, ib);
+        const uint8_t* qs = b + 8 + 16 * ib;
+        for (int j = 0; j < 16; ++j) {
+          put(32 * ib + j, s, kIq4nlValues[qs[j] & 0x0F]);
+          put(32 * ib + 16 + j, s, kIq4nlValues[qs[j] >> 4]);
+        }
+      }
+      break;
+    }
+  }
+  return k;
+}
+
+int64_t block_bytes(TensorType t) {
+  return type_traits(t).block_bytes;
+}
+
+void check(const char* what, TensorType t, int64_t cols, int64_t r0, int64_t r1,
+           const QuantizedActsK& x, int t0, int n_tok) {
+  if (!has_k_int_path(t)) {
+    throw Error(std::string(what) + ": no Q8_K integer path for " + gguf::tensor_type_name(t));
+  }
+  if (cols <= 0 || cols % 256 != 0 || cols != x.cols || r0 < 0 || r1 < r0 || t0 < 0 || n_tok < 0 ||
+      t0 + n_tok > x.n_tok) {
+    throw Error(std::string(what) + ": bad arguments");
+  }
+}
+
+// The float update shared by both paths (matmul_k.h).
+float accumulate(float acc, float dw, float dminw, float dx, int32_t isum, int32_t msum,
+                 bool has_min) {
+  acc = std::fma(dw * dx, static_cast<float>(isum), acc);
+  if (has_min) acc = std::fma(-(dminw * dx), static_cast<float>(msum), acc);
+  return acc;
+}
+
+}  // namespace
+
+void QuantizedActsK::resize(int n, int64_t c) {
+  if (n < 0 || c <= 0 || c % 256 != 0) {
+    throw Error("QuantizedActsK: " + std::to_string(c) +
+                " columns is not a positive multiple of 256");
+  }
+  n_tok = n;
+  cols = c;
+  q.resize(static_cast<size_t>(n) * size_t(c));
+  d.resize(static_cast<size_t>(n) * size_t(n_blocks()));
+  gsum.resize(d.size() * 16);
+}
+
+void quantize_acts_k(const float* x, int64_t ldx, int n_tok, int64_t cols, QuantizedActsK& out) {
+  out.resize(n_tok, cols);
+  const int64_t nb = out.n_blocks();
+  uint8_t blk[292];
+  for (int t = 0; t < n_tok; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      types::encode_q8_k(x + t * ldx + b * 256, blk, 1);
+      out.d[size_t(t * nb + b)] = types::load_f32(blk);
+      for (int e = 0; e < 256; ++e) {
+        out.q[size_t(t * cols + b * 256 + e)] = static_cast<int8_t>(blk[4 + e]);
+      }
+      for (int g = 0; g < 16; ++g) {
+        int16_t s;
+        std::memcpy(&s, blk + 260 + 2 * g, 2);
+        out.gsum[size_t((t * nb + b) * 16 + g)] = s;
+      }
+    }
+  }
+}
+
+bool has_k_int_path(TensorType t) {
+  switch (t) {
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K:
+    case TensorType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
+  check("matmul_rows_k", t, cols, r0, r1, x, t0, n_tok);
+  const int64_t nb = cols / 256, bb = block_bytes(t);
+  thread_local std::vector<int16_t> ls;
+  thread_local std::vector<BlockK> blocks;
+  ls.resize(size_t(cols));
+  blocks.resize(size_t(nb));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      blocks[size_t(b)] = unpack(t, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
+    }
+    HWY_DYNAMIC_DISPATCH(RowKT)(ls.data(), blocks.data(), x, t0, n_tok, y, ldy, r);
+  }
+}
+
+namespace ref {
+
+namespace {
+// Level, sub-block scale, min and sub-block index of element e of a block, read per element
+// (an index map per layout, not the decoders' loops).
+struct Elem {
+  int level, scale, min, sub;
+};
+Elem element(TensorType t, const uint8_t* b, int e) {
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+  switch (t) {
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: {
+      const int c = e / 64, sub = 2 * c + (e % 64) / 32;
+      const uint8_t byte = b[(t == TensorType::Q5_K ? 48 : 16) + 32 * c + l];
+      int level = (e % 64) < 32 ? (byte & 0x0F) : (byte >> 4);
+      if (t == TensorType::Q5_K) level += ((b[16 + l] >> sub) & 1) * 16;
+      int s, m;
+      types::scale_min_k4(sub, b + 4, &s, &m);
+      return {level, s, m, sub};
+    }
+    case TensorType::Q6_K: {
+      const uint8_t lo = b[64 * h + l + 32 * (j % 2)];
+      const int nib = j < 2 ? (lo & 0x0F) : (lo >> 4);
+      const int top = (b[128 + 32 * h + l] >> (2 * j)) & 3;
+      const int sub = 8 * h + l / 16 + 2 * j;
+      return {(nib | (top << 4)) - 32, static_cast<int8_t>(b[192 + sub]), 0, sub};
+    }
+    case TensorType::Q3_K: {
+      const int q = (b[32 + 32 * h + l] >> (2 * j)) & 3;
+      const int hb = (b[l] >> (4 * h + j)) & 1;
+      const int sub = 8 * h + 2 * j + l / 16;
+      return {q - (hb ? 0 : 4), q3_scale(b + 96, sub), 0, sub};
+    }
+    case TensorType::Q2_K: {
+      const int sub = 8 * h + 2 * j + l / 16;
+      return {(b[16 + 32 * h + l] >> (2 * j)) & 3, b[sub] & 0x0F, b[sub] >> 4, sub};
+    }
+    default: {  // IQ4_XS
+      const int ib = e / 32, k = e % 32;
+      const uint8_t byte = b[8 + 16 * ib + k % 16];
+      return {kIq4nlValues[k < 16 ? (byte & 0x0F) : (byte >> 4)], iq4xs_scale(b, ib), 0, ib};
+    }
+  }
+}
+}  // namespace
+
+void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
+  check("ref::matmul_rows_k", t, cols, r0, r1, x, t0, n_tok);
+  const int64_t nb = cols / 256, bb = block_bytes(t);
+  const bool has_min = t == TensorType::Q2_K || t == TensorType::Q4_K || t == TensorType::Q5_K;
+  const int d_at = t == TensorType::Q6_K   ? 208
+                   : t == TensorType::Q3_K ? 108
+                   : t == TensorType::Q2_K ? 80
+                                           : 0;
+  const int dmin_at = t == TensorType::Q2_K ? 82 : 2;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int j = 0; j < n_tok; ++j) {
+      const int tok = t0 + j;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = wb + (r * nb + b) * bb;
+        const int16_t* q = &x.q[size_t(tok * cols + b * 256)];
+        int32_t isum = 0, msum = 0;
+        for (int e = 0; e < 256; ++e) {
+          const Elem el = element(t, blk, e);
+          isum += el.scale * el.level * q[e];
+          msum += el.min * q[e];  // sum_sub m (sum of q over sub), element by element
+        }
+        acc = accumulate(acc, load_f16(blk + d_at), has_min ? load_f16(blk + dmin_at) : 0.0f,
+                         x.d[size_t(tok * nb + b)], isum, msum, has_min);
+      }
+      y[j * ldy + r] = acc;
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace lynx::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,73 @@
+// Shared by the per-type files of src/kernels/types/: byte access helpers and the decode /
+// encode entry points each file defines (the rows of src/kernels/types.cc point at them).
+//
+// Every decoder follows ggml's dequantize_row_<type> (ggml/src/ggml-quants.c) operation for
+// operation in f32 (same products in the same order, no fused multiply-add: the library is
+// built without -ffp-contract=fast and without FMA in its baseline), so the floats it writes
+// are ggml's bit for bit. tests/reference/gguf_np.py decodes the same bytes independently.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace lynx::kernels::types {
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float load_f16(const uint8_t* p) {
+  return fp16_to_fp32(load_u16(p));
+}
+inline void store_u16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
+inline void store_f32(uint8_t* p, float v) {
+  std::memcpy(p, &v, 4);
+}
+inline void store_f16(uint8_t* p, float v) {
+  store_u16(p, fp32_to_fp16(v));
+}
+
+// The 16 values of the 4-bit non-linear grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// decode_<type>(src, dst, n_blocks) and encode_<type>(src, dst, n_blocks) of every type file.
+#define LYNX_BLOCK_TYPE(name)                                           \
+  void decode_##name(const uint8_t* src, float* dst, int64_t n_blocks); \
+  void encode_##name(const float* src, uint8_t* dst, int64_t n_blocks)
+
+LYNX_BLOCK_TYPE(f32);
+LYNX_BLOCK_TYPE(f16);
+LYNX_BLOCK_TYPE(bf16);
+LYNX_BLOCK_TYPE(q4_0);
+LYNX_BLOCK_TYPE(q4_1);
+LYNX_BLOCK_TYPE(q5_0);
+LYNX_BLOCK_TYPE(q5_1);
+LYNX_BLOCK_TYPE(q8_0);
+LYNX_BLOCK_TYPE(q2_k);
+LYNX_BLOCK_TYPE(q3_k);
+LYNX_BLOCK_TYPE(q4_k);
+LYNX_BLOCK_TYPE(q5_k);
+LYNX_BLOCK_TYPE(q6_k);
+LYNX_BLOCK_TYPE(q8_k);
+LYNX_BLOCK_TYPE(iq4_nl);
+LYNX_BLOCK_TYPE(iq4_xs);
+LYNX_BLOCK_TYPE(mxfp4);
+
+#undef LYNX_BLOCK_TYPE
+
+}  // namespace lynx::kernels::types

@@ -1,0 +1,100 @@
+// Q5_K: 256 elements = fp16 d, fp16 dmin, 12 bytes of (scale, min) pairs as Q4_K, 32 bytes qh
+// (fifth bits), 128 bytes of nibbles laid out as Q4_K's (176 bytes);
+// value = d * scale * q - dmin * min. Element 64 k + l (l < 32) has its fifth bit in bit 2k
+// of qh[l], element 64 k + 32 + l in bit 2k + 1.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/types/blocks.h"
+#include "kernels/types/kquants.h"
+#include "kernels/types/search.h"
+
+namespace lynx::kernels::types {
+
+void decode_q5_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, src += 176) {
+    const float d = load_f16(src), dmin = load_f16(src + 2);
+    const uint8_t* scales = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* ql = src + 48;
+    for (int k = 0; k < 4; ++k, ql += 32) {
+      int sc, m;
+      scale_min_k4(2 * k, scales, &sc, &m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      scale_min_k4(2 * k + 1, scales, &sc, &m);
+      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const uint8_t u1 = static_cast<uint8_t>(1 << (2 * k)),
+                    u2 = static_cast<uint8_t>(2 << (2 * k));
+      for (int l = 0; l < 32; ++l) {
+        *dst++ = d1 * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & u1) ? 16 : 0)) - m1;
+      }
+      for (int l = 0; l < 32; ++l) {
+        *dst++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+      }
+    }
+  }
+}
+
+// ggml's reference Q5_K quantizer: per 32 values a (scale, min) pair from the asymmetric
+// search (weights rms + |x|), both quantized to 6 bits against the largest and packed as
+// kquants.h says, then the levels recomputed with the stored scales.
+void encode_q5_k(const float* src, uint8_t* dst, int64_t n_blocks) {
+  constexpr int kMax = 31;
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K, dst += 176) {
+    uint8_t L[kQK_K];
+    float w[32], scales[8], mins[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      const float* x = src + 32 * j;
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[l] * x[l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[l]);
+      scales[j] = search_asymmetric(32, kMax, x, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, false);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    std::memset(dst, 0, 176);
+    uint8_t* s = dst + 4;
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const int ls = std::min(63, nearest_int(inv_scale * scales[j]));
+      const int lm = std::min(63, nearest_int(inv_min * mins[j]));
+      if (j < 4) {
+        s[j] = static_cast<uint8_t>(ls);
+        s[j + 4] = static_cast<uint8_t>(lm);
+      } else {
+        s[j + 4] = static_cast<uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
+        s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+    }
+    store_f16(dst, max_scale / 63.0f);
+    store_f16(dst + 2, max_min / 63.0f);
+    const float d_all = load_f16(dst), m_all = load_f16(dst + 2);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      scale_min_k4(j, s, &sc, &m);
+      const float d = d_all * static_cast<float>(sc);
+      if (d == 0) continue;
+      const float dm = m_all * static_cast<float>(m);
+      for (int l = 0; l < 32; ++l) {
+        L[32 * j + l] =
+            static_cast<uint8_t>(std::clamp(nearest_int((src[32 * j + l] + dm) / d), 0, kMax));
+      }
+    }
+    uint8_t* qh = dst + 16;
+    uint8_t* ql = dst + 48;
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const int l1 = L[64 * k + l], l2 = L[64 * k + 32 + l];
+        if (l1 > 15) qh[l] |= static_cast<uint8_t>(1 << (2 * k));
+        if (l2 > 15) qh[l] |= static_cast<uint8_t>(2 << (2 * k));
+        ql[32 * k + l] = static_cast<uint8_t>((l1 & 0x0F) | ((l2 & 0x0F) << 4));
+      }
+    }
+  }
+}
+
+}  // namespace lynx::kernels::types

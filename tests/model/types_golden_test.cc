@@ -1,0 +1,105 @@
+// Models whose matrices are in the block types beyond F32/F16/BF16/Q8_0/Q4_0 (K-quants, IQ4,
+// MXFP4, legacy Q4_1/Q5_0/Q5_1; fallback types where a row does not fit a super-block, as
+// llama.cpp's quantizer writes them) against the NumPy reference's float64 logits
+// (tests/reference/make_type_fixtures.py). These types run on the exact path in both modes
+// (weights decoded to F32, F32 activations), so every position is held to the F32 bound of
+// golden_test.cc, and the arg-max and the routing must match.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "lynx/context.h"
+#include "lynx/model.h"
+
+namespace lynx {
+namespace {
+
+const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/types/";
+
+// Normalized MSE (sum (a-b)^2 / sum b^2) bound of golden_test.cc's exact comparisons.
+constexpr double kMaxNmse = 1e-5;
+
+double nmse(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * double(a[i] - b[i]);
+    den += double(b[i]) * double(b[i]);
+  }
+  return den > 0 ? num / den : num;
+}
+
+nlohmann::json manifest() {
+  std::ifstream f(kDir + "goldens.json");
+  EXPECT_TRUE(f.good()) << "missing " << kDir << "goldens.json";
+  return nlohmann::json::parse(f);
+}
+
+TEST(TypeGolden, FixturesCoverEveryNewType) {
+  std::set<std::string> types;
+  const nlohmann::json m = manifest();
+  for (const auto& x : m["fixtures"]) types.insert(x["type"].get<std::string>());
+  for (const char* t : {"q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
+                        "iq4_xs", "mxfp4"}) {
+    EXPECT_TRUE(types.count(t)) << t;
+  }
+}
+
+TEST(TypeGolden, LogitsArgmaxAndRoutingMatchReferenceInBothModes) {
+  const nlohmann::json m = manifest();
+  EXPECT_EQ(m["fixtures"].size(), 11u);
+  for (const auto& x : m["fixtures"]) {
+    const std::string name = x["name"];
+    const auto tokens = x["tokens"].get<std::vector<int32_t>>();
+    const int n_vocab = x["n_vocab"];
+    const auto argmax = x["argmax"].get<std::vector<int>>();
+    const auto routing = x["routing"].get<std::vector<std::vector<std::vector<int>>>>();
+    std::vector<float> want(tokens.size() * size_t(n_vocab));
+    std::ifstream lf(kDir + x["logits_file"].get<std::string>(), std::ios::binary);
+    lf.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size() * 4));
+    ASSERT_TRUE(lf.good()) << name;
+    auto model = Model::load(kDir + x["file"].get<std::string>());
+    const ModelConfig& c = model->config();
+    for (bool exact : {true, false}) {
+      SCOPED_TRACE(name + (exact ? ", exact_activations" : ", default activations"));
+      ContextOptions co;
+      co.n_threads = 2;
+      co.n_ctx = 64;
+      co.record_trace = true;
+      co.exact_activations = exact;
+      Context ctx(*model, co);
+      const int32_t seq = ctx.new_sequence();
+      std::vector<BatchToken> batch;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        batch.push_back({tokens[i], seq, int32_t(i), kTokenPrefill, true});
+      }
+      ctx.eval(batch);
+      ASSERT_EQ(ctx.n_logits(), int(tokens.size()));
+      for (size_t p = 0; p < tokens.size(); ++p) {
+        const auto got = ctx.logits(int(p));
+        std::span<const float> w(want.data() + p * size_t(n_vocab), size_t(n_vocab));
+        EXPECT_LE(nmse(got, w), kMaxNmse) << "position " << p;
+        EXPECT_EQ(int(std::max_element(got.begin(), got.end()) - got.begin()), argmax[p])
+            << "position " << p;
+      }
+      // Routing: the k largest router logits per layer and position, ascending ids.
+      for (const TraceRecord& rec : ctx.take_trace()) {
+        for (int t = 0; t < rec.n_tokens; ++t) {
+          std::vector<int> ids(size_t(c.n_expert));
+          for (int e = 0; e < c.n_expert; ++e) ids[size_t(e)] = e;
+          const float* l = &rec.logits[size_t(t) * size_t(c.n_expert)];
+          std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+          ids.resize(size_t(c.n_expert_used));
+          std::sort(ids.begin(), ids.end());
+          EXPECT_EQ(ids, routing[size_t(rec.layer)][size_t(t)])
+              << "layer " << rec.layer << " position " << t;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lynx
