@@ -120,6 +120,13 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     // The callbacks hold the task alive until the scheduler drops the request.
     r.on_token_logprob = [this, t, i](int32_t tok, float lp) { return on_token(*t, i, tok, lp); };
     r.on_finish = [this, t, i](FinishReason why) { on_finish(*t, i, why); };
+    // A step that failed for this request (e.g. non-finite values in its rows): the cause
+    // becomes the request's error; the scheduler goes on with the others.
+    r.on_error = [this, t](const std::string& message) {
+      if (opts_.log) opts_.log("engine step failed: " + message);
+      std::lock_guard tl(t->mu);
+      if (t->error.empty()) t->error = "generation failed: " + message;
+    };
     try {
       t->choices[size_t(i)].sched_id = sched_.submit(std::move(r));
     } catch (const std::exception& e) {
