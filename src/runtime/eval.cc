@@ -121,7 +121,8 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
       const auto& d = docs[doc];
       if (d.size() < 2) continue;
       if (store) exact_lp[doc].assign(d.size() * size_t(V), 0.f);
-      const int pre = std::min<int>(o.prefix, int(d.size()) - 1);
+      // At least the last token is predicted, however long the prefix asked for.
+      const int pre = std::clamp<int>(o.prefix, 0, int(d.size()) - 2);
       LoopSequence ls;
       ls.prompt.assign(d.begin(), d.begin() + pre);
       ls.next = d[size_t(pre)];
