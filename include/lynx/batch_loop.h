@@ -63,12 +63,12 @@ class BatchLoop {
   int32_t add(LoopSequence s);
   // Frees a sequence now, without calling its on_end (cancellation).
   void remove(int32_t seq);
-  // Runs one step; a step with no sequence does nothing and reports zero tokens.
+  // Runs one step; a step with no sequence does nothing and reports zero tokens. When
+  // Context::eval throws, the exception propagates and the loop is as before the step.
   StepReport step();
 
   size_t size() const { return entries_.size(); }
   bool prefill_pending() const;  // a sequence still has prompt tokens to feed
-  Context& context() const { return ctx_; }
   // The tokens of the last step (also when its Context::eval threw: the failed step's batch).
   std::span<const BatchToken> last_batch() const { return batch_; }
 

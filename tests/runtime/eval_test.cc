@@ -119,6 +119,25 @@ TEST(Eval, PrefixAtTheDocumentEndSkipsIt) {
   EXPECT_EQ(evaluate_tokens(*m, docs, o)[0].tokens, 1);
 }
 
+TEST(Eval, PrefixTokensAreFedButNotScored) {
+  auto m = Model::load(kModel);
+  auto docs = make_docs(m->config().n_vocab);  // 7 documents of 10, 13, ..., 28 tokens
+  EvalOptions o;
+  o.policies = {"topk", "lynx"};
+  o.batches = {3};
+  o.n_threads = 1;
+  o.prefix = 4;
+  auto rows = evaluate_tokens(*m, docs, o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tokens, 7 * 5 + 3 * (0 + 1 + 2 + 3 + 4 + 5 + 6));
+  EXPECT_EQ(rows[1].tokens, rows[0].tokens);
+  EXPECT_NEAR(rows[0].kl, 0.0, 1e-9);
+  EXPECT_DOUBLE_EQ(rows[0].frac_changed, 0.0);
+  // A prefix longer than every document leaves none a token to score.
+  o.prefix = 1000;
+  EXPECT_THROW(evaluate_tokens(*m, docs, o), Error);
+}
+
 TEST(Eval, BadInput) {
   auto m = Model::load(kModel);
   EvalOptions o;
