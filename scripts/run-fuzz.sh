@@ -7,22 +7,23 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() {  # run TARGET "EXTRA FLAGS" SEED_FILES...
-  local bin=build/fuzz/bin/$1 corpus=$tmp/$1 flags=$2
-  shift 2
+run() {  # run TARGET MAX_LEN "EXTRA FLAGS" SEED_FILES...
+  local bin=build/fuzz/bin/$1 corpus=$tmp/$1 max_len=$2 flags=$3
+  shift 3
   [[ -x $bin ]] || { echo "run-fuzz: $bin not built (make fuzz)"; exit 1; }
   mkdir -p "$corpus"
   cp "$@" "$corpus"/ 2>/dev/null || true
   echo "== $(basename "$bin") ($secs s)"
-  "$bin" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+  "$bin" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 $flags "$corpus" 2>&1 | tail -n 15
 }
-run fuzz_gguf "" $(find tests -name '*.gguf' -size -2M)
-run fuzz_tokenizer "" docs/*.md scripts/demo-prompts.txt
+run fuzz_gguf 65536 "" $(find tests -name '*.gguf' -size -2M)
+# Short texts: many more inputs per second than whole documents (seeds are cut to 4 KiB).
+run fuzz_tokenizer 4096 "" docs/*.md scripts/demo-prompts.txt
 # The server's request parser, seeded with a few valid bodies (byte 0 picks the endpoint).
 seeds=$tmp/request-seeds
 mkdir -p "$seeds"
 printf '\x00{"prompt":"hi","max_tokens":4,"stop":["x"],"n":2,"seed":1}' >"$seeds/cmpl"
 printf '\x00{"prompt":[[104,105]],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}}' >"$seeds/ids"
 printf '\x01{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"response_format":{"type":"text"}}' >"$seeds/chat"
-run fuzz_request "-dict=fuzz/request.dict" "$seeds"/*
+run fuzz_request 4096 "-dict=fuzz/request.dict" "$seeds"/*

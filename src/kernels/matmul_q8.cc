@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -110,7 +111,21 @@ void QuantizeActsT(const float* x, int64_t ldx, int t0, int t1, int64_t cols, in
     for (int64_t b = 0; b < nb; ++b) {
       const float* v = x + t * ldx + b * 32;
       auto mx = hn::Zero(df);
-      for (int64_t k = 0; k < 32; k += n) mx = hn::Max(mx, hn::Abs(hn::LoadU(df, v + k)));
+      auto finite = hn::Eq(mx, mx);  // all true
+      for (int64_t k = 0; k < 32; k += n) {
+        const auto vk = hn::LoadU(df, v + k);
+        mx = hn::Max(mx, hn::Abs(vk));
+        finite = hn::And(finite, hn::IsFinite(vk));
+      }
+      if (!hn::AllTrue(df, finite)) {
+        // NaN / inf activations (a broken model): converting them to int is undefined and
+        // their integer sum overflows. A zero block with a NaN scale keeps the products NaN,
+        // which the forward pass reports (model/finite.h).
+        for (int k = 0; k < 32; ++k) q[t * cols + b * 32 + k] = 0;
+        d[t * nb + b] = std::numeric_limits<float>::quiet_NaN();
+        s[t * nb + b] = 0;
+        continue;
+      }
       const float amax = hn::GetLane(hn::MaxOfLanes(df, mx));
       const float dd = amax / 127.0f;
       const float id = dd != 0.0f ? 1.0f / dd : 0.0f;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -228,11 +229,19 @@ void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedAc
   for (int t = t0; t < t1; ++t) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* v = x + t * ldx + b * kQK;
+      int8_t* q = &out.q[static_cast<size_t>(t * out.cols + b * kQK)];
+      bool finite = true;
+      for (int j = 0; j < kQK; ++j) finite &= std::isfinite(v[j]);
+      if (!finite) {  // as the SIMD twin: zeros and a NaN scale, never a NaN-to-int conversion
+        std::memset(q, 0, kQK);
+        out.d[static_cast<size_t>(t * nb + b)] = std::numeric_limits<float>::quiet_NaN();
+        out.sum[static_cast<size_t>(t * nb + b)] = 0;
+        continue;
+      }
       float amax = 0.0f;
       for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(v[j]));
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int8_t* q = &out.q[static_cast<size_t>(t * out.cols + b * kQK)];
       int32_t s = 0;
       for (int j = 0; j < kQK; ++j) {
         q[j] = static_cast<int8_t>(std::roundf(v[j] * id));
