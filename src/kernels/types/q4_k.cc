@@ -4,6 +4,7 @@
 // nibbles elements 32-63 (sub-block 2k + 1).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
@@ -35,48 +36,8 @@ void encode_q4_k(const float* src, uint8_t* dst, int64_t n_blocks) {
   constexpr int kMax = 15;
   for (int64_t b = 0; b < n_blocks; ++b, src += kQK_K, dst += 144) {
     uint8_t L[kQK_K];
-    float w[32], scales[8], mins[8];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      const float* x = src + 32 * j;
-      float sum_x2 = 0;
-      for (int l = 0; l < 32; ++l) sum_x2 += x[l] * x[l];
-      const float av_x = std::sqrt(sum_x2 / 32);
-      for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[l]);
-      scales[j] = search_asymmetric(32, kMax, x, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
     std::memset(dst, 0, 144);
-    uint8_t* s = dst + 4;
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      const int ls = std::min(63, nearest_int(inv_scale * scales[j]));
-      const int lm = std::min(63, nearest_int(inv_min * mins[j]));
-      if (j < 4) {
-        s[j] = static_cast<uint8_t>(ls);
-        s[j + 4] = static_cast<uint8_t>(lm);
-      } else {
-        s[j + 4] = static_cast<uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
-        s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-        s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
-      }
-    }
-    store_f16(dst, max_scale / 63.0f);
-    store_f16(dst + 2, max_min / 63.0f);
-    const float d_all = load_f16(dst), m_all = load_f16(dst + 2);
-    for (int j = 0; j < 8; ++j) {
-      int sc, m;
-      scale_min_k4(j, s, &sc, &m);
-      const float d = d_all * static_cast<float>(sc);
-      if (d == 0) continue;
-      const float dm = m_all * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) {
-        L[32 * j + l] =
-            static_cast<uint8_t>(std::clamp(nearest_int((src[32 * j + l] + dm) / d), 0, kMax));
-      }
-    }
+    encode_k_scales_mins(src, kMax, -1.0f, 20, dst, L);
     uint8_t* q = dst + 16;
     for (int k = 0; k < 4; ++k) {
       for (int l = 0; l < 32; ++l) {

@@ -2,8 +2,11 @@
 // ((w * x) * l and (w * l) * l, each rounded) so that the encoders give ggml's bytes: checked
 // against ggml-quants.c compiled beside (docs/models.md).
 #include "kernels/types/search.h"
+#include "kernels/types/blocks.h"
+#include "kernels/types/kquants.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace lynx::kernels::types {
 
@@ -176,6 +179,51 @@ int nearest_grid_index(int n, const int8_t* values, float x) {
     }
   }
   return x - static_cast<float>(values[hi - 1]) < static_cast<float>(values[hi]) - x ? hi - 1 : hi;
+}
+
+void encode_k_scales_mins(const float* src, int kMax, float rmin, int nstep, uint8_t* dst,
+                          uint8_t* L) {
+  float w[32], scales[8], mins[8];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    const float* x = src + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += x[l] * x[l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(x[l]);
+    scales[j] = search_asymmetric(32, kMax, x, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  uint8_t* s = dst + 4;
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    const int ls = std::min(63, nearest_int(inv_scale * scales[j]));
+    const int lm = std::min(63, nearest_int(inv_min * mins[j]));
+    if (j < 4) {
+      s[j] = static_cast<uint8_t>(ls);
+      s[j + 4] = static_cast<uint8_t>(lm);
+    } else {
+      s[j + 4] = static_cast<uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
+      s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+      s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+    }
+  }
+  store_f16(dst, max_scale / 63.0f);
+  store_f16(dst + 2, max_min / 63.0f);
+  const float d_all = load_f16(dst), m_all = load_f16(dst + 2);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, s, &sc, &m);
+    const float d = d_all * static_cast<float>(sc);
+    if (d == 0) continue;
+    const float dm = m_all * static_cast<float>(m);
+    for (int l = 0; l < 32; ++l) {
+      L[32 * j + l] =
+          static_cast<uint8_t>(std::clamp(nearest_int((src[32 * j + l] + dm) / d), 0, kMax));
+    }
+  }
 }
 
 }  // namespace lynx::kernels::types

@@ -35,6 +35,13 @@ float search_asymmetric(int n, int nmax, const float* x, const float* w, uint8_t
 // at a time (up to 5 passes) toward the least x^2-weighted squared error. Returns the scale.
 float search_q3(int n, int nmax, const float* x, int8_t* L);
 
+// The scale stage shared by Q4_K and Q5_K (levels in [0, kmax]): per 32 values a (scale, min)
+// pair from search_asymmetric (weights rms + |x|, rmin / 0.1 / nstep), both quantized to 6 bits
+// against the largest and packed into dst[4..16) as kquants.h says, d and dmin as fp16 into
+// dst[0..4); then the 256 levels in L recomputed with the stored scales. dst must be zeroed.
+void encode_k_scales_mins(const float* src, int kmax, float rmin, int nstep, uint8_t* dst,
+                          uint8_t* L);
+
 // Index of the value of the sorted grid `values` (n entries) nearest to x (ties to the lower).
 int nearest_grid_index(int n, const int8_t* values, float x);
 
