@@ -79,6 +79,12 @@ std::string endpoint_label(const std::string& path) {
 
 }  // namespace
 
+// The id and creation time every chunk of one answer carries.
+struct StreamIds {
+  std::string id;
+  int64_t created = 0;
+};
+
 struct Server::Impl {
   ServerOptions opts;
   std::unique_ptr<Model> model;
@@ -107,7 +113,13 @@ struct Server::Impl {
   void handle(const server::HttpRequest& req, server::HttpResponse& res);
   void route(const server::HttpRequest& req, server::HttpResponse& res);
   json model_json() const;
+  // One completion request: parse, admit, then answer whole or as a stream.
   void generate(const server::HttpRequest& req, server::HttpResponse& res, bool chat);
+  bool admit(const std::shared_ptr<server::Task>& task, server::HttpResponse& res);
+  void answer_whole(const server::HttpRequest& req, server::HttpResponse& res,
+                    const std::shared_ptr<server::Task>& task, const StreamIds& ids);
+  void answer_stream(server::HttpResponse& res, const std::shared_ptr<server::Task>& task,
+                     const StreamIds& ids);
   void stream_opened() {
     std::lock_guard lk(streams_mu);
     ++open_streams;
@@ -195,58 +207,65 @@ void Server::Impl::generate(const server::HttpRequest& req, server::HttpResponse
     send_error(res, e);
     return;
   }
-  const server::Admission adm = engine->submit(task);
-  if (adm != server::Admission::kAccepted) {
-    res.set_header("Retry-After", std::to_string(opts.retry_after_s));
-    send_error(res, adm == server::Admission::kFull
-                        ? ApiError(429,
-                                   "The server is at capacity (" + std::to_string(opts.max_batch) +
-                                       " running, " + std::to_string(opts.max_queue) +
-                                       " queued); retry later",
-                                   "", "rate_limit_exceeded", "rate_limit_error")
-                        : ApiError(503, "The server is shutting down", "", "service_unavailable",
-                                   "server_error"));
-    return;
-  }
-
-  struct StreamState {
-    std::string id;
-    int64_t created = 0;
-    bool role_sent = false;
-  };
-  auto st = std::make_shared<StreamState>();
-  st->id =
+  if (!admit(task, res)) return;
+  StreamIds ids;
+  ids.id =
       (chat ? "chatcmpl-" : "cmpl-") + std::to_string(created) + "-" + std::to_string(next_id++);
-  st->created = int64_t(std::time(nullptr));
-  const std::string& model_name = api.name;
+  ids.created = int64_t(std::time(nullptr));
   stream_opened();
-
-  if (!task->params.stream) {
-    // Wait for the whole answer, watching the client: one that hangs up cancels its request.
-    for (;;) {
-      std::unique_lock lk(task->mu);
-      if (task->cv.wait_for(lk, kPollInterval, [&] { return task->done(); })) break;
-      lk.unlock();
-      if (!req.client_alive()) {
-        engine->cancel(task);
-        stream_closed();
-        send_error(res, ApiError(499, "client closed the connection", "", "", "server_error"));
-        return;
-      }
-    }
-    {
-      std::lock_guard lk(task->mu);
-      if (task->error.empty()) {
-        res.body = dump(server::completion_body(task->params, st->id, st->created, model_name,
-                                                task->results, int(task->params.prompt.size())));
-      } else {
-        send_error(res, ApiError(draining ? 503 : 500, task->error, "", "", "server_error"));
-      }
-    }
-    stream_closed();
-    return;
+  if (task->params.stream) {
+    answer_stream(res, task, ids);
+  } else {
+    answer_whole(req, res, task, ids);
   }
+}
 
+// Queues the task in the engine; false (and a 429 or 503 in res) when it is refused.
+bool Server::Impl::admit(const std::shared_ptr<server::Task>& task, server::HttpResponse& res) {
+  const server::Admission adm = engine->submit(task);
+  if (adm == server::Admission::kAccepted) return true;
+  res.set_header("Retry-After", std::to_string(opts.retry_after_s));
+  send_error(res, adm == server::Admission::kFull
+                      ? ApiError(429,
+                                 "The server is at capacity (" + std::to_string(opts.max_batch) +
+                                     " running, " + std::to_string(opts.max_queue) +
+                                     " queued); retry later",
+                                 "", "rate_limit_exceeded", "rate_limit_error")
+                      : ApiError(503, "The server is shutting down", "", "service_unavailable",
+                                 "server_error"));
+  return false;
+}
+
+// Waits for the whole answer, watching the client: one that hangs up cancels its request.
+void Server::Impl::answer_whole(const server::HttpRequest& req, server::HttpResponse& res,
+                                const std::shared_ptr<server::Task>& task, const StreamIds& ids) {
+  for (;;) {
+    std::unique_lock lk(task->mu);
+    if (task->cv.wait_for(lk, kPollInterval, [&] { return task->done(); })) break;
+    lk.unlock();
+    if (!req.client_alive()) {
+      engine->cancel(task);
+      stream_closed();
+      send_error(res, ApiError(499, "client closed the connection", "", "", "server_error"));
+      return;
+    }
+  }
+  {
+    std::lock_guard lk(task->mu);
+    if (task->error.empty()) {
+      res.body = dump(server::completion_body(task->params, ids.id, ids.created, api.name,
+                                              task->results, int(task->params.prompt.size())));
+    } else {
+      send_error(res, ApiError(draining ? 503 : 500, task->error, "", "", "server_error"));
+    }
+  }
+  stream_closed();
+}
+
+// Server-sent events: the HTTP layer calls the provider until it reports the answer finished
+// or the client gone.
+void Server::Impl::answer_stream(server::HttpResponse& res,
+                                 const std::shared_ptr<server::Task>& task, const StreamIds& ids) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.content_type = "text/event-stream";
@@ -256,13 +275,15 @@ void Server::Impl::generate(const server::HttpRequest& req, server::HttpResponse
     engine->cancel(task);
     stream_closed();
   };
-  res.provider = [task, st, &model_name](server::HttpSink& sink, bool& finished) {
+  auto role_sent = std::make_shared<bool>(false);
+  res.provider = [this, task, ids, role_sent](server::HttpSink& sink, bool& finished) {
     const server::CompletionParams& p = task->params;
+    const std::string& model_name = api.name;
     auto send = [&sink](const json& j) { return sink.write("data: " + dump(j) + "\n\n"); };
-    if (p.chat && !st->role_sent) {
-      st->role_sent = true;
+    if (p.chat && !*role_sent) {
+      *role_sent = true;
       for (int i = 0; i < p.n; ++i) {
-        if (!send(server::chat_role_chunk(st->id, st->created, model_name, i))) return false;
+        if (!send(server::chat_role_chunk(ids.id, ids.created, model_name, i))) return false;
       }
     }
     std::deque<server::Event> evs;
@@ -279,7 +300,7 @@ void Server::Impl::generate(const server::HttpRequest& req, server::HttpResponse
     }
     for (const server::Event& ev : evs) {
       if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below
-      if (!send(server::chunk_body(p, st->id, st->created, model_name, ev.choice, ev.text,
+      if (!send(server::chunk_body(p, ids.id, ids.created, model_name, ev.choice, ev.text,
                                    ev.token_text, ev.token_logprob, ev.finish_reason))) {
         return false;
       }
@@ -288,7 +309,7 @@ void Server::Impl::generate(const server::HttpRequest& req, server::HttpResponse
     if (!error.empty()) {
       if (!send(ApiError(500, error, "", "", "server_error").body())) return false;
     } else if (p.include_usage) {
-      if (!send(server::usage_chunk(p, st->id, st->created, model_name, int(p.prompt.size()),
+      if (!send(server::usage_chunk(p, ids.id, ids.created, model_name, int(p.prompt.size()),
                                     completion))) {
         return false;
       }
