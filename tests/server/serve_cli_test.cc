@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "../cli/util.h"
 #include "util.h"
 
 namespace lynx::test {
@@ -24,24 +25,6 @@ namespace {
 
 const std::string kBinary = std::string(LYNX_BINARY_DIR) + "/bin/lynx-moe";
 const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
-
-struct CliRun {
-  int status = -1;  // exit code
-  std::string out;
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = kBinary + " " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 TEST(ServeCli, NonsenseFlagValuesExitWith2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -68,11 +51,11 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
   };
   for (const auto& [flags, name] : cases) {
     const CliRun r = run_cli("serve -m " + kModel + " " + flags);
-    EXPECT_EQ(r.status, 2) << flags << ": " << r.out;
+    EXPECT_EQ(r.code(), 2) << flags << ": " << r.out;
     EXPECT_NE(r.out.find(name), std::string::npos) << flags << ": " << r.out;
   }
   const CliRun r = run_cli("serve -m " + kModel + " --port 0 --api-key-file /nonexistent/key");
-  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.code(), 0) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/key"), std::string::npos) << r.out;
 }
 
