@@ -10,19 +10,29 @@
 
 namespace lynx::kernels::types {
 
-float search_symmetric(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
-  float max = 0, amax = 0;
+namespace {
+
+// The value of largest magnitude (the first one on ties) into *max; false, with every level
+// 0, when the group is all but zero (the symmetric searches then store a zero scale).
+bool signed_max(int n, const float* x, int8_t* L, float* max) {
+  float amax = 0;
   for (int i = 0; i < n; ++i) {
     const float ax = std::fabs(x[i]);
     if (ax > amax) {
       amax = ax;
-      max = x[i];
+      *max = x[i];
     }
   }
-  if (amax < kGroupMaxEps) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.0f;
-  }
+  if (amax >= kGroupMaxEps) return true;
+  for (int i = 0; i < n; ++i) L[i] = 0;
+  return false;
+}
+
+}  // namespace
+
+float search_symmetric(int n, int nmax, const float* x, int8_t* L, int rmse_type) {
+  float max = 0;
+  if (!signed_max(n, x, L, &max)) return 0.0f;
   auto level = [&](float iscale, int i) {
     return std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
   };
@@ -121,18 +131,8 @@ float search_asymmetric(int n, int nmax, const float* x, const float* w, uint8_t
 }
 
 float search_q3(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    return 0.0f;
-  }
+  float max = 0;
+  if (!signed_max(n, x, L, &max)) return 0.0f;
   const float iscale = -static_cast<float>(nmax) / max;
   float sumlx = 0, suml2 = 0;
   for (int i = 0; i < n; ++i) {
