@@ -153,6 +153,21 @@ TEST(Hostile, SlowClientsDoNotStallOthers) {
   trickle.join();
 }
 
+// One more connection, with a request already sent (the refusal still arrives), is answered
+// `status` within 20 s; `got` keeps the last answer. The server's reader thread counts
+// accepted connections, so this waits for the refusal rather than assume when earlier
+// connections were accepted.
+bool refused_with(int port, int status, std::string& got) {
+  return eventually(
+      [&] {
+        Raw extra(port);
+        extra.send(kHealth);
+        got = extra.read_all(2000);
+        return status_of(got) == status;
+      },
+      20000);
+}
+
 TEST(Hostile, ConnectionLimits) {
   ServerOptions o = tiny_options();
   o.max_connections_per_ip = 3;
@@ -160,18 +175,8 @@ TEST(Hostile, ConnectionLimits) {
     Running srv(o);
     std::vector<std::unique_ptr<Raw>> idle;
     for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<Raw>(srv.server->port()));
-    // Accepted connections are counted by the server's reader thread: wait for the fourth to
-    // be refused rather than assume when the first three were accepted.
     std::string got;
-    ASSERT_TRUE(eventually(
-        [&] {
-          Raw extra(srv.server->port());
-          extra.send(kHealth);  // a request already sent: the refusal still arrives
-          got = extra.read_all(2000);
-          return status_of(got) == 429;
-        },
-        20000))
-        << got;
+    ASSERT_TRUE(refused_with(srv.server->port(), 429, got)) << got;
     EXPECT_NE(got.find("too many open connections"), std::string::npos) << got;
     idle.clear();  // their slots come back
     EXPECT_TRUE(eventually([&] { return get(srv, "/health").status == 200; }, 20000));
@@ -181,15 +186,7 @@ TEST(Hostile, ConnectionLimits) {
   Running srv(o);
   Raw a(srv.server->port()), b(srv.server->port());
   std::string got;
-  ASSERT_TRUE(eventually(
-      [&] {
-        Raw extra(srv.server->port());
-        extra.send(kHealth);  // a request already sent: the refusal still arrives
-        got = extra.read_all(2000);
-        return status_of(got) == 503;
-      },
-      20000))
-      << got;
+  ASSERT_TRUE(refused_with(srv.server->port(), 503, got)) << got;
   EXPECT_NE(got.find("Retry-After: 1"), std::string::npos) << got;
 }
 
