@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 
@@ -101,7 +102,17 @@ void sample_trace(const TracePool& p, int batch, int steps, std::mt19937_64& rng
 
 }  // namespace
 
-std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std::string>& specs) {
+namespace {
+
+// What simulate_routing and simulate_ep share: the gating (from the trace or the config),
+// the trace's rows, and the policies, all checked before any work.
+struct SimSetup {
+  std::unique_ptr<TracePool> trace;
+  GatingConfig g;
+  std::vector<std::unique_ptr<RoutingPolicy>> policies;
+};
+
+SimSetup sim_setup(const SimConfig& cfg, const std::vector<std::string>& specs) {
   if (specs.empty()) throw Error("route-sim: no routing policy given");
   if (cfg.steps < 1) throw Error("route-sim: steps must be >= 1");
   if (cfg.batches.empty()) throw Error("route-sim: no batch size given");
@@ -109,12 +120,13 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
     if (b < 1 || b > (1 << 16))
       throw Error("route-sim: batch size " + std::to_string(b) + " is out of range [1, 65536]");
   }
-  std::unique_ptr<TracePool> trace;
-  GatingConfig g = cfg.gating;
+  SimSetup s;
+  s.g = cfg.gating;
   if (!cfg.trace_path.empty()) {
-    trace = std::make_unique<TracePool>(load_trace(cfg.trace_path));
-    g = trace->h.gating();
+    s.trace = std::make_unique<TracePool>(load_trace(cfg.trace_path));
+    s.g = s.trace->h.gating();
   }
+  const GatingConfig& g = s.g;
   if (g.n_expert < 1 || g.n_expert_used < 1 || g.n_expert_used > g.n_expert) {
     throw Error("route-sim: need 1 <= k <= N, got k = " + std::to_string(g.n_expert_used) +
                 ", N = " + std::to_string(g.n_expert));
@@ -128,9 +140,39 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
                   " is over 2^28 logits; lower --steps");
     }
   }
-  std::vector<std::unique_ptr<RoutingPolicy>> policies;
-  for (const auto& s : specs) policies.push_back(make_routing_policy(s, g));
+  for (const auto& sp : specs) s.policies.push_back(make_routing_policy(sp, g));
+  return s;
+}
 
+// The logits of every step for one batch size. Seeded per batch size, so a batch's logits do
+// not depend on the other sizes listed. With calib_tokens > 0 and synthetic logits, `calib`
+// then gets that many more tokens from the same distribution (same topics / popularity), for
+// a placement computed on other tokens than the ones it is evaluated on.
+void draw_logits(const SimConfig& cfg, const SimSetup& s, int batch, std::vector<float>& logits,
+                 std::vector<int>& step_layer, int calib_tokens = 0,
+                 std::vector<float>* calib = nullptr) {
+  const int n = s.g.n_expert;
+  const uint64_t seed = cfg.seed * 1000003ull + uint64_t(batch);
+  logits.resize(size_t(cfg.steps) * batch * n);
+  step_layer.assign(size_t(cfg.steps), 0);
+  if (s.trace) {
+    std::mt19937_64 rng(seed);
+    sample_trace(*s.trace, batch, cfg.steps, rng, logits, step_layer);
+  } else {
+    SynthLogits synth(cfg.dist, n, seed);
+    synth.fill(cfg.steps * batch, logits.data());
+    if (calib && calib_tokens > 0) {
+      calib->resize(size_t(calib_tokens) * n);
+      synth.fill(calib_tokens, calib->data());
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std::string>& specs) {
+  SimSetup setup = sim_setup(cfg, specs);
+  const GatingConfig& g = setup.g;
   const int n = g.n_expert, k = g.n_expert_used;
   std::vector<SimRow> rows;
   std::vector<float> logits, weights;
@@ -138,20 +180,10 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
   std::vector<int> step_layer;
   RoutingStatsAccumulator acc;
   for (int batch : cfg.batches) {
-    // Seeded per batch size, so a batch's logits do not depend on the other sizes listed.
-    const uint64_t seed = cfg.seed * 1000003ull + uint64_t(batch);
-    logits.resize(size_t(cfg.steps) * batch * n);
-    step_layer.assign(size_t(cfg.steps), 0);
-    if (trace) {
-      std::mt19937_64 rng(seed);
-      sample_trace(*trace, batch, cfg.steps, rng, logits, step_layer);
-    } else {
-      SynthLogits synth(cfg.dist, n, seed);
-      synth.fill(cfg.steps * batch, logits.data());
-    }
+    draw_logits(cfg, setup, batch, logits, step_layer);
     ids.resize(size_t(cfg.steps) * batch * k);
     weights.resize(ids.size());
-    for (auto& pol : policies) {
+    for (auto& pol : setup.policies) {
       auto step_io = [&](int s, RoutingInput& in, RoutingOutput& out) {
         in.logits = &logits[size_t(s) * batch * n];
         in.n_tokens = batch;
@@ -188,6 +220,101 @@ std::vector<SimRow> simulate_routing(const SimConfig& cfg, const std::vector<std
     }
   }
   return rows;
+}
+
+std::vector<EpRow> simulate_ep(const SimConfig& cfg, const std::vector<std::string>& specs,
+                               const EpConfig& ep) {
+  SimSetup setup = sim_setup(cfg, specs);
+  const GatingConfig& g = setup.g;
+  const int n = g.n_expert, k = g.n_expert_used;
+  if (ep.ranks.empty()) throw Error("route-sim: no rank count given");
+  for (int r : ep.ranks) expert_slices(n, r);  // throws for a rank count that does not fit
+  if (!ep.contiguous && !ep.balanced) throw Error("route-sim: no placement selected");
+  const int n_layers = setup.trace ? setup.trace->h.n_layers : 1;
+
+  // Load per layer for the balanced placement: the whole trace (the placement a deployment
+  // would compute from it), or synthetic tokens drawn after the evaluated ones.
+  ExpertLoad trace_load;
+  if (setup.trace && ep.balanced) {
+    trace_load.n_expert = n;
+    trace_load.count.resize(size_t(n_layers));
+    trace_load.coact.resize(size_t(n_layers));
+    for (int l = 0; l < n_layers; ++l) {
+      const auto& rows = setup.trace->rows[size_t(l)];
+      add_expert_load(g, rows.data(), int(rows.size() / size_t(n)), trace_load.count[size_t(l)],
+                      trace_load.coact[size_t(l)]);
+    }
+  }
+
+  std::vector<EpRow> out;
+  std::vector<float> logits, weights, calib;
+  std::vector<int32_t> ids;
+  std::vector<int> step_layer;
+  EpStep st;
+  for (int batch : cfg.batches) {
+    draw_logits(cfg, setup, batch, logits, step_layer, ep.balanced ? ep.calib_tokens : 0, &calib);
+    const ExpertLoad* load = &trace_load;
+    ExpertLoad synth_load;
+    if (!setup.trace && ep.balanced) {
+      synth_load.n_expert = n;
+      synth_load.count.resize(1);
+      synth_load.coact.resize(1);
+      add_expert_load(g, calib.data(), int(calib.size() / size_t(n)), synth_load.count[0],
+                      synth_load.coact[0]);
+      load = &synth_load;
+    }
+    ids.resize(size_t(cfg.steps) * batch * k);
+    weights.resize(ids.size());
+    for (auto& pol : setup.policies) {
+      for (int s = 0; s < cfg.steps; ++s) {
+        RoutingInput in;
+        in.logits = &logits[size_t(s) * batch * n];
+        in.n_tokens = batch;
+        in.layer = step_layer[size_t(s)];
+        in.gating = &g;
+        RoutingOutput o{&ids[size_t(s) * batch * k], &weights[size_t(s) * batch * k]};
+        pol->route(in, o);
+      }
+      for (int R : ep.ranks) {
+        EpStepCounter counter(n, R);
+        std::vector<std::pair<std::string, Placement>> placements;
+        if (R == 1) {  // one rank holds everything: the placement does not matter
+          placements.emplace_back("contiguous", contiguous_placement(n_layers, n, R));
+        } else if (counter.slices() > 1) {
+          placements.emplace_back("sliced", Placement{R, n, {}});
+        } else {
+          if (ep.contiguous) {
+            placements.emplace_back("contiguous", contiguous_placement(n_layers, n, R));
+          }
+          if (ep.balanced)
+            placements.emplace_back("balanced", balanced_placement(*load, R, ep.balance));
+        }
+        for (const auto& [name, pl] : placements) {
+          EpAccum acc;
+          static const std::vector<int> kSliced;
+          for (int s = 0; s < cfg.steps; ++s) {
+            const auto& rank_of =
+                pl.layers.empty() ? kSliced : pl.layers[size_t(step_layer[size_t(s)])];
+            counter.count(&ids[size_t(s) * batch * k], &weights[size_t(s) * batch * k], batch, k,
+                          rank_of, st);
+            acc.add(st, counter.slices(), ep.shape, ep.cost);
+          }
+          EpRow row;
+          row.spec = pol->spec();
+          row.placement = name;
+          row.n_expert = n;
+          row.k = k;
+          row.batch = batch;
+          row.ranks = R;
+          row.slices = counter.slices();
+          row.calls = acc.calls;
+          row.pred = predict(acc, R, counter.slices(), batch, ep.shape, ep.cost);
+          out.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  return out;
 }
 
 std::string format_sim_rows(const std::vector<SimRow>& rows, const std::string& format) {
@@ -232,6 +359,224 @@ std::string format_sim_rows(const std::vector<SimRow>& rows, const std::string& 
                     st.mean_distinct_policy(), st.mean_distinct_exact(), st.ratio_distinct(),
                     st.mean_mass_kept(), st.frac_changed(), st.frac_top1_kept(),
                     st.tokens_per_expert(), r.us_per_call, i + 1 < rows.size() ? "," : "");
+    }
+    s += buf;
+  }
+  if (format == "json") s += "]\n";
+  return s;
+}
+
+std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& format) {
+  std::string s;
+  char buf[1024];
+  if (format == "md") {
+    s += "| policy | B | R | placement | experts/rank max | mean | imbalance | tokens/rank max | "
+         "stream MB/rank max | all-reduce MB/rank | all-to-all MB/rank max | expert ms | "
+         "TPOT all-reduce ms | TPOT all-to-all ms |\n";
+    s += "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+  } else if (format == "csv") {
+    s += "policy,n_expert,k,batch,ranks,placement,slices,experts_max,experts_mean,imbalance,"
+         "tokens_max,tokens_mean,stream_bytes_max,stream_bytes_mean,allreduce_bytes,"
+         "a2a_bytes_max,expert_ms,allreduce_ms,a2a_ms,dense_ms,tpot_allreduce_ms,tpot_a2a_ms\n";
+  } else if (format == "json") {
+    s += "[\n";
+  } else {
+    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const EpRow& r = rows[i];
+    const EpPrediction& p = r.pred;
+    if (format == "md") {
+      std::snprintf(buf, sizeof buf,
+                    "| %s | %d | %d | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | %.3f | "
+                    "%.3f | %.3f | %.3f |\n",
+                    r.spec.c_str(), r.batch, r.ranks, r.placement.c_str(), p.experts_max,
+                    p.experts_mean, p.imbalance, p.tokens_max, p.stream_bytes_max / 1e6,
+                    p.allreduce_bytes / 1e6, p.a2a_bytes_max / 1e6, p.expert_ms,
+                    p.tpot_allreduce_ms, p.tpot_a2a_ms);
+    } else if (format == "csv") {
+      std::snprintf(buf, sizeof buf,
+                    "\"%s\",%d,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.5f,"
+                    "%.5f,%.5f,%.5f,%.5f,%.5f\n",
+                    r.spec.c_str(), r.n_expert, r.k, r.batch, r.ranks, r.placement.c_str(),
+                    r.slices, p.experts_max, p.experts_mean, p.imbalance, p.tokens_max,
+                    p.tokens_mean, p.stream_bytes_max, p.stream_bytes_mean, p.allreduce_bytes,
+                    p.a2a_bytes_max, p.expert_ms, p.allreduce_ms, p.a2a_ms, p.dense_ms,
+                    p.tpot_allreduce_ms, p.tpot_a2a_ms);
+    } else {
+      std::snprintf(
+          buf, sizeof buf,
+          "  {\"policy\": \"%s\", \"n_expert\": %d, \"k\": %d, \"batch\": %d, \"ranks\": %d, "
+          "\"placement\": \"%s\", \"slices\": %d, \"calls\": %lld, \"experts_max\": %.4f, "
+          "\"experts_mean\": %.4f, \"imbalance\": %.5f, \"tokens_max\": %.4f, "
+          "\"tokens_mean\": %.4f, \"stream_bytes_max\": %.6g, \"stream_bytes_mean\": %.6g, "
+          "\"allreduce_bytes\": %.6g, \"a2a_bytes_max\": %.6g, \"expert_ms\": %.5f, "
+          "\"allreduce_ms\": %.5f, \"a2a_ms\": %.5f, \"dense_ms\": %.5f, "
+          "\"tpot_allreduce_ms\": %.5f, \"tpot_a2a_ms\": %.5f}%s\n",
+          r.spec.c_str(), r.n_expert, r.k, r.batch, r.ranks, r.placement.c_str(), r.slices,
+          (long long)r.calls, p.experts_max, p.experts_mean, p.imbalance, p.tokens_max,
+          p.tokens_mean, p.stream_bytes_max, p.stream_bytes_mean, p.allreduce_bytes,
+          p.a2a_bytes_max, p.expert_ms, p.allreduce_ms, p.a2a_ms, p.dense_ms, p.tpot_allreduce_ms,
+          p.tpot_a2a_ms, i + 1 < rows.size() ? "," : "");
+    }
+    s += buf;
+  }
+  if (format == "json") s += "]\n";
+  return s;
+}
+
+namespace {
+
+// One CSV line into fields (RFC 4180 quotes: "a,b" and "" inside quotes).
+std::vector<std::string> csv_fields(const std::string& line, bool& ok) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  ok = true;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        f.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        f.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      f.emplace_back();
+    } else if (c != '\r') {
+      f.back() += c;
+    }
+  }
+  if (quoted) ok = false;
+  for (auto& x : f) {
+    const size_t a = x.find_first_not_of(" \t"), b = x.find_last_not_of(" \t");
+    x = a == std::string::npos ? "" : x.substr(a, b - a + 1);
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<MeasuredRow> parse_measured_csv(const std::string& text, const std::string& what) {
+  std::vector<MeasuredRow> rows;
+  std::vector<std::string> head;
+  int col[6] = {-1, -1, -1, -1, -1, -1};  // policy batch ranks tpot_ms scheme placement
+  const char* names[6] = {"policy", "batch", "ranks", "tpot_ms", "scheme", "placement"};
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    const std::string where = what + " line " + std::to_string(line_no);
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    bool ok = true;
+    auto f = csv_fields(line, ok);
+    if (!ok) throw Error(where + ": unterminated quote");
+    if (head.empty()) {
+      head = f;
+      for (size_t i = 0; i < f.size(); ++i) {
+        for (int c = 0; c < 6; ++c) {
+          if (f[i] == names[c]) col[c] = int(i);
+        }
+      }
+      for (int c = 0; c < 4; ++c) {
+        if (col[c] < 0) throw Error(where + ": header lacks the column '" + names[c] + "'");
+      }
+      continue;
+    }
+    if (f.size() != head.size()) {
+      throw Error(where + ": " + std::to_string(f.size()) + " fields, the header has " +
+                  std::to_string(head.size()));
+    }
+    MeasuredRow m;
+    try {
+      m.spec = make_routing_policy(f[size_t(col[0])])->spec();
+    } catch (const Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+    auto num = [&](int c, double lo, double hi) {
+      const std::string& v = f[size_t(col[c])];
+      char* endp = nullptr;
+      const double x = std::strtod(v.c_str(), &endp);
+      if (v.empty() || *endp != '\0' || !(x >= lo && x <= hi)) {
+        throw Error(where + ": " + names[c] + " '" + v + "' is not a number in [" +
+                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      }
+      return x;
+    };
+    m.batch = int(num(1, 1, 1 << 16));
+    m.ranks = int(num(2, 1, 1 << 16));
+    if (m.batch != num(1, 1, 1 << 16) || m.ranks != num(2, 1, 1 << 16)) {
+      throw Error(where + ": batch and ranks must be integers");
+    }
+    m.tpot_ms = num(3, 1e-9, 1e9);
+    if (col[4] >= 0) m.scheme = f[size_t(col[4])];
+    if (m.scheme != "allreduce" && m.scheme != "alltoall") {
+      throw Error(where + ": scheme must be allreduce or alltoall, got '" + m.scheme + "'");
+    }
+    if (col[5] >= 0) m.placement = f[size_t(col[5])];
+    if (m.placement != "contiguous" && m.placement != "balanced") {
+      throw Error(where + ": placement must be contiguous or balanced, got '" + m.placement + "'");
+    }
+    rows.push_back(std::move(m));
+  }
+  if (rows.empty()) throw Error(what + ": no measured rows");
+  return rows;
+}
+
+std::string format_comparison(const std::vector<MeasuredRow>& measured,
+                              const std::vector<EpRow>& predicted, const std::string& format) {
+  std::string s;
+  char buf[512];
+  if (format == "md") {
+    s += "| policy | B | R | placement | scheme | measured ms | predicted ms | predicted / "
+         "measured |\n|---|--:|--:|---|---|--:|--:|--:|\n";
+  } else if (format == "csv") {
+    s += "policy,batch,ranks,placement,scheme,measured_ms,predicted_ms,ratio\n";
+  } else if (format == "json") {
+    s += "[\n";
+  } else {
+    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
+  }
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const MeasuredRow& m = measured[i];
+    double pred = -1;
+    for (const EpRow& r : predicted) {
+      // R = 1 and sliced ranks have a single placement; otherwise match it by name.
+      const bool place_ok = r.placement == m.placement || r.placement == "sliced" || r.ranks == 1;
+      if (r.spec == m.spec && r.batch == m.batch && r.ranks == m.ranks && place_ok) {
+        pred = m.scheme == "alltoall" ? r.pred.tpot_a2a_ms : r.pred.tpot_allreduce_ms;
+        break;
+      }
+    }
+    char p[32] = "-", q[32] = "-";
+    if (pred >= 0) {
+      std::snprintf(p, sizeof p, "%.3f", pred);
+      std::snprintf(q, sizeof q, "%.3f", pred / m.tpot_ms);
+    }
+    if (format == "md") {
+      std::snprintf(buf, sizeof buf, "| %s | %d | %d | %s | %s | %.3f | %s | %s |\n",
+                    m.spec.c_str(), m.batch, m.ranks, m.placement.c_str(), m.scheme.c_str(),
+                    m.tpot_ms, p, q);
+    } else if (format == "csv") {
+      std::snprintf(buf, sizeof buf, "\"%s\",%d,%d,%s,%s,%.4f,%s,%s\n", m.spec.c_str(), m.batch,
+                    m.ranks, m.placement.c_str(), m.scheme.c_str(), m.tpot_ms, pred >= 0 ? p : "",
+                    pred >= 0 ? q : "");
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "  {\"policy\": \"%s\", \"batch\": %d, \"ranks\": %d, \"placement\": \"%s\", "
+                    "\"scheme\": \"%s\", \"measured_ms\": %.4f, \"predicted_ms\": %s, "
+                    "\"ratio\": %s}%s\n",
+                    m.spec.c_str(), m.batch, m.ranks, m.placement.c_str(), m.scheme.c_str(),
+                    m.tpot_ms, pred >= 0 ? p : "null", pred >= 0 ? q : "null",
+                    i + 1 < measured.size() ? "," : "");
     }
     s += buf;
   }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "lynx/routing.h"
+#include "routing/ep_model.h"
+#include "routing/placement.h"
 
 namespace lynx::routing {
 
@@ -67,5 +69,51 @@ class SynthLogits {
 
 // "md" (Markdown table), "csv" or "json".
 std::string format_sim_rows(const std::vector<SimRow>& rows, const std::string& format);
+
+// Expert parallelism past this machine (docs/distributed-simulation.md): the same policies on
+// the same logits, their expert choices mapped onto R ranks by a placement, and the cost
+// model's prediction per (batch, policy, R, placement).
+struct EpConfig {
+  std::vector<int> ranks = {8, 16, 64, 256};
+  EpShape shape;
+  CostParams cost;
+  BalanceOptions balance;
+  bool contiguous = true;  // rows with the contiguous placement
+  bool balanced = true;    // rows with the balanced placement (from the trace, or from
+                           // calib_tokens more synthetic tokens)
+  int calib_tokens = 8192;
+};
+
+struct EpRow {
+  std::string spec;
+  std::string placement;  // "contiguous", "balanced", or "sliced" past one expert per rank
+  int n_expert = 0, k = 0, batch = 0, ranks = 0, slices = 1;
+  int64_t calls = 0;
+  EpPrediction pred;
+};
+
+// Rows ordered by batch, then policy, then ranks, then placement. Throws lynx::Error for bad
+// specs, sizes, ranks (< 1, or past N and not a multiple of N) or traces.
+std::vector<EpRow> simulate_ep(const SimConfig& cfg, const std::vector<std::string>& specs,
+                               const EpConfig& ep);
+// "md", "csv" or "json".
+std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& format);
+
+// Measured TPOT of expert-parallel runs (`route-sim --measured FILE`), to check the cost
+// model: CSV with a header naming at least policy, batch, ranks, tpot_ms; optional columns
+// scheme (allreduce | alltoall, default allreduce) and placement (default contiguous);
+// other columns are ignored, '#' lines are comments, policy specs with commas are quoted.
+struct MeasuredRow {
+  std::string spec;  // canonical
+  int batch = 0, ranks = 0;
+  double tpot_ms = 0;
+  std::string scheme = "allreduce", placement = "contiguous";
+};
+// Throws lynx::Error naming `what` and the line for a malformed file.
+std::vector<MeasuredRow> parse_measured_csv(const std::string& text, const std::string& what);
+// One row per measured row: measured, predicted by the row's scheme, predicted / measured.
+// A measured row without a simulated twin gets "-" for the prediction.
+std::string format_comparison(const std::vector<MeasuredRow>& measured,
+                              const std::vector<EpRow>& predicted, const std::string& format);
 
 }  // namespace lynx::routing

@@ -2,27 +2,282 @@
 // Synthetic logits from a stated distribution, or a recorded routing trace
 // (--logits). Every list flag takes a comma list and the cross product runs, llama-bench
 // style; the time per call column makes it the policy-overhead micro-benchmark too.
+// With --ranks it simulates expert parallelism instead: per-rank load, bytes and the cost
+// model's TPOT (docs/distributed-simulation.md).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <set>
 
 #include "commands.h"
 #include "common.h"
+#include "lynx/gguf.h"
 #include "lynx/routing.h"
+#include "lynx/synth.h"
 #include "routing/simulate.h"
+#include "routing/trace.h"
+#include "svg.h"
 
 namespace lynx::cli {
+namespace {
+
+struct SimArgs {
+  std::string experts = "64", k = "8", batch = "1,16,64", dist = "topic", gating = "softmax";
+  std::string logits, format = "md";
+  std::vector<std::string> routing;
+  int steps = 200, repeats = 3, topics = 4, norm_topk = 1;
+  uint64_t seed = 1;
+  float std = 1.f, topic_std = 1.5f, zipf_s = 1.f, scale = 1.f;
+};
+
+struct EpArgs {
+  std::string ranks, model, shape, wtype = "q4_0", placement = "contiguous,balanced";
+  std::string measured, plot;
+  double expert_bytes = 0, dense_bytes = -1, act_bytes = 4;
+  int hidden = 0, moe_layers = 0, calib_tokens = 8192;
+  double mem_bw = 200, link_bw = 12.5, link_lat = 2, dense_ms = -1, coact = 0;
+};
+
+// Sizes from a GGUF model: routed expert tensors (blk.L.ffn_{gate,up,down}_exps) give the
+// expert bytes and the MoE layers; every other tensor is dense, except the token embedding
+// (a row lookup) unless the output projection is tied to it.
+routing::EpShape shape_from_model(const std::string& path, int* n_expert, int* k) {
+  const gguf::File f = gguf::File::open(path);
+  routing::EpShape s;
+  double exp_bytes = 0, dense = 0;
+  int moe_layers = 0, n = 0;
+  for (const auto& t : f.tensors()) {
+    const bool exps = t.name.find("_exps.") != std::string::npos;
+    if (exps) {
+      exp_bytes += double(t.n_bytes);
+      if (t.name.find("ffn_gate_exps") != std::string::npos) {
+        ++moe_layers;
+        n = int(t.ne[2]);
+        s.hidden = int(t.ne[0]);
+      }
+    } else if (t.name != "token_embd.weight" || !f.find_tensor("output.weight")) {
+      dense += double(t.n_bytes);
+    }
+  }
+  if (moe_layers == 0 || n < 1) throw UsageError("-m: '" + path + "' has no routed experts");
+  s.moe_layers = moe_layers;
+  s.expert_bytes = exp_bytes / moe_layers / n;
+  s.dense_bytes = dense;
+  *n_expert = n;
+  const std::string arch = f.get_string("general.architecture", "");
+  *k = int(f.get_int(arch + ".expert_used_count", 0));
+  return s;
+}
+
+// Sizes of a known shape (lynx-moe synth --shape) at weight type `type`, without a file.
+routing::EpShape shape_from_synth(const SynthShape& sh, const std::string& type) {
+  const gguf::TensorType t = gguf::tensor_type_from_name(type);
+  auto mat = [&](int64_t in, int64_t out) { return double(gguf::row_size(t, in)) * double(out); };
+  routing::EpShape s;
+  s.hidden = sh.n_embd;
+  s.moe_layers = sh.n_layer;
+  s.expert_bytes = 2 * mat(sh.n_embd, sh.n_ff_exp) + mat(sh.n_ff_exp, sh.n_embd);
+  const int64_t q = int64_t(sh.n_head) * sh.head_dim, kv = int64_t(sh.n_head_kv) * sh.head_dim;
+  const double attn = mat(sh.n_embd, q) + 2 * mat(sh.n_embd, kv) + mat(q, sh.n_embd);
+  const double router = 4.0 * sh.n_embd * sh.n_expert;  // F32
+  const double shared =
+      sh.n_ff_shexp ? 2 * mat(sh.n_embd, sh.n_ff_shexp) + mat(sh.n_ff_shexp, sh.n_embd) : 0;
+  s.dense_bytes = sh.n_layer * (attn + router + shared) + mat(sh.n_embd, sh.n_vocab);
+  return s;
+}
+
+void write_ep_plot(const std::string& path, const std::string& tag,
+                   const std::vector<routing::EpRow>& rows, const std::vector<int>& batches,
+                   const std::vector<std::string>& specs) {
+  std::string body;
+  double y = 0;
+  for (int b : batches) {
+    std::vector<Series> ar, a2a, ex;
+    for (const auto& sp : specs) {
+      Series s1{sp, {}, {}}, s2{sp, {}, {}}, s3{sp, {}, {}};
+      for (const auto& r : rows) {
+        // The balanced placement where there is one (R <= N), slices past it.
+        if (r.spec != sp || r.batch != b || r.placement == "contiguous") continue;
+        s1.x.push_back(r.ranks);
+        s1.y.push_back(r.pred.tpot_allreduce_ms);
+        s2.x.push_back(r.ranks);
+        s2.y.push_back(r.pred.tpot_a2a_ms);
+        s3.x.push_back(r.ranks);
+        s3.y.push_back(r.pred.experts_max);
+      }
+      ar.push_back(s1);
+      a2a.push_back(s2);
+      ex.push_back(s3);
+    }
+    const std::string bt = ", B = " + std::to_string(b);
+    body += svg_line_chart("Predicted TPOT, all-reduce" + bt, "ranks", "ms per token step", ar, 0,
+                           y, 560, 340);
+    body += svg_line_chart("Predicted TPOT, all-to-all" + bt, "ranks", "ms per token step", a2a,
+                           560, y, 560, 340);
+    body += svg_line_chart("Busiest rank's experts per layer" + bt, "ranks", "distinct experts", ex,
+                           1120, y, 560, 340);
+    y += 350;
+  }
+  // The caption names the inputs, so a committed figure says what made it.
+  std::string esc;
+  for (char c : tag)
+    esc += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+  body += "<text x=\"10\" y=\"" + std::to_string(int(y) + 20) + "\" font-size=\"12\">" + esc +
+          "</text>\n";
+  std::ofstream f(path);
+  f << svg_document(1680, y + 30, body);
+  f.close();
+  if (!f) throw Error("cannot write " + path);
+  std::fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+// One integer from a flag that is a list elsewhere in route-sim.
+int single_int(const std::string& v, const std::string& flag) {
+  const auto l = parse_int_list(v, flag);
+  if (l.size() != 1) throw UsageError(flag + ": give one value with --ranks, got '" + v + "'");
+  return l[0];
+}
+
+void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::string> specs,
+            routing::SimConfig cfg) {
+  for (auto& sp : specs) sp = make_routing_policy(sp)->spec();  // rows carry canonical specs
+  routing::EpConfig ec;
+  ec.ranks = parse_int_list(e.ranks, "--ranks");
+  for (int r : ec.ranks) {
+    if (r < 1 || r > (1 << 16)) {
+      throw UsageError("--ranks: " + std::to_string(r) + " is out of range [1, 65536]");
+    }
+  }
+  if (!e.model.empty() && !e.shape.empty()) throw UsageError("give -m or --shape, not both");
+  int model_n = 0, model_k = 0;
+  routing::EpShape shape;
+  std::string source;
+  if (!e.model.empty()) {
+    if (std::filesystem::is_directory(e.model)) {
+      throw UsageError("-m: '" + e.model + "' is a directory, expected a GGUF file");
+    }
+    shape = shape_from_model(e.model, &model_n, &model_k);
+    source = e.model;
+  } else if (!e.shape.empty()) {
+    SynthShape sh;
+    try {
+      sh = synth_shape(e.shape);
+    } catch (const Error& err) {
+      throw UsageError(std::string("--shape: ") + err.what());
+    }
+    if (sh.n_expert < 1) throw UsageError("--shape: '" + e.shape + "' has no experts");
+    try {
+      shape = shape_from_synth(sh, e.wtype);
+    } catch (const Error& err) {
+      throw UsageError(std::string("--wtype: ") + err.what());
+    }
+    model_n = sh.n_expert;
+    model_k = sh.n_expert_used;
+    source = e.shape + " " + e.wtype;
+  }
+  if (e.expert_bytes > 0) shape.expert_bytes = e.expert_bytes;
+  if (e.hidden > 0) shape.hidden = e.hidden;
+  if (e.moe_layers > 0) shape.moe_layers = e.moe_layers;
+  if (e.dense_bytes >= 0) shape.dense_bytes = e.dense_bytes;
+  shape.act_bytes = e.act_bytes;
+  if (shape.expert_bytes <= 0 || shape.hidden <= 0) {
+    throw UsageError(
+        "--ranks needs expert sizes: -m MODEL, --shape NAME, or --expert-bytes and "
+        "--hidden");
+  }
+  int n = 0;
+  if (a.logits.empty()) {
+    n = cmd->count("--experts") || model_n == 0 ? single_int(a.experts, "--experts") : model_n;
+    const int k = cmd->count("--k") || model_k == 0 ? single_int(a.k, "--k") : model_k;
+    if (n < 1 || n > 4096)
+      throw UsageError("--experts: " + std::to_string(n) + " is out of range [1, 4096]");
+    if (k < 1 || k > n)
+      throw UsageError("--k: " + std::to_string(k) + " is out of range [1, " + std::to_string(n) +
+                       "]");
+    cfg.gating = {n, k, a.gating == "sigmoid" ? GatingFunc::kSigmoid : GatingFunc::kSoftmax,
+                  a.norm_topk == 1, a.scale};
+    for (const auto& sp : specs) {
+      try {
+        make_routing_policy(sp, cfg.gating);
+      } catch (const Error& err) {
+        throw UsageError(std::string("--routing: ") + err.what());
+      }
+    }
+  } else {
+    if (std::filesystem::is_directory(a.logits)) {
+      throw UsageError("--trace: '" + a.logits + "' is a directory, expected a routing trace");
+    }
+    n = routing::TraceReader(a.logits).header().n_expert;
+  }
+  if (model_n && n != model_n) {
+    throw UsageError("the routing has " + std::to_string(n) + " experts, the model shape " +
+                     std::to_string(model_n));
+  }
+  ec.contiguous = ec.balanced = false;
+  for (const auto& p : split_specs(e.placement)) {
+    if (p == "contiguous")
+      ec.contiguous = true;
+    else if (p == "balanced")
+      ec.balanced = true;
+    else
+      throw UsageError("--placement: expected contiguous and/or balanced, got '" + p + "'");
+  }
+  ec.cost.mem_bw = e.mem_bw * 1e9;
+  ec.cost.link_bw = e.link_bw * 1e9;
+  ec.cost.link_lat = e.link_lat * 1e-6;
+  ec.cost.dense_s = e.dense_ms >= 0 ? e.dense_ms * 1e-3 : -1;
+  ec.balance.coact_weight = e.coact;
+  ec.calib_tokens = e.calib_tokens;
+  ec.shape = shape;
+
+  std::vector<routing::MeasuredRow> measured;
+  if (!e.measured.empty()) {
+    measured = routing::parse_measured_csv(read_text_file(e.measured, "--measured"), e.measured);
+    // Simulate what the measurements need too.
+    std::set<int> b(cfg.batches.begin(), cfg.batches.end()), r(ec.ranks.begin(), ec.ranks.end());
+    for (const auto& m : measured) {
+      b.insert(m.batch);
+      r.insert(m.ranks);
+      if (std::find(specs.begin(), specs.end(), m.spec) == specs.end()) specs.push_back(m.spec);
+    }
+    cfg.batches.assign(b.begin(), b.end());
+    ec.ranks.assign(r.begin(), r.end());
+  }
+  for (int r : ec.ranks) {
+    try {
+      routing::expert_slices(n, r);
+    } catch (const Error& err) {
+      throw UsageError(std::string("--ranks: ") + err.what());
+    }
+  }
+  cfg.repeats = 1;  // nothing is timed
+  const auto rows = routing::simulate_ep(cfg, specs, ec);
+  const routing::CostParams& c = ec.cost;
+  char info[512];
+  std::snprintf(info, sizeof info,
+                "route-sim EP: %s, %d experts, expert %.3f MB, H %d, %d MoE layers, dense %.1f MB; "
+                "mem %.0f GB/s, link %.1f GB/s, %.1f us, dense %.3f ms; %d steps, seed %llu",
+                a.logits.empty() ? ("synthetic " + a.dist).c_str() : a.logits.c_str(), n,
+                shape.expert_bytes / 1e6, shape.hidden, shape.moe_layers, shape.dense_bytes / 1e6,
+                c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6,
+                1e3 * routing::dense_seconds(shape, c), a.steps, (unsigned long long)a.seed);
+  std::fprintf(stderr, "%s%s%s\n", info, source.empty() ? "" : "; sizes: ", source.c_str());
+  if (!e.plot.empty()) write_ep_plot(e.plot, info, rows, cfg.batches, specs);
+  if (!measured.empty()) {
+    std::fputs(routing::format_comparison(measured, rows, a.format).c_str(), stdout);
+  } else {
+    std::fputs(routing::format_ep_rows(rows, a.format).c_str(), stdout);
+  }
+}
+
+}  // namespace
 
 void register_route_sim(CLI::App& app) {
-  struct Args {
-    std::string experts = "64", k = "8", batch = "1,16,64", dist = "topic", gating = "softmax";
-    std::string logits, format = "md";
-    std::vector<std::string> routing;
-    int steps = 200, repeats = 3, topics = 4, norm_topk = 1;
-    uint64_t seed = 1;
-    float std = 1.f, topic_std = 1.5f, zipf_s = 1.f, scale = 1.f;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<SimArgs>();
+  auto ep = std::make_shared<EpArgs>();
   std::string names;
   for (const auto& n : routing_policy_names()) names += (names.empty() ? "" : ", ") + n;
   auto* cmd = app.add_subcommand(
@@ -58,8 +313,48 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--logits", a->logits,
                   "Routing trace to replay instead of synthetic logits (N, k and gating come "
                   "from the trace)");
+  cmd->add_option("--trace", a->logits, "Same as --logits");
   cmd->add_option("-o,--output", a->format, "Output format: md, csv, json");
-  cmd->callback([a] {
+  // Expert parallelism (docs/distributed-simulation.md).
+  cmd->add_option("--ranks", ep->ranks,
+                  "Simulate expert parallelism over these rank counts (list, e.g. 8,16,64,256): "
+                  "per-rank load, bytes and predicted TPOT instead of the routing table");
+  cmd->add_option("-m,--model", ep->model, "EP: expert and dense sizes from this GGUF model");
+  cmd->add_option("--shape", ep->shape,
+                  "EP: sizes of a known shape (synth --shape names, e.g. qwen3-30b); its N and k "
+                  "unless --experts/--k are given");
+  cmd->add_option("--wtype", ep->wtype, "EP: weight type for --shape (default q4_0)");
+  cmd->add_option("--expert-bytes", ep->expert_bytes, "EP: bytes of one expert (overrides)")
+      ->check(number_in(0, 1e15, true));
+  cmd->add_option("--hidden", ep->hidden, "EP: model width H (overrides)")
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--moe-layers", ep->moe_layers, "EP: MoE layers per step (overrides)")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("--dense-bytes", ep->dense_bytes, "EP: dense weight bytes per step (overrides)")
+      ->check(number_in(0, 1e15));
+  cmd->add_option("--act-bytes", ep->act_bytes, "EP: bytes per element of a token row sent")
+      ->check(number_in(0, 64, true));
+  cmd->add_option("--mem-bw", ep->mem_bw, "EP cost: memory bandwidth per rank, GB/s")
+      ->check(number_in(0, 1e6, true));
+  cmd->add_option("--link-bw", ep->link_bw, "EP cost: link bandwidth per rank, GB/s")
+      ->check(number_in(0, 1e6, true));
+  cmd->add_option("--link-lat", ep->link_lat, "EP cost: latency per message, microseconds")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--dense-ms", ep->dense_ms,
+                  "EP cost: dense time per step, ms (default: dense bytes / memory bandwidth)")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--placement", ep->placement, "EP: contiguous, balanced or both (list)");
+  cmd->add_option("--coact", ep->coact, "EP: co-activation weight of the balanced placement")
+      ->check(number_in(-1e6, 1e6));
+  cmd->add_option("--calib-tokens", ep->calib_tokens,
+                  "EP, synthetic logits: tokens drawn to compute the balanced placement")
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--measured", ep->measured,
+                  "EP: CSV of measured TPOT (policy,batch,ranks,tpot_ms[,scheme][,placement]); "
+                  "prints measured vs predicted instead of the table");
+  cmd->add_option("--plot", ep->plot,
+                  "EP: write predicted TPOT and busiest-rank experts vs ranks (SVG)");
+  cmd->callback([a, ep, cmd] {
     std::vector<std::string> specs;
     for (const auto& r : a->routing) {
       for (auto& s : split_specs(r)) specs.push_back(s);
@@ -79,6 +374,11 @@ void register_route_sim(CLI::App& app) {
     if (a->format != "md" && a->format != "csv" && a->format != "json") {
       throw UsageError("-o must be md, csv or json, got '" + a->format + "'");
     }
+    const bool ep_mode = !ep->ranks.empty();
+    if (!ep_mode &&
+        (!ep->measured.empty() || !ep->plot.empty() || !ep->model.empty() || !ep->shape.empty())) {
+      throw UsageError("-m, --shape, --measured and --plot need --ranks");
+    }
     routing::SimConfig cfg;
     cfg.batches = parse_int_list(a->batch, "--batch");
     cfg.steps = a->steps;
@@ -90,6 +390,10 @@ void register_route_sim(CLI::App& app) {
     cfg.dist.topic_std = a->topic_std;
     cfg.dist.zipf_s = a->zipf_s;
     cfg.trace_path = a->logits;
+    if (ep_mode) {
+      run_ep(*a, *ep, cmd, specs, cfg);
+      return;
+    }
     std::vector<routing::SimRow> rows;
     const auto experts =
         a->logits.empty() ? parse_int_list(a->experts, "--experts") : std::vector<int>{0};

@@ -13,6 +13,7 @@ void register_synth(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_route_sim(CLI::App& app);
+void register_place(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadgen(CLI::App& app);
 void register_eval(CLI::App& app);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   lynx::cli::register_quantize(app);
   lynx::cli::register_bench(app);
   lynx::cli::register_route_sim(app);
+  lynx::cli::register_place(app);
   lynx::cli::register_serve(app);
   lynx::cli::register_loadgen(app);
   lynx::cli::register_eval(app);

@@ -1,0 +1,205 @@
+#include "routing/placement.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "routing/trace.h"
+
+namespace lynx::routing {
+namespace {
+
+void check_ranks(int n_expert, int ranks) {
+  if (n_expert < 1) throw Error("placement: need at least one expert");
+  if (ranks < 1 || ranks > n_expert) {
+    throw Error("placement: ranks must be in [1, experts = " + std::to_string(n_expert) +
+                "], got " + std::to_string(ranks));
+  }
+}
+
+}  // namespace
+
+int rank_capacity(int n_expert, int ranks, int rank) {
+  check_ranks(n_expert, ranks);
+  return n_expert / ranks + (rank < n_expert % ranks ? 1 : 0);
+}
+
+std::vector<int> contiguous_layer(int n_expert, int ranks) {
+  check_ranks(n_expert, ranks);
+  std::vector<int> rank_of(static_cast<size_t>(n_expert));
+  int e = 0;
+  for (int r = 0; r < ranks; ++r) {
+    for (int i = rank_capacity(n_expert, ranks, r); i > 0; --i) rank_of[size_t(e++)] = r;
+  }
+  return rank_of;
+}
+
+Placement contiguous_placement(int n_layers, int n_expert, int ranks) {
+  if (n_layers < 1) throw Error("placement: need at least one layer");
+  Placement p;
+  p.ranks = ranks;
+  p.experts = n_expert;
+  p.layers.assign(size_t(n_layers), contiguous_layer(n_expert, ranks));
+  return p;
+}
+
+void add_expert_load(const GatingConfig& g, const float* logits, int n_tokens,
+                     std::vector<double>& count, std::vector<double>& coact) {
+  const int n = g.n_expert, k = g.n_expert_used;
+  count.resize(size_t(n), 0.0);
+  coact.resize(size_t(n) * n, 0.0);
+  std::vector<int32_t> ids(size_t(n_tokens) * k);
+  std::vector<float> w(ids.size());
+  RoutingInput in;
+  in.logits = logits;
+  in.n_tokens = n_tokens;
+  in.gating = &g;
+  RoutingOutput out{ids.data(), w.data()};
+  route_topk(in, out);
+  for (int t = 0; t < n_tokens; ++t) {
+    const int32_t* id = &ids[size_t(t) * k];
+    const float* wt = &w[size_t(t) * k];
+    for (int i = 0; i < k; ++i) {
+      if (!(wt[i] > 0.f)) continue;
+      count[size_t(id[i])] += 1;
+      for (int j = 0; j < k; ++j) {
+        if (j != i && wt[j] > 0.f) coact[size_t(id[i]) * n + size_t(id[j])] += 1;
+      }
+    }
+  }
+}
+
+ExpertLoad expert_load_from_trace(const std::string& trace_path) {
+  TraceReader r(trace_path);
+  const TraceHeader& h = r.header();
+  const GatingConfig g = h.gating();
+  ExpertLoad load;
+  load.n_expert = h.n_expert;
+  load.count.assign(size_t(h.n_layers), std::vector<double>(size_t(h.n_expert), 0.0));
+  load.coact.assign(size_t(h.n_layers), std::vector<double>(size_t(h.n_expert) * h.n_expert, 0.0));
+  load.tokens.assign(size_t(h.n_layers), 0);
+  TraceRecord rec;
+  int64_t rows = 0;
+  while (r.next(rec)) {
+    if (rec.n_tokens == 0) continue;
+    add_expert_load(g, rec.logits.data(), rec.n_tokens, load.count[size_t(rec.layer)],
+                    load.coact[size_t(rec.layer)]);
+    load.tokens[size_t(rec.layer)] += rec.n_tokens;
+    rows += rec.n_tokens;
+  }
+  if (rows == 0) throw Error("routing trace '" + trace_path + "' holds no token rows");
+  return load;
+}
+
+std::vector<int> balance_layer(const std::vector<double>& count, const std::vector<double>& coact,
+                               int ranks, const BalanceOptions& opt) {
+  const int n = int(count.size());
+  check_ranks(n, ranks);
+  const bool use_coact = opt.coact_weight != 0;
+  if (use_coact && coact.size() != size_t(n) * n) {
+    throw Error("placement: co-activation matrix has " + std::to_string(coact.size()) +
+                " entries, expected " + std::to_string(size_t(n) * n));
+  }
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return count[size_t(a)] > count[size_t(b)]; });
+  std::vector<double> load(size_t(ranks), 0.0);
+  std::vector<int> held(size_t(ranks), 0);
+  std::vector<int> rank_of(size_t(n), -1);
+  for (int e : order) {
+    int best = -1;
+    double best_score = 0;
+    for (int r = 0; r < ranks; ++r) {
+      if (held[size_t(r)] >= rank_capacity(n, ranks, r)) continue;
+      double score = load[size_t(r)];
+      if (use_coact) {
+        double c = 0;
+        for (int f = 0; f < n; ++f) {
+          if (rank_of[size_t(f)] == r) c += coact[size_t(e) * n + size_t(f)];
+        }
+        score += opt.coact_weight * c;
+      }
+      if (best < 0 || score < best_score ||
+          (score == best_score && held[size_t(r)] < held[size_t(best)])) {
+        best = r;
+        best_score = score;
+      }
+    }
+    rank_of[size_t(e)] = best;  // capacities sum to n: a rank with room always exists
+    load[size_t(best)] += count[size_t(e)];
+    ++held[size_t(best)];
+  }
+  return rank_of;
+}
+
+Placement balanced_placement(const ExpertLoad& load, int ranks, const BalanceOptions& opt) {
+  if (load.count.empty()) throw Error("placement: no layers to place");
+  Placement p;
+  p.ranks = ranks;
+  p.experts = load.n_expert;
+  for (size_t l = 0; l < load.count.size(); ++l) {
+    static const std::vector<double> kNone;
+    p.layers.push_back(
+        balance_layer(load.count[l], l < load.coact.size() ? load.coact[l] : kNone, ranks, opt));
+  }
+  return p;
+}
+
+double imbalance_factor(const std::vector<int>& rank_of, const std::vector<double>& count,
+                        int ranks) {
+  if (rank_of.size() != count.size()) throw Error("imbalance_factor: size mismatch");
+  std::vector<double> load(size_t(ranks), 0.0);
+  for (size_t e = 0; e < rank_of.size(); ++e) {
+    if (rank_of[e] < 0 || rank_of[e] >= ranks) throw Error("imbalance_factor: rank out of range");
+    load[size_t(rank_of[e])] += count[e];
+  }
+  const double total = std::accumulate(load.begin(), load.end(), 0.0);
+  if (total <= 0) return 1.0;
+  return *std::max_element(load.begin(), load.end()) / (total / ranks);
+}
+
+void validate_placement(const Placement& p) {
+  check_ranks(p.experts, p.ranks);
+  if (p.layers.empty()) throw Error("placement: no layers");
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const auto& layer = p.layers[l];
+    const std::string where = "placement layer " + std::to_string(l);
+    if (layer.size() != size_t(p.experts)) {
+      throw Error(where + ": " + std::to_string(layer.size()) + " entries, expected " +
+                  std::to_string(p.experts));
+    }
+    std::vector<int> held(size_t(p.ranks), 0);
+    for (size_t e = 0; e < layer.size(); ++e) {
+      if (layer[e] < 0 || layer[e] >= p.ranks) {
+        throw Error(where + ": expert " + std::to_string(e) + " on rank " +
+                    std::to_string(layer[e]) + ", outside [0, " + std::to_string(p.ranks) + ")");
+      }
+      ++held[size_t(layer[e])];
+    }
+    for (int r = 0; r < p.ranks; ++r) {
+      if (held[size_t(r)] != rank_capacity(p.experts, p.ranks, r)) {
+        throw Error(where + ": rank " + std::to_string(r) + " holds " +
+                    std::to_string(held[size_t(r)]) + " experts, expected " +
+                    std::to_string(rank_capacity(p.experts, p.ranks, r)));
+      }
+    }
+  }
+}
+
+std::string placement_to_json(const Placement& p) {
+  validate_placement(p);
+  std::string s = "{\"ranks\": " + std::to_string(p.ranks) +
+                  ", \"experts\": " + std::to_string(p.experts) + ", \"layers\": [";
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    s += l ? ",\n  [" : "\n  [";
+    for (size_t e = 0; e < p.layers[l].size(); ++e) {
+      if (e) s += ", ";
+      s += std::to_string(p.layers[l][e]);
+    }
+    s += "]";
+  }
+  s += "\n]}\n";
+  return s;
+}
+
+}  // namespace lynx::routing
