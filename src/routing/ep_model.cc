@@ -38,6 +38,7 @@ void EpStepCounter::count(const int32_t* ids, const float* weights, int n_tokens
   }
   out.experts.assign(size_t(R), 0);
   out.tokens.assign(size_t(R), 0);
+  out.assignments.assign(size_t(R), 0);
   out.rows_out.assign(size_t(R), 0);
   out.rows_in.assign(size_t(R), 0);
   out.peers.assign(size_t(R), 0);
@@ -56,6 +57,7 @@ void EpStepCounter::count(const int32_t* ids, const float* weights, int n_tokens
           seen = 1;
           ++out.experts[size_t(r)];
         }
+        ++out.assignments[size_t(r)];
         if (tok_on_[size_t(r)]) continue;
         tok_on_[size_t(r)] = 1;
         ++out.tokens[size_t(r)];
@@ -78,8 +80,11 @@ void EpStepCounter::count(const int32_t* ids, const float* weights, int n_tokens
   }
 }
 
-double expert_seconds(int experts_on_rank, int slices, const EpShape& s, const CostParams& c) {
-  return double(experts_on_rank) * s.expert_bytes / slices / c.mem_bw;
+double expert_seconds(int experts_on_rank, int slices, const EpShape& s, const CostParams& c,
+                      int assignments_on_rank) {
+  const double stream = double(experts_on_rank) * s.expert_bytes / slices / c.mem_bw;
+  if (c.flops <= 0) return stream;
+  return std::max(stream, 2.0 * assignments_on_rank * s.expert_params / slices / c.flops);
 }
 
 double allreduce_bytes_per_rank(int ranks, int batch, const EpShape& s) {
@@ -111,7 +116,9 @@ void EpAccum::add(const EpStep& st, int slices, const EpShape& s, const CostPara
   const size_t R = st.experts.size();
   int e_max = 0, t_max = 0, a_max = 0;
   int64_t e_sum = 0, t_sum = 0;
+  double busiest = 0;  // the step waits for the slowest rank
   for (size_t r = 0; r < R; ++r) {
+    busiest = std::max(busiest, expert_seconds(st.experts[r], slices, s, c, st.assignments[r]));
     e_max = std::max(e_max, st.experts[r]);
     t_max = std::max(t_max, st.tokens[r]);
     a_max = std::max(a_max, st.rows_out[r] + st.rows_in[r]);
@@ -124,7 +131,7 @@ void EpAccum::add(const EpStep& st, int slices, const EpShape& s, const CostPara
   tokens_max += t_max;
   tokens_mean += double(t_sum) / double(R);
   a2a_rows_max += a_max;
-  expert_s += expert_seconds(e_max, slices, s, c);
+  expert_s += busiest;
   a2a_s += R > 1 ? all_to_all_seconds(st, s, c) : 0;
 }
 

@@ -20,11 +20,12 @@ namespace lynx::routing {
 
 // Sizes the cost model needs, from a model file or a known shape (the command computes them).
 struct EpShape {
-  double expert_bytes = 0;  // one expert of one MoE layer: gate + up + down weights
-  int hidden = 0;           // model width H: a token row in the collectives has H elements
-  double act_bytes = 4;     // bytes per element on the wire (F32 rows)
-  int moe_layers = 1;       // MoE layers per decode step
-  double dense_bytes = 0;   // weights streamed per step outside the routed experts
+  double expert_bytes = 0;   // one expert of one MoE layer: gate + up + down weights
+  double expert_params = 0;  // its weights (3 H F): 2 x this FLOPs per token it serves
+  int hidden = 0;            // model width H: a token row in the collectives has H elements
+  double act_bytes = 4;      // bytes per element on the wire (F32 rows)
+  int moe_layers = 1;        // MoE layers per decode step
+  double dense_bytes = 0;    // weights streamed per step outside the routed experts
 };
 
 struct CostParams {
@@ -32,6 +33,8 @@ struct CostParams {
   double link_bw = 12.5e9;  // bytes/s each rank sends (and, at once, receives)
   double link_lat = 2e-6;   // seconds per message
   double dense_s = -1;      // seconds per step outside the MoE layers; < 0: dense_bytes / mem_bw
+  double flops = 0;         // FLOP/s of a rank's expert kernels; 0: streaming only (no compute
+                            // roof)
 };
 
 // Ranks per expert: 1 for R <= N, R / N past it. Throws lynx::Error when R < 1 or R > N is not
@@ -40,11 +43,12 @@ int expert_slices(int n_expert, int ranks);
 
 // Per-rank counts of one routing call (T tokens, one MoE layer).
 struct EpStep {
-  std::vector<int> experts;   // [R] distinct active experts (slices) on the rank
-  std::vector<int> tokens;    // [R] tokens with at least one active expert on the rank
-  std::vector<int> rows_out;  // [R] all-to-all dispatch rows the rank sends (= combine rows in)
-  std::vector<int> rows_in;   // [R] dispatch rows it receives (= combine rows out)
-  std::vector<int> peers;     // [R] ranks it exchanges rows with in one phase
+  std::vector<int> experts;      // [R] distinct active experts (slices) on the rank
+  std::vector<int> tokens;       // [R] tokens with at least one active expert on the rank
+  std::vector<int> assignments;  // [R] active (token, expert) pairs the rank computes
+  std::vector<int> rows_out;     // [R] all-to-all dispatch rows the rank sends (= combine rows in)
+  std::vector<int> rows_in;      // [R] dispatch rows it receives (= combine rows out)
+  std::vector<int> peers;        // [R] ranks it exchanges rows with in one phase
 };
 
 // Fills EpStep from a policy's output: ids/weights [T x k] (weight 0 = inactive assignment),
@@ -65,8 +69,11 @@ class EpStepCounter {
 };
 
 // Cost formulas (seconds), for one MoE layer and step.
-// Expert streaming on rank r: experts_r * expert_bytes / slices / mem_bw.
-double expert_seconds(int experts_on_rank, int slices, const EpShape& s, const CostParams& c);
+// Expert time on rank r: experts_r * expert_bytes / slices / mem_bw (streaming), or, when
+// CostParams::flops > 0 and larger, the compute roof 2 * assignments_r * expert_params /
+// slices / flops.
+double expert_seconds(int experts_on_rank, int slices, const EpShape& s, const CostParams& c,
+                      int assignments_on_rank = 0);
 // All-reduce of B x H x act_bytes (reduce-scatter + all-gather, Rabenseifner): each rank
 // sends and receives 2 (R-1)/R of it, in 2 ceil(log2 R) rounds: that many latencies.
 double allreduce_bytes_per_rank(int ranks, int batch, const EpShape& s);
@@ -84,7 +91,7 @@ struct EpAccum {
   double experts_max = 0, experts_mean = 0;  // distinct experts (slices) per rank
   double tokens_max = 0, tokens_mean = 0;    // tokens routed to a rank
   double a2a_rows_max = 0;                   // rows a rank sends (dispatch + combine), busiest
-  double expert_s = 0;                       // max over ranks of streaming time
+  double expert_s = 0;                       // max over ranks of expert time
   double a2a_s = 0;
   void add(const EpStep& st, int slices, const EpShape& s, const CostParams& c);
 };

@@ -135,8 +135,9 @@ TEST(EpModel, PerRankCountsByHand) {
   EpStepCounter c(4, 2);
   EpStep st;
   c.count(h.ids.data(), h.w.data(), 3, 2, {0, 0, 1, 1}, st);
-  EXPECT_EQ(st.experts, (std::vector<int>{2, 2}));  // r0: 0, 1 (t2's 0 is inactive); r1: 2, 3
-  EXPECT_EQ(st.tokens, (std::vector<int>{2, 2}));   // r0: t0, t1; r1: t1, t2
+  EXPECT_EQ(st.experts, (std::vector<int>{2, 2}));      // r0: 0, 1 (t2's 0 is inactive); r1: 2, 3
+  EXPECT_EQ(st.tokens, (std::vector<int>{2, 2}));       // r0: t0, t1; r1: t1, t2
+  EXPECT_EQ(st.assignments, (std::vector<int>{3, 2}));  // r0: t0-0, t0-1, t1-1
   // Owners t % 2: t0 on r0 (local), t1 on r1 sends to r0, t2 on r0 sends to r1.
   EXPECT_EQ(st.rows_out, (std::vector<int>{1, 1}));
   EXPECT_EQ(st.rows_in, (std::vector<int>{1, 1}));
@@ -181,6 +182,14 @@ TEST(EpModel, CostFormulasByHand) {
   EXPECT_NEAR(routing::allreduce_seconds(3, 8, s, c), 2.0 * 2 / 3 * 32000 / 1e8 + 4e-5,
               1e-12);  // ceil(log2 3) = 2
   EXPECT_EQ(routing::allreduce_seconds(1, 8, s, c), 0);
+  // The compute roof, when given: 2 x 10 assignments x 1e6 weights / 1e10 FLOP/s = 2 ms, under
+  // the 3 ms of streaming; 20 assignments take 4 ms.
+  s.expert_params = 1e6;
+  routing::CostParams cf = c;
+  cf.flops = 1e10;
+  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 1, s, cf, 10), 3e-3);
+  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 1, s, cf, 20), 4e-3);
+  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 2, s, cf, 20), 2e-3);
   EXPECT_DOUBLE_EQ(routing::dense_seconds(s, c), 2e-3);
   routing::CostParams c2 = c;
   c2.dense_s = 5e-4;

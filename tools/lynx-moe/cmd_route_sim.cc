@@ -38,7 +38,7 @@ struct EpArgs {
   std::string measured, plot;
   double expert_bytes = 0, dense_bytes = -1, act_bytes = 4;
   int hidden = 0, moe_layers = 0, calib_tokens = 8192;
-  double mem_bw = 200, link_bw = 12.5, link_lat = 2, dense_ms = -1, coact = 0;
+  double mem_bw = 200, link_bw = 12.5, link_lat = 2, dense_ms = -1, coact = 0, gflops = 0;
 };
 
 // Sizes from a GGUF model: routed expert tensors (blk.L.ffn_{gate,up,down}_exps) give the
@@ -47,12 +47,13 @@ struct EpArgs {
 routing::EpShape shape_from_model(const std::string& path, int* n_expert, int* k) {
   const gguf::File f = gguf::File::open(path);
   routing::EpShape s;
-  double exp_bytes = 0, dense = 0;
+  double exp_bytes = 0, exp_params = 0, dense = 0;
   int moe_layers = 0, n = 0;
   for (const auto& t : f.tensors()) {
     const bool exps = t.name.find("_exps.") != std::string::npos;
     if (exps) {
       exp_bytes += double(t.n_bytes);
+      exp_params += double(t.n_elements());
       if (t.name.find("ffn_gate_exps") != std::string::npos) {
         ++moe_layers;
         n = int(t.ne[2]);
@@ -65,6 +66,7 @@ routing::EpShape shape_from_model(const std::string& path, int* n_expert, int* k
   if (moe_layers == 0 || n < 1) throw UsageError("-m: '" + path + "' has no routed experts");
   s.moe_layers = moe_layers;
   s.expert_bytes = exp_bytes / moe_layers / n;
+  s.expert_params = exp_params / moe_layers / n;
   s.dense_bytes = dense;
   *n_expert = n;
   const std::string arch = f.get_string("general.architecture", "");
@@ -80,6 +82,7 @@ routing::EpShape shape_from_synth(const SynthShape& sh, const std::string& type)
   s.hidden = sh.n_embd;
   s.moe_layers = sh.n_layer;
   s.expert_bytes = 2 * mat(sh.n_embd, sh.n_ff_exp) + mat(sh.n_ff_exp, sh.n_embd);
+  s.expert_params = 3.0 * sh.n_embd * sh.n_ff_exp;
   const int64_t q = int64_t(sh.n_head) * sh.head_dim, kv = int64_t(sh.n_head_kv) * sh.head_dim;
   const double attn = mat(sh.n_embd, q) + 2 * mat(sh.n_embd, kv) + mat(q, sh.n_embd);
   const double router = 4.0 * sh.n_embd * sh.n_expert;  // F32
@@ -169,6 +172,7 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
       throw UsageError(std::string("--shape: ") + err.what());
     }
     if (sh.n_expert < 1) throw UsageError("--shape: '" + e.shape + "' has no experts");
+    if (e.moe_layers > 0) sh.n_layer = e.moe_layers;  // as synth --layers
     try {
       shape = shape_from_synth(sh, e.wtype);
     } catch (const Error& err) {
@@ -229,6 +233,10 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   ec.cost.link_bw = e.link_bw * 1e9;
   ec.cost.link_lat = e.link_lat * 1e-6;
   ec.cost.dense_s = e.dense_ms >= 0 ? e.dense_ms * 1e-3 : -1;
+  ec.cost.flops = e.gflops * 1e9;
+  if (ec.cost.flops > 0 && shape.expert_params <= 0) {
+    throw UsageError("--rank-gflops needs -m or --shape (an expert's weight count)");
+  }
   ec.balance.coact_weight = e.coact;
   ec.calib_tokens = e.calib_tokens;
   ec.shape = shape;
@@ -257,13 +265,14 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   const auto rows = routing::simulate_ep(cfg, specs, ec);
   const routing::CostParams& c = ec.cost;
   char info[512];
-  std::snprintf(info, sizeof info,
-                "route-sim EP: %s, %d experts, expert %.3f MB, H %d, %d MoE layers, dense %.1f MB; "
-                "mem %.0f GB/s, link %.1f GB/s, %.1f us, dense %.3f ms; %d steps, seed %llu",
-                a.logits.empty() ? ("synthetic " + a.dist).c_str() : a.logits.c_str(), n,
-                shape.expert_bytes / 1e6, shape.hidden, shape.moe_layers, shape.dense_bytes / 1e6,
-                c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6,
-                1e3 * routing::dense_seconds(shape, c), a.steps, (unsigned long long)a.seed);
+  std::snprintf(
+      info, sizeof info,
+      "route-sim EP: %s, %d experts, expert %.3f MB, H %d, %d MoE layers, dense %.1f MB; "
+      "mem %.0f GB/s, link %.1f GB/s, %.1f us, dense %.3f ms, %.0f GFLOP/s; %d steps, seed %llu",
+      a.logits.empty() ? ("synthetic " + a.dist).c_str() : a.logits.c_str(), n,
+      shape.expert_bytes / 1e6, shape.hidden, shape.moe_layers, shape.dense_bytes / 1e6,
+      c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6, 1e3 * routing::dense_seconds(shape, c),
+      c.flops / 1e9, a.steps, (unsigned long long)a.seed);
   std::fprintf(stderr, "%s%s%s\n", info, source.empty() ? "" : "; sizes: ", source.c_str());
   if (!e.plot.empty()) write_ep_plot(e.plot, info, rows, cfg.batches, specs);
   if (!measured.empty()) {
@@ -328,7 +337,9 @@ void register_route_sim(CLI::App& app) {
       ->check(number_in(0, 1e15, true));
   cmd->add_option("--hidden", ep->hidden, "EP: model width H (overrides)")
       ->check(int_in(1, 1 << 20));
-  cmd->add_option("--moe-layers", ep->moe_layers, "EP: MoE layers per step (overrides)")
+  cmd->add_option("--moe-layers", ep->moe_layers,
+                  "EP: MoE layers per step (overrides; with --shape, the shape cut to this many "
+                  "layers, as synth --layers)")
       ->check(int_in(1, 1 << 16));
   cmd->add_option("--dense-bytes", ep->dense_bytes, "EP: dense weight bytes per step (overrides)")
       ->check(number_in(0, 1e15));
@@ -343,6 +354,9 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--dense-ms", ep->dense_ms,
                   "EP cost: dense time per step, ms (default: dense bytes / memory bandwidth)")
       ->check(number_in(0, 1e6));
+  cmd->add_option("--rank-gflops", ep->gflops,
+                  "EP cost: expert compute per rank, GFLOP/s (0: streaming time only)")
+      ->check(number_in(0, 1e9));
   cmd->add_option("--placement", ep->placement, "EP: contiguous, balanced or both (list)");
   cmd->add_option("--coact", ep->coact, "EP: co-activation weight of the balanced placement")
       ->check(number_in(-1e6, 1e6));
