@@ -24,9 +24,10 @@ int expert_slices(int n_expert, int ranks) {
 
 EpStepCounter::EpStepCounter(int n_expert, int ranks)
     : n_(n_expert), ranks_(ranks), slices_(expert_slices(n_expert, ranks)) {
-  expert_on_.assign(size_t(ranks) * n_expert, 0);
+  seen_.assign(size_t(n_expert), 0);
   tok_on_.assign(size_t(ranks), 0);
-  pair_.assign(size_t(ranks) * ranks, 0);
+  out_deg_.assign(size_t(ranks), 0);
+  in_deg_.assign(size_t(ranks), 0);
 }
 
 void EpStepCounter::count(const int32_t* ids, const float* weights, int n_tokens, int k,
@@ -42,42 +43,46 @@ void EpStepCounter::count(const int32_t* ids, const float* weights, int n_tokens
   out.rows_out.assign(size_t(R), 0);
   out.rows_in.assign(size_t(R), 0);
   out.peers.assign(size_t(R), 0);
-  std::fill(expert_on_.begin(), expert_on_.end(), 0);
-  std::fill(pair_.begin(), pair_.end(), 0);
+  std::fill(seen_.begin(), seen_.end(), 0);
+  pairs_.clear();
   for (int t = 0; t < n_tokens; ++t) {
-    std::fill(tok_on_.begin(), tok_on_.end(), 0);
     const int owner = t % R;
+    touched_.clear();
     for (int j = 0; j < k; ++j) {
       if (!(weights[size_t(t) * k + j] > 0.f)) continue;
       const int e = ids[size_t(t) * k + j];
+      // Expert e lives on one rank, or its slices on s consecutive ranks that hold nothing
+      // else: "active on rank r" is "active", counted once for each of its ranks.
       const int first = slices_ == 1 ? rank_of[size_t(e)] : e * slices_;
+      const bool first_use = !seen_[size_t(e)];
+      seen_[size_t(e)] = 1;
       for (int r = first; r < first + slices_; ++r) {
-        uint8_t& seen = expert_on_[size_t(r) * n_ + size_t(e)];
-        if (!seen) {
-          seen = 1;
-          ++out.experts[size_t(r)];
-        }
+        out.experts[size_t(r)] += first_use;
         ++out.assignments[size_t(r)];
         if (tok_on_[size_t(r)]) continue;
         tok_on_[size_t(r)] = 1;
+        touched_.push_back(r);
         ++out.tokens[size_t(r)];
         if (r == owner) continue;
         ++out.rows_out[size_t(owner)];
         ++out.rows_in[size_t(r)];
-        pair_[size_t(owner) * R + size_t(r)] = 1;
+        pairs_.push_back(int64_t(owner) * R + r);
       }
     }
+    for (int r : touched_) tok_on_[size_t(r)] = 0;
   }
   // Peers of a rank in one phase: the ranks it sends to or receives from (the combine phase
   // is the dispatch phase reversed, so both phases have the same peers).
-  for (int a = 0; a < R; ++a) {
-    int out_deg = 0, in_deg = 0;
-    for (int b = 0; b < R; ++b) {
-      out_deg += pair_[size_t(a) * R + size_t(b)];
-      in_deg += pair_[size_t(b) * R + size_t(a)];
-    }
-    out.peers[size_t(a)] = std::max(out_deg, in_deg);
+  std::sort(pairs_.begin(), pairs_.end());
+  pairs_.erase(std::unique(pairs_.begin(), pairs_.end()), pairs_.end());
+  std::fill(out_deg_.begin(), out_deg_.end(), 0);
+  std::fill(in_deg_.begin(), in_deg_.end(), 0);
+  for (int64_t p : pairs_) {
+    ++out_deg_[size_t(p / R)];
+    ++in_deg_[size_t(p % R)];
   }
+  for (int r = 0; r < R; ++r)
+    out.peers[size_t(r)] = std::max(out_deg_[size_t(r)], in_deg_[size_t(r)]);
 }
 
 double expert_seconds(int experts_on_rank, int slices, const EpShape& s, const CostParams& c,

@@ -63,9 +63,11 @@ class EpStepCounter {
 
  private:
   int n_, ranks_, slices_;
-  std::vector<uint8_t> expert_on_;  // [R x N] expert seen on rank this step
-  std::vector<uint8_t> tok_on_;     // [R] rank seen for the current token
-  std::vector<uint8_t> pair_;       // [R x R] dispatch pair (owner, holder) seen this step
+  std::vector<uint8_t> seen_;    // [N] expert active this step
+  std::vector<uint8_t> tok_on_;  // [R] rank touched by the current token
+  std::vector<int> touched_;     // ranks touched by the current token
+  std::vector<int64_t> pairs_;   // owner * R + holder of every dispatch row this step
+  std::vector<int> out_deg_, in_deg_;
 };
 
 // Cost formulas (seconds), for one MoE layer and step.
