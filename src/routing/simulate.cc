@@ -229,7 +229,20 @@ std::vector<EpRow> simulate_ep(const SimConfig& cfg, const std::vector<std::stri
   const int n = g.n_expert, k = g.n_expert_used;
   if (ep.ranks.empty()) throw Error("route-sim: no rank count given");
   for (int r : ep.ranks) expert_slices(n, r);  // throws for a rank count that does not fit
-  if (!ep.contiguous && !ep.balanced) throw Error("route-sim: no placement selected");
+  if (!ep.contiguous && !ep.balanced && ep.given.empty()) {
+    throw Error("route-sim: no placement selected");
+  }
+  for (const Placement& p : ep.given) {
+    validate_placement(p);
+    if (p.experts != n) {
+      throw Error("route-sim: a placement file places " + std::to_string(p.experts) +
+                  " experts, the routing has " + std::to_string(n));
+    }
+    if (std::find(ep.ranks.begin(), ep.ranks.end(), p.ranks) == ep.ranks.end()) {
+      throw Error("route-sim: a placement file is for " + std::to_string(p.ranks) +
+                  " ranks, which the rank list does not hold");
+    }
+  }
   const int n_layers = setup.trace ? setup.trace->h.n_layers : 1;
 
   // Load per layer for the balanced placement: the whole trace (the placement a deployment
@@ -289,12 +302,16 @@ std::vector<EpRow> simulate_ep(const SimConfig& cfg, const std::vector<std::stri
           if (ep.balanced)
             placements.emplace_back("balanced", balanced_placement(*load, R, ep.balance));
         }
+        for (const Placement& p : ep.given) {
+          if (p.ranks == R && counter.slices() == 1) placements.emplace_back("file", p);
+        }
         for (const auto& [name, pl] : placements) {
           EpAccum acc;
           static const std::vector<int> kSliced;
           for (int s = 0; s < cfg.steps; ++s) {
-            const auto& rank_of =
-                pl.layers.empty() ? kSliced : pl.layers[size_t(step_layer[size_t(s)])];
+            const auto& rank_of = pl.layers.empty()
+                                      ? kSliced
+                                      : pl.layers[size_t(step_layer[size_t(s)]) % pl.layers.size()];
             counter.count(&ids[size_t(s) * batch * k], &weights[size_t(s) * batch * k], batch, k,
                           rank_of, st);
             acc.add(st, counter.slices(), ep.shape, ep.cost);

@@ -82,11 +82,15 @@ struct EpConfig {
   bool balanced = true;    // rows with the balanced placement (from the trace, or from
                            // calib_tokens more synthetic tokens)
   int calib_tokens = 8192;
+  // Placements from files (`lynx-moe place -o`): rows "file" at their rank count, which must
+  // be listed in `ranks`. Layer l of the routing uses layers[l % layers.size()].
+  std::vector<Placement> given;
 };
 
 struct EpRow {
   std::string spec;
-  std::string placement;  // "contiguous", "balanced", or "sliced" past one expert per rank
+  std::string placement;  // "contiguous", "balanced", "file", or "sliced" past one expert per
+                          // rank
   int n_expert = 0, k = 0, batch = 0, ranks = 0, slices = 1;
   int64_t calls = 0;
   EpPrediction pred;

@@ -107,6 +107,36 @@ TEST_F(EpCli, RouteSimRanksTable) {
   EXPECT_TRUE(fs::file_size(path("ep.svg")) > 1000);
 }
 
+TEST_F(EpCli, RouteSimEvaluatesAPlacementFile) {
+  // place's balanced file for the same trace is the placement route-sim balances: same rows.
+  ASSERT_EQ(run_cli("place --trace " + trace_ + " --ranks 4 -o " + path("p4.json")).code(), 0);
+  const CliRun r = run_cli("route-sim --routing topk --trace " + trace_ + " -m " + kModel +
+                           " --ranks 2 --batch 8 --steps 30 --placement balanced "
+                           "--placement-file " +
+                           path("p4.json") + " -o json");
+  ASSERT_EQ(r.code(), 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find("[\n")));
+  const nlohmann::json* balanced = nullptr;
+  const nlohmann::json* file = nullptr;
+  for (const auto& row : j) {
+    if (row["ranks"] == 4 && row["placement"] == "balanced") balanced = &row;
+    if (row["ranks"] == 4 && row["placement"] == "file") file = &row;
+  }
+  ASSERT_TRUE(balanced && file) << r.out;  // rank count 4 was added for the file
+  EXPECT_EQ((*file)["experts_max"], (*balanced)["experts_max"]);
+  EXPECT_EQ((*file)["tpot_a2a_ms"], (*balanced)["tpot_a2a_ms"]);
+  put("bad.json", "{\"ranks\": 4, \"experts\": 8, \"layers\": [[0, 0, 0, 1, 1, 2, 2, 3]]}");
+  const CliRun bad = run_cli("route-sim --routing topk --trace " + trace_ + " -m " + kModel +
+                             " --ranks 2 --placement-file " + path("bad.json"));
+  EXPECT_EQ(bad.code(), 1);
+  EXPECT_NE(bad.out.find("holds 3 experts"), std::string::npos) << bad.out;
+  put("junk.json", "{\"ranks\": 4,");
+  EXPECT_EQ(run_cli("route-sim --routing topk --trace " + trace_ + " -m " + kModel +
+                    " --ranks 2 --placement-file " + path("junk.json"))
+                .code(),
+            1);
+}
+
 TEST_F(EpCli, RouteSimMeasuredHook) {
   put("m.csv",
       "policy,batch,ranks,tpot_ms\n"

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include "commands.h"
 #include "common.h"
 #include "lynx/gguf.h"
@@ -36,6 +37,7 @@ struct SimArgs {
 struct EpArgs {
   std::string ranks, model, shape, wtype = "q4_0", placement = "contiguous,balanced";
   std::string measured, plot;
+  std::vector<std::string> placement_files;
   double expert_bytes = 0, dense_bytes = -1, act_bytes = 4;
   int hidden = 0, moe_layers = 0, calib_tokens = 8192;
   double mem_bw = 200, link_bw = 12.5, link_lat = 2, dense_ms = -1, coact = 0, gflops = 0;
@@ -135,6 +137,27 @@ void write_ep_plot(const std::string& path, const std::string& tag,
   f.close();
   if (!f) throw Error("cannot write " + path);
   std::fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+// A placement file of `lynx-moe place` (routing/placement.h); a malformed one is a broken
+// input file (lynx::Error, exit 1).
+routing::Placement read_placement(const std::string& path) {
+  const std::string text = read_text_file(path, "--placement-file");
+  routing::Placement p;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    p.ranks = j.at("ranks").get<int>();
+    p.experts = j.at("experts").get<int>();
+    p.layers = j.at("layers").get<std::vector<std::vector<int>>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("placement file '" + path + "': " + e.what());
+  }
+  try {
+    routing::validate_placement(p);
+  } catch (const Error& e) {
+    throw Error("placement file '" + path + "': " + e.what());
+  }
+  return p;
 }
 
 // One integer from a flag that is a list elsewhere in route-sim.
@@ -241,6 +264,12 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   ec.calib_tokens = e.calib_tokens;
   ec.shape = shape;
 
+  for (const auto& f : e.placement_files) {
+    ec.given.push_back(read_placement(f));
+    if (std::find(ec.ranks.begin(), ec.ranks.end(), ec.given.back().ranks) == ec.ranks.end()) {
+      ec.ranks.push_back(ec.given.back().ranks);
+    }
+  }
   std::vector<routing::MeasuredRow> measured;
   if (!e.measured.empty()) {
     measured = routing::parse_measured_csv(read_text_file(e.measured, "--measured"), e.measured);
@@ -332,7 +361,8 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--shape", ep->shape,
                   "EP: sizes of a known shape (synth --shape names, e.g. qwen3-30b); its N and k "
                   "unless --experts/--k are given");
-  cmd->add_option("--wtype", ep->wtype, "EP: weight type for --shape (default q4_0)");
+  cmd->add_option("--wtype", ep->wtype, "EP: weight type for --shape (default q4_0)")
+      ->capture_default_str();
   cmd->add_option("--expert-bytes", ep->expert_bytes, "EP: bytes of one expert (overrides)")
       ->check(number_in(0, 1e15, true));
   cmd->add_option("--hidden", ep->hidden, "EP: model width H (overrides)")
@@ -344,25 +374,34 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--dense-bytes", ep->dense_bytes, "EP: dense weight bytes per step (overrides)")
       ->check(number_in(0, 1e15));
   cmd->add_option("--act-bytes", ep->act_bytes, "EP: bytes per element of a token row sent")
-      ->check(number_in(0, 64, true));
+      ->check(number_in(0, 64, true))
+      ->capture_default_str();
   cmd->add_option("--mem-bw", ep->mem_bw, "EP cost: memory bandwidth per rank, GB/s")
-      ->check(number_in(0, 1e6, true));
+      ->check(number_in(0, 1e6, true))
+      ->capture_default_str();
   cmd->add_option("--link-bw", ep->link_bw, "EP cost: link bandwidth per rank, GB/s")
-      ->check(number_in(0, 1e6, true));
+      ->check(number_in(0, 1e6, true))
+      ->capture_default_str();
   cmd->add_option("--link-lat", ep->link_lat, "EP cost: latency per message, microseconds")
-      ->check(number_in(0, 1e6));
+      ->check(number_in(0, 1e6))
+      ->capture_default_str();
   cmd->add_option("--dense-ms", ep->dense_ms,
                   "EP cost: dense time per step, ms (default: dense bytes / memory bandwidth)")
       ->check(number_in(0, 1e6));
   cmd->add_option("--rank-gflops", ep->gflops,
                   "EP cost: expert compute per rank, GFLOP/s (0: streaming time only)")
       ->check(number_in(0, 1e9));
-  cmd->add_option("--placement", ep->placement, "EP: contiguous, balanced or both (list)");
+  cmd->add_option("--placement", ep->placement, "EP: contiguous, balanced or both (list)")
+      ->capture_default_str();
+  cmd->add_option("--placement-file", ep->placement_files,
+                  "EP: also evaluate this placement (lynx-moe place -o; repeatable): rows "
+                  "'file' at its rank count");
   cmd->add_option("--coact", ep->coact, "EP: co-activation weight of the balanced placement")
       ->check(number_in(-1e6, 1e6));
   cmd->add_option("--calib-tokens", ep->calib_tokens,
                   "EP, synthetic logits: tokens drawn to compute the balanced placement")
-      ->check(int_in(1, 1 << 20));
+      ->check(int_in(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--measured", ep->measured,
                   "EP: CSV of measured TPOT (policy,batch,ranks,tpot_ms[,scheme][,placement]); "
                   "prints measured vs predicted instead of the table");
