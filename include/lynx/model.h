@@ -22,6 +22,18 @@ struct ModelArena;  // owned F32 copies of small tensors (norms, biases), packed
 enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
 enum class QKNorm : uint8_t { kNone, kPerHead, kFull };
 
+// The block kinds of one layer (src/model/arch/: each family says which layer has which).
+enum class AttnKind : uint8_t { kGqa };
+enum class FfnKind : uint8_t {
+  kDense,      // SwiGLU FFN
+  kMoe,        // router + routed experts
+  kMoeShared,  // routed experts + a shared expert
+};
+struct LayerKind {
+  AttnKind attn = AttnKind::kGqa;
+  FfnKind ffn = FfnKind::kDense;
+};
+
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
 // GGUF metadata plus per-architecture traits (llama.cpp's conventions) by Model::load.
 struct ModelConfig {
@@ -44,12 +56,14 @@ struct ModelConfig {
   RopeType rope = RopeType::kNorm;
   float rope_base = 10000.f;
   float rms_eps = 1e-5f;
-  GatingConfig gating;       // router gating of MoE layers
-  bool tied_output = false;  // output projection shares token_embd
+  GatingConfig gating;                 // router gating of MoE layers
+  bool tied_output = false;            // output projection shares token_embd
+  std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
+  bool layer_routed(int il) const { return layer_kinds[size_t(il)].ffn != FfnKind::kDense; }
 };
 
 // A weight matrix: `rows` rows of `cols` elements of `type` (ggml ne = [cols, rows]); for
@@ -82,6 +96,9 @@ struct LayerWeights {
   Weight ffn_gate, ffn_up, ffn_down;
   // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
   Weight router;
+  // [n_expert] or nullptr: the selection bias (exp_probs_b, DeepSeek-V3), added to choose
+  // experts, never to weigh them (GatingConfig::select_bias).
+  const float* exp_probs_b = nullptr;
   Weight gate_exps, up_exps, down_exps;
   // Shared expert.
   Weight gate_shexp, up_shexp, down_shexp;

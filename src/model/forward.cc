@@ -168,6 +168,10 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
       "router logits", il);
   RoutingInput in;
   in.logits = B.router.data();
+  if (needs_selection_keys(c.gating)) {
+    selection_keys(c.gating, B.router.data(), L.exp_probs_b, xn.n_tok, B.select.data());
+    in.select = B.select.data();
+  }
   in.flags = B.flags.data();
   in.n_tokens = xn.n_tok;
   in.layer = il;
@@ -189,7 +193,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
-  if (!c.is_moe()) {
+  if (!c.layer_routed(il)) {
     dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs);
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
@@ -202,7 +206,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
-  if (L.up_shexp.present()) {
+  if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeShared) {
     dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs);
     for (int t = 0; t < T; ++t) {
       float g = 1.f;
@@ -229,6 +233,7 @@ void size_buffers(const ModelConfig& c, int T, int n_threads, StepBuffers& B) {
   if (c.is_moe()) {
     const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used);
     ensure(B.router, t * N);
+    if (needs_selection_keys(c.gating)) ensure(B.select, t * N);
     ensure(B.ids, t * K);
     ensure(B.weights, t * K);
   }

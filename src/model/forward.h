@@ -41,6 +41,7 @@ struct StepBuffers {
   std::vector<float> x, xn, q, k, v, attn, tmp;  // [T x ...]
   std::vector<uint8_t> flags;                    // [T] TokenFlags of the batch
   std::vector<float> router;                     // [T x N]
+  std::vector<float> select;                     // [T x N] selection keys (bias / groups)
   std::vector<int32_t> ids;                      // [T x k]
   std::vector<float> weights;                    // [T x k]
   kernels::ExpertPlan plan;                      // the routed assignments grouped by expert

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/arch/arch.h"
 
 namespace lynx {
 namespace {
@@ -108,6 +109,56 @@ class SynthWriter {
   size_t done_ = 0;
 };
 
+// The configuration a shape describes, as the loader will read it back (the dimensions the
+// tensor tables are written in, and the block kind of every layer).
+ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
+  ModelConfig c;
+  c.arch = s.arch;
+  c.n_layer = s.n_layer;
+  c.n_embd = s.n_embd;
+  c.n_head = s.n_head;
+  c.n_head_kv = s.n_head_kv;
+  c.head_dim = s.head_dim;
+  c.n_vocab = s.n_vocab;
+  c.n_ctx_train = s.n_ctx;
+  c.n_ff = s.n_ff;
+  c.n_expert = s.n_expert;
+  c.n_expert_used = s.n_expert_used;
+  c.n_ff_exp = s.n_ff_exp;
+  c.n_ff_shexp = s.n_ff_shexp;
+  c.rope_base = s.rope_base;
+  c.rms_eps = s.rms_eps;
+  c.layer_kinds.resize(size_t(s.n_layer));
+  for (int il = 0; il < s.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(desc, c, il);
+  return c;
+}
+
+// One tensor of a layer's table, filled as its Init says.
+void write_tensor(SynthWriter& sw, const SynthOptions& o, const ModelConfig& c,
+                  const std::string& prefix, const arch::TensorSpec& t) {
+  const int64_t cols = arch::dim(c, t.cols);
+  const float in_std = 1.f / std::sqrt(float(c.n_embd));
+  switch (t.init) {
+    case arch::Init::kNorm:
+      sw.vector(prefix + t.name, cols, 1.f, 0.05f);
+      break;
+    case arch::Init::kBias:
+      sw.vector(prefix + t.name, cols, 0.f, 0.02f);
+      break;
+    case arch::Init::kGateVec:
+      sw.vector(prefix + t.name, cols, 0.f, in_std);
+      break;
+    case arch::Init::kMatrix:
+      sw.matrix(prefix + t.name, o.type, cols, arch::dim(c, t.rows), arch::dim(c, t.mats),
+                1.f / std::sqrt(float(cols)));
+      break;
+    case arch::Init::kRouter:
+      sw.matrix(prefix + t.name, gguf::TensorType::F32, cols, arch::dim(c, t.rows),
+                arch::dim(c, t.mats), o.router_std * (1.f / std::sqrt(float(cols))));
+      break;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
@@ -140,6 +191,7 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
         "synth: the vocabulary needs at least 257 entries (256 bytes and <|endoftext|>), got " +
         std::to_string(s.n_vocab));
   }
+  const arch::ArchDesc& desc = arch::find(s.arch);
   gguf::Writer w;
   const std::string a = s.arch + ".";
   w.set("general.architecture", gguf::Value::str(s.arch));
@@ -189,50 +241,23 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(false));
 
   SynthWriter sw(o, w);
-  const int64_t E = s.n_embd, Q = int64_t(s.n_head) * s.head_dim,
-                KV = int64_t(s.n_head_kv) * s.head_dim;
+  const ModelConfig c = synth_config(s, desc);
+  if (desc.write_metadata) desc.write_metadata(c, w);
+  const int64_t E = s.n_embd;
   const float in_std = 1.f / std::sqrt(float(E));
   sw.matrix("token_embd.weight", o.type, E, s.n_vocab, 1, 1.f);
   sw.vector("output_norm.weight", E, 1.f, 0.05f);
   sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    sw.vector(p + "attn_norm.weight", E, 1.f, 0.05f);
-    sw.matrix(p + "attn_q.weight", o.type, E, Q, 1, in_std);
-    sw.matrix(p + "attn_k.weight", o.type, E, KV, 1, in_std);
-    sw.matrix(p + "attn_v.weight", o.type, E, KV, 1, in_std);
-    sw.matrix(p + "attn_output.weight", o.type, Q, E, 1, 1.f / std::sqrt(float(Q)));
-    if (s.arch == "qwen2moe" || s.arch == "qwen2") {
-      sw.vector(p + "attn_q.bias", Q, 0.f, 0.02f);
-      sw.vector(p + "attn_k.bias", KV, 0.f, 0.02f);
-      sw.vector(p + "attn_v.bias", KV, 0.f, 0.02f);
-    }
-    if (s.arch == "olmoe") {
-      sw.vector(p + "attn_q_norm.weight", Q, 1.f, 0.05f);
-      sw.vector(p + "attn_k_norm.weight", KV, 1.f, 0.05f);
-    } else if (s.arch == "qwen3moe" || s.arch == "qwen3") {
-      sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.f, 0.05f);
-      sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.f, 0.05f);
-    }
-    sw.vector(p + "ffn_norm.weight", E, 1.f, 0.05f);
-    if (moe) {
-      const int64_t F = s.n_ff_exp, N = s.n_expert;
-      // The router stays F32, as llama.cpp's quantizer leaves it.
-      sw.matrix(p + "ffn_gate_inp.weight", gguf::TensorType::F32, E, N, 1, o.router_std * in_std);
-      sw.matrix(p + "ffn_gate_exps.weight", o.type, E, F, N, in_std);
-      sw.matrix(p + "ffn_up_exps.weight", o.type, E, F, N, in_std);
-      sw.matrix(p + "ffn_down_exps.weight", o.type, F, E, N, 1.f / std::sqrt(float(F)));
-      if (s.n_ff_shexp > 0) {
-        const int64_t S = s.n_ff_shexp;
-        sw.matrix(p + "ffn_gate_shexp.weight", o.type, E, S, 1, in_std);
-        sw.matrix(p + "ffn_up_shexp.weight", o.type, E, S, 1, in_std);
-        sw.matrix(p + "ffn_down_shexp.weight", o.type, S, E, 1, 1.f / std::sqrt(float(S)));
-        sw.vector(p + "ffn_gate_inp_shexp.weight", E, 0.f, in_std);
+    const LayerKind& kind = c.layer_kinds[size_t(il)];
+    const std::span<const arch::TensorGroup> parts[] = {arch::attn_groups(desc, kind),
+                                                        arch::ffn_groups(desc, kind)};
+    for (const auto& groups : parts) {
+      for (const arch::TensorGroup& g : groups) {
+        if (g.optional && arch::dim(c, g.infer) <= 0) continue;
+        for (const arch::TensorSpec& t : g.tensors) write_tensor(sw, o, c, p, t);
       }
-    } else {
-      sw.matrix(p + "ffn_gate.weight", o.type, E, s.n_ff, 1, in_std);
-      sw.matrix(p + "ffn_up.weight", o.type, E, s.n_ff, 1, in_std);
-      sw.matrix(p + "ffn_down.weight", o.type, s.n_ff, E, 1, 1.f / std::sqrt(float(s.n_ff)));
     }
   }
   w.write(path);
