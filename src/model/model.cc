@@ -16,34 +16,10 @@
 namespace lynx {
 namespace {
 
-constexpr int64_t kMaxDim = int64_t(1) << 30;
-
-// An integer key in [lo, hi] (`def` when absent). Every integer the config keeps goes through
-// here: a u64 above 2^32 would otherwise be truncated by the int() to a small plausible value.
-int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi) {
-  const int64_t v = f.get_int(key, def);
-  if (v < lo || v > hi) {
-    throw Error("metadata " + key + " = " + std::to_string(v) + " is out of range [" +
-                std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return int(v);
-}
-
-int positive_int(const gguf::File& f, const std::string& key) {
-  f.get_int(key);  // required: throws naming the key when absent
-  return int_in(f, key, 0, 1, kMaxDim);
-}
-
-// A float key that must be positive and finite (epsilons, rope base): NaN, 0 or a negative
-// value would turn every activation into NaN or inf without a word.
-float positive_float(const gguf::File& f, const std::string& key, double def) {
-  const double v = f.get_float(key, def);
-  if (!(v > 0) || !std::isfinite(float(v))) {
-    throw Error("metadata " + key + " = " + std::to_string(v) +
-                " must be a positive finite number");
-  }
-  return float(v);
-}
+using arch::int_in;
+using arch::kMaxDim;
+using arch::positive_float;
+using arch::positive_int;
 
 // Binds tensors and owns F32 copies of the small vectors (norms, biases), so those can be
 // stored in any float type in the file.
@@ -82,6 +58,12 @@ class Binder {
     w.row_bytes = gguf::row_size(t->type, cols);
     w.mat_bytes = w.row_bytes * size_t(rows);
     return w;
+  }
+
+  // Owned F32 storage of n values, alive as long as the model.
+  float* own(size_t n) const {
+    arena_.emplace_back(n);
+    return arena_.back().data();
   }
 
   const float* vector(const std::string& name, int64_t n, bool required = true) const {
@@ -235,12 +217,57 @@ bool bind_group(const Binder& b, ModelConfig& c, const arch::TensorGroup& g, con
   return true;
 }
 
+// MLA: the per-head key and value up-projections, from attn_k_b / attn_v_b or split out of
+// attn_kv_b (older files; F32 copies: rows h(nope + v) + i of attn_kv_b are head h's key
+// rows, transposed here into wk_b, and the v rows after them its wv_b).
+void finish_mla(const Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& l) {
+  if (l.wk_b.present()) return;
+  if (!l.wkv_b.present()) {
+    throw Error("missing tensor '" + p + "attn_k_b.weight' (or '" + p + "attn_kv_b.weight')");
+  }
+  const int64_t H = c.n_head, R = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  std::vector<float> row(static_cast<size_t>(R));
+  float* kb = b.own(size_t(H * R * nope));
+  float* vb = b.own(size_t(H * vd * R));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < nope + vd; ++i) {
+      const int64_t src = h * (nope + vd) + i;
+      kernels::ref::dequantize_row(l.wkv_b.type, l.wkv_b.data + size_t(src) * l.wkv_b.row_bytes,
+                                   row.data(), R);
+      for (int64_t r = 0; r < R; ++r) {
+        if (i < nope) {
+          kb[(h * R + r) * nope + i] = row[size_t(r)];
+        } else {
+          vb[(h * vd + (i - nope)) * R + r] = row[size_t(r)];
+        }
+      }
+    }
+  }
+  auto f32 = [](float* data, int64_t cols, int64_t rows, int64_t n_mat) {
+    Weight w;
+    w.type = gguf::TensorType::F32;
+    w.data = reinterpret_cast<const uint8_t*>(data);
+    w.cols = cols;
+    w.rows = rows;
+    w.n_mat = n_mat;
+    w.row_bytes = size_t(cols) * sizeof(float);
+    w.mat_bytes = w.row_bytes * size_t(rows);
+    return w;
+  };
+  l.wk_b = f32(kb, nope, R, H);
+  l.wv_b = f32(vb, R, vd, H);
+  l.wkv_b = {};  // read once, here
+}
+
 // Stage 2, per layer: the tensors of the layer's block kinds, by the family's tables.
 LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
   LayerWeights l;
   LayerKind& kind = c.layer_kinds[size_t(il)];
   const std::string p = "blk." + std::to_string(il) + ".";
-  for (const arch::TensorGroup& g : arch::attn_groups(a, kind)) bind_group(b, c, g, p, l);
+  for (const arch::TensorGroup& g : arch::attn_groups(a, kind)) {
+    if (arch::group_applies(c, g)) bind_group(b, c, g, p, l);
+  }
+  if (kind.attn == AttnKind::kMla) finish_mla(b, c, p, l);
   if (kind.ffn == FfnKind::kDense) {
     if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
   } else if (c.n_ff_exp <= 0) {
@@ -248,8 +275,11 @@ LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c
   }
   for (const arch::TensorGroup& g : arch::ffn_groups(a, kind)) {
     // A bound optional group of an MoE layer is its shared expert.
-    if (bind_group(b, c, g, p, l) && g.optional) kind.ffn = FfnKind::kMoeShared;
+    if (!arch::group_applies(c, g)) continue;
+    const bool bound = bind_group(b, c, g, p, l);
+    if (bound && g.optional && g.infer == arch::Dim::kFfShexp) kind.ffn = FfnKind::kMoeShared;
   }
+  if (l.exp_probs_b) c.gating.select_bias = true;
   return l;
 }
 
@@ -302,15 +332,16 @@ void Model::bind_weights() {
   for (int il = 0; il < c.n_layer; ++il) layers_[size_t(il)] = bind_layer(b, a, c, il);
 }
 
-// Stage 3: the matrices that only matmuls read in the layouts the kernels prefer
+// Stage 3: the matrices that only matmuls read in the layouts the kernels prefer (not MLA's
+// per-head wk_b / wv_b, which may be F32 copies owned by the model rather than file pages)
 // (kernels/weight_pack.h). token_embd is read by rows (embedding lookup), so it and an output
 // tied to it keep the file's layout.
 void Model::pack_weights(const LoadOptions& opts) {
   std::vector<Weight*> weights;
   for (LayerWeights& l : layers_) {
-    for (Weight* w :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps,
-          &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
+                      &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps,
+                      &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
       if (w->present() && w->data != token_embd_.data) weights.push_back(w);
     }
   }

@@ -1,6 +1,7 @@
 // Random-weight GGUF models at real shapes (see lynx/synth.h).
 #include "lynx/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,6 +25,113 @@ const SynthShape kShapes[] = {
     // Small shapes for tests and the demo: an OLMoE-like 64/8 and a Mixtral-like 8/2.
     {"tiny-moe", "olmoe", 4, 256, 4, 4, 64, 512, 2048, 0, 64, 8, 128, 0, 10000.f, 1e-5f},
     {"tiny-mixtral", "llama", 4, 256, 4, 2, 64, 512, 2048, 0, 8, 2, 512, 0, 10000.f, 1e-5f},
+    // DeepSeek-V2-Lite (and Coder-V2-Lite): MLA without q compression, 1 dense layer then 64
+    // experts, 6 per token, 2 shared, softmax, not renormalized. Written without its YaRN
+    // scaling (context 4096), which this engine does not implement yet.
+    {.name = "deepseek-v2-lite",
+     .arch = "deepseek2",
+     .n_layer = 27,
+     .n_embd = 2048,
+     .n_head = 16,
+     .n_head_kv = 16,
+     .head_dim = 192,
+     .n_vocab = 102400,
+     .n_ctx = 4096,
+     .n_ff = 10944,
+     .n_expert = 64,
+     .n_expert_used = 6,
+     .n_ff_exp = 1408,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 128,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .norm_topk = false},
+    // DeepSeek-V3 layout at reduced depth (5 of 61 layers: its 3 dense ones, 2 MoE): q_lora
+    // 1536, 256 experts, 8 per token in 4 of 8 groups, sigmoid with selection bias,
+    // renormalized, routed scale 2.5, 1 shared expert.
+    {.name = "deepseek-v3",
+     .arch = "deepseek2",
+     .n_layer = 5,
+     .n_embd = 7168,
+     .n_head = 128,
+     .n_head_kv = 128,
+     .head_dim = 192,
+     .n_vocab = 129280,
+     .n_ctx = 4096,
+     .n_ff = 18432,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 2048,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .q_lora_rank = 1536,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 128,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense_lead = 3,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 8,
+     .n_group_used = 4},
+    // Small MLA shapes for tests: V2-like (no q compression, softmax) and V3-like.
+    {.name = "tiny-deepseek-v2",
+     .arch = "deepseek2",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .head_dim = 48,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .kv_lora_rank = 64,
+     .qk_nope_dim = 32,
+     .qk_rope_dim = 16,
+     .v_head_dim = 32,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .norm_topk = false},
+    {.name = "tiny-deepseek-v3",
+     .arch = "deepseek2",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .head_dim = 48,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .q_lora_rank = 64,
+     .kv_lora_rank = 64,
+     .qk_nope_dim = 32,
+     .qk_rope_dim = 16,
+     .v_head_dim = 32,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 4,
+     .n_group_used = 2},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
@@ -128,6 +236,24 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
   c.n_ff_shexp = s.n_ff_shexp;
   c.rope_base = s.rope_base;
   c.rms_eps = s.rms_eps;
+  c.q_lora_rank = s.q_lora_rank;
+  c.kv_lora_rank = s.kv_lora_rank;
+  c.qk_nope_dim = s.qk_nope_dim;
+  c.qk_rope_dim = s.qk_rope_dim;
+  c.v_head_dim = s.v_head_dim;
+  // A depth cut below the leading dense layers (--layers) keeps one MoE layer.
+  c.n_layer_dense_lead =
+      s.n_expert > 0 ? std::min(s.n_layer_dense_lead, s.n_layer - 1) : s.n_layer_dense_lead;
+  c.n_expert_shared = s.n_expert_shared;
+  if (c.n_ff_shexp == 0) c.n_ff_shexp = s.n_expert_shared * s.n_ff_exp;
+  c.gating.n_expert = s.n_expert;
+  c.gating.n_expert_used = s.n_expert_used;
+  c.gating.func = s.sigmoid ? GatingFunc::kSigmoid : GatingFunc::kSoftmax;
+  c.gating.select_bias = s.select_bias;
+  c.gating.norm_topk = s.norm_topk;
+  c.gating.weights_scale = s.weights_scale;
+  c.gating.n_group = s.n_group;
+  c.gating.n_group_used = s.n_group_used;
   c.layer_kinds.resize(size_t(s.n_layer));
   for (int il = 0; il < s.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(desc, c, il);
   return c;
@@ -201,13 +327,21 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   w.set(a + "context_length", gguf::Value::u32(uint32_t(s.n_ctx)));
   w.set(a + "embedding_length", gguf::Value::u32(uint32_t(s.n_embd)));
   w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.n_head)));
-  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.n_head_kv)));
-  w.set(a + "attention.key_length", gguf::Value::u32(uint32_t(s.head_dim)));
-  w.set(a + "attention.value_length", gguf::Value::u32(uint32_t(s.head_dim)));
+  // MLA files (llama.cpp's absorbed layout) give the cached sizes here: one latent "head" of
+  // kv_lora + rope keys and kv_lora values; the per-head sizes go in the *_mla keys.
+  const bool mla = s.kv_lora_rank > 0;
+  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(mla ? 1 : s.n_head_kv)));
+  w.set(a + "attention.key_length",
+        gguf::Value::u32(uint32_t(mla ? s.kv_lora_rank + s.qk_rope_dim : s.head_dim)));
+  w.set(a + "attention.value_length",
+        gguf::Value::u32(uint32_t(mla ? s.kv_lora_rank : s.head_dim)));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rms_eps));
   w.set(a + "rope.freq_base", gguf::Value::f32(s.rope_base));
   const bool moe = s.n_expert > 0;
-  w.set(a + "feed_forward_length", gguf::Value::u32(uint32_t(moe ? s.n_ff_exp : s.n_ff)));
+  // MoE shapes with dense layers (deepseek2's leading ones) give their width; the others the
+  // expert width, as before.
+  w.set(a + "feed_forward_length",
+        gguf::Value::u32(uint32_t(moe && s.n_ff == 0 ? s.n_ff_exp : s.n_ff)));
   if (moe) {
     w.set(a + "expert_count", gguf::Value::u32(uint32_t(s.n_expert)));
     w.set(a + "expert_used_count", gguf::Value::u32(uint32_t(s.n_expert_used)));
@@ -255,6 +389,7 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
                                                         arch::ffn_groups(desc, kind)};
     for (const auto& groups : parts) {
       for (const arch::TensorGroup& g : groups) {
+        if (!g.synth || !arch::group_applies(c, g)) continue;
         if (g.optional && arch::dim(c, g.infer) <= 0) continue;
         for (const arch::TensorSpec& t : g.tensors) write_tensor(sw, o, c, p, t);
       }

@@ -17,14 +17,23 @@ namespace lynx::arch {
 // The symbols a tensor's shape is written in, resolved against a ModelConfig (dim()).
 enum class Dim : uint8_t {
   kOne,
-  kEmbd,     // n_embd
-  kQ,        // n_head * head_dim
-  kKV,       // n_head_kv * head_dim
-  kHeadDim,  // head_dim
-  kFf,       // dense FFN width
-  kFfExp,    // expert FFN width
-  kFfShexp,  // shared-expert FFN width
-  kExpert,   // n_expert
+  kEmbd,        // n_embd
+  kQ,           // n_head * head_dim
+  kKV,          // n_head_kv * head_dim
+  kHeadDim,     // head_dim
+  kFf,          // dense FFN width
+  kFfExp,       // expert FFN width
+  kFfShexp,     // shared-expert FFN width
+  kExpert,      // n_expert
+  kHeads,       // n_head
+  kQLora,       // MLA: q_lora_rank
+  kKvLora,      // MLA: kv_lora_rank
+  kKvLoraRope,  // MLA: kv_lora_rank + qk_rope_dim (attn_kv_a_mqa rows)
+  kKvBMla,      // MLA: n_head * (qk_nope_dim + v_head_dim) (attn_kv_b rows)
+  kVMla,        // MLA: n_head * v_head_dim (attn_output cols)
+  kNopeDim,     // MLA: qk_nope_dim
+  kVHeadDim,    // MLA: v_head_dim
+  kSelectBias,  // 1 when the gating has a selection bias, else 0 (synth: write exp_probs_b)
 };
 int64_t dim(const ModelConfig& c, Dim d);
 
@@ -57,13 +66,20 @@ struct TensorGroup {
   bool optional = false;
   const char* trigger = nullptr;
   Dim infer = Dim::kOne;
+  // The group exists only when dim(`need`) > 0 (== 0 with need_zero): q through a low rank
+  // or directly, as q_lora_rank says.
+  Dim need = Dim::kOne;
+  bool need_zero = false;
+  bool synth = true;  // false: an alternative layout synth does not write (attn_kv_b)
 };
+bool group_applies(const ModelConfig& c, const TensorGroup& g);
 
 // Which tensor groups a layer of each block kind has.
 struct BlockTables {
-  std::span<const TensorGroup> attn_gqa;
-  std::span<const TensorGroup> ffn_dense;
-  std::span<const TensorGroup> ffn_moe;  // routed experts, and the shared expert's group
+  std::span<const TensorGroup> attn_gqa = {};
+  std::span<const TensorGroup> attn_mla = {};
+  std::span<const TensorGroup> ffn_dense = {};
+  std::span<const TensorGroup> ffn_moe = {};  // routed experts, and the shared expert's group
 };
 
 struct ArchDesc {
@@ -81,6 +97,13 @@ struct ArchDesc {
   // The block kinds of layer il (default: GQA attention; MoE when the file has experts).
   LayerKind (*layer_kind)(const ModelConfig& c, int il) = nullptr;
 };
+
+// Metadata readers that validate (registry.cc). int_in: an integer key in [lo, hi] (`def`
+// when absent); positive_int: required, in [1, kMaxDim]; positive_float: positive and finite.
+constexpr int64_t kMaxDim = int64_t(1) << 30;
+int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi);
+int positive_int(const gguf::File& f, const std::string& key);
+float positive_float(const gguf::File& f, const std::string& key, double def);
 
 // Every registered family; find() throws naming the architecture and the supported list.
 std::span<const ArchDesc* const> all();
@@ -134,13 +157,28 @@ inline constexpr TensorSpec kMoeFfn[] = {
     {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
     {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
 };
-// The shared expert; ffn_gate_inp_shexp (qwen2moe) scales its output by sigmoid(gate . x).
+// The shared expert, and the gate (qwen2moe) that scales its output by sigmoid(gate . x).
 inline constexpr TensorSpec kSharedExpert[] = {
     {"ffn_gate_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::gate_shexp},
     {"ffn_up_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::up_shexp},
     {"ffn_down_shexp.weight", Dim::kFfShexp, Dim::kEmbd, Dim::kOne, &LayerWeights::down_shexp},
+};
+inline constexpr TensorSpec kSharedGate[] = {
     {"ffn_gate_inp_shexp.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
-     &LayerWeights::shexp_gate, Init::kGateVec, false},
+     &LayerWeights::shexp_gate, Init::kGateVec},
+};
+// The MoE FFN of the GQA families: routed experts, and a shared expert (with its optional
+// gate) when the file has one.
+inline constexpr TensorGroup kMoeOptionalShared[] = {
+    {kMoeFfn},
+    {.tensors = kSharedExpert,
+     .optional = true,
+     .trigger = "ffn_up_shexp.weight",
+     .infer = Dim::kFfShexp},
+    {.tensors = kSharedGate,
+     .optional = true,
+     .trigger = "ffn_gate_inp_shexp.weight",
+     .need = Dim::kFfShexp},
 };
 
 }  // namespace lynx::arch

@@ -7,8 +7,6 @@ namespace {
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}};
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
-constexpr TensorGroup kMoe[] = {{kMoeFfn},
-                                {kSharedExpert, true, "ffn_up_shexp.weight", Dim::kFfShexp}};
 
 }  // namespace
 
@@ -17,7 +15,7 @@ constexpr ArchDesc kLlama = {
     .rope = RopeType::kNorm,
     .norm_topk = true,
     .moe = false,  // experts optional: a dense Llama otherwise
-    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoe},
+    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoeOptionalShared},
 };
 
 }  // namespace lynx::arch

@@ -7,8 +7,6 @@ namespace {
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}, {kQkNormFull}};
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
-constexpr TensorGroup kMoe[] = {{kMoeFfn},
-                                {kSharedExpert, true, "ffn_up_shexp.weight", Dim::kFfShexp}};
 
 }  // namespace
 
@@ -18,7 +16,7 @@ constexpr ArchDesc kOlmoe = {
     .qk_norm = QKNorm::kFull,
     .norm_topk = false,
     .moe = true,
-    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoe},
+    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoeOptionalShared},
 };
 
 }  // namespace lynx::arch

@@ -6,8 +6,6 @@ namespace {
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}, {kQkvBias}};
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
-constexpr TensorGroup kMoe[] = {{kMoeFfn},
-                                {kSharedExpert, true, "ffn_up_shexp.weight", Dim::kFfShexp}};
 
 }  // namespace
 
@@ -17,7 +15,7 @@ constexpr ArchDesc kQwen2 = {
     .qkv_bias = true,
     .norm_topk = true,
     .moe = false,
-    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoe},
+    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoeOptionalShared},
 };
 
 }  // namespace lynx::arch

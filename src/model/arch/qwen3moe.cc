@@ -7,8 +7,6 @@ namespace {
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}, {kQkNormPerHead}};
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
-constexpr TensorGroup kMoe[] = {{kMoeFfn},
-                                {kSharedExpert, true, "ffn_up_shexp.weight", Dim::kFfShexp}};
 
 }  // namespace
 
@@ -18,7 +16,7 @@ constexpr ArchDesc kQwen3Moe = {
     .qk_norm = QKNorm::kPerHead,
     .norm_topk = true,
     .moe = true,
-    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoe},
+    .blocks = {.attn_gqa = kAttn, .ffn_dense = kDense, .ffn_moe = kMoeOptionalShared},
 };
 
 }  // namespace lynx::arch
