@@ -22,6 +22,21 @@ struct ModelArena;  // owned F32 copies of small tensors (norms, biases), packed
 enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
 enum class QKNorm : uint8_t { kNone, kPerHead, kFull };
 
+// The block kinds of one layer (src/model/arch/: each family says which layer has which).
+enum class AttnKind : uint8_t {
+  kGqa,  // grouped-query attention, K/V heads in the cache
+  kMla,  // multi-head latent attention (deepseek2): the compressed latent + rope part cached
+};
+enum class FfnKind : uint8_t {
+  kDense,      // SwiGLU FFN
+  kMoe,        // router + routed experts
+  kMoeShared,  // routed experts + a shared expert
+};
+struct LayerKind {
+  AttnKind attn = AttnKind::kGqa;
+  FfnKind ffn = FfnKind::kDense;
+};
+
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
 // GGUF metadata plus per-architecture traits (llama.cpp's conventions) by Model::load.
 struct ModelConfig {
@@ -44,12 +59,26 @@ struct ModelConfig {
   RopeType rope = RopeType::kNorm;
   float rope_base = 10000.f;
   float rms_eps = 1e-5f;
-  GatingConfig gating;       // router gating of MoE layers
-  bool tied_output = false;  // output projection shares token_embd
+  GatingConfig gating;  // router gating of MoE layers
+  // Multi-head latent attention (deepseek2; all 0 otherwise). head_dim = qk_nope + qk_rope.
+  int q_lora_rank = 0;   // 0: q projected directly (V2-Lite)
+  int kv_lora_rank = 0;  // the latent cached per token
+  int qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  int n_layer_dense_lead = 0;  // leading_dense_block_count: layers before the first MoE one
+  int n_expert_shared = 0;     // expert_shared_count (deepseek2: shared width = n * n_ff_exp)
+  bool tied_output = false;    // output projection shares token_embd
+  std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
+  bool mla() const { return kv_lora_rank > 0; }
+  int rope_dim() const { return mla() ? qk_rope_dim : head_dim; }
+  // Floats per token and layer in the KV cache: K/V heads, or MLA's latent + rope part
+  // (kv_lora_rank + qk_rope_dim, no V).
+  int cache_k_dim() const { return mla() ? kv_lora_rank + qk_rope_dim : kv_dim(); }
+  int cache_v_dim() const { return mla() ? 0 : kv_dim(); }
+  bool layer_routed(int il) const { return layer_kinds[size_t(il)].ffn != FfnKind::kDense; }
 };
 
 // A weight matrix: `rows` rows of `cols` elements of `type` (ggml ne = [cols, rows]); for
@@ -72,6 +101,13 @@ struct Weight {
 struct LayerWeights {
   const float* attn_norm = nullptr;
   Weight wq, wk, wv, wo;
+  // MLA (deepseek2): q through a low-rank pair (wq_a, q_a_norm, wq_b) or wq directly; the
+  // latent and rope part from wkv_a_mqa, the latent normed by kv_a_norm; per head, wk_b
+  // [kv_lora x qk_nope] absorbs the key up-projection into q and wv_b [v x kv_lora] the value
+  // one into the output (n_mat = n_head; made from attn_kv_b, wkv_b, when a file has only it).
+  Weight wq_a, wq_b, wkv_a_mqa, wkv_b, wk_b, wv_b;
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
   const float* bq = nullptr;
   const float* bk = nullptr;
   const float* bv = nullptr;
@@ -82,6 +118,9 @@ struct LayerWeights {
   Weight ffn_gate, ffn_up, ffn_down;
   // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
   Weight router;
+  // [n_expert] or nullptr: the selection bias (exp_probs_b, DeepSeek-V3), added to choose
+  // experts, never to weigh them (GatingConfig::select_bias).
+  const float* exp_probs_b = nullptr;
   Weight gate_exps, up_exps, down_exps;
   // Shared expert.
   Weight gate_shexp, up_shexp, down_shexp;

@@ -2,10 +2,11 @@
 //
 // Per MoE layer and per step, a policy receives the router logits of every token in the
 // step ([T x N], row-major), each token's phase, and the model's gating config, and returns
-// for every token exactly k distinct expert ids with their mixing weights. Exact top-k is the
-// model as trained; Lynx and its peers (docs/routing.md) remap low-confidence
-// choices so the batch activates fewer distinct experts. Shared experts are not routed and
-// never pass through here.
+// for every token exactly k distinct expert ids with their mixing weights. With a group limit
+// (GatingConfig::n_group) every active expert lies in one of the token's allowed groups. Exact
+// top-k is the model as trained; Lynx and its peers (docs/routing.md) remap low-confidence choices
+// so the batch activates fewer distinct experts. Shared experts are not routed and never pass
+// through here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,7 +18,13 @@
 
 namespace lynx {
 
-enum class GatingFunc : uint8_t { kSoftmax, kSigmoid };
+// How router logits z become expert probabilities p (llama.cpp's expert_gating_func).
+//   kSoftmax        p = softmax(z) over all N
+//   kSigmoid        p = sigmoid(z), per expert (DeepSeek-V3, GLM-4.5)
+//   kSoftmaxWeight  experts chosen by z; the weights are a softmax over the chosen experts'
+//                   logits only (gpt-oss). Its p, for statistics and thresholds, is the
+//                   softmax over all N.
+enum class GatingFunc : uint8_t { kSoftmax, kSigmoid, kSoftmaxWeight };
 
 struct GatingConfig {
   int n_expert = 0;       // N
@@ -25,7 +32,32 @@ struct GatingConfig {
   GatingFunc func = GatingFunc::kSoftmax;
   bool norm_topk = true;      // renormalize the k selected weights to sum 1
   float weights_scale = 1.f;  // multiplies the final weights (DeepSeek's routed_scaling_factor)
+  // Selection bias (DeepSeek-V3's e_score_correction_bias, llama.cpp's exp_probs_b): a
+  // per-layer, per-expert term added to p to CHOOSE experts, never to weigh them. With it the
+  // routing input needs selection keys (RoutingInput::select, selection_keys()).
+  bool select_bias = false;
+  // Group-limited top-k (expert_group_count / expert_group_used_count): the N experts form
+  // n_group groups of N / n_group consecutive ids; a token may choose only inside its
+  // n_group_used best groups, a group's score being the sum of its two best selection scores
+  // (p + bias). n_group = 1: no limit.
+  int n_group = 1;
+  int n_group_used = 1;
 };
+
+// True when experts are not chosen by plain logit order (selection bias or group limit): the
+// routing input then carries selection keys.
+bool needs_selection_keys(const GatingConfig& g);
+
+// The selection keys of T tokens ([T x N], written to `keys`): the order in which experts are
+// chosen, higher first, in logit units (docs/routing.md "Selection keys").
+//   no bias:   key = z
+//   bias b:    key = L(p + b), L the log-odds for kSigmoid (the logarithm for kSoftmax),
+//              extended linearly outside (1e-6, 1 - 1e-6): strictly increasing, so the order
+//              is the order of p + b, and with b = 0 the key is z again (up to rounding)
+//   group limit: experts outside the token's n_group_used best groups get key -inf.
+// `bias` is the layer's [N] selection bias, nullptr when the gating has none.
+void selection_keys(const GatingConfig& g, const float* logits, const float* bias, int n_tokens,
+                    float* keys);
 
 // Per-token flags of a step.
 enum TokenFlags : uint8_t {
@@ -35,7 +67,10 @@ enum TokenFlags : uint8_t {
 };
 
 struct RoutingInput {
-  const float* logits = nullptr;   // [T x N] raw router logits (pre-softmax / pre-sigmoid)
+  const float* logits = nullptr;  // [T x N] raw router logits (pre-softmax / pre-sigmoid)
+  // [T x N] selection keys (selection_keys()): policies choose by them and weigh by the logits.
+  // nullptr: the logits themselves; required when needs_selection_keys(*gating).
+  const float* select = nullptr;
   const uint8_t* flags = nullptr;  // [T] TokenFlags; nullptr = all decode
   int n_tokens = 0;                // T
   int layer = 0;                   // MoE layer index (for layer-adaptive policies and stats)

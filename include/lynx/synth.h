@@ -20,10 +20,19 @@ struct SynthShape {
   int n_ff = 0;  // dense width (dense models) or 0
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   float rope_base = 10000.f, rms_eps = 1e-5f;
+  // Multi-head latent attention and DeepSeek's routing (deepseek2 shapes; unused otherwise):
+  // head_dim = qk_nope_dim + qk_rope_dim; the shared expert is n_expert_shared x n_ff_exp wide.
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  int n_layer_dense_lead = 0, n_expert_shared = 0;
+  bool sigmoid = false, select_bias = false, norm_topk = true;
+  float weights_scale = 1.f;
+  int n_group = 1, n_group_used = 1;
 };
 
-// Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, and small ones used by
-// tests and the demo (tiny-moe, tiny-mixtral). Throws lynx::Error for an unknown name.
+// Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
+// deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), and small ones used by tests and the demo
+// (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3). Throws lynx::Error for an unknown
+// name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -191,11 +191,11 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
 
 void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
   if (need <= s.cap) return;
-  const int kvd = model.config().kv_dim();
+  const int kd = model.config().cache_k_dim(), vd = model.config().cache_v_dim();
   int32_t cap = std::max<int32_t>(need, std::min<int32_t>(kv.n_ctx, std::max(64, s.cap * 2)));
   for (auto& l : s.layers) {
-    l.k.resize(size_t(cap) * kvd);
-    l.v.resize(size_t(cap) * kvd);
+    l.k.resize(size_t(cap) * kd);
+    l.v.resize(size_t(cap) * vd);
   }
   s.cap = cap;
 }

@@ -62,12 +62,11 @@ void rope(float* v, int hd, const float* cs, RopeType type) {
 // (cos, sin) of theta_i = pos * base^(-2i/hd) for every token of the step, computed once
 // and shared by all layers and heads.
 void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::vector<float>& cs) {
-  const int half = c.head_dim / 2;
+  const int rd = c.rope_dim(), half = rd / 2;
   ensure(cs, batch.size() * size_t(half) * 2);
   for (size_t t = 0; t < batch.size(); ++t) {
     for (int i = 0; i < half; ++i) {
-      const double theta =
-          double(batch[t].pos) * std::pow(double(c.rope_base), -2.0 * i / c.head_dim);
+      const double theta = double(batch[t].pos) * std::pow(double(c.rope_base), -2.0 * i / rd);
       cs[(t * half + size_t(i)) * 2] = float(std::cos(theta));
       cs[(t * half + size_t(i)) * 2 + 1] = float(std::sin(theta));
     }
@@ -142,6 +141,114 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
+// y[T x w.rows] = W_i x for matrix i of a stack (MLA's per-head up-projections).
+void project_mat(const Compute& cp, const Weight& w, int64_t i, MatIn& in, float* y,
+                 StepObserver& obs) {
+  if (cp.int_acts && kernels::has_int8_path(w.type)) {
+    kernels::matmul(cp.pool, w.type, w.mat(i), w.rows, w.cols, in.quantize(cp.pool), y, w.rows,
+                    w.layout);
+  } else {
+    kernels::matmul(cp.pool, w.type, w.mat(i), w.rows, w.cols, in.x, in.cols, in.n_tok, y, w.rows,
+                    w.layout);
+  }
+  obs.weights_read(w.mat_bytes);
+}
+
+// Multi-head latent attention of layer il (deepseek2) in the absorbed form, for prefill and
+// decode alike: the cache holds per token the normed latent c (kv_lora) and the roped rope
+// part k_r, and for head h
+//   score_j = (W_kb,h^T q_nope,h) . c_j + q_rope,h . k_r,j   scaled by 1/sqrt(nope + rope)
+//   out_h   = W_vb,h (sum_j p_j c_j)
+// which equals attention over the decompressed keys k_h = [W_kb,h c; k_r] and values
+// W_vb,h c (the NumPy reference computes that form).
+void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+                   std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B,
+                   StepObserver& obs) {
+  const int T = int(batch.size()), E = c.n_embd, H = c.n_head;
+  const int R = c.kv_lora_rank, nope = c.qk_nope_dim, rd = c.qk_rope_dim, vd = c.v_head_dim;
+  const int hd = nope + rd, Q = H * hd, CK = R + rd;
+  ensure(B.k, size_t(T) * CK);
+  ensure(B.mla_nope, size_t(T) * nope);
+  ensure(B.mla_q, size_t(H) * T * R);
+  ensure(B.mla_o, size_t(H) * T * R);
+  ensure(B.mla_v, size_t(T) * vd);
+  ensure(B.attn, size_t(T) * H * vd);
+
+  for (int t = 0; t < T; ++t) {
+    kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
+  }
+  MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  if (c.q_lora_rank > 0) {
+    const int QA = c.q_lora_rank;
+    ensure(B.mla_qa, size_t(T) * QA);
+    project(cp, L.wq_a, xn, B.mla_qa.data(), obs);
+    for (int t = 0; t < T; ++t) {
+      float* r = &B.mla_qa[size_t(t) * QA];
+      kernels::rmsnorm(r, L.q_a_norm, r, QA, c.rms_eps);
+    }
+    MatIn qa{B.mla_qa.data(), T, QA, &B.xq_mid};
+    project(cp, L.wq_b, qa, B.q.data(), obs);
+  } else {
+    project(cp, L.wq, xn, B.q.data(), obs);
+  }
+  project(cp, L.wkv_a_mqa, xn, B.k.data(), obs);
+
+  for (int t = 0; t < T; ++t) {
+    const float* cs = &B.rope_cs[size_t(t) * rd];  // rd/2 (cos, sin) pairs
+    float* q = &B.q[size_t(t) * Q];
+    for (int h = 0; h < H; ++h) rope(q + h * hd + nope, rd, cs, c.rope);
+    float* ck = &B.k[size_t(t) * CK];
+    kernels::rmsnorm(ck, L.kv_a_norm, ck, R, c.rms_eps);
+    rope(ck + R, rd, cs, c.rope);
+    // Into the cache before any attention runs (tokens of one prefill chunk see each other).
+    SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
+    std::memcpy(&sl.k[size_t(batch[size_t(t)].pos) * CK], ck, sizeof(float) * CK);
+  }
+  // Absorb the key up-projection into q: q_lat,h = W_kb,h q_nope,h, head by head.
+  for (int h = 0; h < H; ++h) {
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(&B.mla_nope[size_t(t) * nope], &B.q[size_t(t) * Q + size_t(h) * hd],
+                  sizeof(float) * nope);
+    }
+    MatIn qn{B.mla_nope.data(), T, nope, &B.xq_head};
+    project_mat(cp, L.wk_b, h, qn, &B.mla_q[size_t(h) * T * R], obs);
+  }
+
+  const float scale = 1.f / std::sqrt(float(hd));
+  cp.pool.parallel_for(int64_t(T) * H, [&](int64_t b, int64_t e, int tid) {
+    std::vector<float>& sc = B.scores[size_t(tid)];
+    ensure(sc, size_t(kv.n_ctx));
+    for (int64_t job = b; job < e; ++job) {
+      const int t = int(job / H), h = int(job % H);
+      const BatchToken& bt = batch[size_t(t)];
+      const SequenceLayer& sl = kv.layer(bt.seq, il);
+      const float* ql = &B.mla_q[(size_t(h) * T + size_t(t)) * R];
+      const float* qr = &B.q[size_t(t) * Q + size_t(h) * hd + nope];
+      const int n = bt.pos + 1;  // causal: positions 0..pos
+      for (int j = 0; j < n; ++j) {
+        const float* row = &sl.k[size_t(j) * CK];
+        sc[size_t(j)] = (kernels::dot(ql, row, R) + kernels::dot(qr, row + R, rd)) * scale;
+      }
+      kernels::softmax_inplace(sc.data(), n);
+      float* out = &B.mla_o[(size_t(h) * T + size_t(t)) * R];
+      std::fill(out, out + R, 0.f);
+      for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], &sl.k[size_t(j) * CK], out, R);
+    }
+  });
+  // The value up-projection per head, into the heads' slots of the output projection's input.
+  for (int h = 0; h < H; ++h) {
+    MatIn o{&B.mla_o[size_t(h) * T * R], T, R, &B.xq_head};
+    project_mat(cp, L.wv_b, h, o, B.mla_v.data(), obs);
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(&B.attn[(size_t(t) * H + size_t(h)) * vd], &B.mla_v[size_t(t) * vd],
+                  sizeof(float) * vd);
+    }
+  }
+  MatIn attn{B.attn.data(), T, H * vd, &B.xq_mid};
+  project(cp, L.wo, attn, B.tmp.data(), obs);
+  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+}
+
 // Dense SwiGLU FFN over all T rows of `in`: out = down(silu(gate in) * up in).
 void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const Weight& down,
                MatIn& in, float* out, StepBuffers& B, StepObserver& obs) {
@@ -168,6 +275,10 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
       "router logits", il);
   RoutingInput in;
   in.logits = B.router.data();
+  if (needs_selection_keys(c.gating)) {
+    selection_keys(c.gating, B.router.data(), L.exp_probs_b, xn.n_tok, B.select.data());
+    in.select = B.select.data();
+  }
   in.flags = B.flags.data();
   in.n_tokens = xn.n_tok;
   in.layer = il;
@@ -189,7 +300,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
-  if (!c.is_moe()) {
+  if (!c.layer_routed(il)) {
     dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs);
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
@@ -202,7 +313,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
-  if (L.up_shexp.present()) {
+  if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeShared) {
     dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs);
     for (int t = 0; t < T; ++t) {
       float g = 1.f;
@@ -229,6 +340,7 @@ void size_buffers(const ModelConfig& c, int T, int n_threads, StepBuffers& B) {
   if (c.is_moe()) {
     const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used);
     ensure(B.router, t * N);
+    if (needs_selection_keys(c.gating)) ensure(B.select, t * N);
     ensure(B.ids, t * K);
     ensure(B.weights, t * K);
   }
@@ -280,7 +392,11 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
 
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = op.model.layer(il);
-    attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+    if (c.layer_kinds[size_t(il)].attn == AttnKind::kMla) {
+      mla_attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+    } else {
+      attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+    }
     feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer);
     // T x E values just written, still in cache: names the first layer that went bad.
     check_finite_rows(

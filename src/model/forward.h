@@ -15,8 +15,9 @@
 
 namespace lynx {
 
-// KV cache of one sequence: per layer, [cap x kv_dim] keys and values (F32, grown on demand
-// up to the context limit).
+// KV cache of one sequence: per layer, [cap x cache_k_dim] keys and [cap x cache_v_dim]
+// values (F32, grown on demand up to the context limit); for MLA the keys hold each token's
+// normed latent and its roped rope part, and there are no values.
 struct SequenceLayer {
   std::vector<float> k, v;
 };
@@ -41,14 +42,20 @@ struct StepBuffers {
   std::vector<float> x, xn, q, k, v, attn, tmp;  // [T x ...]
   std::vector<uint8_t> flags;                    // [T] TokenFlags of the batch
   std::vector<float> router;                     // [T x N]
+  std::vector<float> select;                     // [T x N] selection keys (bias / groups)
   std::vector<int32_t> ids;                      // [T x k]
   std::vector<float> weights;                    // [T x k]
   kernels::ExpertPlan plan;                      // the routed assignments grouped by expert
-  std::vector<float> rope_cs;                    // [T x hd/2 x 2] (cos, sin) per token
-  std::vector<float> sh_gate, sh_up;             // shared expert / dense FFN hidden
-  std::vector<float> out_in;                     // normed rows needing logits
-  std::vector<int32_t> out_rows;                 // token index of each logits row
-  std::vector<std::vector<float>> scores;        // attention scores, one per pool worker
+  std::vector<float> rope_cs;                    // [T x rope_dim/2 x 2] (cos, sin) per token
+  // MLA scratch: low-rank q [T x q_lora]; per head (head-major) gathered q_nope [T x nope],
+  // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
+  // head's value output [T x v].
+  std::vector<float> mla_qa, mla_nope, mla_q, mla_o, mla_v;
+  kernels::QuantizedActs xq_head;
+  std::vector<float> sh_gate, sh_up;       // shared expert / dense FFN hidden
+  std::vector<float> out_in;               // normed rows needing logits
+  std::vector<int32_t> out_rows;           // token index of each logits row
+  std::vector<std::vector<float>> scores;  // attention scores, one per pool worker
   // Activations quantized for the integer path (Q8_0/Q4_0 weights, exact_activations off):
   // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
   kernels::QuantizedActs xq_in, xq_mid;

@@ -1,5 +1,6 @@
-// Model loading: resolves an architecture to a ModelConfig (data, not branches) and binds
-// the weight tensors by llama.cpp's names (llama-arch.cpp), validating every shape and type.
+// Model loading: resolves an architecture to a ModelConfig (data, not branches) through its
+// description (src/model/arch/) and binds the weight tensors by the description's tensor
+// tables (llama.cpp's names, llama-arch.cpp), validating every shape and type.
 #include "lynx/model.h"
 
 #include <algorithm>
@@ -10,71 +11,15 @@
 
 #include "kernels/kernels.h"
 #include "kernels/weight_pack.h"
+#include "model/arch/arch.h"
 
 namespace lynx {
 namespace {
 
-// What differs between the architectures we run, following llama.cpp's graph builders.
-struct ArchTraits {
-  const char* name;
-  RopeType rope;
-  QKNorm qk_norm;
-  bool qkv_bias;
-  bool norm_topk;  // MoE top-k weights renormalized to sum 1
-  bool moe;        // experts required (false: dense, or experts optional as for `llama`)
-};
-
-// llama: Mixtral-style experts are optional (dense Llama otherwise), top-k renormalized.
-// qwen2moe: q/k/v biases, NEOX rope, top-k NOT renormalized (norm_topk_prob = false), shared
-//   expert gated by a sigmoid.
-// qwen3moe: per-head q/k RMSNorm, NEOX rope, top-k renormalized.
-// olmoe: RMSNorm over the whole q and k projections, NEOX rope, top-k NOT renormalized.
-constexpr ArchTraits kArchs[] = {
-    {"llama", RopeType::kNorm, QKNorm::kNone, false, true, false},
-    {"qwen2moe", RopeType::kNeox, QKNorm::kNone, true, false, true},
-    {"qwen3moe", RopeType::kNeox, QKNorm::kPerHead, false, true, true},
-    {"olmoe", RopeType::kNeox, QKNorm::kFull, false, false, true},
-    {"qwen2", RopeType::kNeox, QKNorm::kNone, true, true, false},
-    {"qwen3", RopeType::kNeox, QKNorm::kPerHead, false, true, false},
-};
-
-const ArchTraits& find_arch(const std::string& arch) {
-  for (const auto& a : kArchs) {
-    if (arch == a.name) return a;
-  }
-  std::string list;
-  for (const auto& a : kArchs) list += std::string(list.empty() ? "" : ", ") + a.name;
-  throw Error("unsupported architecture '" + gguf::printable(arch) + "' (supported: " + list + ")");
-}
-
-constexpr int64_t kMaxDim = int64_t(1) << 30;
-
-// An integer key in [lo, hi] (`def` when absent). Every integer the config keeps goes through
-// here: a u64 above 2^32 would otherwise be truncated by the int() to a small plausible value.
-int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi) {
-  const int64_t v = f.get_int(key, def);
-  if (v < lo || v > hi) {
-    throw Error("metadata " + key + " = " + std::to_string(v) + " is out of range [" +
-                std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return int(v);
-}
-
-int positive_int(const gguf::File& f, const std::string& key) {
-  f.get_int(key);  // required: throws naming the key when absent
-  return int_in(f, key, 0, 1, kMaxDim);
-}
-
-// A float key that must be positive and finite (epsilons, rope base): NaN, 0 or a negative
-// value would turn every activation into NaN or inf without a word.
-float positive_float(const gguf::File& f, const std::string& key, double def) {
-  const double v = f.get_float(key, def);
-  if (!(v > 0) || !std::isfinite(float(v))) {
-    throw Error("metadata " + key + " = " + std::to_string(v) +
-                " must be a positive finite number");
-  }
-  return float(v);
-}
+using arch::int_in;
+using arch::kMaxDim;
+using arch::positive_float;
+using arch::positive_int;
 
 // Binds tensors and owns F32 copies of the small vectors (norms, biases), so those can be
 // stored in any float type in the file.
@@ -115,6 +60,12 @@ class Binder {
     return w;
   }
 
+  // Owned F32 storage of n values, alive as long as the model.
+  float* own(size_t n) const {
+    arena_.emplace_back(n);
+    return arena_.back().data();
+  }
+
   const float* vector(const std::string& name, int64_t n, bool required = true) const {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     if (!t) {
@@ -142,7 +93,7 @@ class Binder {
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> out;
-  for (const auto& a : kArchs) out.push_back(a.name);
+  for (const arch::ArchDesc* a : arch::all()) out.push_back(a->name);
   return out;
 }
 
@@ -160,12 +111,12 @@ struct ModelArena {
 
 namespace {
 
-// Stage 1: the architecture resolved to data, from the metadata and the traits table.
+// Stage 1: the architecture resolved to data, from the metadata and the family's description.
 // n_vocab and n_ff_shexp may still be completed from the tensors (bind_weights).
 ModelConfig read_config(const gguf::File& f) {
   ModelConfig c;
   c.arch = f.get_string("general.architecture");
-  const ArchTraits& tr = find_arch(c.arch);
+  const arch::ArchDesc& tr = arch::find(c.arch);
   c.name = gguf::printable(f.get_string("general.name", c.arch));  // shown in logs and output
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count");
@@ -224,56 +175,111 @@ ModelConfig read_config(const gguf::File& f) {
   }
   // llama.cpp applies the scale only when it is set to something other than 0 or 1.
   if (c.gating.weights_scale == 0.f) c.gating.weights_scale = 1.f;
-  if (f.get_int(a + "expert_gating_func", 1) == 2) c.gating.func = GatingFunc::kSigmoid;
+  // llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the selected (gpt-oss).
+  const int gating_func = int_in(f, a + "expert_gating_func", 1, 0, 3);
+  if (gating_func == 2) c.gating.func = GatingFunc::kSigmoid;
+  if (gating_func == 3) c.gating.func = GatingFunc::kSoftmaxWeight;
+  c.gating.n_group = int_in(f, a + "expert_group_count", 1, 1, 64);
+  c.gating.n_group_used = int_in(f, a + "expert_group_used_count", c.gating.n_group, 1, 64);
+  if (c.gating.n_group > 1) {
+    const int per = c.n_expert / c.gating.n_group;
+    if (c.n_expert % c.gating.n_group != 0 || c.gating.n_group_used > c.gating.n_group ||
+        c.n_expert_used > c.gating.n_group_used * per) {
+      throw Error("metadata " + a + "expert_group_count = " + std::to_string(c.gating.n_group) +
+                  " / expert_group_used_count = " + std::to_string(c.gating.n_group_used) +
+                  " do not fit " + std::to_string(c.n_expert_used) + " of " +
+                  std::to_string(c.n_expert) + " experts");
+    }
+  }
+  if (tr.read_metadata) tr.read_metadata(f, c);
+  c.layer_kinds.resize(size_t(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(tr, c, il);
   return c;
 }
 
-// Stage 2, per layer: the layer's tensors by llama.cpp's names, shapes and types checked.
-LayerWeights bind_layer(const Binder& b, ModelConfig& c, int il) {
-  const int64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim();
-  LayerWeights l;
-  const std::string p = "blk." + std::to_string(il) + ".";
-  l.attn_norm = b.vector(p + "attn_norm.weight", E);
-  l.wq = b.matrix(p + "attn_q.weight", E, Q);
-  l.wk = b.matrix(p + "attn_k.weight", E, KV);
-  l.wv = b.matrix(p + "attn_v.weight", E, KV);
-  l.wo = b.matrix(p + "attn_output.weight", Q, E);
-  if (c.qkv_bias) {
-    l.bq = b.vector(p + "attn_q.bias", Q);
-    l.bk = b.vector(p + "attn_k.bias", KV);
-    l.bv = b.vector(p + "attn_v.bias", KV);
+// Binds one group of a layer's tensors (arch::TensorGroup); returns false for an optional
+// group the file does not have.
+bool bind_group(const Binder& b, ModelConfig& c, const arch::TensorGroup& g, const std::string& p,
+                LayerWeights& l) {
+  if (g.optional) {
+    const gguf::TensorInfo* t = b.find(p + g.trigger);
+    if (!t) return false;
+    if (g.infer == arch::Dim::kFfShexp && c.n_ff_shexp <= 0) c.n_ff_shexp = int(t->ne[1]);
   }
-  if (c.qk_norm == QKNorm::kPerHead) {
-    l.q_norm = b.vector(p + "attn_q_norm.weight", c.head_dim);
-    l.k_norm = b.vector(p + "attn_k_norm.weight", c.head_dim);
-  } else if (c.qk_norm == QKNorm::kFull) {
-    l.q_norm = b.vector(p + "attn_q_norm.weight", Q);
-    l.k_norm = b.vector(p + "attn_k_norm.weight", KV);
-  }
-  l.ffn_norm = b.vector(p + "ffn_norm.weight", E);
-  if (c.is_moe()) {
-    if (c.n_ff_exp <= 0) throw Error("MoE model without expert_feed_forward_length");
-    const int64_t F = c.n_ff_exp, N = c.n_expert;
-    l.router = b.matrix(p + "ffn_gate_inp.weight", E, N);
-    l.gate_exps = b.matrix(p + "ffn_gate_exps.weight", E, F, N);
-    l.up_exps = b.matrix(p + "ffn_up_exps.weight", E, F, N);
-    l.down_exps = b.matrix(p + "ffn_down_exps.weight", F, E, N);
-    if (b.find(p + "ffn_up_shexp.weight")) {
-      if (c.n_ff_shexp <= 0) {
-        c.n_ff_shexp = int(b.find(p + "ffn_up_shexp.weight")->ne[1]);
-      }
-      const int64_t S = c.n_ff_shexp;
-      l.gate_shexp = b.matrix(p + "ffn_gate_shexp.weight", E, S);
-      l.up_shexp = b.matrix(p + "ffn_up_shexp.weight", E, S);
-      l.down_shexp = b.matrix(p + "ffn_down_shexp.weight", S, E);
-      l.shexp_gate = b.vector(p + "ffn_gate_inp_shexp.weight", E, false);
+  for (const arch::TensorSpec& s : g.tensors) {
+    const int64_t cols = arch::dim(c, s.cols);
+    if (s.vec) {
+      l.*s.vec = b.vector(p + s.name, cols, s.required);
+    } else {
+      l.*s.mat = b.matrix(p + s.name, cols, arch::dim(c, s.rows), arch::dim(c, s.mats), s.required);
     }
-  } else {
-    if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
-    l.ffn_gate = b.matrix(p + "ffn_gate.weight", E, c.n_ff);
-    l.ffn_up = b.matrix(p + "ffn_up.weight", E, c.n_ff);
-    l.ffn_down = b.matrix(p + "ffn_down.weight", c.n_ff, E);
   }
+  return true;
+}
+
+// MLA: the per-head key and value up-projections, from attn_k_b / attn_v_b or split out of
+// attn_kv_b (older files; F32 copies: rows h(nope + v) + i of attn_kv_b are head h's key
+// rows, transposed here into wk_b, and the v rows after them its wv_b).
+void finish_mla(const Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& l) {
+  if (l.wk_b.present()) return;
+  if (!l.wkv_b.present()) {
+    throw Error("missing tensor '" + p + "attn_k_b.weight' (or '" + p + "attn_kv_b.weight')");
+  }
+  const int64_t H = c.n_head, R = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  std::vector<float> row(static_cast<size_t>(R));
+  float* kb = b.own(size_t(H * R * nope));
+  float* vb = b.own(size_t(H * vd * R));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < nope + vd; ++i) {
+      const int64_t src = h * (nope + vd) + i;
+      kernels::ref::dequantize_row(l.wkv_b.type, l.wkv_b.data + size_t(src) * l.wkv_b.row_bytes,
+                                   row.data(), R);
+      for (int64_t r = 0; r < R; ++r) {
+        if (i < nope) {
+          kb[(h * R + r) * nope + i] = row[size_t(r)];
+        } else {
+          vb[(h * vd + (i - nope)) * R + r] = row[size_t(r)];
+        }
+      }
+    }
+  }
+  auto f32 = [](float* data, int64_t cols, int64_t rows, int64_t n_mat) {
+    Weight w;
+    w.type = gguf::TensorType::F32;
+    w.data = reinterpret_cast<const uint8_t*>(data);
+    w.cols = cols;
+    w.rows = rows;
+    w.n_mat = n_mat;
+    w.row_bytes = size_t(cols) * sizeof(float);
+    w.mat_bytes = w.row_bytes * size_t(rows);
+    return w;
+  };
+  l.wk_b = f32(kb, nope, R, H);
+  l.wv_b = f32(vb, R, vd, H);
+  l.wkv_b = {};  // read once, here
+}
+
+// Stage 2, per layer: the tensors of the layer's block kinds, by the family's tables.
+LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
+  LayerWeights l;
+  LayerKind& kind = c.layer_kinds[size_t(il)];
+  const std::string p = "blk." + std::to_string(il) + ".";
+  for (const arch::TensorGroup& g : arch::attn_groups(a, kind)) {
+    if (arch::group_applies(c, g)) bind_group(b, c, g, p, l);
+  }
+  if (kind.attn == AttnKind::kMla) finish_mla(b, c, p, l);
+  if (kind.ffn == FfnKind::kDense) {
+    if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
+  } else if (c.n_ff_exp <= 0) {
+    throw Error("MoE model without expert_feed_forward_length");
+  }
+  for (const arch::TensorGroup& g : arch::ffn_groups(a, kind)) {
+    // A bound optional group of an MoE layer is its shared expert.
+    if (!arch::group_applies(c, g)) continue;
+    const bool bound = bind_group(b, c, g, p, l);
+    if (bound && g.optional && g.infer == arch::Dim::kFfShexp) kind.ffn = FfnKind::kMoeShared;
+  }
+  if (l.exp_probs_b) c.gating.select_bias = true;
   return l;
 }
 
@@ -321,19 +327,21 @@ void Model::bind_weights() {
     output_ = token_embd_;
     c.tied_output = true;
   }
+  const arch::ArchDesc& a = arch::find(c.arch);
   layers_.resize(size_t(c.n_layer));
-  for (int il = 0; il < c.n_layer; ++il) layers_[size_t(il)] = bind_layer(b, c, il);
+  for (int il = 0; il < c.n_layer; ++il) layers_[size_t(il)] = bind_layer(b, a, c, il);
 }
 
-// Stage 3: the matrices that only matmuls read in the layouts the kernels prefer
+// Stage 3: the matrices that only matmuls read in the layouts the kernels prefer (not MLA's
+// per-head wk_b / wv_b, which may be F32 copies owned by the model rather than file pages)
 // (kernels/weight_pack.h). token_embd is read by rows (embedding lookup), so it and an output
 // tied to it keep the file's layout.
 void Model::pack_weights(const LoadOptions& opts) {
   std::vector<Weight*> weights;
   for (LayerWeights& l : layers_) {
-    for (Weight* w :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps,
-          &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
+                      &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps,
+                      &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
       if (w->present() && w->data != token_embd_.data) weights.push_back(w);
     }
   }

@@ -1,10 +1,12 @@
 // Random-weight GGUF models at real shapes (see lynx/synth.h).
 #include "lynx/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "model/arch/arch.h"
 
 namespace lynx {
 namespace {
@@ -23,6 +25,113 @@ const SynthShape kShapes[] = {
     // Small shapes for tests and the demo: an OLMoE-like 64/8 and a Mixtral-like 8/2.
     {"tiny-moe", "olmoe", 4, 256, 4, 4, 64, 512, 2048, 0, 64, 8, 128, 0, 10000.f, 1e-5f},
     {"tiny-mixtral", "llama", 4, 256, 4, 2, 64, 512, 2048, 0, 8, 2, 512, 0, 10000.f, 1e-5f},
+    // DeepSeek-V2-Lite (and Coder-V2-Lite): MLA without q compression, 1 dense layer then 64
+    // experts, 6 per token, 2 shared, softmax, not renormalized. Written without its YaRN
+    // scaling (context 4096), which this engine does not implement yet.
+    {.name = "deepseek-v2-lite",
+     .arch = "deepseek2",
+     .n_layer = 27,
+     .n_embd = 2048,
+     .n_head = 16,
+     .n_head_kv = 16,
+     .head_dim = 192,
+     .n_vocab = 102400,
+     .n_ctx = 4096,
+     .n_ff = 10944,
+     .n_expert = 64,
+     .n_expert_used = 6,
+     .n_ff_exp = 1408,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 128,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .norm_topk = false},
+    // DeepSeek-V3 layout at reduced depth (5 of 61 layers: its 3 dense ones, 2 MoE): q_lora
+    // 1536, 256 experts, 8 per token in 4 of 8 groups, sigmoid with selection bias,
+    // renormalized, routed scale 2.5, 1 shared expert.
+    {.name = "deepseek-v3",
+     .arch = "deepseek2",
+     .n_layer = 5,
+     .n_embd = 7168,
+     .n_head = 128,
+     .n_head_kv = 128,
+     .head_dim = 192,
+     .n_vocab = 129280,
+     .n_ctx = 4096,
+     .n_ff = 18432,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 2048,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .q_lora_rank = 1536,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 128,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense_lead = 3,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 8,
+     .n_group_used = 4},
+    // Small MLA shapes for tests: V2-like (no q compression, softmax) and V3-like.
+    {.name = "tiny-deepseek-v2",
+     .arch = "deepseek2",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .head_dim = 48,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .kv_lora_rank = 64,
+     .qk_nope_dim = 32,
+     .qk_rope_dim = 16,
+     .v_head_dim = 32,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .norm_topk = false},
+    {.name = "tiny-deepseek-v3",
+     .arch = "deepseek2",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .head_dim = 48,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .q_lora_rank = 64,
+     .kv_lora_rank = 64,
+     .qk_nope_dim = 32,
+     .qk_rope_dim = 16,
+     .v_head_dim = 32,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 4,
+     .n_group_used = 2},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
@@ -108,6 +217,74 @@ class SynthWriter {
   size_t done_ = 0;
 };
 
+// The configuration a shape describes, as the loader will read it back (the dimensions the
+// tensor tables are written in, and the block kind of every layer).
+ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
+  ModelConfig c;
+  c.arch = s.arch;
+  c.n_layer = s.n_layer;
+  c.n_embd = s.n_embd;
+  c.n_head = s.n_head;
+  c.n_head_kv = s.n_head_kv;
+  c.head_dim = s.head_dim;
+  c.n_vocab = s.n_vocab;
+  c.n_ctx_train = s.n_ctx;
+  c.n_ff = s.n_ff;
+  c.n_expert = s.n_expert;
+  c.n_expert_used = s.n_expert_used;
+  c.n_ff_exp = s.n_ff_exp;
+  c.n_ff_shexp = s.n_ff_shexp;
+  c.rope_base = s.rope_base;
+  c.rms_eps = s.rms_eps;
+  c.q_lora_rank = s.q_lora_rank;
+  c.kv_lora_rank = s.kv_lora_rank;
+  c.qk_nope_dim = s.qk_nope_dim;
+  c.qk_rope_dim = s.qk_rope_dim;
+  c.v_head_dim = s.v_head_dim;
+  // A depth cut below the leading dense layers (--layers) keeps one MoE layer.
+  c.n_layer_dense_lead =
+      s.n_expert > 0 ? std::min(s.n_layer_dense_lead, s.n_layer - 1) : s.n_layer_dense_lead;
+  c.n_expert_shared = s.n_expert_shared;
+  if (c.n_ff_shexp == 0) c.n_ff_shexp = s.n_expert_shared * s.n_ff_exp;
+  c.gating.n_expert = s.n_expert;
+  c.gating.n_expert_used = s.n_expert_used;
+  c.gating.func = s.sigmoid ? GatingFunc::kSigmoid : GatingFunc::kSoftmax;
+  c.gating.select_bias = s.select_bias;
+  c.gating.norm_topk = s.norm_topk;
+  c.gating.weights_scale = s.weights_scale;
+  c.gating.n_group = s.n_group;
+  c.gating.n_group_used = s.n_group_used;
+  c.layer_kinds.resize(size_t(s.n_layer));
+  for (int il = 0; il < s.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(desc, c, il);
+  return c;
+}
+
+// One tensor of a layer's table, filled as its Init says.
+void write_tensor(SynthWriter& sw, const SynthOptions& o, const ModelConfig& c,
+                  const std::string& prefix, const arch::TensorSpec& t) {
+  const int64_t cols = arch::dim(c, t.cols);
+  const float in_std = 1.f / std::sqrt(float(c.n_embd));
+  switch (t.init) {
+    case arch::Init::kNorm:
+      sw.vector(prefix + t.name, cols, 1.f, 0.05f);
+      break;
+    case arch::Init::kBias:
+      sw.vector(prefix + t.name, cols, 0.f, 0.02f);
+      break;
+    case arch::Init::kGateVec:
+      sw.vector(prefix + t.name, cols, 0.f, in_std);
+      break;
+    case arch::Init::kMatrix:
+      sw.matrix(prefix + t.name, o.type, cols, arch::dim(c, t.rows), arch::dim(c, t.mats),
+                1.f / std::sqrt(float(cols)));
+      break;
+    case arch::Init::kRouter:
+      sw.matrix(prefix + t.name, gguf::TensorType::F32, cols, arch::dim(c, t.rows),
+                arch::dim(c, t.mats), o.router_std * (1.f / std::sqrt(float(cols))));
+      break;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> synth_shape_names() {
@@ -140,6 +317,7 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
         "synth: the vocabulary needs at least 257 entries (256 bytes and <|endoftext|>), got " +
         std::to_string(s.n_vocab));
   }
+  const arch::ArchDesc& desc = arch::find(s.arch);
   gguf::Writer w;
   const std::string a = s.arch + ".";
   w.set("general.architecture", gguf::Value::str(s.arch));
@@ -149,13 +327,21 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   w.set(a + "context_length", gguf::Value::u32(uint32_t(s.n_ctx)));
   w.set(a + "embedding_length", gguf::Value::u32(uint32_t(s.n_embd)));
   w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.n_head)));
-  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.n_head_kv)));
-  w.set(a + "attention.key_length", gguf::Value::u32(uint32_t(s.head_dim)));
-  w.set(a + "attention.value_length", gguf::Value::u32(uint32_t(s.head_dim)));
+  // MLA files (llama.cpp's absorbed layout) give the cached sizes here: one latent "head" of
+  // kv_lora + rope keys and kv_lora values; the per-head sizes go in the *_mla keys.
+  const bool mla = s.kv_lora_rank > 0;
+  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(mla ? 1 : s.n_head_kv)));
+  w.set(a + "attention.key_length",
+        gguf::Value::u32(uint32_t(mla ? s.kv_lora_rank + s.qk_rope_dim : s.head_dim)));
+  w.set(a + "attention.value_length",
+        gguf::Value::u32(uint32_t(mla ? s.kv_lora_rank : s.head_dim)));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rms_eps));
   w.set(a + "rope.freq_base", gguf::Value::f32(s.rope_base));
   const bool moe = s.n_expert > 0;
-  w.set(a + "feed_forward_length", gguf::Value::u32(uint32_t(moe ? s.n_ff_exp : s.n_ff)));
+  // MoE shapes with dense layers (deepseek2's leading ones) give their width; the others the
+  // expert width, as before.
+  w.set(a + "feed_forward_length",
+        gguf::Value::u32(uint32_t(moe && s.n_ff == 0 ? s.n_ff_exp : s.n_ff)));
   if (moe) {
     w.set(a + "expert_count", gguf::Value::u32(uint32_t(s.n_expert)));
     w.set(a + "expert_used_count", gguf::Value::u32(uint32_t(s.n_expert_used)));
@@ -189,50 +375,24 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(false));
 
   SynthWriter sw(o, w);
-  const int64_t E = s.n_embd, Q = int64_t(s.n_head) * s.head_dim,
-                KV = int64_t(s.n_head_kv) * s.head_dim;
+  const ModelConfig c = synth_config(s, desc);
+  if (desc.write_metadata) desc.write_metadata(c, w);
+  const int64_t E = s.n_embd;
   const float in_std = 1.f / std::sqrt(float(E));
   sw.matrix("token_embd.weight", o.type, E, s.n_vocab, 1, 1.f);
   sw.vector("output_norm.weight", E, 1.f, 0.05f);
   sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    sw.vector(p + "attn_norm.weight", E, 1.f, 0.05f);
-    sw.matrix(p + "attn_q.weight", o.type, E, Q, 1, in_std);
-    sw.matrix(p + "attn_k.weight", o.type, E, KV, 1, in_std);
-    sw.matrix(p + "attn_v.weight", o.type, E, KV, 1, in_std);
-    sw.matrix(p + "attn_output.weight", o.type, Q, E, 1, 1.f / std::sqrt(float(Q)));
-    if (s.arch == "qwen2moe" || s.arch == "qwen2") {
-      sw.vector(p + "attn_q.bias", Q, 0.f, 0.02f);
-      sw.vector(p + "attn_k.bias", KV, 0.f, 0.02f);
-      sw.vector(p + "attn_v.bias", KV, 0.f, 0.02f);
-    }
-    if (s.arch == "olmoe") {
-      sw.vector(p + "attn_q_norm.weight", Q, 1.f, 0.05f);
-      sw.vector(p + "attn_k_norm.weight", KV, 1.f, 0.05f);
-    } else if (s.arch == "qwen3moe" || s.arch == "qwen3") {
-      sw.vector(p + "attn_q_norm.weight", s.head_dim, 1.f, 0.05f);
-      sw.vector(p + "attn_k_norm.weight", s.head_dim, 1.f, 0.05f);
-    }
-    sw.vector(p + "ffn_norm.weight", E, 1.f, 0.05f);
-    if (moe) {
-      const int64_t F = s.n_ff_exp, N = s.n_expert;
-      // The router stays F32, as llama.cpp's quantizer leaves it.
-      sw.matrix(p + "ffn_gate_inp.weight", gguf::TensorType::F32, E, N, 1, o.router_std * in_std);
-      sw.matrix(p + "ffn_gate_exps.weight", o.type, E, F, N, in_std);
-      sw.matrix(p + "ffn_up_exps.weight", o.type, E, F, N, in_std);
-      sw.matrix(p + "ffn_down_exps.weight", o.type, F, E, N, 1.f / std::sqrt(float(F)));
-      if (s.n_ff_shexp > 0) {
-        const int64_t S = s.n_ff_shexp;
-        sw.matrix(p + "ffn_gate_shexp.weight", o.type, E, S, 1, in_std);
-        sw.matrix(p + "ffn_up_shexp.weight", o.type, E, S, 1, in_std);
-        sw.matrix(p + "ffn_down_shexp.weight", o.type, S, E, 1, 1.f / std::sqrt(float(S)));
-        sw.vector(p + "ffn_gate_inp_shexp.weight", E, 0.f, in_std);
+    const LayerKind& kind = c.layer_kinds[size_t(il)];
+    const std::span<const arch::TensorGroup> parts[] = {arch::attn_groups(desc, kind),
+                                                        arch::ffn_groups(desc, kind)};
+    for (const auto& groups : parts) {
+      for (const arch::TensorGroup& g : groups) {
+        if (!g.synth || !arch::group_applies(c, g)) continue;
+        if (g.optional && arch::dim(c, g.infer) <= 0) continue;
+        for (const arch::TensorSpec& t : g.tensors) write_tensor(sw, o, c, p, t);
       }
-    } else {
-      sw.matrix(p + "ffn_gate.weight", o.type, E, s.n_ff, 1, in_std);
-      sw.matrix(p + "ffn_up.weight", o.type, E, s.n_ff, 1, in_std);
-      sw.matrix(p + "ffn_down.weight", o.type, s.n_ff, E, 1, 1.f / std::sqrt(float(s.n_ff)));
     }
   }
   w.write(path);

@@ -74,8 +74,10 @@ class BudgetPolicy final : public RoutingPolicy {
     for (int t = 0; t < in.n_tokens; ++t) {
       if (!is_remappable(in, t)) continue;
       const float* z = in.logits + size_t(t) * n;
+      const float* key = key_row(in, t);
       int32_t* ids = out.ids + size_t(t) * k;
-      topk_among(z, c_.data(), int(c_.size()), k, chosen_.data());
+      topk_among(key, c_.data(), int(c_.size()), k, chosen_.data());
+      keep_group_limit(g, key, ids, k, chosen_.data());
       if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
       const RowGate& rg = gates_[t];
       const float target_mass = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);

@@ -32,6 +32,13 @@ inline bool is_prefill(const RoutingInput& in, int t) {
   return in.flags != nullptr && (in.flags[t] & kTokenPrefill) != 0;
 }
 
+// The row of token t that policies CHOOSE by: its selection keys, or its logits when the
+// gating has no selection transform. Weights always come from the logits (set_weights).
+inline const float* key_row(const RoutingInput& in, int t) {
+  const float* base = in.select ? in.select : in.logits;
+  return base + size_t(t) * size_t(in.gating->n_expert);
+}
+
 // Throws lynx::Error when the input cannot be routed (missing gating, k outside [1, N],
 // null buffers). Cheap: called once per route().
 void check_routing_args(const RoutingInput& in, const RoutingOutput& out);
@@ -72,15 +79,25 @@ int topk_among(const float* z, const int32_t* cand, int n_cand, int k, int32_t* 
 //   else, target > 0:     w_j = p_j * target / sum_active p   (remap: keep the token's
 //                                                             original top-k mass)
 //   else:                 w_j = p_j                            (the model's own gating)
-// and finally w_j *= weights_scale.
+// and finally w_j *= weights_scale. kSoftmaxWeight: w_j = softmax over the active experts'
+// logits (sums to 1, the model's own rule, with or without a target).
 // For softmax gating, p_j / sum p over a subset equals a softmax over that subset, so this is
 // exactly the algorithm's "gating function over U, then renormalize or rescale".
 void set_weights(const float* z, const RowGate& rg, const GatingConfig& g, const int32_t* ids,
                  int n_active, float target, float* w);
 
-// Exact top-k for one token (ids and weights), as the model was trained. Returns the row's
-// gate constants so that callers remapping the token need not recompute them.
-RowGate route_token_exact(const float* z, const GatingConfig& g, int32_t* ids, float* w);
+// Exact top-k for one token (ids by selection key `key`, weights from the logits z), as the
+// model was trained. Returns the row's gate constants so that callers remapping the token
+// need not recompute them.
+RowGate route_token_exact(const float* z, const float* key, const GatingConfig& g, int32_t* ids,
+                          float* w);
+
+// The group limit kept by a remap: when the gating limits groups, every expert of chosen[0..k)
+// whose key is -inf (outside the token's allowed groups) is replaced by the best of the
+// token's exact choice exact[0..k) not chosen yet, and chosen is put back in key order. A
+// no-op for gatings without a group limit.
+void keep_group_limit(const GatingConfig& g, const float* key, const int32_t* exact, int k,
+                      int32_t* chosen);
 
 // route_topk for all tokens, keeping each row's gate constants in gates[0..T) (resized;
 // no allocation once large enough).

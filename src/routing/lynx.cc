@@ -84,7 +84,9 @@ void LynxPolicy::score(const RoutingInput& in, const RoutingOutput& exact, int n
   counts_.assign(size_t(n_levels) * n, 0);
   for (int r = 0; r < B; ++r) {
     const int t = st_.rows[r];
-    const float* z = in.logits + size_t(t) * n;
+    // Bins are on the selection keys (the logits, unless the gating has a selection bias or a
+    // group limit: docs/routing.md "Selection keys").
+    const float* z = key_row(in, t);
     const float zmax = z[exact.ids[size_t(t) * k]];
     float* q = &st_.q[size_t(r) * n];
     float* h = &st_.h[size_t(r) * n];
@@ -134,7 +136,7 @@ void LynxPolicy::pick_critical(const RoutingInput& in, const RoutingOutput& exac
   st_.critical.resize(size_t(st_.B) * k);
   for (int r = 0; r < st_.B; ++r) {
     const int t = st_.rows[r];
-    const float* z = in.logits + size_t(t) * n;
+    const float* z = key_row(in, t);
     const float* m = &st_.m[size_t(r) * n];
     int32_t* pick = &st_.critical[size_t(r) * k];
     auto before = [&](int32_t a, int32_t b) {
@@ -225,8 +227,10 @@ void LynxPolicy::route(const RoutingInput& in, RoutingOutput& out) {
   for (int r = 0; r < st_.B; ++r) {
     const int t = st_.rows[r];
     const float* z = in.logits + size_t(t) * n;
+    const float* key = key_row(in, t);
     int32_t* ids = out.ids + size_t(t) * k;
-    topk_among(z, st_.U.data(), int(st_.U.size()), k, chosen_.data());
+    topk_among(key, st_.U.data(), int(st_.U.size()), k, chosen_.data());
+    keep_group_limit(g, key, ids, k, chosen_.data());
     bool same = true;
     for (int j = 0; j < k; ++j) same &= chosen_[j] == ids[j];
     if (same) continue;

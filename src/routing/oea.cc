@@ -38,17 +38,19 @@ class OeaPolicy final : public RoutingPolicy {
     for (int t = 0; t < in.n_tokens; ++t) {
       if (!is_remappable(in, t)) continue;
       const float* z = in.logits + size_t(t) * n;
+      const float* key = key_row(in, t);
       int32_t* ids = out.ids + size_t(t) * k;
-      // The token's top-k0 are its best logits overall and lie in U0, so the top-k within U0
+      // The token's top-k0 are its best keys overall and lie in U0, so the top-k within U0
       // starts with them: one selection does both phases.
-      int c = topk_among(z, u0_.data(), int(u0_.size()), k, chosen_.data());
+      int c = topk_among(key, u0_.data(), int(u0_.size()), k, chosen_.data());
       for (int j = 0; c < k && j < k; ++j) {  // fallback: next best overall
         if (std::find(chosen_.begin(), chosen_.begin() + c, ids[j]) == chosen_.begin() + c) {
           chosen_[c++] = ids[j];
         }
       }
       std::sort(chosen_.begin(), chosen_.end(),
-                [z](int32_t a, int32_t b) { return logit_before(z, a, b); });
+                [key](int32_t a, int32_t b) { return logit_before(key, a, b); });
+      keep_group_limit(g, key, ids, k, chosen_.data());
       if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
       const RowGate& rg = gates_[t];
       const float target = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);

@@ -10,8 +10,8 @@ void route_topk(const RoutingInput& in, RoutingOutput& out) {
   const GatingConfig& g = *in.gating;
   const int n = g.n_expert, k = g.n_expert_used;
   for (int t = 0; t < in.n_tokens; ++t) {
-    routing::route_token_exact(in.logits + size_t(t) * n, g, out.ids + size_t(t) * k,
-                               out.weights + size_t(t) * k);
+    routing::route_token_exact(in.logits + size_t(t) * n, routing::key_row(in, t), g,
+                               out.ids + size_t(t) * k, out.weights + size_t(t) * k);
   }
 }
 

@@ -60,6 +60,8 @@ TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
       },
       keep_all_tensors);
   expect_load_error(p, "unsupported architecture 'mamba'");
+  // ... and the message lists every registered family (src/model/arch/registry.cc).
+  expect_load_error(p, "(supported: llama, qwen2moe, qwen3moe, olmoe, qwen2, qwen3, deepseek2)");
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {

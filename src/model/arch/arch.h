@@ -1,0 +1,184 @@
+// Architecture descriptions: what one model family is, as data. One file per family
+// (src/model/arch/<family>.cc) holds its metadata keys, its tensor-name table (llama.cpp's
+// names, llama-arch.cpp) and its per-layer block kinds; registry.cc lists them. Loading
+// (model.cc), synth (synth.cc) and the forward pass (through ModelConfig::layer_kinds) all read
+// these descriptions, so a new family is one new file plus its NumPy reference.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+
+namespace lynx::arch {
+
+// The symbols a tensor's shape is written in, resolved against a ModelConfig (dim()).
+enum class Dim : uint8_t {
+  kOne,
+  kEmbd,        // n_embd
+  kQ,           // n_head * head_dim
+  kKV,          // n_head_kv * head_dim
+  kHeadDim,     // head_dim
+  kFf,          // dense FFN width
+  kFfExp,       // expert FFN width
+  kFfShexp,     // shared-expert FFN width
+  kExpert,      // n_expert
+  kHeads,       // n_head
+  kQLora,       // MLA: q_lora_rank
+  kKvLora,      // MLA: kv_lora_rank
+  kKvLoraRope,  // MLA: kv_lora_rank + qk_rope_dim (attn_kv_a_mqa rows)
+  kKvBMla,      // MLA: n_head * (qk_nope_dim + v_head_dim) (attn_kv_b rows)
+  kVMla,        // MLA: n_head * v_head_dim (attn_output cols)
+  kNopeDim,     // MLA: qk_nope_dim
+  kVHeadDim,    // MLA: v_head_dim
+  kSelectBias,  // 1 when the gating has a selection bias, else 0 (synth: write exp_probs_b)
+};
+int64_t dim(const ModelConfig& c, Dim d);
+
+// How synth fills a tensor (random values, seeded by the tensor's name).
+enum class Init : uint8_t {
+  kNorm,     // vector: 1 + 0.05 N(0,1)
+  kBias,     // vector: 0.02 N(0,1)
+  kGateVec,  // vector: N(0,1) / sqrt(n_embd) (a gate dotted with the normed input)
+  kMatrix,   // matrix in the model's weight type: N(0,1) / sqrt(cols)
+  kRouter,   // matrix kept F32: router_std N(0,1) / sqrt(cols)
+};
+
+// One tensor of a layer: its llama.cpp name after "blk.N.", its shape (ggml order: cols, rows,
+// matrices) and where the loader puts it. A vector has rows = mats = kOne and `vec` set.
+struct TensorSpec {
+  const char* name;
+  Dim cols, rows = Dim::kOne, mats = Dim::kOne;
+  Weight LayerWeights::*mat = nullptr;
+  const float* LayerWeights::*vec = nullptr;
+  Init init = Init::kMatrix;
+  bool required = true;  // within its group
+};
+
+// Tensors that come and go together. An optional group is bound when its `trigger` tensor is
+// in the file (then all its required tensors must be); `infer`, when not kOne and still 0 in
+// the config, is read from the trigger's rows (as the shared-expert width is). synth writes an
+// optional group when dim(`infer`) > 0.
+struct TensorGroup {
+  std::span<const TensorSpec> tensors;
+  bool optional = false;
+  const char* trigger = nullptr;
+  Dim infer = Dim::kOne;
+  // The group exists only when dim(`need`) > 0 (== 0 with need_zero): q through a low rank
+  // or directly, as q_lora_rank says.
+  Dim need = Dim::kOne;
+  bool need_zero = false;
+  bool synth = true;  // false: an alternative layout synth does not write (attn_kv_b)
+};
+bool group_applies(const ModelConfig& c, const TensorGroup& g);
+
+// Which tensor groups a layer of each block kind has.
+struct BlockTables {
+  std::span<const TensorGroup> attn_gqa = {};
+  std::span<const TensorGroup> attn_mla = {};
+  std::span<const TensorGroup> ffn_dense = {};
+  std::span<const TensorGroup> ffn_moe = {};  // routed experts, and the shared expert's group
+};
+
+struct ArchDesc {
+  const char* name;  // general.architecture
+  RopeType rope = RopeType::kNorm;
+  QKNorm qk_norm = QKNorm::kNone;
+  bool qkv_bias = false;
+  bool norm_topk = true;  // default of {arch}.expert_weights_norm
+  bool moe = false;       // experts required (false: dense, or optional as for `llama`)
+  BlockTables blocks;
+  // The family's own metadata keys, read after the common ones (model.cc read_config) and
+  // written by synth after the common ones; nullptr: none.
+  void (*read_metadata)(const gguf::File& f, ModelConfig& c) = nullptr;
+  void (*write_metadata)(const ModelConfig& c, gguf::Writer& w) = nullptr;
+  // The block kinds of layer il (default: GQA attention; MoE when the file has experts).
+  LayerKind (*layer_kind)(const ModelConfig& c, int il) = nullptr;
+};
+
+// Metadata readers that validate (registry.cc). int_in: an integer key in [lo, hi] (`def`
+// when absent); positive_int: required, in [1, kMaxDim]; positive_float: positive and finite.
+constexpr int64_t kMaxDim = int64_t(1) << 30;
+int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi);
+int positive_int(const gguf::File& f, const std::string& key);
+float positive_float(const gguf::File& f, const std::string& key, double def);
+
+// Every registered family; find() throws naming the architecture and the supported list.
+std::span<const ArchDesc* const> all();
+const ArchDesc& find(const std::string& name);
+
+// The block kinds of every layer (desc.layer_kind or the default) and the groups of one.
+LayerKind layer_kind(const ArchDesc& a, const ModelConfig& c, int il);
+std::span<const TensorGroup> attn_groups(const ArchDesc& a, const LayerKind& k);
+std::span<const TensorGroup> ffn_groups(const ArchDesc& a, const LayerKind& k);
+
+// Tensor tables shared by families.
+inline constexpr TensorSpec kGqaTensors[] = {
+    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+     Init::kNorm},
+    {"attn_q.weight", Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
+    {"attn_k.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wk},
+    {"attn_v.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wv},
+    {"attn_output.weight", Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+};
+inline constexpr TensorSpec kQkvBias[] = {
+    {"attn_q.bias", Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bq, Init::kBias},
+    {"attn_k.bias", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bk, Init::kBias},
+    {"attn_v.bias", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bv, Init::kBias},
+};
+inline constexpr TensorSpec kQkNormPerHead[] = {
+    {"attn_q_norm.weight", Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
+     Init::kNorm},
+    {"attn_k_norm.weight", Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
+     Init::kNorm},
+};
+inline constexpr TensorSpec kQkNormFull[] = {
+    {"attn_q_norm.weight", Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
+     Init::kNorm},
+    {"attn_k_norm.weight", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
+     Init::kNorm},
+};
+inline constexpr TensorSpec kDenseFfn[] = {
+    {"ffn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+     Init::kNorm},
+    {"ffn_gate.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_gate},
+    {"ffn_up.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_up},
+    {"ffn_down.weight", Dim::kFf, Dim::kEmbd, Dim::kOne, &LayerWeights::ffn_down},
+};
+// The router stays F32, as llama.cpp's quantizer leaves it.
+inline constexpr TensorSpec kMoeFfn[] = {
+    {"ffn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+     Init::kNorm},
+    {"ffn_gate_inp.weight", Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
+     Init::kRouter},
+    {"ffn_gate_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
+    {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
+    {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
+};
+// The shared expert, and the gate (qwen2moe) that scales its output by sigmoid(gate . x).
+inline constexpr TensorSpec kSharedExpert[] = {
+    {"ffn_gate_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::gate_shexp},
+    {"ffn_up_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::up_shexp},
+    {"ffn_down_shexp.weight", Dim::kFfShexp, Dim::kEmbd, Dim::kOne, &LayerWeights::down_shexp},
+};
+inline constexpr TensorSpec kSharedGate[] = {
+    {"ffn_gate_inp_shexp.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
+     &LayerWeights::shexp_gate, Init::kGateVec},
+};
+// The MoE FFN of the GQA families: routed experts, and a shared expert (with its optional
+// gate) when the file has one.
+inline constexpr TensorGroup kMoeOptionalShared[] = {
+    {kMoeFfn},
+    {.tensors = kSharedExpert,
+     .optional = true,
+     .trigger = "ffn_up_shexp.weight",
+     .infer = Dim::kFfShexp},
+    {.tensors = kSharedGate,
+     .optional = true,
+     .trigger = "ffn_gate_inp_shexp.weight",
+     .need = Dim::kFfShexp},
+};
+
+}  // namespace lynx::arch

@@ -1,0 +1,144 @@
+// deepseek2 (DeepSeek-V2, V2-Lite, Coder-V2, and the V3 layout), by llama.cpp's names and keys
+// (llama-arch.cpp, models/deepseek2.cpp, convert_hf_to_gguf.py):
+// - multi-head latent attention: q from attn_q (q_lora_rank 0, V2-Lite) or attn_q_a ->
+//   attn_q_a_norm -> attn_q_b; attn_kv_a_mqa gives the kv_lora_rank latent (normed by
+//   attn_kv_a_norm) and the qk_rope part shared by all heads; per head the key and value
+//   up-projections attn_k_b / attn_v_b (newer files) or attn_kv_b (older ones, split at load);
+//   adjacent-pair (NORM) rope on the rope parts; scale 1/sqrt(qk_nope + qk_rope);
+// - the first leading_dense_block_count layers dense, the others routed experts plus
+//   expert_shared_count shared experts (one FFN of width expert_shared_count * n_ff_exp);
+// - softmax gating (V2) or sigmoid with the selection bias exp_probs_b (V3), group-limited
+//   top-k, expert_weights_norm / expert_weights_scale.
+#include <string>
+
+#include "model/arch/families.h"
+
+namespace lynx::arch {
+namespace {
+
+constexpr TensorSpec kMlaCommon[] = {
+    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+     Init::kNorm},
+    {"attn_kv_a_mqa.weight", Dim::kEmbd, Dim::kKvLoraRope, Dim::kOne, &LayerWeights::wkv_a_mqa},
+    {"attn_kv_a_norm.weight", Dim::kKvLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::kv_a_norm,
+     Init::kNorm},
+    {"attn_output.weight", Dim::kVMla, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+};
+constexpr TensorSpec kQDirect[] = {
+    {"attn_q.weight", Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
+};
+constexpr TensorSpec kQLowRank[] = {
+    {"attn_q_a.weight", Dim::kEmbd, Dim::kQLora, Dim::kOne, &LayerWeights::wq_a},
+    {"attn_q_a_norm.weight", Dim::kQLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_a_norm,
+     Init::kNorm},
+    {"attn_q_b.weight", Dim::kQLora, Dim::kQ, Dim::kOne, &LayerWeights::wq_b},
+};
+constexpr TensorSpec kKvSplit[] = {
+    {"attn_k_b.weight", Dim::kNopeDim, Dim::kKvLora, Dim::kHeads, &LayerWeights::wk_b},
+    {"attn_v_b.weight", Dim::kKvLora, Dim::kVHeadDim, Dim::kHeads, &LayerWeights::wv_b},
+};
+constexpr TensorSpec kKvB[] = {
+    {"attn_kv_b.weight", Dim::kKvLora, Dim::kKvBMla, Dim::kOne, &LayerWeights::wkv_b},
+};
+constexpr TensorSpec kSelectBiasTensor[] = {
+    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+     Init::kBias},
+};
+
+constexpr TensorGroup kAttn[] = {
+    {kMlaCommon},
+    {.tensors = kQDirect, .need = Dim::kQLora, .need_zero = true},
+    {.tensors = kQLowRank, .need = Dim::kQLora},
+    // One of the two key/value layouts; model.cc requires one and splits attn_kv_b.
+    {.tensors = kKvSplit, .optional = true, .trigger = "attn_k_b.weight"},
+    {.tensors = kKvB, .optional = true, .trigger = "attn_kv_b.weight", .synth = false},
+};
+constexpr TensorGroup kDense[] = {{kDenseFfn}};
+constexpr TensorGroup kMoe[] = {
+    {kMoeFfn},
+    {kSharedExpert},
+    {.tensors = kSelectBiasTensor,
+     .optional = true,
+     .trigger = "exp_probs_b.bias",
+     .infer = Dim::kSelectBias},
+};
+
+std::string key(const ModelConfig& c, const char* k) {
+  return c.arch + "." + k;
+}
+
+void read(const gguf::File& f, ModelConfig& c) {
+  c.q_lora_rank = int_in(f, key(c, "attention.q_lora_rank"), 0, 0, kMaxDim);
+  c.kv_lora_rank = positive_int(f, key(c, "attention.kv_lora_rank"));
+  c.qk_rope_dim = positive_int(f, key(c, "rope.dimension_count"));
+  // Newer files (absorbed MLA) keep the per-head sizes in the *_mla keys and the cached
+  // sizes in key_length / value_length; older ones have the per-head sizes there.
+  const bool mla_keys = f.find(key(c, "attention.key_length_mla")) != nullptr;
+  const std::string kk = mla_keys ? "attention.key_length_mla" : "attention.key_length";
+  const std::string vk = mla_keys ? "attention.value_length_mla" : "attention.value_length";
+  const int k_len = positive_int(f, key(c, kk.c_str()));
+  c.v_head_dim = positive_int(f, key(c, vk.c_str()));
+  c.qk_nope_dim = k_len - c.qk_rope_dim;
+  if (c.qk_nope_dim <= 0 || c.qk_rope_dim % 2 != 0) {
+    throw Error("inconsistent head dimensions: " + key(c, kk.c_str()) + " = " +
+                std::to_string(k_len) + " must exceed " + key(c, "rope.dimension_count") + " = " +
+                std::to_string(c.qk_rope_dim) + ", which must be even");
+  }
+  if (int64_t(c.n_head) * (k_len + c.v_head_dim) > kMaxDim) {
+    throw Error("head_count x head dimensions out of range");
+  }
+  c.head_dim = k_len;  // q_dim() = n_head * (qk_nope + qk_rope)
+  c.n_head_kv = c.n_head;
+  c.rope = RopeType::kNorm;
+  c.n_layer_dense_lead = int_in(f, key(c, "leading_dense_block_count"), 0, 0, c.n_layer);
+  c.n_expert_shared = int_in(f, key(c, "expert_shared_count"), 0, 0, 64);
+  if (c.n_expert > 0 && c.n_expert_shared < 1) {
+    throw Error("metadata " + key(c, "expert_shared_count") + " must be at least 1");
+  }
+  if (c.n_ff_shexp == 0) c.n_ff_shexp = c.n_expert_shared * c.n_ff_exp;
+  const std::string scaling = f.get_string(key(c, "rope.scaling.type"), "none");
+  if (scaling != "none") {
+    throw Error("metadata " + key(c, "rope.scaling.type") + " = '" + gguf::printable(scaling) +
+                "': rope scaling is not implemented for deepseek2 yet (only 'none')");
+  }
+}
+
+void write(const ModelConfig& c, gguf::Writer& w) {
+  auto u32 = [&](const char* k, int v) { w.set(key(c, k), gguf::Value::u32(uint32_t(v))); };
+  u32("attention.q_lora_rank", c.q_lora_rank);
+  u32("attention.kv_lora_rank", c.kv_lora_rank);
+  u32("rope.dimension_count", c.qk_rope_dim);
+  u32("attention.key_length_mla", c.qk_nope_dim + c.qk_rope_dim);
+  u32("attention.value_length_mla", c.v_head_dim);
+  u32("leading_dense_block_count", c.n_layer_dense_lead);
+  u32("expert_shared_count", c.n_expert_shared);
+  w.set(key(c, "expert_weights_scale"), gguf::Value::f32(c.gating.weights_scale));
+  w.set(key(c, "expert_weights_norm"), gguf::Value::boolean(c.gating.norm_topk));
+  u32("expert_gating_func", c.gating.func == GatingFunc::kSigmoid ? 2 : 1);
+  if (c.gating.n_group > 1) {
+    u32("expert_group_count", c.gating.n_group);
+    u32("expert_group_used_count", c.gating.n_group_used);
+  }
+}
+
+LayerKind layer(const ModelConfig& c, int il) {
+  LayerKind k;
+  k.attn = AttnKind::kMla;
+  k.ffn = il < c.n_layer_dense_lead || c.n_expert == 0 ? FfnKind::kDense : FfnKind::kMoeShared;
+  return k;
+}
+
+}  // namespace
+
+constexpr ArchDesc kDeepseek2 = {
+    .name = "deepseek2",
+    .rope = RopeType::kNorm,
+    .norm_topk = false,
+    .moe = false,  // experts optional (the dense layers read feed_forward_length)
+    .blocks = {.attn_gqa = {}, .attn_mla = kAttn, .ffn_dense = kDense, .ffn_moe = kMoe},
+    .read_metadata = read,
+    .write_metadata = write,
+    .layer_kind = layer,
+};
+
+}  // namespace lynx::arch

@@ -1,0 +1,15 @@
+// The registered families, one description per file of this folder (registry.cc lists them).
+#pragma once
+#include "model/arch/arch.h"
+
+namespace lynx::arch {
+
+extern const ArchDesc kLlama;      // llama.cc: Llama, Mixtral
+extern const ArchDesc kQwen2Moe;   // qwen2moe.cc
+extern const ArchDesc kQwen3Moe;   // qwen3moe.cc
+extern const ArchDesc kOlmoe;      // olmoe.cc
+extern const ArchDesc kQwen2;      // qwen2.cc (dense)
+extern const ArchDesc kQwen3;      // qwen3.cc (dense)
+extern const ArchDesc kDeepseek2;  // deepseek2.cc: DeepSeek-V2 / V2-Lite / V3 layout (MLA)
+
+}  // namespace lynx::arch

@@ -1,0 +1,116 @@
+// The table of registered families and the lookups over it.
+#include <cmath>
+
+#include "model/arch/families.h"
+
+namespace lynx::arch {
+namespace {
+
+// One row per family file (families.h); the order is the one error messages list.
+constexpr const ArchDesc* kAll[] = {&kLlama, &kQwen2Moe, &kQwen3Moe, &kOlmoe,
+                                    &kQwen2, &kQwen3,    &kDeepseek2};
+
+}  // namespace
+
+std::span<const ArchDesc* const> all() {
+  return kAll;
+}
+
+const ArchDesc& find(const std::string& name) {
+  for (const ArchDesc* a : kAll) {
+    if (name == a->name) return *a;
+  }
+  std::string list;
+  for (const ArchDesc* a : kAll) list += std::string(list.empty() ? "" : ", ") + a->name;
+  throw Error("unsupported architecture '" + gguf::printable(name) + "' (supported: " + list + ")");
+}
+
+LayerKind layer_kind(const ArchDesc& a, const ModelConfig& c, int il) {
+  if (a.layer_kind) return a.layer_kind(c, il);
+  LayerKind k;
+  k.ffn = c.n_expert > 0 ? FfnKind::kMoe : FfnKind::kDense;
+  return k;
+}
+
+std::span<const TensorGroup> attn_groups(const ArchDesc& a, const LayerKind& k) {
+  return k.attn == AttnKind::kMla ? a.blocks.attn_mla : a.blocks.attn_gqa;
+}
+
+std::span<const TensorGroup> ffn_groups(const ArchDesc& a, const LayerKind& k) {
+  return k.ffn == FfnKind::kDense ? a.blocks.ffn_dense : a.blocks.ffn_moe;
+}
+
+// An integer key in [lo, hi] (`def` when absent). Every integer the config keeps goes through
+// here: a u64 above 2^32 would otherwise be truncated by the int() to a small plausible value.
+int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi) {
+  const int64_t v = f.get_int(key, def);
+  if (v < lo || v > hi) {
+    throw Error("metadata " + key + " = " + std::to_string(v) + " is out of range [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return int(v);
+}
+
+int positive_int(const gguf::File& f, const std::string& key) {
+  f.get_int(key);  // required: throws naming the key when absent
+  return int_in(f, key, 0, 1, kMaxDim);
+}
+
+// A float key that must be positive and finite (epsilons, rope base): NaN, 0 or a negative
+// value would turn every activation into NaN or inf without a word.
+float positive_float(const gguf::File& f, const std::string& key, double def) {
+  const double v = f.get_float(key, def);
+  if (!(v > 0) || !std::isfinite(float(v))) {
+    throw Error("metadata " + key + " = " + std::to_string(v) +
+                " must be a positive finite number");
+  }
+  return float(v);
+}
+
+bool group_applies(const ModelConfig& c, const TensorGroup& g) {
+  return (dim(c, g.need) > 0) != g.need_zero;
+}
+
+int64_t dim(const ModelConfig& c, Dim d) {
+  switch (d) {
+    case Dim::kOne:
+      return 1;
+    case Dim::kEmbd:
+      return c.n_embd;
+    case Dim::kQ:
+      return c.q_dim();
+    case Dim::kKV:
+      return c.kv_dim();
+    case Dim::kHeadDim:
+      return c.head_dim;
+    case Dim::kFf:
+      return c.n_ff;
+    case Dim::kFfExp:
+      return c.n_ff_exp;
+    case Dim::kFfShexp:
+      return c.n_ff_shexp;
+    case Dim::kExpert:
+      return c.n_expert;
+    case Dim::kHeads:
+      return c.n_head;
+    case Dim::kQLora:
+      return c.q_lora_rank;
+    case Dim::kKvLora:
+      return c.kv_lora_rank;
+    case Dim::kKvLoraRope:
+      return c.kv_lora_rank + c.qk_rope_dim;
+    case Dim::kKvBMla:
+      return int64_t(c.n_head) * (c.qk_nope_dim + c.v_head_dim);
+    case Dim::kVMla:
+      return int64_t(c.n_head) * c.v_head_dim;
+    case Dim::kNopeDim:
+      return c.qk_nope_dim;
+    case Dim::kVHeadDim:
+      return c.v_head_dim;
+    case Dim::kSelectBias:
+      return c.gating.select_bias ? 1 : 0;
+  }
+  return 0;
+}
+
+}  // namespace lynx::arch

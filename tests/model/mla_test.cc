@@ -1,0 +1,236 @@
+// deepseek2 (multi-head latent attention) against the independent NumPy reference
+// (tests/reference/deepseek2_ref.py, the decompressed form; fixtures from
+// make_mla_fixtures.py): logits at every position by prefill, token by token and batched with
+// another sequence; the older attn_kv_b layout gives the same logits; the latent KV cache's
+// size per token; bad files named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "kernels/kernels.h"
+#include "lynx/context.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+
+namespace lynx {
+namespace {
+
+const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/mla/";
+const char* const kShapes[] = {"tiny-deepseek-v2", "tiny-deepseek-v3"};
+
+std::vector<int32_t> tokens() {
+  std::ifstream f(kDir + "tokens.txt");
+  std::string s;
+  std::getline(f, s);
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+std::vector<float> golden(const std::string& shape, size_t n) {
+  std::vector<float> v(n);
+  std::ifstream f(kDir + shape + ".logits.f32", std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+  EXPECT_TRUE(f.good()) << shape;
+  return v;
+}
+
+// Largest |a - b| relative to the golden row's largest magnitude.
+double rel_err(std::span<const float> a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+ContextOptions exact_ctx() {
+  ContextOptions o;
+  o.n_ctx = 64;
+  o.n_threads = 2;
+  o.exact_activations = true;  // F32 activations: the reference's arithmetic
+  return o;
+}
+
+constexpr double kTol = 1e-5;  // measured: at most 5e-7
+
+// Every position's logits, three ways: one prefill batch; one token per step; and token by
+// token interleaved in the same batches with a second sequence fed the tokens reversed.
+void check_goldens(const Model& m, const std::string& shape) {
+  const auto toks = tokens();
+  const int V = m.config().n_vocab, n = int(toks.size());
+  const auto want = golden(shape, size_t(n) * V);
+  {
+    Context ctx(m, exact_ctx());
+    const int32_t s = ctx.new_sequence();
+    std::vector<BatchToken> batch;
+    for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
+    ctx.eval(batch);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_LT(rel_err(ctx.logits(i), &want[size_t(i) * V], size_t(V)), kTol)
+          << shape << " prefill position " << i;
+    }
+  }
+  Context a(m, exact_ctx()), b(m, exact_ctx());
+  const int32_t sa = a.new_sequence();
+  const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
+  for (int i = 0; i < n; ++i) {
+    std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
+    a.eval(one);
+    std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
+                                   {toks[size_t(i)], sb0, i, kTokenDecode, true}};
+    b.eval(two);
+    EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
+        << shape << " decode position " << i;
+    // Batch invariance: the same token's row, bit for bit, whatever else is in the batch.
+    const auto la = a.logits(0), lb = b.logits(1);
+    ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << shape << " position " << i;
+  }
+}
+
+TEST(Mla, GoldensAtEveryPositionPrefillDecodeAndBatched) {
+  for (const char* shape : kShapes) {
+    auto m = Model::load(kDir + shape + ".gguf");
+    const ModelConfig& c = m->config();
+    ASSERT_EQ(c.arch, "deepseek2");
+    ASSERT_TRUE(c.mla());
+    EXPECT_EQ(c.layer_kinds[0].ffn, FfnKind::kDense);  // leading_dense_block_count = 1
+    EXPECT_EQ(c.layer_kinds[1].ffn, FfnKind::kMoeShared);
+    check_goldens(*m, shape);
+  }
+}
+
+// The cache holds per token and layer the latent and the rope part, nothing per head:
+// kv_lora_rank + qk_rope_dim floats (tiny shapes: 64 + 16 = 80, i.e. 320 bytes per layer; a
+// GQA cache of the same heads would hold 2 x 4 x 48 = 384 floats). DeepSeek-V2-Lite:
+// (512 + 64) x 4 bytes x 27 layers = 62,208 bytes per token (docs/models.md).
+TEST(Mla, KvCacheStoresTheLatentPerToken) {
+  auto m = Model::load(kDir + std::string(kShapes[0]) + ".gguf");
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.cache_k_dim(), c.kv_lora_rank + c.qk_rope_dim);
+  EXPECT_EQ(c.cache_k_dim(), 80);
+  EXPECT_EQ(c.cache_v_dim(), 0);
+  ModelConfig lite;
+  lite.kv_lora_rank = 512;
+  lite.qk_rope_dim = 64;
+  EXPECT_EQ(size_t(lite.cache_k_dim() + lite.cache_v_dim()) * sizeof(float) * 27, 62208u);
+}
+
+// Copies a fixture, letting `edit` change metadata and `tensor` replace or drop tensors.
+using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
+using TensorEdit = std::function<bool(const gguf::TensorInfo&, gguf::Writer&)>;
+std::string rewrite(const std::string& shape, const std::string& name, const KvEdit& edit,
+                    const TensorEdit& tensor) {
+  gguf::File f = gguf::File::open(kDir + shape + ".gguf");
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    gguf::Value v = kv.value;
+    if (edit(kv.key, v)) w.set(kv.key, v);
+  }
+  for (const auto& t : f.tensors()) {
+    if (tensor(t, w)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+  }
+  const std::string path = std::string(LYNX_BINARY_DIR) + "/mla_" + name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+// Older files hold attn_kv_b (per head: nope key rows, then v value rows, over kv_lora)
+// instead of attn_k_b / attn_v_b; the loader splits it into the same products.
+TEST(Mla, OlderKvBLayoutGivesTheSameLogits) {
+  const std::string shape = kShapes[1];
+  auto split = Model::load(kDir + shape + ".gguf");
+  const ModelConfig& c = split->config();
+  const int64_t H = c.n_head, R = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  gguf::File src = gguf::File::open(kDir + shape + ".gguf");
+  auto rows = [&](const std::string& name) {  // dequantized [n_mat x rows x cols]
+    const gguf::TensorInfo* t = src.find_tensor(name);
+    std::vector<float> out(size_t(t->n_elements()));
+    const size_t rb = gguf::row_size(t->type, t->ne[0]);
+    for (int64_t r = 0; r < t->ne[1] * t->ne[2]; ++r) {
+      kernels::ref::dequantize_row(t->type, t->data + size_t(r) * rb, &out[size_t(r * t->ne[0])],
+                                   t->ne[0]);
+    }
+    return out;
+  };
+  std::vector<std::vector<float>> keep;  // the kv_b data outlives the writer
+  auto path = rewrite(
+      shape, "kv_b", [](const std::string&, gguf::Value&) { return true; },
+      [&](const gguf::TensorInfo& t, gguf::Writer& w) {
+        const std::string& n = t.name;
+        if (n.find("attn_v_b") != std::string::npos) return true;  // dropped
+        if (n.find("attn_k_b") == std::string::npos) return false;
+        const std::string p = n.substr(0, n.find("attn_k_b"));
+        const auto kb = rows(n), vb = rows(p + "attn_v_b.weight");  // [H][R][nope], [H][v][R]
+        std::vector<float> kvb(size_t(H * (nope + vd) * R));
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t i = 0; i < nope; ++i) {
+            for (int64_t r = 0; r < R; ++r) {
+              kvb[size_t((h * (nope + vd) + i) * R + r)] = kb[size_t((h * R + r) * nope + i)];
+            }
+          }
+          for (int64_t j = 0; j < vd; ++j) {
+            for (int64_t r = 0; r < R; ++r) {
+              kvb[size_t((h * (nope + vd) + nope + j) * R + r)] = vb[size_t((h * vd + j) * R + r)];
+            }
+          }
+        }
+        keep.push_back(std::move(kvb));
+        w.add_tensor(p + "attn_kv_b.weight", gguf::TensorType::F32, {R, H * (nope + vd)},
+                     keep.back().data(), keep.back().size() * sizeof(float));
+        return true;
+      });
+  auto old = Model::load(path);
+  EXPECT_FALSE(old->layer(0).wkv_b.present());
+  EXPECT_EQ(old->layer(0).wk_b.rows, R);
+  check_goldens(*old, shape);
+}
+
+void expect_load_error(const std::string& path, const std::string& substring) {
+  try {
+    Model::load(path);
+    ADD_FAILURE() << "loading " << path << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+TEST(Mla, BadFilesAreNamed) {
+  const std::string shape = kShapes[1];
+  auto all_kv = [](const std::string&, gguf::Value&) { return true; };
+  auto drop = [](const char* name) {
+    return [name](const gguf::TensorInfo& t, gguf::Writer&) { return t.name == name; };
+  };
+  expect_load_error(rewrite(shape, "missing", all_kv, drop("blk.1.attn_kv_a_mqa.weight")),
+                    "missing tensor 'blk.1.attn_kv_a_mqa.weight'");
+  expect_load_error(rewrite(shape, "nokb", all_kv, drop("blk.1.attn_k_b.weight")),
+                    "missing tensor 'blk.1.attn_k_b.weight' (or 'blk.1.attn_kv_b.weight')");
+  expect_load_error(rewrite(shape, "shexp", all_kv, drop("blk.1.ffn_up_shexp.weight")),
+                    "missing tensor 'blk.1.ffn_up_shexp.weight'");
+  // kv_lora_rank 32 instead of 64: the first tensor sized by it has the wrong shape.
+  auto rank = [](const std::string& k, gguf::Value& v) {
+    if (k == "deepseek2.attention.kv_lora_rank") v = gguf::Value::u32(32);
+    return true;
+  };
+  expect_load_error(rewrite(shape, "rank", rank, [](auto&, auto&) { return false; }),
+                    "tensor 'blk.0.attn_kv_a_mqa.weight' has shape");
+  // A per-head key length not above the rope part: inconsistent head dimensions.
+  auto heads = [](const std::string& k, gguf::Value& v) {
+    if (k == "deepseek2.attention.key_length_mla") v = gguf::Value::u32(16);
+    return true;
+  };
+  expect_load_error(rewrite(shape, "heads", heads, [](auto&, auto&) { return false; }),
+                    "inconsistent head dimensions");
+}
+
+}  // namespace
+}  // namespace lynx
