@@ -15,6 +15,13 @@
 
 namespace lynx {
 
+// The routed-expert step (src/model/expert_executor.h); declared here so that a client can
+// supply its own without this header knowing any executor.
+class ExpertExecutor;
+namespace kernels {
+class ThreadPool;
+}  // namespace kernels
+
 struct ContextOptions {
   int n_threads = 0;             // 0 = hardware concurrency
   int n_ctx = 4096;              // context limit per sequence (positions)
@@ -27,6 +34,11 @@ struct ContextOptions {
   // exactly: matches the float64 reference to float32 rounding). F32/F16/BF16 weights always
   // use F32 activations.
   bool exact_activations = false;
+  // Makes the context's expert executor from its thread pool and product path
+  // (!exact_activations); empty: this process's CPU kernels. Expert parallelism over MPI
+  // (src/dist, docs/distributed.md) plugs in here.
+  std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool& pool, bool int_acts)>
+      make_experts;
 };
 
 // One token of a step.

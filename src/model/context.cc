@@ -27,7 +27,7 @@ struct Context::Impl {
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
-  CpuExpertExecutor experts;
+  std::unique_ptr<ExpertExecutor> experts;
   KvCache kv;
   StepBuffers buf;
   StepLogits logits;
@@ -143,9 +143,11 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
       pool(positive_threads(o.n_threads)),
       int_acts(!o.exact_activations),
-      experts(pool, int_acts),
+      experts(o.make_experts ? o.make_experts(pool, int_acts)
+                             : std::make_unique<CpuExpertExecutor>(pool, int_acts)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
+  if (!experts) throw Error("ContextOptions::make_experts returned no executor");
   kv.n_ctx = o.n_ctx;
   policy = make_routing_policy(o.routing);
   if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
@@ -206,7 +208,7 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
     Sequence& s = sequence(t.seq);
     reserve_cache(s, t.pos + 1);
   }
-  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, experts, kv, buf,
+  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, *experts, kv, buf,
                            logits, observer};
   forward(op, batch);
   for (const BatchToken& t : batch) {
