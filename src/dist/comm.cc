@@ -9,7 +9,7 @@ Mpi::Mpi() {
   MPI_Initialized(&init);
   if (init) throw Error("MPI is already initialized in this process");
   int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   // A communicator of our own, so library traffic never matches another component's.
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);

@@ -22,7 +22,7 @@ class CollectiveError : public Error {
 
 class Mpi {
  public:
-  Mpi();   // MPI_Init_thread (funneled: only the calling thread talks to MPI)
+  Mpi();   // MPI_Init_thread (serialized: one thread at a time talks to MPI)
   ~Mpi();  // MPI_Finalize, unless abort() ran
   Mpi(const Mpi&) = delete;
   Mpi& operator=(const Mpi&) = delete;

@@ -5,7 +5,8 @@
 //                                 position: gather bit-identical, allreduce within the
 //                                 reference tolerance (NMSE 1e-5, tests/model/golden_test.cc)
 //   test_dist_ep handshake MODEL  rank 1 claims another build, model and placement: every rank
-//                                 must raise the CollectiveError naming it
+//                                 must raise the CollectiveError naming it; and the placement
+//                                 parser's refusals
 //   test_dist_ep die MODEL        rank 1 kills itself (SIGKILL) inside a step: the job must end
 //                                 non-zero (run with a timeout, tests/dist/expect_fail.sh)
 // Exit status 0 when every check holds; each failure is printed with its rank.
@@ -172,6 +173,40 @@ void check_handshake(Session& session, const std::string& path) {
   if (mpi.rank() == 0) std::printf("ok handshake R=%d\n", mpi.size());
 }
 
+// Placement: the contiguous split and the JSON parser's refusals (each names the defect).
+void check_placement(const Mpi& mpi) {
+  const Placement c = Placement::contiguous(4, 10, 2);
+  const std::vector<int> want = {0, 0, 0, 1, 1, 2, 2, 2, 3, 3};
+  if (c.owner.size() != 2 || c.owner[1] != want) fail(mpi, "contiguous 10 experts over 4 ranks");
+  const Placement ok =
+      Placement::parse(R"({"ranks":2,"experts":3,"layers":[[1,0,1],[0,0,1]]})", "t", 2, 3, 2);
+  if (ok.experts_of(0, 1) != std::vector<int>{0, 2} || ok.hash() == c.hash()) {
+    fail(mpi, "parsed placement");
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"[1,2", "not valid JSON"},
+      {"[]", "expected a JSON object"},
+      {R"({"ranks":2,"experts":3})", "missing \"layers\""},
+      {R"({"ranks":4,"experts":3,"layers":[]})", "the job has 2 ranks"},
+      {R"({"ranks":2,"experts":4,"layers":[]})", "the model has 3 experts"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1]]})", "array of 2 arrays"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,1]]})", "layers[1] must list"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,2,1]]})", "layers[1][1] = 2 is not a rank"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,"1",1]]})", "is not a rank"},
+  };
+  for (const auto& [text, expect] : bad) {
+    try {
+      Placement::parse(text, "t", 2, 3, 2);
+      fail(mpi, std::string("placement accepted: ") + text);
+    } catch (const Error& e) {
+      if (!std::strstr(e.what(), expect)) {
+        fail(mpi, std::string("placement ") + text + ": unexpected message: " + e.what());
+      }
+    }
+  }
+  if (mpi.rank() == 0) std::printf("ok placement\n");
+}
+
 // Rank 1 dies inside the second step (at the router of layer 1); the others wait in that
 // layer's combine until the MPI runtime ends the job.
 void die_mid_step(Session& session, const std::string& path) {
@@ -209,7 +244,10 @@ int main(int argc, char** argv) {
     try {
       for (int i = 2; i < argc; ++i) {
         if (mode == "equal") check_equal(session, argv[i]);
-        if (mode == "handshake") check_handshake(session, argv[i]);
+        if (mode == "handshake") {
+          check_handshake(session, argv[i]);
+          check_placement(session.mpi());
+        }
         if (mode == "die") die_mid_step(session, argv[i]);
       }
     } catch (const std::exception& e) {
