@@ -68,6 +68,8 @@ void register_eval(CLI::App& app) {
           std::fprintf(stderr, "%s done\n", what.c_str());
         }
       };
+      // Under --expert-parallel every rank makes the same progress: rank 0 reports it.
+      if (ep.rank() != 0) o.progress = nullptr;
       auto model = ep.load_model(a->model, !a->opts.exact_activations);
       check_specs_fit(o.policies, *model, "--routing");
       if (ep.on()) {
