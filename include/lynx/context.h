@@ -18,6 +18,7 @@ namespace lynx {
 // The routed-expert step (src/model/expert_executor.h); declared here so that a client can
 // supply its own without this header knowing any executor.
 class ExpertExecutor;
+struct BatchToken;
 namespace kernels {
 class ThreadPool;
 }  // namespace kernels
@@ -39,6 +40,9 @@ struct ContextOptions {
   // (src/dist, docs/distributed.md) plugs in here.
   std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool& pool, bool int_acts)>
       make_experts;
+  // Called with every validated batch before it runs (expert parallelism: rank 0 of `serve`
+  // sends each step to the other ranks, which replay it); empty: none.
+  std::function<void(std::span<const BatchToken> batch)> before_eval;
 };
 
 // One token of a step.

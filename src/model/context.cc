@@ -27,6 +27,7 @@ struct Context::Impl {
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
+  std::function<void(std::span<const BatchToken>)> before_eval;
   std::unique_ptr<ExpertExecutor> experts;
   KvCache kv;
   StepBuffers buf;
@@ -152,6 +153,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
   policy = make_routing_policy(o.routing);
   if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
   routing_spec = o.routing;
+  before_eval = o.before_eval;
 }
 
 Sequence& Context::Impl::sequence(int32_t seq) {
@@ -204,6 +206,7 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
 
 void Context::Impl::eval(std::span<const BatchToken> batch) {
   validate(batch);
+  if (before_eval) before_eval(batch);
   for (const BatchToken& t : batch) {
     Sequence& s = sequence(t.seq);
     reserve_cache(s, t.pos + 1);

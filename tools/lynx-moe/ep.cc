@@ -5,6 +5,7 @@
 
 #ifdef LYNX_HAVE_MPI
 #include "dist/session.h"
+#include "dist/step_relay.h"
 #endif
 
 namespace lynx::cli {
@@ -112,6 +113,16 @@ std::vector<RankShare> ExpertParallel::gather(int id) {
   return out;
 }
 
+void ExpertParallel::send_step(const std::string& routing, std::span<const BatchToken> batch) {
+  if (on()) dist::StepRelay(impl_->session->mpi()).send(routing, batch);
+}
+void ExpertParallel::send_stop() {
+  if (on()) dist::StepRelay(impl_->session->mpi()).send_stop();
+}
+void ExpertParallel::follow(Context& ctx) {
+  if (on()) dist::StepRelay(impl_->session->mpi()).follow(ctx);
+}
+
 #else  // a build without MPI
 
 struct ExpertParallel::Impl {};
@@ -146,6 +157,9 @@ int ExpertParallel::configure(ContextOptions&) {
 std::vector<RankShare> ExpertParallel::gather(int) {
   return {};
 }
+void ExpertParallel::send_step(const std::string&, std::span<const BatchToken>) {}
+void ExpertParallel::send_stop() {}
+void ExpertParallel::follow(Context&) {}
 
 #endif
 

@@ -49,6 +49,12 @@ class ExpertParallel {
   // Every rank's share of the context's steps since the last call (collective).
   std::vector<RankShare> gather(int id);
 
+  // serve (dist/step_relay.h): rank 0 sends each step of its engine's context to the other
+  // ranks and, once the server stopped, tells them to stop; the other ranks follow.
+  void send_step(const std::string& routing, std::span<const BatchToken> batch);
+  void send_stop();
+  void follow(Context& ctx);
+
  private:
   explicit ExpertParallel(const EpFlags& flags);
   struct Impl;
