@@ -11,6 +11,7 @@ PKGS=(
   nlohmann-json3-dev    # JSON for the server, eval and bench output
   libcpp-httplib-dev    # HTTP server
   libcli11-dev          # command-line flags
+  openmpi-bin libopenmpi-dev  # expert parallelism over MPI (src/dist, optional at build)
   clang libclang-rt-14-dev  # libFuzzer target for the GGUF reader
   python3 python3-numpy # independent reference forward pass (tests/reference)
 )

@@ -15,6 +15,14 @@
 
 namespace lynx {
 
+// The routed-expert step (src/model/expert_executor.h); declared here so that a client can
+// supply its own without this header knowing any executor.
+class ExpertExecutor;
+struct BatchToken;
+namespace kernels {
+class ThreadPool;
+}  // namespace kernels
+
 struct ContextOptions {
   int n_threads = 0;             // 0 = hardware concurrency
   int n_ctx = 4096;              // context limit per sequence (positions)
@@ -27,6 +35,14 @@ struct ContextOptions {
   // exactly: matches the float64 reference to float32 rounding). F32/F16/BF16 weights always
   // use F32 activations.
   bool exact_activations = false;
+  // Makes the context's expert executor from its thread pool and product path
+  // (!exact_activations); empty: this process's CPU kernels. Expert parallelism over MPI
+  // (src/dist, docs/distributed.md) plugs in here.
+  std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool& pool, bool int_acts)>
+      make_experts;
+  // Called with every validated batch before it runs (expert parallelism: rank 0 of `serve`
+  // sends each step to the other ranks, which replay it); empty: none.
+  std::function<void(std::span<const BatchToken> batch)> before_eval;
 };
 
 // One token of a step.

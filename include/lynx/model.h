@@ -148,6 +148,12 @@ struct LoadOptions {
   bool repack_float = true;
   // Threads for the repack (0: one per hardware thread).
   int threads = 0;
+  // Expert parallelism (docs/distributed.md): when set, only the experts e of layer il with
+  // keep_expert(il, e) are prepared (read ahead, repacked); the others stay untouched in the
+  // file mapping, so the resident memory is the dense weights plus the kept experts. The
+  // file is then not read ahead as a whole either. Computing with an expert not kept reads
+  // it from the file (correct, but slow and resident).
+  std::function<bool(int layer, int expert)> keep_expert;
 };
 
 class Model {

@@ -57,6 +57,11 @@ struct ServerOptions {
   // Called once on the engine's Context before serving (e.g. `serve --routing-trace` installs
   // a router override so a random-weight model routes like a trained one); null = none.
   std::function<void(Context&)> configure_context;
+  // Loads the model instead of Model::load (expert parallelism: this rank's shard behind the
+  // ranks' handshake), and adjusts the engine's ContextOptions (its expert executor, a hook
+  // per step); null = none.
+  std::function<std::unique_ptr<Model>(const std::string& path, const LoadOptions&)> load_model;
+  std::function<void(ContextOptions&)> configure_options;
   // One line per event worth an operator's attention (start, errors, shutdown); null = none.
   std::function<void(const std::string&)> log;
 };

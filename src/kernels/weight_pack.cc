@@ -72,6 +72,7 @@ std::unique_ptr<PackedWeights> pack_weights(std::span<MatrixRef* const> mats,
     const size_t group_bytes = m->row_bytes * size_t(kPanelRows);
     const int64_t step = std::max<int64_t>(1, int64_t((size_t(1) << 20) / group_bytes));
     for (int64_t i = 0; i < m->n_mat; ++i) {
+      if (m->keep && !m->keep[i]) continue;
       for (int64_t g = 0; g < groups; g += step) {
         items.push_back({m, layout, total, i, g, std::min(groups, g + step)});
       }

@@ -22,6 +22,9 @@ struct MatrixRef {
   int64_t rows = 0, cols = 0, n_mat = 1;
   size_t row_bytes = 0, mat_bytes = 0;
   WeightLayout layout = WeightLayout::kRows;
+  // [n_mat] or nullptr: matrices with keep[i] == 0 are not copied (their part of the
+  // allocation is never written, so never resident); for expert-parallel shards.
+  const uint8_t* keep = nullptr;
 };
 
 struct PackOptions {

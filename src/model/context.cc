@@ -27,7 +27,8 @@ struct Context::Impl {
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
-  CpuExpertExecutor experts;
+  std::function<void(std::span<const BatchToken>)> before_eval;
+  std::unique_ptr<ExpertExecutor> experts;
   KvCache kv;
   StepBuffers buf;
   StepLogits logits;
@@ -143,13 +144,16 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
       pool(positive_threads(o.n_threads)),
       int_acts(!o.exact_activations),
-      experts(pool, int_acts),
+      experts(o.make_experts ? o.make_experts(pool, int_acts)
+                             : std::make_unique<CpuExpertExecutor>(pool, int_acts)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
+  if (!experts) throw Error("ContextOptions::make_experts returned no executor");
   kv.n_ctx = o.n_ctx;
   policy = make_routing_policy(o.routing);
   if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
   routing_spec = o.routing;
+  before_eval = o.before_eval;
 }
 
 Sequence& Context::Impl::sequence(int32_t seq) {
@@ -202,11 +206,12 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
 
 void Context::Impl::eval(std::span<const BatchToken> batch) {
   validate(batch);
+  if (before_eval) before_eval(batch);
   for (const BatchToken& t : batch) {
     Sequence& s = sequence(t.seq);
     reserve_cache(s, t.pos + 1);
   }
-  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, experts, kv, buf,
+  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, *experts, kv, buf,
                            logits, observer};
   forward(op, batch);
   for (const BatchToken& t : batch) {

@@ -26,6 +26,11 @@ kernels::ExpertMatrices matrices(const Weight& w) {
 
 void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                             const LayerWeights& layer, float* out) {
+  kernels::mix_id(plan, rows(plan, x, layer), x.cols, out);
+}
+
+const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                     const LayerWeights& layer) {
   const Weight &wg = layer.gate_exps, &wu = layer.up_exps, &wd = layer.down_exps;
   const int64_t E = x.cols, F = wg.rows;
   const int rows = plan.rows();
@@ -72,11 +77,11 @@ void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x
     kernels::swiglu(gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
   }
 
-  // (rows, E) down, then (T, E) the weighted mix.
+  // (rows, E) down; run() then mixes them into (T, E).
   const kernels::MatIdJob down[1] = {
       {matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr, down_.data()}};
   kernels::matmul_id(pool_, plan, down);
-  kernels::mix_id(plan, down_.data(), E, out);
+  return down_.data();
 }
 
 }  // namespace lynx

@@ -15,6 +15,11 @@ class CpuExpertExecutor final : public ExpertExecutor {
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
            float* out) override;
+  // The step before the mix: every grouped row's expert output, [plan.rows() x n_embd] in
+  // plan order (valid until the next call). An executor that combines rows computed
+  // elsewhere (src/dist) mixes them itself with kernels::mix_id.
+  const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                    const LayerWeights& layer);
 
  private:
   kernels::ThreadPool& pool_;

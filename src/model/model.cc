@@ -295,7 +295,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->cfg_ = read_config(m->file_);
   m->arena_ = std::make_shared<ModelArena>();
   m->bind_weights();
-  if (opts.prefetch) m->file_.prefetch(opts.progress);
+  if (opts.prefetch && !opts.keep_expert) m->file_.prefetch(opts.progress);
   if (opts.repack || opts.repack_float) m->pack_weights(opts);
   return m;
 }
@@ -349,6 +349,18 @@ void Model::pack_weights(const LoadOptions& opts) {
   std::vector<kernels::MatrixRef> refs;
   refs.reserve(weights.size());
   for (const Weight* w : weights) refs.push_back(matrix_ref(*w));
+  // Expert shards: per layer, which experts to pack (LoadOptions::keep_expert).
+  std::vector<std::vector<uint8_t>> keep(opts.keep_expert ? layers_.size() : 0);
+  for (size_t il = 0; il < keep.size(); ++il) {
+    for (int e = 0; e < cfg_.n_expert; ++e) keep[il].push_back(opts.keep_expert(int(il), e));
+    for (kernels::MatrixRef& r : refs) {
+      const LayerWeights& l = layers_[il];
+      if (r.n_mat > 1 &&
+          (r.data == l.gate_exps.data || r.data == l.up_exps.data || r.data == l.down_exps.data)) {
+        r.keep = keep[il].data();
+      }
+    }
+  }
   std::vector<kernels::MatrixRef*> ptrs;
   for (kernels::MatrixRef& r : refs) ptrs.push_back(&r);
   kernels::PackOptions po;

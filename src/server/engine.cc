@@ -12,6 +12,7 @@ ContextOptions context_options(const ServerOptions& o) {
   c.exact_activations = o.exact_activations;
   c.n_ctx = o.n_ctx;
   c.routing = o.routing;
+  if (o.configure_options) o.configure_options(c);
   return c;
 }
 SchedulerOptions scheduler_options(const ServerOptions& o) {

@@ -360,7 +360,8 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   // copy back to rows: keep the file's layout then.
   LoadOptions lo;
   lo.repack = !s.opts.exact_activations;
-  s.model = Model::load(s.opts.model_path, lo);
+  s.model = s.opts.load_model ? s.opts.load_model(s.opts.model_path, lo)
+                              : Model::load(s.opts.model_path, lo);
   // The model was trained up to its context length; positions past it are untested (RoPE
   // extrapolation), and a 4096 default let a request without max_tokens run 16x past a
   // 256-token model. The operator can still ask for more.

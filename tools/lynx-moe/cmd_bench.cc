@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ep.h"
 #include "kernels/thread_pool.h"
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
@@ -32,6 +33,7 @@ struct Args {
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
   bool no_repack = false;
+  EpFlags ep;
 };
 
 struct Sample {
@@ -43,6 +45,8 @@ struct Sample {
   double route_s = 0;                  // routing policy time per decode step
   double expert_s = 0;                 // time in the routed experts per decode step
   double expert_bytes = 0;             // expert weight bytes read per decode step
+  std::vector<RankShare> ranks;        // --expert-parallel: each rank's share, summed over
+  int gen_steps = 0;                   // the gen_steps decode steps
 };
 
 struct Row {
@@ -71,8 +75,9 @@ double stddev(const std::vector<double>& v) {
 // speedup ratios. Decoding is greedy.
 std::vector<Sample> run_cell(const Model& model, const Args& a,
                              const std::vector<std::string>& policies, int B, int T, uint64_t seed,
-                             const TraceReplay* replay) {
+                             const TraceReplay* replay, ExpertParallel& ep) {
   const size_t P = policies.size();
+  std::vector<int> ep_ids(P, -1);
   const int V = model.config().n_vocab;
   std::vector<std::unique_ptr<Context>> ctxs;
   std::vector<std::unique_ptr<BatchLoop>> loops;
@@ -83,6 +88,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
     co.routing = policies[p];
     co.exact_activations = a.exact_acts;
+    ep_ids[p] = ep.configure(co);
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
     if (replay) ctx.set_router_override(replay->override_fn());
@@ -102,7 +108,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     double prefill_s = 0;
     while (loop.prefill_pending()) prefill_s += loop.step().seconds;  // one sequence per step
     out[p].prefill_tps = prefill_s > 0 ? double(B) * a.prompt / prefill_s : 0;
-    ctx.reset_stats();  // expert counts of the decode steps only
+    ctx.reset_stats();     // expert counts of the decode steps only
+    ep.gather(ep_ids[p]);  // likewise the ranks' shares (collective, like every gather)
   }
   // Decode: B tokens per step, all sequences of a policy advancing together.
   for (int g = 0; g < a.gen; ++g) {
@@ -116,6 +123,17 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
       s.route_s += st.routing_seconds;
       s.expert_s += st.expert_seconds;
       s.expert_bytes += double(st.expert_bytes);
+      const std::vector<RankShare> shares = ep.gather(ep_ids[p]);
+      s.ranks.resize(shares.size());
+      for (size_t r = 0; r < shares.size(); ++r) {
+        RankShare& d = s.ranks[r];
+        d.tokens += shares[r].tokens;
+        d.experts += shares[r].experts;
+        d.bytes += shares[r].bytes;
+        d.comm_bytes += shares[r].comm_bytes;
+        d.compute_s += shares[r].compute_s;
+        d.comm_s += shares[r].comm_s;
+      }
     }
   }
   for (size_t p = 0; p < P; ++p) {
@@ -127,6 +145,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.expert_s /= a.gen;
     s.expert_bytes /= a.gen;
     s.expert_tokens = ctxs[p]->expert_tokens();
+    s.gen_steps = a.gen;
   }
   return out;
 }
@@ -219,7 +238,7 @@ using CellBandwidth = std::map<std::pair<int, int>, std::vector<double>>;  // (t
 std::vector<Row> run_rows(const Model& model, const Args& a,
                           const std::vector<std::string>& policies, const std::vector<int>& batches,
                           const std::vector<int>& threads, const TraceReplay* replay,
-                          CellBandwidth& cell_bw) {
+                          CellBandwidth& cell_bw, ExpertParallel& ep) {
   std::vector<Row> rows;
   for (int t : threads) {
     for (int b : batches) {
@@ -237,13 +256,54 @@ std::vector<Row> run_rows(const Model& model, const Args& a,
       }
       cell_bw[{first.threads, first.batch}].push_back(g);
       auto samples = run_cell(model, a, policies, first.batch, first.threads,
-                              a.seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay);
+                              a.seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay, ep);
       for (size_t p = 0; p < P; ++p) rows[i + p].reps.push_back(std::move(samples[p]));
     }
     std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a.reps);
   }
   std::fprintf(stderr, "\n");
   return rows;
+}
+
+// --expert-parallel: each rank's share of a decode step (means over the steps and
+// repetitions), and the busiest rank's share of the routed tokens (1/R is balanced).
+nlohmann::json rank_summary(const ModelConfig& c, const Row& row) {
+  const size_t R = row.reps[0].ranks.size();
+  const double steps = double(row.reps.size());
+  nlohmann::json ranks = nlohmann::json::array();
+  double total = 0, busiest = 0, max_compute = 0, max_comm = 0;
+  for (size_t r = 0; r < R; ++r) {
+    RankShare m;
+    for (const Sample& s : row.reps) {
+      const RankShare& x = s.ranks[r];
+      m.tokens += x.tokens;
+      m.experts += x.experts;
+      m.bytes += x.bytes;
+      m.comm_bytes += x.comm_bytes;
+      m.compute_s += x.compute_s;
+      m.comm_s += x.comm_s;
+    }
+    const double gen = double(row.reps[0].gen_steps);
+    const double per = steps * gen;
+    const double tokens = double(m.tokens) / per;
+    total += tokens;
+    busiest = std::max(busiest, tokens);
+    max_compute = std::max(max_compute, m.compute_s / per * 1e3);
+    max_comm = std::max(max_comm, m.comm_s / per * 1e3);
+    ranks.push_back({{"rank", r},
+                     {"tokens_per_step", tokens},
+                     {"local_experts_per_layer", double(m.experts) / per / c.n_layer},
+                     {"expert_mb_per_step", double(m.bytes) / per / 1e6},
+                     {"comm_mb_per_step", double(m.comm_bytes) / per / 1e6},
+                     {"compute_ms", m.compute_s / per * 1e3},
+                     {"comm_ms", m.comm_s / per * 1e3}});
+  }
+  return {{"ranks", ranks},
+          {"ep_ranks", R},
+          {"busiest_rank_share", total > 0 ? busiest / total : 0.0},
+          {"imbalance", total > 0 ? busiest * double(R) / total : 0.0},
+          {"max_rank_compute_ms", max_compute},
+          {"max_rank_comm_ms", max_comm}};
 }
 
 // One JSON object per row: means and spreads over the repetitions, rooflines, and speedups
@@ -316,17 +376,40 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
                    {"speedup_vs_first", base_tpot / mean(tpot)},
                    {"speedup_sd", stddev(rep_speedup)},
                    {"expert_speedup_sd", stddev(rep_espeedup)}});
+    if (!row.reps.empty() && !row.reps[0].ranks.empty()) out.back().update(rank_summary(c, row));
   }
   return out;
 }
 
+// --expert-parallel: one line per (row, rank).
+void print_ranks_md(const nlohmann::json& out) {
+  if (out.empty() || !out[0].contains("ranks")) return;
+  std::printf(
+      "\nexpert parallel, per rank and decode step (busiest share: the busiest rank's part of "
+      "the routed tokens, 1/R when balanced)\n\n"
+      "| policy | batch | rank | tokens | local experts/layer | expert MB | compute ms | comm ms "
+      "| comm MB | busiest share |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& j : out) {
+    for (const auto& r : j["ranks"]) {
+      std::printf("| %s | %d | %d | %.1f | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |\n",
+                  j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
+                  r["rank"].get<int>(), r["tokens_per_step"].get<double>(),
+                  r["local_experts_per_layer"].get<double>(), r["expert_mb_per_step"].get<double>(),
+                  r["compute_ms"].get<double>(), r["comm_ms"].get<double>(),
+                  r["comm_mb_per_step"].get<double>(), j["busiest_rank_share"].get<double>());
+    }
+  }
+}
+
 void print_csv(const nlohmann::json& out) {
+  const bool ep = !out.empty() && out[0].contains("ranks");
   std::printf(
       "model,type,policy,batch,threads,decode_tps,decode_tps_sd,tpot_ms,tpot_ms_sd,"
       "prefill_tps,distinct_experts,bytes_per_step,achieved_gbps,read_bw_gbps,"
-      "roofline_ratio,speedup,expert_ms,expert_speedup\n");
+      "roofline_ratio,speedup,expert_ms,expert_speedup%s\n",
+      ep ? ",ep_ranks,busiest_rank_share,imbalance,max_rank_compute_ms,max_rank_comm_ms" : "");
   for (const auto& j : out) {
-    std::printf("%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f\n",
+    std::printf("%s,%s,%s,%d,%d,%.2f,%.2f,%.3f,%.3f,%.1f,%.2f,%.0f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f",
                 j["model"].get<std::string>().c_str(), j["type"].get<std::string>().c_str(),
                 j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
                 j["threads"].get<int>(), j["decode_tps"].get<double>(),
@@ -336,6 +419,12 @@ void print_csv(const nlohmann::json& out) {
                 j["achieved_gbps"].get<double>(), j["read_bw_gbps"].get<double>(),
                 j["roofline_ratio"].get<double>(), j["speedup_vs_first"].get<double>(),
                 j["expert_ms"].get<double>(), j["expert_speedup_vs_first"].get<double>());
+    if (ep) {
+      std::printf(",%d,%.4f,%.4f,%.4f,%.4f", j["ep_ranks"].get<int>(),
+                  j["busiest_rank_share"].get<double>(), j["imbalance"].get<double>(),
+                  j["max_rank_compute_ms"].get<double>(), j["max_rank_comm_ms"].get<double>());
+    }
+    std::printf("\n");
   }
 }
 
@@ -377,8 +466,8 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
 }
 
 void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
-               const std::vector<std::string>& policies) {
-  auto model = load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
+               const std::vector<std::string>& policies, ExpertParallel& ep) {
+  auto model = ep.load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
   check_specs_fit(policies, *model, "--routing");
   const ModelConfig& c = model->config();
   std::unique_ptr<TraceReplay> replay;
@@ -386,9 +475,9 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   const Peaks pk = measure_peaks(a, threads);
   CellBandwidth cell_bw;
   const std::vector<Row> rows =
-      run_rows(*model, a, policies, batches, threads, replay.get(), cell_bw);
+      run_rows(*model, a, policies, batches, threads, replay.get(), cell_bw, ep);
   const nlohmann::json out = summarize(*model, rows, policies, cell_bw);
-  if (!a.plot.empty()) write_plot(a, c, rows, out, policies, batches, threads);
+  if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
   const char* acts = a.exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
   const char* layout = a.no_repack    ? "rows"
@@ -401,7 +490,13 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
                         {"rows", out}};
   for (auto& [t, g] : pk.bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
   for (auto& [t, g] : pk.fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
-  if (!a.save_json.empty()) {
+  if (ep.on()) {
+    doc["expert_parallel"] = {
+        {"ranks", ep.ranks()},
+        {"combine", a.ep.combine},
+        {"placement", a.ep.placement.empty() ? "contiguous" : a.ep.placement}};
+  }
+  if (!a.save_json.empty() && ep.rank() == 0) {
     std::ofstream f(a.save_json);
     f << doc.dump(2) << "\n";
     f.close();
@@ -416,6 +511,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
     return;
   }
   print_md(c, out, pk, commit, acts, layout);
+  print_ranks_md(out);
 }
 
 }  // namespace
@@ -444,22 +540,25 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
   cmd->add_option("--save-json", a->save_json, "Also write the JSON results to this file");
   cmd->add_option("-o,--output", a->output, "md, csv or json");
+  add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {
-    if (a->output != "md" && a->output != "csv" && a->output != "json") {
-      throw UsageError("-o must be md, csv or json");
-    }
-    const auto batches = parse_int_list(a->batch, "--batch");
-    const auto threads = parse_int_list(a->threads, "--threads");
-    const auto policies = routing_specs(a->routing, "--routing");
-    for (int b : batches) {
-      if (b < 1 || b > (1 << 16)) throw UsageError("--batch values must be in [1, 65536]");
-    }
-    for (int t : threads) {
-      if (t < 1 || t > kMaxThreads) {
-        throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
+    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
+      if (a->output != "md" && a->output != "csv" && a->output != "json") {
+        throw UsageError("-o must be md, csv or json");
       }
-    }
-    run_bench(*a, batches, threads, policies);
+      const auto batches = parse_int_list(a->batch, "--batch");
+      const auto threads = parse_int_list(a->threads, "--threads");
+      const auto policies = routing_specs(a->routing, "--routing");
+      for (int b : batches) {
+        if (b < 1 || b > (1 << 16)) throw UsageError("--batch values must be in [1, 65536]");
+      }
+      for (int t : threads) {
+        if (t < 1 || t > kMaxThreads) {
+          throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
+        }
+      }
+      run_bench(*a, batches, threads, policies, ep);
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ep.h"
 #include "lynx/eval.h"
 
 namespace lynx::cli {
@@ -15,6 +16,7 @@ void register_eval(CLI::App& app) {
   struct Args {
     std::string model, data, routing = "topk;lynx", batch = "1,4,16,32", output = "md";
     EvalOptions opts;
+    EpFlags ep;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "Accuracy of routing policies on held-out documents");
@@ -39,93 +41,105 @@ void register_eval(CLI::App& app) {
       ->check(int_in(0, kMaxThreads));
   add_exact_acts_flag(cmd, &a->opts.exact_activations);
   cmd->add_option("-o,--output", a->output, "md, csv or json");
+  add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {
-    if (a->output != "md" && a->output != "csv" && a->output != "json") {
-      throw UsageError("-o must be md, csv or json");
-    }
-    EvalOptions o = a->opts;
-    o.policies = routing_specs(a->routing, "--routing");
-    o.batches = parse_int_list(a->batch, "--batch");
-    for (int b : o.batches) {
-      if (b < 1 || b > (1 << 16))
-        throw UsageError("--batch: " + std::to_string(b) + " is out of range [1, 65536]");
-    }
-    const bool tty = isatty(STDERR_FILENO);
-    o.progress = [tty, last = std::string()](const std::string& what, size_t done,
-                                             size_t total) mutable {
-      const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
-      const std::string line = what + ": " + std::to_string(pct) + "%";
-      if (line == last) return;
-      last = line;
-      if (tty) {
-        std::fprintf(stderr, "\r\033[K%s", line.c_str());
-        if (done >= total) std::fprintf(stderr, "\n");
-      } else if (done >= total) {
-        std::fprintf(stderr, "%s done\n", what.c_str());
+    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
+      if (a->output != "md" && a->output != "csv" && a->output != "json") {
+        throw UsageError("-o must be md, csv or json");
       }
-    };
-    auto model = load_model(a->model, !a->opts.exact_activations);
-    check_specs_fit(o.policies, *model, "--routing");
-    auto tok = Tokenizer::from_gguf(model->file());
-    const auto docs = read_eval_documents(a->data);
-    const auto rows = evaluate(*model, *tok, docs, o);
-    const ModelConfig& c = model->config();
+      EvalOptions o = a->opts;
+      o.policies = routing_specs(a->routing, "--routing");
+      o.batches = parse_int_list(a->batch, "--batch");
+      for (int b : o.batches) {
+        if (b < 1 || b > (1 << 16))
+          throw UsageError("--batch: " + std::to_string(b) + " is out of range [1, 65536]");
+      }
+      const bool tty = isatty(STDERR_FILENO);
+      o.progress = [tty, last = std::string()](const std::string& what, size_t done,
+                                               size_t total) mutable {
+        const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+        const std::string line = what + ": " + std::to_string(pct) + "%";
+        if (line == last) return;
+        last = line;
+        if (tty) {
+          std::fprintf(stderr, "\r\033[K%s", line.c_str());
+          if (done >= total) std::fprintf(stderr, "\n");
+        } else if (done >= total) {
+          std::fprintf(stderr, "%s done\n", what.c_str());
+        }
+      };
+      // Under --expert-parallel every rank makes the same progress: rank 0 reports it.
+      if (ep.rank() != 0) o.progress = nullptr;
+      auto model = ep.load_model(a->model, !a->opts.exact_activations);
+      check_specs_fit(o.policies, *model, "--routing");
+      if (ep.on()) {
+        ContextOptions co;
+        ep.configure(co);
+        o.make_experts = co.make_experts;
+      }
+      auto tok = Tokenizer::from_gguf(model->file());
+      const auto docs = read_eval_documents(a->data);
+      const auto rows = evaluate(*model, *tok, docs, o);
+      const ModelConfig& c = model->config();
 
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& r : rows) {
-      j.push_back({{"policy", r.policy},
-                   {"batch", r.batch},
-                   {"tokens", r.tokens},
-                   {"ppl", r.ppl},
-                   {"accuracy", r.accuracy},
-                   {"kl", r.kl},
-                   {"distinct_experts", r.distinct},
-                   {"distinct_exact", r.distinct_exact},
-                   {"mass_kept", r.mass_kept},
-                   {"frac_changed", r.frac_changed},
-                   {"d_nll", {r.d_nll.mean, r.d_nll.lo, r.d_nll.hi}},
-                   {"d_acc", {r.d_acc.mean, r.d_acc.lo, r.d_acc.hi}},
-                   {"gen_agreement", r.gen_agreement},
-                   {"code_exact_match", r.code_exact_match}});
-    }
-    if (a->output == "json") {
-      nlohmann::json doc = {
-          {"model", c.name}, {"commit", LYNX_GIT_COMMIT}, {"documents", docs.size()}, {"rows", j}};
-      std::printf("%s\n", doc.dump(2).c_str());
-      return;
-    }
-    if (a->output == "csv") {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& r : rows) {
+        j.push_back({{"policy", r.policy},
+                     {"batch", r.batch},
+                     {"tokens", r.tokens},
+                     {"ppl", r.ppl},
+                     {"accuracy", r.accuracy},
+                     {"kl", r.kl},
+                     {"distinct_experts", r.distinct},
+                     {"distinct_exact", r.distinct_exact},
+                     {"mass_kept", r.mass_kept},
+                     {"frac_changed", r.frac_changed},
+                     {"d_nll", {r.d_nll.mean, r.d_nll.lo, r.d_nll.hi}},
+                     {"d_acc", {r.d_acc.mean, r.d_acc.lo, r.d_acc.hi}},
+                     {"gen_agreement", r.gen_agreement},
+                     {"code_exact_match", r.code_exact_match}});
+      }
+      if (a->output == "json") {
+        nlohmann::json doc = {{"model", c.name},
+                              {"commit", LYNX_GIT_COMMIT},
+                              {"documents", docs.size()},
+                              {"rows", j}};
+        std::printf("%s\n", doc.dump(2).c_str());
+        return;
+      }
+      if (a->output == "csv") {
+        std::printf(
+            "policy,batch,tokens,ppl,accuracy,kl,distinct,distinct_exact,mass_kept,"
+            "frac_changed,d_nll,d_nll_lo,d_nll_hi,d_acc,d_acc_lo,d_acc_hi,gen_agreement,"
+            "code_exact_match\n");
+        for (const auto& r : rows) {
+          std::printf(
+              "%s,%d,%lld,%.4f,%.4f,%.5f,%.2f,%.2f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,"
+              "%.5f,%.4f,%.4f\n",
+              r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.distinct,
+              r.distinct_exact, r.mass_kept, r.frac_changed, r.d_nll.mean, r.d_nll.lo, r.d_nll.hi,
+              r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match);
+        }
+        return;
+      }
       std::printf(
-          "policy,batch,tokens,ppl,accuracy,kl,distinct,distinct_exact,mass_kept,"
-          "frac_changed,d_nll,d_nll_lo,d_nll_hi,d_acc,d_acc_lo,d_acc_hi,gen_agreement,"
-          "code_exact_match\n");
+          "lynx-moe eval | commit %s | model %s (%d layers, %d/%d experts) | %zu documents\n\n",
+          LYNX_GIT_COMMIT, c.name.c_str(), c.n_layer, c.n_expert_used, c.n_expert, docs.size());
+      std::printf(
+          "| policy | B | tokens | PPL | acc | KL | dNLL/token [95%% CI] | dAcc [95%% CI] "
+          "| experts/layer | exact | mass kept | changed | greedy agree | code EM |\n");
+      std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
       for (const auto& r : rows) {
         std::printf(
-            "%s,%d,%lld,%.4f,%.4f,%.5f,%.2f,%.2f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,"
-            "%.5f,%.4f,%.4f\n",
-            r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.distinct,
-            r.distinct_exact, r.mass_kept, r.frac_changed, r.d_nll.mean, r.d_nll.lo, r.d_nll.hi,
-            r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match);
+            "| %s | %d | %lld | %.3f | %.4f | %.5f | %+.4f [%+.4f, %+.4f] | %+.4f [%+.4f, "
+            "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |\n",
+            r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.d_nll.mean,
+            r.d_nll.lo, r.d_nll.hi, r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.distinct,
+            r.distinct_exact, r.mass_kept, r.frac_changed,
+            r.gen_agreement < 0 ? "-" : std::to_string(r.gen_agreement).substr(0, 5).c_str(),
+            r.code_exact_match < 0 ? "-" : std::to_string(r.code_exact_match).substr(0, 5).c_str());
       }
-      return;
-    }
-    std::printf(
-        "lynx-moe eval | commit %s | model %s (%d layers, %d/%d experts) | %zu documents\n\n",
-        LYNX_GIT_COMMIT, c.name.c_str(), c.n_layer, c.n_expert_used, c.n_expert, docs.size());
-    std::printf(
-        "| policy | B | tokens | PPL | acc | KL | dNLL/token [95%% CI] | dAcc [95%% CI] "
-        "| experts/layer | exact | mass kept | changed | greedy agree | code EM |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const auto& r : rows) {
-      std::printf(
-          "| %s | %d | %lld | %.3f | %.4f | %.5f | %+.4f [%+.4f, %+.4f] | %+.4f [%+.4f, "
-          "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |\n",
-          r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.d_nll.mean,
-          r.d_nll.lo, r.d_nll.hi, r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.distinct,
-          r.distinct_exact, r.mass_kept, r.frac_changed,
-          r.gen_agreement < 0 ? "-" : std::to_string(r.gen_agreement).substr(0, 5).c_str(),
-          r.code_exact_match < 0 ? "-" : std::to_string(r.code_exact_match).substr(0, 5).c_str());
-    }
+    });
   });
 }
 

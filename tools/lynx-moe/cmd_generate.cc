@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ep.h"
 #include "lynx/chat.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
@@ -21,6 +22,7 @@ struct Args {
   float temp = 0.f, top_p = 1.f;
   bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
   std::string chat_format, system;
+  EpFlags ep;
 };
 
 struct PolicyRun {
@@ -38,8 +40,9 @@ struct PolicyRun {
 
 PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
                      const std::vector<std::string>& prompts, const std::string& spec,
-                     routing::TraceWriter* trace) {
+                     routing::TraceWriter* trace, ExpertParallel& ep) {
   ContextOptions co;
+  ep.configure(co);
   co.n_threads = a.threads;
   co.n_ctx = a.ctx;
   co.routing = spec;
@@ -149,74 +152,78 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a->exact_acts);
+  add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {
-    const std::vector<std::string> specs = routing_specs(a->routing, "--routing");
-    std::vector<std::string> base;
-    if (!a->prompts_file.empty()) {
-      std::istringstream f(read_text_file(a->prompts_file, "--prompts-file"));
-      for (std::string line; std::getline(f, line);) {
-        if (!line.empty()) base.push_back(line);
-      }
-    }
-    if (!a->prompt.empty()) base.insert(base.begin(), a->prompt);
-    if (base.empty()) throw Error("give a prompt with -p or -f");
-    std::vector<std::string> prompts;
-    for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
-      prompts.push_back(base[size_t(i) % base.size()]);
-    }
-    auto model = load_model(a->model, !a->exact_acts);
-    check_specs_fit(specs, *model, "--routing");
-    auto tok = Tokenizer::from_gguf(model->file());
-    const ModelConfig& c = model->config();
-    std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
-                c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used, a->parallel,
-                a->n_predict);
-    std::vector<PolicyRun> runs;
-    std::unique_ptr<routing::TraceWriter> trace;
-    if (!a->record_trace.empty()) {
-      if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
-      routing::TraceHeader h;
-      h.n_layers = c.n_layer;
-      h.n_expert = c.n_expert;
-      h.n_expert_used = c.n_expert_used;
-      h.func = c.gating.func;
-      h.norm_topk = c.gating.norm_topk;
-      h.weights_scale = c.gating.weights_scale;
-      trace = std::make_unique<routing::TraceWriter>(a->record_trace, h);
-    }
-    for (const std::string& spec : specs) {
-      runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get()));
-      if (runs.back().failed > 0) {
-        throw Error("routing " + spec + ": " + std::to_string(runs.back().failed) + " of " +
-                    std::to_string(prompts.size()) +
-                    " sequences failed; first: " + runs.back().first_error);
-      }
-      if (trace) {
-        trace->close();
-        trace.reset();
-        std::fprintf(stderr, "wrote routing trace %s\n", a->record_trace.c_str());
-      }
-      const PolicyRun& r = runs.back();
-      if (!a->quiet) {
-        std::printf("\n=== routing %s ===\n", spec.c_str());
-        for (size_t i = 0; i < prompts.size(); ++i) {
-          std::printf("[%zu] %s%s\n", i, prompts[i].c_str(), r.texts[i].c_str());
+    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
+      const std::vector<std::string> specs = routing_specs(a->routing, "--routing");
+      std::vector<std::string> base;
+      if (!a->prompts_file.empty()) {
+        std::istringstream f(read_text_file(a->prompts_file, "--prompts-file"));
+        for (std::string line; std::getline(f, line);) {
+          if (!line.empty()) base.push_back(line);
         }
       }
-    }
-    std::printf("\n%-28s %8s %10s %10s %9s %9s %9s %8s\n", "routing", "gen tok", "prefill/s",
-                "decode/s", "TPOT ms", "experts", "exact", "mass");
-    for (const PolicyRun& r : runs) {
-      const double dec_tps = r.decode_s > 0 ? double(r.decode_tokens) / r.decode_s : 0;
-      const double tpot = r.decode_steps > 0 ? 1e3 * r.decode_s / double(r.decode_steps) : 0;
-      std::printf("%-28s %8lld %10.1f %10.1f %9.2f %9.2f %9.2f %8.3f\n", r.spec.c_str(),
-                  (long long)r.gen_tokens,
-                  r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0.0, dec_tps, tpot,
-                  r.distinct, r.distinct_exact, r.total.mean_mass_kept());
-    }
-    std::printf(
-        "(decode/s over steps without prefill; experts = mean distinct experts per MoE "
-        "layer per decode step, exact = what top-k would activate)\n");
+      if (!a->prompt.empty()) base.insert(base.begin(), a->prompt);
+      if (base.empty()) throw Error("give a prompt with -p or -f");
+      std::vector<std::string> prompts;
+      for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
+        prompts.push_back(base[size_t(i) % base.size()]);
+      }
+      auto model = ep.load_model(a->model, !a->exact_acts);
+      check_specs_fit(specs, *model, "--routing");
+      auto tok = Tokenizer::from_gguf(model->file());
+      const ModelConfig& c = model->config();
+      std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
+                  c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used,
+                  a->parallel, a->n_predict);
+      std::vector<PolicyRun> runs;
+      std::unique_ptr<routing::TraceWriter> trace;
+      // Under --expert-parallel every rank computes the same trace: rank 0 writes it.
+      if (!a->record_trace.empty() && ep.rank() == 0) {
+        if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
+        routing::TraceHeader h;
+        h.n_layers = c.n_layer;
+        h.n_expert = c.n_expert;
+        h.n_expert_used = c.n_expert_used;
+        h.func = c.gating.func;
+        h.norm_topk = c.gating.norm_topk;
+        h.weights_scale = c.gating.weights_scale;
+        trace = std::make_unique<routing::TraceWriter>(a->record_trace, h);
+      }
+      for (const std::string& spec : specs) {
+        runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get(), ep));
+        if (runs.back().failed > 0) {
+          throw Error("routing " + spec + ": " + std::to_string(runs.back().failed) + " of " +
+                      std::to_string(prompts.size()) +
+                      " sequences failed; first: " + runs.back().first_error);
+        }
+        if (trace) {
+          trace->close();
+          trace.reset();
+          std::fprintf(stderr, "wrote routing trace %s\n", a->record_trace.c_str());
+        }
+        const PolicyRun& r = runs.back();
+        if (!a->quiet) {
+          std::printf("\n=== routing %s ===\n", spec.c_str());
+          for (size_t i = 0; i < prompts.size(); ++i) {
+            std::printf("[%zu] %s%s\n", i, prompts[i].c_str(), r.texts[i].c_str());
+          }
+        }
+      }
+      std::printf("\n%-28s %8s %10s %10s %9s %9s %9s %8s\n", "routing", "gen tok", "prefill/s",
+                  "decode/s", "TPOT ms", "experts", "exact", "mass");
+      for (const PolicyRun& r : runs) {
+        const double dec_tps = r.decode_s > 0 ? double(r.decode_tokens) / r.decode_s : 0;
+        const double tpot = r.decode_steps > 0 ? 1e3 * r.decode_s / double(r.decode_steps) : 0;
+        std::printf("%-28s %8lld %10.1f %10.1f %9.2f %9.2f %9.2f %8.3f\n", r.spec.c_str(),
+                    (long long)r.gen_tokens,
+                    r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0.0, dec_tps, tpot,
+                    r.distinct, r.distinct_exact, r.total.mean_mass_kept());
+      }
+      std::printf(
+          "(decode/s over steps without prefill; experts = mean distinct experts per MoE "
+          "layer per decode step, exact = what top-k would activate)\n");
+    });
   });
 }
 

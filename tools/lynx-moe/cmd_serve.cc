@@ -15,6 +15,8 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ep.h"
+#include "lynx/context.h"
 #include "lynx/server.h"
 #include "trace_replay.h"
 
@@ -67,6 +69,21 @@ void validate(const ServerOptions& o, int api_key_sources) {
   }
 }
 
+// serve --expert-parallel on ranks other than 0: this rank's shard, a context like the
+// engine's (src/server/engine.cc), and rank 0's steps replayed on it until rank 0 stops.
+void follow_steps(const ServerOptions& o, ExpertParallel& ep) {
+  auto model = ep.load_model(o.model_path, !o.exact_activations);
+  ContextOptions co;
+  co.n_threads = o.n_threads;
+  co.exact_activations = o.exact_activations;
+  co.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::max(2, model->config().n_ctx_train);
+  co.routing = o.routing;
+  ep.configure(co);
+  Context ctx(*model, co);
+  if (o.configure_context) o.configure_context(ctx);
+  ep.follow(ctx);
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -111,72 +128,100 @@ void register_serve(CLI::App& app) {
                   "Seconds a client has to send a request's body (408 after)");
   cmd->add_option("--idle-timeout", o->idle_timeout_s,
                   "Seconds a keep-alive connection may wait for its next request");
-  cmd->callback([o, trace, key_file] {
-    const char* env_key = std::getenv("LYNX_API_KEY");
-    const bool has_env = env_key && *env_key;
-    validate(*o, int(!o->api_key.empty()) + int(!key_file->empty()) + int(has_env));
-    if (!key_file->empty()) {
-      o->api_key = read_api_key_file(*key_file);
-    } else if (has_env) {
-      o->api_key = env_key;
-    }
-    if (!trace->empty()) {
-      auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
-      o->configure_context = [path = *trace, replay](Context& ctx) {
-        *replay = std::make_unique<TraceReplay>(path, ctx.model().config());
-        ctx.set_router_override((*replay)->override_fn());
-      };
-    }
-    // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask) and
-    // taken synchronously with sigwait below: no handler, no global flag, and the shutdown
-    // runs on an ordinary thread where it may lock and join.
+  auto ep_flags = std::make_shared<EpFlags>();
+  add_ep_flags(cmd, ep_flags.get());
+  cmd->callback([o, trace, key_file, ep_flags] {
+    // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
+    // starts threads of its own) and taken synchronously with sigwait below: no handler, no
+    // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-    o->log = [](const std::string& s) {
-      std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
-      std::fflush(stderr);
-    };
-    // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so
-    // that --max-connections, not EMFILE, is what refuses clients.
-    rlimit nofile{};
-    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-      nofile.rlim_cur = nofile.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &nofile);
-    }
-    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
-        nofile.rlim_cur < rlim_t(o->max_connections) + 64) {
-      o->log("warning: " + std::to_string(nofile.rlim_cur) +
-             " file descriptors allowed; --max-connections " + std::to_string(o->max_connections) +
-             " may not all be accepted");
-    }
-    Server srv(*o);
-    srv.start();
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-           ", shutting down (a second signal exits at once)");
-    // The graceful stop runs beside this thread, which keeps listening: a second signal, or
-    // the stop overrunning its documented bound, ends the process without waiting.
-    std::atomic<bool> done{false};
-    std::thread stopper([&] {
-      srv.stop();
-      done = true;
-      kill(getpid(), SIGTERM);  // wakes the wait below
+    ExpertParallel::run(*ep_flags, [&](ExpertParallel& ep) {
+      const char* env_key = std::getenv("LYNX_API_KEY");
+      const bool has_env = env_key && *env_key;
+      validate(*o, int(!o->api_key.empty()) + int(!key_file->empty()) + int(has_env));
+      if (!key_file->empty()) {
+        o->api_key = read_api_key_file(*key_file);
+      } else if (has_env) {
+        o->api_key = env_key;
+      }
+      if (!trace->empty()) {
+        auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
+        o->configure_context = [path = *trace, replay](Context& ctx) {
+          *replay = std::make_unique<TraceReplay>(path, ctx.model().config());
+          ctx.set_router_override((*replay)->override_fn());
+        };
+      }
+      if (ep.on() && ep.rank() != 0) {
+        // The followers' signals stay blocked: they stop when rank 0 has shut the server
+        // down and says so (signal rank 0 to stop the job gracefully).
+        follow_steps(*o, ep);
+        return;
+      }
+      if (ep.on()) {
+        o->load_model = [&ep](const std::string& path, const LoadOptions& lo) {
+          return ep.load_model(path, lo.repack, lo.repack_float);
+        };
+        auto engine_ctx = std::make_shared<Context*>(nullptr);
+        o->configure_options = [&ep, engine_ctx](ContextOptions& co) {
+          ep.configure(co);
+          co.before_eval = [&ep, engine_ctx](std::span<const BatchToken> batch) {
+            ep.send_step((*engine_ctx)->routing(), batch);
+          };
+        };
+        o->configure_context = [engine_ctx, inner = o->configure_context](Context& ctx) {
+          *engine_ctx = &ctx;
+          if (inner) inner(ctx);
+        };
+      }
+      o->log = [](const std::string& s) {
+        std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
+        std::fflush(stderr);
+      };
+      // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so
+      // that --max-connections, not EMFILE, is what refuses clients.
+      rlimit nofile{};
+      if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+      }
+      if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+          nofile.rlim_cur < rlim_t(o->max_connections) + 64) {
+        o->log("warning: " + std::to_string(nofile.rlim_cur) +
+               " file descriptors allowed; --max-connections " +
+               std::to_string(o->max_connections) + " may not all be accepted");
+      }
+      Server srv(*o);
+      srv.start();
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+             ", shutting down (a second signal exits at once)");
+      // The graceful stop runs beside this thread, which keeps listening: a second signal, or
+      // the stop overrunning its documented bound, ends the process without waiting.
+      std::atomic<bool> done{false};
+      std::thread stopper([&] {
+        srv.stop();
+        done = true;
+        kill(getpid(), SIGTERM);  // wakes the wait below
+      });
+      const double bound = o->shutdown_timeout_s + Server::kShutdownSlack_s;
+      timespec ts{time_t(bound), long((bound - double(time_t(bound))) * 1e9)};
+      int again;
+      while ((again = sigtimedwait(&sigs, nullptr, &ts)) < 0 && errno == EINTR) {
+      }
+      if (!done) {
+        o->log(again > 0 ? "second signal: exiting now"
+                         : "shutdown overran its bound: exiting now");
+        std::fflush(nullptr);
+        std::_Exit(again > 0 ? 128 + again : 1);
+      }
+      stopper.join();
+      ep.send_stop();
     });
-    const double bound = o->shutdown_timeout_s + Server::kShutdownSlack_s;
-    timespec ts{time_t(bound), long((bound - double(time_t(bound))) * 1e9)};
-    int again;
-    while ((again = sigtimedwait(&sigs, nullptr, &ts)) < 0 && errno == EINTR) {
-    }
-    if (!done) {
-      o->log(again > 0 ? "second signal: exiting now" : "shutdown overran its bound: exiting now");
-      std::fflush(nullptr);
-      std::_Exit(again > 0 ? 128 + again : 1);
-    }
-    stopper.join();
   });
 }
 

@@ -1,0 +1,191 @@
+#include "dist/mpi_expert_executor.h"
+
+#include <cstring>
+
+#include "dist/hash.h"
+#include "kernels/matmul_id.h"
+#include "util/clock.h"
+
+namespace lynx::dist {
+
+MpiExpertExecutor::MpiExpertExecutor(const Mpi& mpi, const Model& model, const Placement& placement,
+                                     Combine combine, kernels::ThreadPool& pool, bool int_acts)
+    : mpi_(mpi), model_(model), placement_(placement), combine_(combine), cpu_(pool, int_acts) {
+  const ModelConfig& c = model.config();
+  if (placement.ranks != mpi.size() || placement.experts != c.n_expert ||
+      placement.owner.size() != size_t(c.n_layer)) {
+    throw Error("expert placement does not fit this job (" + std::to_string(placement.ranks) +
+                " ranks, " + std::to_string(placement.experts) + " experts, " +
+                std::to_string(placement.owner.size()) + " layers)");
+  }
+}
+
+RankStats MpiExpertExecutor::take_stats() {
+  RankStats s = stats_;
+  stats_ = {};
+  return s;
+}
+
+int MpiExpertExecutor::layer_index(const LayerWeights& layer) const {
+  const int n = model_.config().n_layer;
+  for (int il = 0; il < n; ++il) {
+    if (&model_.layer(il) == &layer) return il;
+  }
+  throw Error("expert parallel: the layer is not one of the model's");
+}
+
+// The plan restricted to this rank's experts: the same assignments with the others' weights
+// set to 0, so the local plan's rows are the global plan's rows of the local experts, in the
+// same order (experts ascending, then token and slot).
+void MpiExpertExecutor::local_plan(const kernels::ExpertPlan& plan, int il) {
+  const int T = plan.n_tokens, K = plan.n_used;
+  row_expert_.resize(size_t(plan.rows()));
+  for (int e : plan.active) {
+    for (int r = plan.offset[size_t(e)]; r < plan.offset[size_t(e) + 1]; ++r) {
+      row_expert_[size_t(r)] = e;
+    }
+  }
+  ids_.assign(size_t(T) * size_t(K), 0);
+  weights_.assign(size_t(T) * size_t(K), 0.f);
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const int r = plan.assign_row[i];
+    if (r < 0) continue;
+    const int e = row_expert_[size_t(r)];
+    ids_[i] = e;
+    if (placement_.rank_of(il, e) == mpi_.rank()) weights_[i] = plan.weight[i];
+  }
+  local_.build(ids_.data(), weights_.data(), T, K, plan.n_expert);
+}
+
+uint64_t MpiExpertExecutor::plan_digest(const kernels::ExpertPlan& plan) const {
+  Fnv1a h;
+  h.add(&plan.n_tokens, sizeof plan.n_tokens);
+  h.add(plan.count.data(), plan.count.size() * sizeof(int32_t));
+  h.add(plan.assign_row.data(), plan.assign_row.size() * sizeof(int32_t));
+  h.add(plan.weight.data(), plan.weight.size() * sizeof(float));
+  return h.value();
+}
+
+void MpiExpertExecutor::check_digests(const std::vector<uint64_t>& d, int il) const {
+  for (size_t r = 1; r < d.size(); ++r) {
+    if (d[r] != d[0]) {
+      throw CollectiveError("expert parallel: the routing of layer " + std::to_string(il) +
+                            " differs between rank 0 and rank " + std::to_string(r) +
+                            " (the ranks' inputs, builds or arithmetic differ)");
+    }
+  }
+}
+
+void MpiExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                            const LayerWeights& layer, float* out) {
+  const int il = layer_index(layer);
+  local_plan(plan, il);
+  const uint64_t digest = plan_digest(plan);
+  stats_.tokens += local_.rows();
+  stats_.experts += local_.n_active();
+  stats_.bytes += uint64_t(local_.n_active()) * model_.expert_bytes(il);
+  if (combine_ == Combine::kAllReduce) {
+    combine_reduce(plan, x, layer, digest, il, out);
+  } else {
+    combine_gather(plan, x, layer, digest, il, out);
+  }
+}
+
+// Partial sums, reduce-scatter, all-gather of the reduced chunks with the digests. Each chunk
+// is reduced once, on one rank, so every rank ends with the same bits (a plain MPI_Allreduce
+// does not promise that, and ranks whose hidden states drift apart would route apart).
+void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                       const LayerWeights& layer, uint64_t digest, int il,
+                                       float* out) {
+  const int R = mpi_.size();
+  const size_t E = size_t(x.cols), n = size_t(plan.n_tokens) * E;
+  const size_t chunk = (n + size_t(R) - 1) / size_t(R);
+  const double t0 = util::now_seconds();
+  partial_.resize(chunk * size_t(R));
+  if (local_.rows() > 0) {
+    cpu_.run(local_, x, layer, partial_.data());
+  } else {
+    std::fill(partial_.begin(), partial_.begin() + ptrdiff_t(n), 0.f);
+  }
+  std::fill(partial_.begin() + ptrdiff_t(n), partial_.end(), 0.f);
+  const double t1 = util::now_seconds();
+  chunk_.resize(chunk);
+  Mpi::check(MPI_Reduce_scatter_block(partial_.data(), chunk_.data(), int(chunk), MPI_FLOAT,
+                                      MPI_SUM, mpi_.comm()),
+             "MPI_Reduce_scatter_block");
+  const size_t slot = sizeof(uint64_t) + chunk * sizeof(float);
+  send_.resize(slot);
+  std::memcpy(send_.data(), &digest, sizeof digest);
+  std::memcpy(send_.data() + sizeof digest, chunk_.data(), chunk * sizeof(float));
+  recv_.resize(slot * size_t(R));
+  Mpi::check(MPI_Allgather(send_.data(), int(slot), MPI_BYTE, recv_.data(), int(slot), MPI_BYTE,
+                           mpi_.comm()),
+             "MPI_Allgather");
+  const double t2 = util::now_seconds();
+  std::vector<uint64_t> digests(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(&digests[size_t(r)], recv_.data() + size_t(r) * slot, sizeof(uint64_t));
+  }
+  check_digests(digests, il);
+  for (int r = 0; r < R; ++r) {
+    const size_t begin = size_t(r) * chunk;
+    if (begin >= n) break;
+    std::memcpy(out + begin, recv_.data() + size_t(r) * slot + sizeof(uint64_t),
+                std::min(chunk, n - begin) * sizeof(float));
+  }
+  stats_.compute_s += t1 - t0;
+  stats_.comm_s += t2 - t1;
+  stats_.comm_bytes += uint64_t(chunk * sizeof(float)) * uint64_t(R - 1) + recv_.size() - slot;
+}
+
+// Expert output rows all-gathered into the global plan's order, then mixed in slot order
+// exactly as the single process does.
+void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                       const LayerWeights& layer, uint64_t digest, int il,
+                                       float* out) {
+  const int R = mpi_.size();
+  const size_t E = size_t(x.cols), row_bytes = E * sizeof(float);
+  const double t0 = util::now_seconds();
+  const float* mine = local_.rows() > 0 ? cpu_.rows(local_, x, layer) : nullptr;
+  const double t1 = util::now_seconds();
+  // Every rank knows every rank's row count from the plan: no size exchange.
+  counts_.assign(size_t(R), int(sizeof(uint64_t)));
+  for (int e : plan.active) {
+    counts_[size_t(placement_.rank_of(il, e))] += int(size_t(plan.count[size_t(e)]) * row_bytes);
+  }
+  displs_.assign(size_t(R), 0);
+  for (int r = 1; r < R; ++r) displs_[size_t(r)] = displs_[size_t(r) - 1] + counts_[size_t(r) - 1];
+  const int me = mpi_.rank();
+  send_.resize(size_t(counts_[size_t(me)]));
+  std::memcpy(send_.data(), &digest, sizeof digest);
+  if (mine) std::memcpy(send_.data() + sizeof digest, mine, size_t(local_.rows()) * row_bytes);
+  recv_.resize(size_t(displs_[size_t(R) - 1] + counts_[size_t(R) - 1]));
+  Mpi::check(MPI_Allgatherv(send_.data(), counts_[size_t(me)], MPI_BYTE, recv_.data(),
+                            counts_.data(), displs_.data(), MPI_BYTE, mpi_.comm()),
+             "MPI_Allgatherv");
+  const double t2 = util::now_seconds();
+  std::vector<uint64_t> digests(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(&digests[size_t(r)], recv_.data() + size_t(displs_[size_t(r)]), sizeof(uint64_t));
+  }
+  check_digests(digests, il);
+  // Rank r's rows: its experts ascending, each expert's rows in plan order.
+  rows_.resize(size_t(plan.rows()) * E);
+  std::vector<const uint8_t*> next(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    next[size_t(r)] = recv_.data() + size_t(displs_[size_t(r)]) + sizeof(uint64_t);
+  }
+  for (int e : plan.active) {
+    const uint8_t*& src = next[size_t(placement_.rank_of(il, e))];
+    const size_t bytes = size_t(plan.count[size_t(e)]) * row_bytes;
+    std::memcpy(rows_.data() + size_t(plan.offset[size_t(e)]) * E, src, bytes);
+    src += bytes;
+  }
+  kernels::mix_id(plan, rows_.data(), int64_t(E), out);
+  const double t3 = util::now_seconds();
+  stats_.compute_s += (t1 - t0) + (t3 - t2);
+  stats_.comm_s += t2 - t1;
+  stats_.comm_bytes += recv_.size() - send_.size();
+}
+
+}  // namespace lynx::dist

@@ -1,0 +1,81 @@
+#include "dist/session.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dist/handshake.h"
+#include "lynx/gguf.h"
+
+namespace lynx::dist {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open placement file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Session::Session(SessionOptions opts) : opts_(std::move(opts)) {}
+
+std::unique_ptr<Model> Session::load(const std::string& path, LoadOptions opts) {
+  Identity id;
+  id.version = opts_.version;
+  std::unique_ptr<Model> model;
+  try {
+    // The shape first (header only), so that the filter knows the placement while loading.
+    const gguf::File f = gguf::File::open(path);
+    const std::string arch = f.get_string("general.architecture");
+    const int n_layer = int(f.get_int(arch + ".block_count"));
+    const int n_expert = int(f.get_int(arch + ".expert_count", 0));
+    if (n_expert <= 0) {
+      throw Error(path + " has no experts: expert parallelism needs an MoE model");
+    }
+    placement_ = opts_.placement_file.empty()
+                     ? Placement::contiguous(mpi_.size(), n_expert, n_layer)
+                     : Placement::parse(read_file(opts_.placement_file), opts_.placement_file,
+                                        mpi_.size(), n_expert, n_layer);
+    id.placement_hash = placement_.hash();
+    model_identity(path, f.data_offset(), id);
+    const int me = mpi_.rank();
+    opts.keep_expert = [this, me](int il, int e) { return placement_.rank_of(il, e) == me; };
+    model = Model::load(path, opts);
+  } catch (const std::exception& e) {
+    id.error = e.what();
+  }
+  handshake(mpi_, id);
+  model_ = model.get();
+  return model;
+}
+
+Session::Factory Session::executor_factory(MpiExpertExecutor** made) {
+  return executor_factory(made, opts_.combine);
+}
+
+Session::Factory Session::executor_factory(MpiExpertExecutor** made, Combine combine) {
+  if (!model_) throw Error("expert parallel: no model loaded");
+  return [this, made, combine](kernels::ThreadPool& pool, bool int_acts) {
+    auto ex =
+        std::make_unique<MpiExpertExecutor>(mpi_, *model_, placement_, combine, pool, int_acts);
+    if (made) *made = ex.get();
+    return std::unique_ptr<ExpertExecutor>(std::move(ex));
+  };
+}
+
+std::vector<RankStats> Session::gather(MpiExpertExecutor& ex) const {
+  return mpi_.allgather(ex.take_stats());
+}
+
+std::vector<uint64_t> Session::resident_bytes() const {
+  uint64_t pages_total = 0, pages_resident = 0;
+  std::ifstream statm("/proc/self/statm");
+  statm >> pages_total >> pages_resident;
+  return mpi_.allgather(pages_resident * uint64_t(sysconf(_SC_PAGESIZE)));
+}
+
+}  // namespace lynx::dist

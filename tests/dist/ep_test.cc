@@ -1,0 +1,261 @@
+// Expert parallelism against the single process, run under mpirun (tests/dist/CMakeLists.txt):
+//   test_dist_ep equal MODEL...   every policy, prefill and decode, both combines: each rank
+//                                 runs the model whole (CpuExpertExecutor) and as its shard
+//                                 (MpiExpertExecutor) and compares the logits of every
+//                                 position: gather bit-identical, allreduce within the
+//                                 reference tolerance (NMSE 1e-5, tests/model/golden_test.cc)
+//   test_dist_ep handshake MODEL  rank 1 claims another build, model and placement: every rank
+//                                 must raise the CollectiveError naming it; and the placement
+//                                 parser's refusals
+//   test_dist_ep die MODEL        rank 1 kills itself (SIGKILL) inside a step: the job must end
+//                                 non-zero (run with a timeout, tests/dist/expect_fail.sh)
+// Exit status 0 when every check holds; each failure is printed with its rank.
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist/handshake.h"
+#include "dist/session.h"
+#include "lynx/context.h"
+
+namespace lynx::dist {
+namespace {
+
+int g_failures = 0;
+
+void fail(const Mpi& mpi, const std::string& what) {
+  std::fprintf(stderr, "FAIL (rank %d): %s\n", mpi.rank(), what.c_str());
+  ++g_failures;
+}
+
+// The logits of every position of a fixed workload: three sequences prefilled together, then
+// decode steps of three tokens (batch-aware policies see a real batch). Greedy tokens come
+// from the reference run (`forced` empty) and are replayed by the EP run, so both see the
+// same inputs even where a near tie would pick another token.
+std::vector<std::vector<float>> workload(const Model& m, ContextOptions co,
+                                         std::vector<int32_t>& forced) {
+  const int V = m.config().n_vocab, S = 3, P = 7, G = 5;
+  co.n_ctx = P + G + 1;
+  co.n_threads = 1;
+  Context ctx(m, co);
+  std::vector<std::vector<float>> out;
+  std::vector<int32_t> seq(S), next(S);
+  std::vector<BatchToken> batch;
+  for (int s = 0; s < S; ++s) {
+    seq[size_t(s)] = ctx.new_sequence();
+    for (int p = 0; p < P; ++p) {
+      batch.push_back(
+          {int32_t((s * 131 + p * 17 + 5) % V), seq[size_t(s)], p, kTokenPrefill, true});
+    }
+  }
+  size_t f = 0;
+  for (int g = 0;; ++g) {
+    ctx.eval(batch);
+    for (int i = 0; i < ctx.n_logits(); ++i) {
+      auto l = ctx.logits(i);
+      out.emplace_back(l.begin(), l.end());
+    }
+    if (g == G) break;
+    // The next token of each sequence: its last logits row's arg-max.
+    std::vector<BatchToken> dec;
+    for (int s = 0; s < S; ++s) {
+      const int row = g == 0 ? (s + 1) * P - 1 : s;
+      auto l = ctx.logits(row);
+      int32_t best = 0;
+      for (int v = 1; v < V; ++v) {
+        if (l[size_t(v)] > l[size_t(best)]) best = v;
+      }
+      if (f < forced.size())
+        best = forced[f];
+      else
+        forced.push_back(best);
+      ++f;
+      dec.push_back({best, seq[size_t(s)], P + g, kTokenDecode, true});
+    }
+    batch = dec;
+  }
+  return out;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+void check_equal(Session& session, const std::string& path) {
+  const Mpi& mpi = session.mpi();
+  auto whole = Model::load(path);
+  auto shard = session.load(path, {});
+  const int k = whole->config().n_expert_used, n = whole->config().n_expert;
+  std::vector<std::string> policies = {
+      "topk",        "lynx", "oea:k0=1", "budget:m=" + std::to_string(n / 2), "ser:kmin=1,t=0.5",
+      "static-k:k=1"};
+  if (k < 2) policies = {"topk", "lynx"};
+  for (const std::string& spec : policies) {
+    for (const Combine combine : {Combine::kGather, Combine::kAllReduce}) {
+      const char* cname = combine == Combine::kGather ? "gather" : "allreduce";
+      ContextOptions co;
+      co.routing = spec;
+      std::vector<int32_t> forced;
+      const auto ref = workload(*whole, co, forced);
+      co.make_experts = session.executor_factory(nullptr, combine);
+      const auto ep = workload(*shard, co, forced);
+      const std::string what = path + " " + spec + " " + cname;
+      if (ep.size() != ref.size()) {
+        fail(mpi, what + ": " + std::to_string(ep.size()) + " logits rows, expected " +
+                      std::to_string(ref.size()));
+        continue;
+      }
+      double worst = 0;
+      for (size_t p = 0; p < ref.size(); ++p) {
+        const double e = nmse(ep[p], ref[p]);
+        worst = std::max(worst, e);
+        if (combine == Combine::kGather
+                ? std::memcmp(ep[p].data(), ref[p].data(), ref[p].size() * sizeof(float)) != 0
+                : !(e <= 1e-5)) {
+          fail(mpi, what + ": position row " + std::to_string(p) + " differs (NMSE " +
+                        std::to_string(e) + ")");
+          break;
+        }
+      }
+      if (mpi.rank() == 0) {
+        std::printf("ok %-40s %-9s R=%d rows=%zu worst NMSE %.3g\n",
+                    (path.substr(path.rfind('/') + 1) + " " + spec).c_str(), cname, mpi.size(),
+                    ref.size(), worst);
+      }
+    }
+  }
+}
+
+void check_handshake(Session& session, const std::string& path) {
+  const Mpi& mpi = session.mpi();
+  struct Case {
+    const char* name;
+    void (*spoil)(Identity&);
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"version", [](Identity& id) { id.version += "-other"; }, "same binary"},
+      {"model", [](Identity& id) { id.model_hash ^= 1; }, "different model"},
+      {"size", [](Identity& id) { id.file_size += 1; }, "different model"},
+      {"placement", [](Identity& id) { id.placement_hash ^= 1; }, "different expert placement"},
+      {"load", [](Identity& id) { id.error = "bad file"; }, "cannot load its shard: bad file"},
+  };
+  for (const Case& c : cases) {
+    Identity id;
+    id.version = "v";
+    model_identity(path, 64, id);
+    if (mpi.rank() == 1) c.spoil(id);
+    try {
+      handshake(mpi, id);
+      fail(mpi, std::string("handshake ") + c.name + ": no error");
+    } catch (const CollectiveError& e) {
+      if (!std::strstr(e.what(), c.expect) || !std::strstr(e.what(), "rank 1")) {
+        fail(mpi, std::string("handshake ") + c.name + ": unexpected message: " + e.what());
+      }
+    }
+  }
+  Identity same;
+  same.version = "v";
+  model_identity(path, 64, same);
+  try {
+    handshake(mpi, same);
+  } catch (const std::exception& e) {
+    fail(mpi, std::string("handshake of equal ranks failed: ") + e.what());
+  }
+  if (mpi.rank() == 0) std::printf("ok handshake R=%d\n", mpi.size());
+}
+
+// Placement: the contiguous split and the JSON parser's refusals (each names the defect).
+void check_placement(const Mpi& mpi) {
+  const Placement c = Placement::contiguous(4, 10, 2);
+  const std::vector<int> want = {0, 0, 0, 1, 1, 2, 2, 2, 3, 3};
+  if (c.owner.size() != 2 || c.owner[1] != want) fail(mpi, "contiguous 10 experts over 4 ranks");
+  const Placement ok =
+      Placement::parse(R"({"ranks":2,"experts":3,"layers":[[1,0,1],[0,0,1]]})", "t", 2, 3, 2);
+  if (ok.experts_of(0, 1) != std::vector<int>{0, 2} || ok.hash() == c.hash()) {
+    fail(mpi, "parsed placement");
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"[1,2", "not valid JSON"},
+      {"[]", "expected a JSON object"},
+      {R"({"ranks":2,"experts":3})", "missing \"layers\""},
+      {R"({"ranks":4,"experts":3,"layers":[]})", "the job has 2 ranks"},
+      {R"({"ranks":2,"experts":4,"layers":[]})", "the model has 3 experts"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1]]})", "array of 2 arrays"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,1]]})", "layers[1] must list"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,2,1]]})", "layers[1][1] = 2 is not a rank"},
+      {R"({"ranks":2,"experts":3,"layers":[[0,1,1],[0,"1",1]]})", "is not a rank"},
+  };
+  for (const auto& [text, expect] : bad) {
+    try {
+      Placement::parse(text, "t", 2, 3, 2);
+      fail(mpi, std::string("placement accepted: ") + text);
+    } catch (const Error& e) {
+      if (!std::strstr(e.what(), expect)) {
+        fail(mpi, std::string("placement ") + text + ": unexpected message: " + e.what());
+      }
+    }
+  }
+  if (mpi.rank() == 0) std::printf("ok placement\n");
+}
+
+// Rank 1 dies inside the second step (at the router of layer 1); the others wait in that
+// layer's combine until the MPI runtime ends the job.
+void die_mid_step(Session& session, const std::string& path) {
+  auto shard = session.load(path, {});
+  ContextOptions co;
+  co.make_experts = session.executor_factory();
+  co.n_threads = 1;
+  Context ctx(*shard, co);
+  int steps = 0;
+  const int me = session.mpi().rank();
+  ctx.set_router_override([&](int layer, std::span<const BatchToken>, float*) {
+    if (me == 1 && steps == 1 && layer == 1) std::raise(SIGKILL);
+  });
+  const int32_t s = ctx.new_sequence();
+  for (int p = 0; p < 4; ++p, ++steps) {
+    const BatchToken t{1, s, p, kTokenDecode, true};
+    ctx.eval(std::span(&t, 1));
+  }
+  fail(session.mpi(), "rank 1 did not die, or the job went on without it");
+}
+
+}  // namespace
+}  // namespace lynx::dist
+
+int main(int argc, char** argv) {
+  using namespace lynx::dist;
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s equal|handshake|die MODEL...\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  int failures = 0;
+  {
+    Session session({});
+    try {
+      for (int i = 2; i < argc; ++i) {
+        if (mode == "equal") check_equal(session, argv[i]);
+        if (mode == "handshake") {
+          check_handshake(session, argv[i]);
+          check_placement(session.mpi());
+        }
+        if (mode == "die") die_mid_step(session, argv[i]);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "FAIL (rank %d): %s\n", session.mpi().rank(), e.what());
+      session.mpi().abort(1);
+    }
+    // Every rank's failures count: the job fails when any rank saw one.
+    for (int f : session.mpi().allgather(g_failures)) failures += f;
+  }
+  return failures == 0 ? 0 : 1;
+}
