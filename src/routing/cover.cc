@@ -17,7 +17,6 @@
 //      in U and ranks first); weights by the remap rule of gating.h.
 // lambda = 0 for a layer routes it exactly. Prefill and exact tokens keep exact top-k.
 #include <algorithm>
-#include <cmath>
 
 #include "routing/gating.h"
 #include "routing/policies.h"
@@ -32,8 +31,8 @@ constexpr float kDefaultLambda = 0.05f;
 
 class CoverPolicy final : public RoutingPolicy {
  public:
-  CoverPolicy(float tau, std::vector<float> lambda, bool piggyback, float power)
-      : tau_(tau), lambda_(std::move(lambda)), piggyback_(piggyback), power_(power) {}
+  CoverPolicy(float tau, std::vector<float> lambda, bool piggyback)
+      : tau_(tau), lambda_(std::move(lambda)), piggyback_(piggyback) {}
 
   std::string spec() const override {
     std::string opts;
@@ -45,7 +44,6 @@ class CoverPolicy final : public RoutingPolicy {
       add("lambda=" + l);
     }
     if (!piggyback_) add("piggyback-prefill=0");
-    if (power_ != 1.f) add("power=" + fmt_float(power_));
     return opts.empty() ? "cover" : "cover:" + opts;
   }
 
@@ -90,9 +88,6 @@ class CoverPolicy final : public RoutingPolicy {
       for (int j = 1; j < k && cum < tau_; ++j) {
         join(ids[j]);
         cum += q[ids[j]];
-      }
-      if (power_ != 1.f) {
-        for (int e = 0; e < n; ++e) q[e] = std::pow(q[e], power_);
       }
     }
     // best_: per row, the q of its (up to) k best experts in U, descending; the k-th is the
@@ -157,7 +152,6 @@ class CoverPolicy final : public RoutingPolicy {
   float tau_;
   std::vector<float> lambda_;  // per MoE layer; the last holds for later layers
   bool piggyback_;
-  float power_;
   std::vector<int> rows_, n_best_;
   std::vector<uint8_t> in_u_;
   std::vector<float> q_, best_;
@@ -173,8 +167,7 @@ std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o) {
   for (double v : o.get_number_list("lambda", 0, 1e6, 1024)) lambda.push_back(float(v));
   if (lambda.empty()) lambda.push_back(kDefaultLambda);
   const bool piggyback = o.get_bool("piggyback-prefill", true);
-  const float power = float(o.get_number("power", 1, 0.25, 4));
-  return std::make_unique<CoverPolicy>(tau, std::move(lambda), piggyback, power);
+  return std::make_unique<CoverPolicy>(tau, std::move(lambda), piggyback);
 }
 
 }  // namespace lynx::routing

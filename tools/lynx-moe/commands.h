@@ -16,5 +16,6 @@ void register_route_sim(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadgen(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 }  // namespace lynx::cli
