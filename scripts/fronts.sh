@@ -34,6 +34,7 @@ for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
   # Fitted on validation documents only, then measured on the test documents.
   [[ -s $out/$m-calib.txt ]] ||
     $bin calibrate -m "$model" --data data/eval-valid --budget 0.5% --batch 16 -t "$t" \
+      --max-tokens "${LYNX_FRONTS_TOKENS:-128}" \
       -o "$out/$m-calib.txt" >"$out/$m-calib.log"
   [[ -s $out/$m-calib.json ]] ||
     $bin eval -m "$model" --data data/eval "${common[@]}" \

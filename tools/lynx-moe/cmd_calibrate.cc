@@ -30,13 +30,14 @@ constexpr int kRounds = 3;
 struct Ladder {
   std::string prefix;          // e.g. "cover:tau=0.5,lambda="
   std::vector<double> values;  // level 0 routes a layer exactly
+  bool per_k = false;          // values are for k = 8 and scale as 8 / k (below)
 };
 
 Ladder ladder_for(const std::string& policy, double tau) {
   if (policy == "cover") {
     char buf[64];
     std::snprintf(buf, sizeof buf, "cover:tau=%g,lambda=", tau);
-    return {buf, {0, 0.03, 0.06, 0.1, 0.2, 0.4}};
+    return {buf, {0, 0.03, 0.06, 0.1, 0.2, 0.4}, true};
   }
   if (policy == "lynx") return {"lynx:alpha=3,window=", {0, 2, 1.33, 1, 0.67, 0.5}};
   throw UsageError("--policy: '" + policy +
@@ -150,7 +151,7 @@ void register_calibrate(CLI::App& app) {
     const bool kl = a->metric == "kl";
     const double budget_frac = parse_budget(a->budget, kl);
     const double budget = kl ? budget_frac : std::log1p(budget_frac);
-    const Ladder lad = ladder_for(a->policy, a->tau);
+    const Ladder lad0 = ladder_for(a->policy, a->tau);
     struct stat st {};
     if (stat(a->output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
       throw UsageError("-o: '" + a->output + "' is not a regular file");
@@ -163,6 +164,12 @@ void register_calibrate(CLI::App& app) {
     int n_moe = 0;
     for (int l = 0; l < c.n_layer; ++l) {
       if (model->layer(l).gate_exps.present()) n_moe = l + 1;
+    }
+    // cover's lambda is in tokens' worth of routed mass; a token's secondary experts hold
+    // about 1/k of it each, so the ladder for k = 8 stretches by 8 / k (k = 2: up to 1.6).
+    Ladder lad = lad0;
+    if (lad.per_k) {
+      for (double& v : lad.values) v = v * 8.0 / c.gating.n_expert_used;
     }
     auto tok = Tokenizer::from_gguf(model->file());
     const auto docs = read_eval_documents(a->data);
