@@ -15,8 +15,10 @@
 //      is streamed only when it gives back at least lambda tokens' worth of routed mass.
 //   3. remap: each decode token takes its top-k by logit within U (its confident prefix is
 //      in U and ranks first); weights by the remap rule of gating.h.
-// lambda = 0 for a layer routes it exactly. Prefill and exact tokens keep exact top-k.
+// lambda = 0 for a layer routes it exactly; with growth = G, lambda is scaled by (B / 16)^G.
+// Prefill and exact tokens keep exact top-k.
 #include <algorithm>
+#include <cmath>
 
 #include "routing/gating.h"
 #include "routing/policies.h"
@@ -31,8 +33,8 @@ constexpr float kDefaultLambda = 0.05f;
 
 class CoverPolicy final : public RoutingPolicy {
  public:
-  CoverPolicy(float tau, std::vector<float> lambda, bool piggyback)
-      : tau_(tau), lambda_(std::move(lambda)), piggyback_(piggyback) {}
+  CoverPolicy(float tau, std::vector<float> lambda, bool piggyback, float growth)
+      : tau_(tau), lambda_(std::move(lambda)), piggyback_(piggyback), growth_(growth) {}
 
   std::string spec() const override {
     std::string opts;
@@ -43,6 +45,7 @@ class CoverPolicy final : public RoutingPolicy {
       for (size_t i = 0; i < lambda_.size(); ++i) l += (i ? "/" : "") + fmt_float(lambda_[i]);
       add("lambda=" + l);
     }
+    if (growth_ != 0.f) add("growth=" + fmt_float(growth_));
     if (!piggyback_) add("piggyback-prefill=0");
     return opts.empty() ? "cover" : "cover:" + opts;
   }
@@ -51,7 +54,7 @@ class CoverPolicy final : public RoutingPolicy {
     route_topk_keep_gates(in, out, gates_);
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
-    const float lambda = lambda_[size_t(std::clamp(in.layer, 0, int(lambda_.size()) - 1))];
+    float lambda = lambda_[size_t(std::clamp(in.layer, 0, int(lambda_.size()) - 1))];
     if (k >= n || lambda <= 0.f || tau_ >= 1.f) return;
     rows_.clear();
     for (int t = 0; t < in.n_tokens; ++t) {
@@ -59,6 +62,9 @@ class CoverPolicy final : public RoutingPolicy {
     }
     const int B = int(rows_.size());
     if (B == 0) return;
+    // At one lambda both the cut and its cost fall with B (docs/evaluation.md); growth > 0
+    // makes lambda the value at B = 16 and scales it as (B / 16)^growth.
+    if (growth_ != 0.f) lambda *= float(std::pow(B / 16.0, double(growth_)));
 
     in_u_.assign(n, 0);
     int n_u = 0;
@@ -152,6 +158,7 @@ class CoverPolicy final : public RoutingPolicy {
   float tau_;
   std::vector<float> lambda_;  // per MoE layer; the last holds for later layers
   bool piggyback_;
+  float growth_;  // exponent of the B-scaling of lambda (0: none)
   std::vector<int> rows_, n_best_;
   std::vector<uint8_t> in_u_;
   std::vector<float> q_, best_;
@@ -167,7 +174,8 @@ std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o) {
   for (double v : o.get_number_list("lambda", 0, 1e6, 1024)) lambda.push_back(float(v));
   if (lambda.empty()) lambda.push_back(kDefaultLambda);
   const bool piggyback = o.get_bool("piggyback-prefill", true);
-  return std::make_unique<CoverPolicy>(tau, std::move(lambda), piggyback);
+  const float growth = float(o.get_number("growth", 0, 0, 4));
+  return std::make_unique<CoverPolicy>(tau, std::move(lambda), piggyback, growth);
 }
 
 }  // namespace lynx::routing

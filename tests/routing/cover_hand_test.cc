@@ -131,6 +131,16 @@ TEST(CoverHand, PrefillExpertsJoinTheSet) {
   expect_weights(off, 1, 2, 4);
 }
 
+// growth = 1 scales lambda by B / 16: with 3 decode tokens lambda = 3.2 acts as 0.6 (the
+// first example: U = {e0, e1, e2, e4}), with growth = 0 as 3.2 (nothing joins: U = {e0, e2,
+// e4}, as for lambda = 0.8 above).
+TEST(CoverHand, LambdaGrowsWithTheBatch) {
+  test::Step s = run("cover:tau=0.5,lambda=3.2,growth=1");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 1, 2, 1, 4, 1}));
+  test::Step flat = run("cover:tau=0.5,lambda=3.2");
+  EXPECT_EQ(flat.ids, (std::vector<int32_t>{0, 2, 2, 0, 4, 0}));
+}
+
 // Per-layer lambda: the last value holds for later layers; 0 routes the layer exactly.
 TEST(CoverHand, PerLayerLambda) {
   std::vector<float> z;

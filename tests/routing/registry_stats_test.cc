@@ -33,6 +33,7 @@ TEST(Registry, NamesAndCanonicalSpecs) {
       {"cover:tau=0.5,lambda=0.05", "cover"},
       {"cover:lambda=0.1/0.2/ 0 ,tau=0.7", "cover:tau=0.7,lambda=0.1/0.2/0"},
       {"cover:piggyback-prefill=off", "cover:piggyback-prefill=0"},
+      {"cover:growth=0.75,lambda=0.06", "cover:lambda=0.06,growth=0.75"},
   };
   for (const auto& [spec, canon] : cases) {
     auto p = make_routing_policy(spec);
@@ -84,6 +85,7 @@ TEST(Registry, ParseErrorsNameTheProblem) {
       {"cover:lambda=-0.1", "out of range"},
       {"cover:lambda=0.1//0.2", "'' is not a number"},
       {"cover:k0=2", "unknown option"},
+      {"cover:growth=-1", "out of range"},
   };
   for (const auto& [spec, msg] : cases) {
     try {
