@@ -27,10 +27,11 @@ struct Registered {
   const char* name;
   Factory make;
 };
-// Order = the order --help lists them in: the baseline, the method, then its peers.
+// Order = the order --help lists them in: the baseline, the method, its peers, then ours.
 constexpr Registered kPolicies[] = {
     {"topk", make_topk_policy},     {"lynx", make_lynx_policy}, {"oea", make_oea_policy},
     {"budget", make_budget_policy}, {"ser", make_ser_policy},   {"static-k", make_static_k_policy},
+    {"cover", make_cover_policy},
 };
 
 }  // namespace

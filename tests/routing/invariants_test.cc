@@ -31,6 +31,9 @@ const std::vector<std::string> kSpecs = {
     "ser:kmin=2,t=0.9",
     "static-k:k=1",
     "static-k:k=3",
+    "cover",
+    "cover:tau=0,lambda=0.05",
+    "cover:tau=0.7,lambda=2/0.3,piggyback-prefill=0",
 };
 
 bool reduces_k(const std::string& spec) {
@@ -187,7 +190,8 @@ TEST(RoutingInvariants, ExactAndPrefillTokensOnlyBatchIsExact) {
   auto rin = ref.in();
   auto rout = ref.out();
   route_topk(rin, rout);
-  for (const char* spec : {"lynx", "oea:k0=2", "budget:m=8", "ser:kmin=1,t=0.5", "static-k:k=2"}) {
+  for (const char* spec :
+       {"lynx", "oea:k0=2", "budget:m=8", "ser:kmin=1,t=0.5", "static-k:k=2", "cover:tau=0"}) {
     test::Step s(z, 16, g);
     s.flags.assign(16, kTokenExact);
     s.flags[3] = kTokenPrefill;

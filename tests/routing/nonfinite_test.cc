@@ -21,10 +21,19 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-const std::vector<std::string> kSpecs = {
-    "topk",        "lynx",       "lynx:protect-top1=0", "lynx:window=0.5/1", "oea:k0=1",
-    "oea:k0=3",    "budget:m=2", "budget:m=12",         "ser:kmin=1,t=0.5",  "ser:kmin=2,t=0",
-    "static-k:k=1"};
+const std::vector<std::string> kSpecs = {"topk",
+                                         "lynx",
+                                         "lynx:protect-top1=0",
+                                         "lynx:window=0.5/1",
+                                         "oea:k0=1",
+                                         "oea:k0=3",
+                                         "budget:m=2",
+                                         "budget:m=12",
+                                         "ser:kmin=1,t=0.5",
+                                         "ser:kmin=2,t=0",
+                                         "static-k:k=1",
+                                         "cover",
+                                         "cover:tau=0,lambda=0.05"};
 
 // Random logits with a share of NaN, +inf and -inf, plus whole rows of one kind.
 std::vector<float> hostile_logits(std::mt19937_64& rng, int T, int N) {
@@ -109,7 +118,8 @@ TEST(RoutingNonFinite, TopkRanksInfFirstAndNaNLast) {
 // A row of NaNs selects experts 0..k-1 (ties by id) with weight 0: nothing to mix.
 TEST(RoutingNonFinite, AllNaNRowGetsZeroWeights) {
   GatingConfig g{8, 2, GatingFunc::kSoftmax, true, 1.f};
-  for (const char* spec : {"topk", "lynx", "oea:k0=1", "budget:m=2", "ser:kmin=1,t=0.5"}) {
+  for (const char* spec :
+       {"topk", "lynx", "oea:k0=1", "budget:m=2", "ser:kmin=1,t=0.5", "cover:tau=0"}) {
     test::Step s(std::vector<float>(16, kNaN), 2, g);
     auto in = s.in();
     auto out = s.out();

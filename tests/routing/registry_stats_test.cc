@@ -10,8 +10,8 @@ namespace lynx {
 namespace {
 
 TEST(Registry, NamesAndCanonicalSpecs) {
-  EXPECT_EQ(routing_policy_names(),
-            (std::vector<std::string>{"topk", "lynx", "oea", "budget", "ser", "static-k"}));
+  EXPECT_EQ(routing_policy_names(), (std::vector<std::string>{"topk", "lynx", "oea", "budget",
+                                                              "ser", "static-k", "cover"}));
   const std::pair<const char*, const char*> cases[] = {
       {"topk", "topk"},
       {" lynx ", "lynx"},
@@ -29,6 +29,11 @@ TEST(Registry, NamesAndCanonicalSpecs) {
       {"ser:kmin=4,t=0.2", "ser:kmin=4,t=0.2"},
       {"ser:t=0.25,kmin=2", "ser:kmin=2,t=0.25"},
       {"static-k:k=6", "static-k:k=6"},
+      {"cover", "cover"},
+      {"cover:tau=0.5,lambda=0.05", "cover"},
+      {"cover:lambda=0.1/0.2/ 0 ,tau=0.7", "cover:tau=0.7,lambda=0.1/0.2/0"},
+      {"cover:piggyback-prefill=off", "cover:piggyback-prefill=0"},
+      {"cover:growth=0.75,lambda=0.06", "cover:lambda=0.06,growth=0.75"},
   };
   for (const auto& [spec, canon] : cases) {
     auto p = make_routing_policy(spec);
@@ -75,6 +80,12 @@ TEST(Registry, ParseErrorsNameTheProblem) {
       {"ser:kmin=2,t=1.5", "out of range"},
       {"static-k", "needs k"},
       {"static-k:k=nan", "not an integer"},
+      {"cover:tau=1.5", "out of range"},
+      {"cover:tau=nan", "not a number"},
+      {"cover:lambda=-0.1", "out of range"},
+      {"cover:lambda=0.1//0.2", "'' is not a number"},
+      {"cover:k0=2", "unknown option"},
+      {"cover:growth=-1", "out of range"},
   };
   for (const auto& [spec, msg] : cases) {
     try {

@@ -17,5 +17,6 @@ void register_place(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadgen(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 }  // namespace lynx::cli
