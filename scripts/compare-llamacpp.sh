@@ -14,7 +14,7 @@
 #
 #   IK_LLAMA_DIR=/path/to/ik_llama.cpp LLAMA_CPP_DIR=/path/to/llama.cpp \
 #     bash scripts/compare-llamacpp.sh [-p PASSES] [-b 1,2,4,8,16,32] [-t THREADS] [-g TOKENS]
-#       [-P PROMPT] [-q PREFILL] [-e lynx,ik,llama] FILE.gguf...
+#       [-P PROMPT] [-q PREFILL] [-e lynx,ik,llama] [-V VOCAB] [-w passive|active] FILE.gguf...
 #
 # The reference engines are not part of this project and this script does not build them:
 # build each beside the project (CPU backend, native instructions, Release; libllama as a
@@ -24,6 +24,12 @@
 # a small client of each engine's library, into a temporary directory. An engine whose
 # directory is not set is skipped; one that cannot load a file (an architecture it lacks) shows
 # "-" for that file. lynx-moe: build/release/bin/lynx-moe, or LYNX_MOE.
+#
+# -w sets OMP_WAIT_POLICY for the peers (OpenMP threads; default passive): with the default
+# active policy their barriers spin, and on a machine whose cores are shared with other work a
+# spinning thread holds the core its partner needs; on this project's shared 2-vCPU VM that made
+# llama.cpp 50-200x slower on the bundled 8x2 model (2-5 tok/s against 230-400 with passive).
+# On a dedicated machine run both and keep the faster. lynx-moe's pool sleeps when idle.
 #
 # Each engine computes in its own arithmetic: lynx-moe exact F32 products on F32/F16/BF16
 # weights and ggml's Q8_0 activations on Q8_0/Q4_0 weights; ik_llama.cpp with -rtr rounds
@@ -38,7 +44,9 @@ gen=32
 prompt=32
 prefill=512
 engines=lynx,ik,llama
-while getopts "p:b:t:g:P:q:e:" opt; do
+vocab=32000
+omp_wait=passive
+while getopts "p:b:t:g:P:q:e:V:w:" opt; do
   case $opt in
     p) passes=$OPTARG ;;
     b) batches=$OPTARG ;;
@@ -47,12 +55,15 @@ while getopts "p:b:t:g:P:q:e:" opt; do
     P) prompt=$OPTARG ;;
     q) prefill=$OPTARG ;;
     e) engines=$OPTARG ;;
+    V) vocab=$OPTARG ;;
+    w) omp_wait=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 [[ $# -gt 0 ]] || {
-  echo "usage: $0 [-p N] [-b LIST] [-t N] [-g N] [-P N] [-q N] [-e LIST] FILE.gguf..." >&2
+  echo "usage: $0 [-p N] [-b LIST] [-t N] [-g N] [-P N] [-q N] [-e LIST] [-V N] [-w POLICY]" \
+    "FILE.gguf..." >&2
   exit 2
 }
 lynx=${LYNX_MOE:-build/release/bin/lynx-moe}
@@ -103,14 +114,14 @@ for e in ${engines//,/ }; do
   esac
 done
 
-# Prompts: 32+ lines of random ids below 32000 (inside every vocabulary of the shapes used),
-# each as long as the prefill prompt; decode uses the first $prompt ids of the first B lines.
+# Prompts: one line per sequence of random ids below -V (default 32000: inside the vocabulary
+# of every real shape), each as long as the prefill prompt; decode uses the first $prompt ids of the first B lines.
 maxb=$(tr , '\n' <<<"$batches" | sort -n | tail -1)
-awk -v n="$maxb" -v len="$((prefill > prompt ? prefill : prompt))" 'BEGIN {
+awk -v n="$maxb" -v vocab="$vocab" -v len="$((prefill > prompt ? prefill : prompt))" 'BEGIN {
   srand(20261201)
   for (i = 0; i < n; ++i) {
     line = ""
-    for (j = 0; j < len; ++j) line = line (j ? " " : "") int(rand() * 32000)
+    for (j = 0; j < len; ++j) line = line (j ? " " : "") int(rand() * vocab)
     print line
   } }' >"$work/prompts"
 
@@ -141,7 +152,7 @@ run_engine() {  # engine file pass
     ik | llama)
       local rtr=""
       [[ $e == ik ]] && rtr=--rtr
-      if LD_LIBRARY_PATH="$(cat "$work/lib-$e")" "$work/peer-$e" -m "$f" -f "$work/prompts" \
+      if OMP_WAIT_POLICY=$omp_wait LD_LIBRARY_PATH="$(cat "$work/lib-$e")" "$work/peer-$e" -m "$f" -f "$work/prompts" \
         -b "$batches" -p "$prompt" -g "$gen" -t "$threads" -q "$prefill" $rtr \
         >"$out" 2>"$work/err"; then
         awk -v f="$f" -v e="$e" -v p="$pass" '{
@@ -157,7 +168,7 @@ run_engine() {  # engine file pass
 }
 
 echo "engines: ${active[*]}; $passes passes, B = $batches, $threads threads, prompts of $prompt" \
-  "random ids, $gen decode steps, prefill $prefill tokens" >&2
+  "random ids, $gen decode steps, prefill $prefill tokens, peers with OMP_WAIT_POLICY=$omp_wait" >&2
 for pass in $(seq 1 "$passes"); do
   probe_bw >>"$work/bw"
   n=${#active[@]}
