@@ -6,9 +6,11 @@
 // shared machine affects all of them alike and cancels in the speedup ratios.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +29,8 @@ namespace {
 
 struct Args {
   std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
-  std::string trace, plot, save_json;
+  std::string trace, plot, save_json, prompt_file;
+  std::string bw_sizes = "1024";  // MiB, the buffers of the start-up bandwidth probe
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
@@ -35,6 +38,46 @@ struct Args {
   bool no_repack = false;
   EpFlags ep;
 };
+
+// Prompts read from --prompt-file: line b holds sequence b's token ids (the first --prompt of
+// them are used), so that other engines can be fed the very same sequences.
+using PromptList = std::vector<std::vector<int32_t>>;
+
+PromptList read_prompt_file(const std::string& path, int n_vocab, int prompt, int max_batch) {
+  std::ifstream f(path);
+  if (!f) throw Error("cannot open --prompt-file " + path);
+  PromptList out;
+  for (std::string line; std::getline(f, line);) {
+    if (line.find_first_not_of(" \t\r,") == std::string::npos) continue;
+    for (char& ch : line) {
+      if (ch == ',') ch = ' ';
+    }
+    std::istringstream in(line);
+    std::vector<int32_t> ids;
+    std::string tok;
+    while (in >> tok) {
+      char* end = nullptr;
+      const long long v = std::strtoll(tok.c_str(), &end, 10);
+      if (end == tok.c_str() || *end != '\0' || v < 0 || v >= n_vocab) {
+        throw Error("--prompt-file line " + std::to_string(out.size() + 1) + ": '" + tok +
+                    "' is not a token id in [0, " + std::to_string(n_vocab) + ")");
+      }
+      ids.push_back(int32_t(v));
+    }
+    if (int(ids.size()) < prompt) {
+      throw Error("--prompt-file line " + std::to_string(out.size() + 1) + " has " +
+                  std::to_string(ids.size()) + " token ids, --prompt needs " +
+                  std::to_string(prompt));
+    }
+    ids.resize(size_t(prompt));
+    out.push_back(std::move(ids));
+  }
+  if (int(out.size()) < max_batch) {
+    throw Error("--prompt-file holds " + std::to_string(out.size()) +
+                " prompts, the largest --batch needs " + std::to_string(max_batch));
+  }
+  return out;
+}
 
 struct Sample {
   double step_s = 0;                   // mean decode step time
@@ -75,7 +118,8 @@ double stddev(const std::vector<double>& v) {
 // speedup ratios. Decoding is greedy.
 std::vector<Sample> run_cell(const Model& model, const Args& a,
                              const std::vector<std::string>& policies, int B, int T, uint64_t seed,
-                             const TraceReplay* replay, ExpertParallel& ep) {
+                             const TraceReplay* replay, const PromptList& file_prompts,
+                             ExpertParallel& ep) {
   const size_t P = policies.size();
   std::vector<int> ep_ids(P, -1);
   const int V = model.config().n_vocab;
@@ -94,11 +138,16 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     if (replay) ctx.set_router_override(replay->override_fn());
     loops.push_back(std::make_unique<BatchLoop>(ctx, BatchLoopOptions{a.prompt, false}));
     BatchLoop& loop = *loops.back();
-    // Every sequence's prompt: random ids, different per sequence, the same for every policy.
+    // Every sequence's prompt: random ids (or --prompt-file's lines), different per sequence,
+    // the same for every policy.
     std::mt19937_64 rng(seed);
     for (int b = 0; b < B; ++b) {
       LoopSequence ls;
-      for (int i = 0; i < a.prompt; ++i) ls.prompt.push_back(int32_t(rng() % uint64_t(V)));
+      if (!file_prompts.empty()) {
+        ls.prompt = file_prompts[size_t(b)];
+      } else {
+        for (int i = 0; i < a.prompt; ++i) ls.prompt.push_back(int32_t(rng() % uint64_t(V)));
+      }
       // The prompt's logits give the first token, each of the a.gen decode steps the next.
       ls.on_logits = [decoded = -1, gen = a.gen](std::span<const float> logits) mutable {
         return ++decoded == gen ? kEndSequence : argmax(logits);
@@ -210,11 +259,11 @@ void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& row
   std::fprintf(stderr, "wrote %s\n", a.plot.c_str());
 }
 
-// The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes) once at
-// start, for the header (run_rows probes it again before every cell, for that cell's
-// roofline, since a shared machine's bandwidth drifts). The f32 FMA peak: the compute roof of
-// float weights (a matmul over n tokens takes 2n flops per weight), for telling
-// compute-bound batch sizes apart.
+// The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes, the
+// largest over the --bw-sizes buffers) once at start, for the header (run_rows probes it again
+// before every cell, for that cell's roofline, since a shared machine's bandwidth drifts). The f32
+// FMA peak: the compute roof of float weights (a matmul over n tokens takes 2n flops per weight),
+// for telling compute-bound batch sizes apart.
 struct Peaks {
   std::map<int, double> bw, fma;  // per thread count
 };
@@ -223,7 +272,13 @@ Peaks measure_peaks(const Args& a, const std::vector<int>& threads) {
   Peaks pk;
   for (int t : threads) {
     kernels::ThreadPool pool(t);
-    pk.bw[t] = a.bw_gb > 0 ? a.bw_gb : kernels::measure_read_bandwidth_gbps(pool);
+    double best = a.bw_gb;
+    if (best <= 0) {
+      for (int mib : parse_int_list(a.bw_sizes, "--bw-sizes")) {
+        best = std::max(best, kernels::measure_read_bandwidth_gbps(pool, size_t(mib) << 20));
+      }
+    }
+    pk.bw[t] = best;
     pk.fma[t] = kernels::measure_fma_gflops(pool);
   }
   return pk;
@@ -238,7 +293,8 @@ using CellBandwidth = std::map<std::pair<int, int>, std::vector<double>>;  // (t
 std::vector<Row> run_rows(const Model& model, const Args& a,
                           const std::vector<std::string>& policies, const std::vector<int>& batches,
                           const std::vector<int>& threads, const TraceReplay* replay,
-                          CellBandwidth& cell_bw, ExpertParallel& ep) {
+                          const PromptList& file_prompts, CellBandwidth& cell_bw,
+                          ExpertParallel& ep) {
   std::vector<Row> rows;
   for (int t : threads) {
     for (int b : batches) {
@@ -255,8 +311,9 @@ std::vector<Row> run_rows(const Model& model, const Args& a,
         g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
       }
       cell_bw[{first.threads, first.batch}].push_back(g);
-      auto samples = run_cell(model, a, policies, first.batch, first.threads,
-                              a.seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay, ep);
+      auto samples =
+          run_cell(model, a, policies, first.batch, first.threads,
+                   a.seed + uint64_t(r) * 1000 + uint64_t(first.batch), replay, file_prompts, ep);
       for (size_t p = 0; p < P; ++p) rows[i + p].reps.push_back(std::move(samples[p]));
     }
     std::fprintf(stderr, "\rbench: repetition %d/%d done", r + 1, a.reps);
@@ -437,7 +494,8 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
       c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts, layout);
   for (auto& [t, g] : pk.bw) {
     std::printf(
-        "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start); "
+        "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start, best "
+        "buffer size); "
         "read BW below: one pass right before each batch size of each repetition, "
         "averaged; f32 FMA peak %.0f GFLOPS\n\n",
         g, t, pk.fma.at(t));
@@ -472,10 +530,15 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   const ModelConfig& c = model->config();
   std::unique_ptr<TraceReplay> replay;
   if (!a.trace.empty()) replay = std::make_unique<TraceReplay>(a.trace, c);
+  PromptList file_prompts;
+  if (!a.prompt_file.empty()) {
+    file_prompts = read_prompt_file(a.prompt_file, c.n_vocab, a.prompt,
+                                    *std::max_element(batches.begin(), batches.end()));
+  }
   const Peaks pk = measure_peaks(a, threads);
   CellBandwidth cell_bw;
   const std::vector<Row> rows =
-      run_rows(*model, a, policies, batches, threads, replay.get(), cell_bw, ep);
+      run_rows(*model, a, policies, batches, threads, replay.get(), file_prompts, cell_bw, ep);
   const nlohmann::json out = summarize(*model, rows, policies, cell_bw);
   if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
@@ -528,8 +591,14 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--gen", a->gen, "Decode steps measured")->check(int_in(1, 1 << 20));
   cmd->add_option("-r,--reps", a->reps, "Repetitions")->check(int_in(1, 1 << 16));
   cmd->add_option("--seed", a->seed, "Seed of the random prompts");
+  cmd->add_option("--prompt-file", a->prompt_file,
+                  "Prompts as token ids, one sequence per line (first --prompt ids of each; "
+                  "at least the largest --batch lines), instead of random ones");
   cmd->add_option("--bandwidth", a->bw_gb, "Memory read bandwidth in GB/s (0 = measure)")
       ->check(number_in(0, 1e6));
+  cmd->add_option("--bw-sizes", a->bw_sizes,
+                  "Buffer sizes of the start-up bandwidth probe in MiB, e.g. 256,1024,2048 "
+                  "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
   cmd->add_flag("--no-repack", a->no_repack,
                 "Keep the weights in the file's row layout (default: repacked at load, Q8_0/Q4_0 "
@@ -551,6 +620,9 @@ void register_bench(CLI::App& app) {
       const auto policies = routing_specs(a->routing, "--routing");
       for (int b : batches) {
         if (b < 1 || b > (1 << 16)) throw UsageError("--batch values must be in [1, 65536]");
+      }
+      for (int mib : parse_int_list(a->bw_sizes, "--bw-sizes")) {
+        if (mib < 8 || mib > (1 << 16)) throw UsageError("--bw-sizes values must be in [8, 65536]");
       }
       for (int t : threads) {
         if (t < 1 || t > kMaxThreads) {
