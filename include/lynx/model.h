@@ -39,6 +39,24 @@ struct LayerKind {
 
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
 // GGUF metadata plus per-architecture traits (llama.cpp's conventions) by Model::load.
+// YaRN rope scaling (llama.cpp's rope_yarn, as deepseek2 uses it). Pair i of a rope part of
+// n dims rotates by theta = pos * base^(-2i/n) (extrapolated) blended with theta / factor
+// (interpolated) by ramp(i) * ext_factor, where ramp is 1 below the dimension `low`, 0 above
+// `high`, linear between; low / high are where a pair turns beta_fast / beta_slow times over
+// orig_ctx positions. cos and sin are multiplied by `mscale`, and the attention scale
+// 1/sqrt(head_dim) by `kq_mul` (both set by the family: see read_rope_scaling in arch.h).
+struct RopeYarn {
+  bool on = false;
+  float factor = 1.f;  // {arch}.rope.scaling.factor (freq_scale = 1 / factor)
+  int orig_ctx = 0;    // {arch}.rope.scaling.original_context_length
+  float beta_fast = 32.f, beta_slow = 1.f;
+  float ext_factor = 1.f;       // weight of the ramp (llama.cpp: 1 when the type is yarn)
+  float log_mul = 0.f;          // {arch}.rope.scaling.yarn_log_multiplier (0.1 * mscale_all_dim)
+  float mscale = 1.f;           // magnitude of cos / sin
+  float kq_mul = 1.f;           // multiplies the attention scale
+  float low = 0.f, high = 0.f;  // the ramp's corner dimensions (pair indices)
+};
+
 struct ModelConfig {
   std::string arch;  // general.architecture
   std::string name;  // general.name
@@ -58,6 +76,7 @@ struct ModelConfig {
   QKNorm qk_norm = QKNorm::kNone;
   RopeType rope = RopeType::kNorm;
   float rope_base = 10000.f;
+  RopeYarn yarn;  // YaRN rope scaling ({arch}.rope.scaling.*); off unless the file asks for it
   float rms_eps = 1e-5f;
   GatingConfig gating;  // router gating of MoE layers
   // Multi-head latent attention (deepseek2; all 0 otherwise). head_dim = qk_nope + qk_rope.

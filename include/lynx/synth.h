@@ -27,6 +27,10 @@ struct SynthShape {
   bool sigmoid = false, select_bias = false, norm_topk = true;
   float weights_scale = 1.f;
   int n_group = 1, n_group_used = 1;
+  // YaRN rope scaling as written by the family (deepseek2: rope.scaling.*); factor 0 = none.
+  float yarn_factor = 0.f;
+  int yarn_orig_ctx = 0;
+  float yarn_log_mul = 0.f;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,

@@ -60,15 +60,29 @@ void rope(float* v, int hd, const float* cs, RopeType type) {
 }
 
 // (cos, sin) of theta_i = pos * base^(-2i/hd) for every token of the step, computed once
-// and shared by all layers and heads.
+// and shared by all layers and heads. With YaRN (ModelConfig::yarn) pair i's frequency blends
+// the interpolated base^(-2i/hd) / factor with the original by ramp(i) * ext_factor, and cos
+// and sin are scaled by yarn.mscale.
 void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::vector<float>& cs) {
   const int rd = c.rope_dim(), half = rd / 2;
+  const RopeYarn& y = c.yarn;
+  std::vector<double> freq(size_t(half), 0.0);
+  for (int i = 0; i < half; ++i) {
+    const double extrap = std::pow(double(c.rope_base), -2.0 * i / rd);
+    freq[size_t(i)] = extrap;
+    if (y.on) {
+      const double t = (double(i) - y.low) / std::max(0.001, double(y.high) - y.low);
+      const double mix = (1.0 - std::clamp(t, 0.0, 1.0)) * y.ext_factor;
+      freq[size_t(i)] = extrap / y.factor * (1.0 - mix) + extrap * mix;
+    }
+  }
+  const double mag = y.on ? double(y.mscale) : 1.0;
   ensure(cs, batch.size() * size_t(half) * 2);
   for (size_t t = 0; t < batch.size(); ++t) {
     for (int i = 0; i < half; ++i) {
-      const double theta = double(batch[t].pos) * std::pow(double(c.rope_base), -2.0 * i / rd);
-      cs[(t * half + size_t(i)) * 2] = float(std::cos(theta));
-      cs[(t * half + size_t(i)) * 2 + 1] = float(std::sin(theta));
+      const double theta = double(batch[t].pos) * freq[size_t(i)];
+      cs[(t * half + size_t(i)) * 2] = float(std::cos(theta) * mag);
+      cs[(t * half + size_t(i)) * 2 + 1] = float(std::sin(theta) * mag);
     }
   }
 }
@@ -114,7 +128,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     std::memcpy(&sl.v[size_t(pos) * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
   }
 
-  const float scale = 1.f / std::sqrt(float(hd));
+  const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = c.n_head / c.n_head_kv;
   cp.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
@@ -157,7 +171,7 @@ void project_mat(const Compute& cp, const Weight& w, int64_t i, MatIn& in, float
 // Multi-head latent attention of layer il (deepseek2) in the absorbed form, for prefill and
 // decode alike: the cache holds per token the normed latent c (kv_lora) and the roped rope
 // part k_r, and for head h
-//   score_j = (W_kb,h^T q_nope,h) . c_j + q_rope,h . k_r,j   scaled by 1/sqrt(nope + rope)
+//   score_j = (W_kb,h^T q_nope,h) . c_j + q_rope,h . k_r,j   scaled by kq_mul/sqrt(nope + rope)
 //   out_h   = W_vb,h (sum_j p_j c_j)
 // which equals attention over the decompressed keys k_h = [W_kb,h c; k_r] and values
 // W_vb,h c (the NumPy reference computes that form).
@@ -214,7 +228,7 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
     project_mat(cp, L.wk_b, h, qn, &B.mla_q[size_t(h) * T * R], obs);
   }
 
-  const float scale = 1.f / std::sqrt(float(hd));
+  const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
   cp.pool.parallel_for(int64_t(T) * H, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
     ensure(sc, size_t(kv.n_ctx));

@@ -192,6 +192,7 @@ ModelConfig read_config(const gguf::File& f) {
     }
   }
   if (tr.read_metadata) tr.read_metadata(f, c);
+  arch::read_rope_scaling(f, tr, c);
   c.layer_kinds.resize(size_t(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(tr, c, il);
   return c;

@@ -26,8 +26,9 @@ const SynthShape kShapes[] = {
     {"tiny-moe", "olmoe", 4, 256, 4, 4, 64, 512, 2048, 0, 64, 8, 128, 0, 10000.f, 1e-5f},
     {"tiny-mixtral", "llama", 4, 256, 4, 2, 64, 512, 2048, 0, 8, 2, 512, 0, 10000.f, 1e-5f},
     // DeepSeek-V2-Lite (and Coder-V2-Lite): MLA without q compression, 1 dense layer then 64
-    // experts, 6 per token, 2 shared, softmax, not renormalized. Written without its YaRN
-    // scaling (context 4096), which this engine does not implement yet.
+    // experts, 6 per token, 2 shared, softmax, not renormalized. YaRN as its config.json:
+    // factor 40 over 4096 original positions, mscale_all_dim 0.707 (log multiplier 0.0707);
+    // context_length stays 4096 (the real 163840 would size a server's default KV cache).
     {.name = "deepseek-v2-lite",
      .arch = "deepseek2",
      .n_layer = 27,
@@ -49,10 +50,14 @@ const SynthShape kShapes[] = {
      .v_head_dim = 128,
      .n_layer_dense_lead = 1,
      .n_expert_shared = 2,
-     .norm_topk = false},
+     .norm_topk = false,
+     .yarn_factor = 40.f,
+     .yarn_orig_ctx = 4096,
+     .yarn_log_mul = 0.0707f},
     // DeepSeek-V3 layout at reduced depth (5 of 61 layers: its 3 dense ones, 2 MoE): q_lora
     // 1536, 256 experts, 8 per token in 4 of 8 groups, sigmoid with selection bias,
-    // renormalized, routed scale 2.5, 1 shared expert.
+    // renormalized, routed scale 2.5, 1 shared expert; YaRN factor 40 over 4096, mscale_all_dim
+    // 1 (log multiplier 0.1).
     {.name = "deepseek-v3",
      .arch = "deepseek2",
      .n_layer = 5,
@@ -80,7 +85,10 @@ const SynthShape kShapes[] = {
      .norm_topk = true,
      .weights_scale = 2.5f,
      .n_group = 8,
-     .n_group_used = 4},
+     .n_group_used = 4,
+     .yarn_factor = 40.f,
+     .yarn_orig_ctx = 4096,
+     .yarn_log_mul = 0.1f},
     // Small MLA shapes for tests: V2-like (no q compression, softmax) and V3-like.
     {.name = "tiny-deepseek-v2",
      .arch = "deepseek2",
@@ -245,6 +253,12 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
   c.n_layer_dense_lead =
       s.n_expert > 0 ? std::min(s.n_layer_dense_lead, s.n_layer - 1) : s.n_layer_dense_lead;
   c.n_expert_shared = s.n_expert_shared;
+  if (s.yarn_factor > 0.f) {
+    c.yarn.on = true;
+    c.yarn.factor = s.yarn_factor;
+    c.yarn.orig_ctx = s.yarn_orig_ctx;
+    c.yarn.log_mul = s.yarn_log_mul;
+  }
   if (c.n_ff_shexp == 0) c.n_ff_shexp = s.n_expert_shared * s.n_ff_exp;
   c.gating.n_expert = s.n_expert;
   c.gating.n_expert_used = s.n_expert_used;

@@ -1,8 +1,8 @@
 // deepseek2 (multi-head latent attention) against the independent NumPy reference
 // (tests/reference/deepseek2_ref.py, the decompressed form; fixtures from
 // make_mla_fixtures.py): logits at every position by prefill, token by token and batched with
-// another sequence; the older attn_kv_b layout gives the same logits; the latent KV cache's
-// size per token; bad files named.
+// another sequence, also with YaRN rope scaling; the older attn_kv_b layout gives the same
+// logits; the latent KV cache's size per token; bad files (and bad YaRN values) named.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
+#include "lynx/synth.h"
 
 namespace lynx {
 namespace {
@@ -124,8 +125,9 @@ TEST(Mla, KvCacheStoresTheLatentPerToken) {
 // Copies a fixture, letting `edit` change metadata and `tensor` replace or drop tensors.
 using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
 using TensorEdit = std::function<bool(const gguf::TensorInfo&, gguf::Writer&)>;
+using Keys = std::vector<std::pair<std::string, gguf::Value>>;
 std::string rewrite(const std::string& shape, const std::string& name, const KvEdit& edit,
-                    const TensorEdit& tensor) {
+                    const TensorEdit& tensor, const Keys& extra = {}) {
   gguf::File f = gguf::File::open(kDir + shape + ".gguf");
   gguf::Writer w;
   for (const auto& kv : f.metadata()) {
@@ -133,6 +135,7 @@ std::string rewrite(const std::string& shape, const std::string& name, const KvE
     gguf::Value v = kv.value;
     if (edit(kv.key, v)) w.set(kv.key, v);
   }
+  for (const auto& [k, v] : extra) w.set(k, v);
   for (const auto& t : f.tensors()) {
     if (tensor(t, w)) continue;
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
@@ -230,6 +233,100 @@ TEST(Mla, BadFilesAreNamed) {
   };
   expect_load_error(rewrite(shape, "heads", heads, [](auto&, auto&) { return false; }),
                     "inconsistent head dimensions");
+}
+
+// DeepSeek-V2-Lite's YaRN keys (make_mla_fixtures.py YARN) on the V2-like fixture; the
+// golden tiny-deepseek-v2-yarn.logits.f32 is the reference's forward pass of that file.
+Keys yarn_keys() {
+  return {{"deepseek2.rope.scaling.type", gguf::Value::str("yarn")},
+          {"deepseek2.rope.scaling.factor", gguf::Value::f32(40.f)},
+          {"deepseek2.rope.scaling.original_context_length", gguf::Value::u32(4096)},
+          {"deepseek2.rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.0707f)}};
+}
+const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
+const auto kNoTensor = [](const gguf::TensorInfo&, gguf::Writer&) { return false; };
+
+TEST(Mla, YarnGoldensAtEveryPositionPrefillDecodeAndBatched) {
+  const std::string path = rewrite(kShapes[0], "yarn", kAllKv, kNoTensor, yarn_keys());
+  auto m = Model::load(path);
+  const RopeYarn& y = m->config().yarn;
+  ASSERT_TRUE(y.on);
+  EXPECT_EQ(y.factor, 40.f);
+  EXPECT_EQ(y.orig_ctx, 4096);
+  // Rope part of 16 dims, base 1e4: 16 ln(4096 / (2 pi beta)) / (2 ln 1e4) = 2.618 (beta 32)
+  // and 5.628 (beta 1): pairs 0-1 keep their frequency, 6-7 are divided by 40, 2-5 blend.
+  EXPECT_EQ(y.low, 2.f);
+  EXPECT_EQ(y.high, 6.f);
+  EXPECT_EQ(y.mscale, 1.f);                   // DeepSeek: cos / sin unscaled
+  EXPECT_NEAR(y.kq_mul, 1.5896261651, 1e-6);  // (1 + 0.0707 ln 40)^2
+  check_goldens(*m, std::string(kShapes[0]) + "-yarn");
+  // The variant's logits differ from the unscaled ones: the goldens test the scaling.
+  const size_t V = size_t(m->config().n_vocab), n = tokens().size();
+  const auto plain = golden(kShapes[0], n * V),
+             yarn = golden(std::string(kShapes[0]) + "-yarn", n * V);
+  EXPECT_GT(rel_err(std::span(plain).subspan((n - 1) * V, V), &yarn[(n - 1) * V], V), 1e-2);
+}
+
+TEST(Mla, BadYarnValuesAreNamed) {
+  auto with = [](const char* name, const std::string& key, gguf::Value v) {
+    Keys k = yarn_keys();
+    for (auto& [kk, vv] : k) {
+      if (kk == key) vv = v;
+    }
+    if (key.empty()) k.pop_back();
+    return rewrite(kShapes[0], name, kAllKv, kNoTensor, k);
+  };
+  const std::string f = "deepseek2.rope.scaling.factor";
+  expect_load_error(with("y_zero", f, gguf::Value::f32(0.f)), f + " = 0");
+  expect_load_error(with("y_neg", f, gguf::Value::f32(-2.f)), f + " = -2");
+  expect_load_error(with("y_nan", f, gguf::Value::f32(std::nanf(""))), f);
+  expect_load_error(with("y_type", "deepseek2.rope.scaling.type", gguf::Value::str("linear")),
+                    "deepseek2.rope.scaling.type = 'linear' is not supported");
+  expect_load_error(
+      with("y_ctx", "deepseek2.rope.scaling.original_context_length", gguf::Value::u32(0)),
+      "deepseek2.rope.scaling.original_context_length");
+  expect_load_error(
+      with("y_mul", "deepseek2.rope.scaling.yarn_log_multiplier", gguf::Value::f32(-1.f)),
+      "deepseek2.rope.scaling.yarn_log_multiplier = -1");
+  Keys no_factor = yarn_keys();
+  no_factor.erase(no_factor.begin() + 1);
+  expect_load_error(rewrite(kShapes[0], "y_nofactor", kAllKv, kNoTensor, no_factor),
+                    f + " is required with YaRN");
+}
+
+// A family without a YaRN convention refuses a yarn file instead of running it unscaled.
+TEST(Mla, YarnOnAFamilyWithoutItIsRefused) {
+  const Keys k = {{"llama.rope.scaling.type", gguf::Value::str("yarn")},
+                  {"llama.rope.scaling.factor", gguf::Value::f32(4.f)}};
+  expect_load_error(rewrite("../llama-dense-f16", "y_llama", kAllKv, kNoTensor, k),
+                    "YaRN rope scaling is not implemented for llama");
+}
+
+// The real-shape presets carry the released configs' rope_scaling, and synth writes the keys
+// the loader reads back.
+TEST(Mla, SynthPresetsWriteTheRealYarnKeys) {
+  const SynthShape lite = synth_shape("deepseek-v2-lite"), v3 = synth_shape("deepseek-v3");
+  EXPECT_EQ(lite.yarn_factor, 40.f);
+  EXPECT_EQ(lite.yarn_orig_ctx, 4096);
+  EXPECT_FLOAT_EQ(lite.yarn_log_mul, 0.0707f);  // 0.1 x mscale_all_dim 0.707
+  EXPECT_EQ(v3.yarn_factor, 40.f);
+  EXPECT_EQ(v3.yarn_orig_ctx, 4096);
+  EXPECT_FLOAT_EQ(v3.yarn_log_mul, 0.1f);  // mscale_all_dim 1
+  SynthOptions o;
+  o.shape = synth_shape("tiny-deepseek-v3");
+  o.shape.n_layer = 2;
+  o.shape.n_vocab = 300;
+  o.shape.yarn_factor = v3.yarn_factor;
+  o.shape.yarn_orig_ctx = v3.yarn_orig_ctx;
+  o.shape.yarn_log_mul = v3.yarn_log_mul;
+  const std::string path = std::string(LYNX_BINARY_DIR) + "/mla_synth_yarn.gguf";
+  write_synth_model(o, path);
+  auto m = Model::load(path);
+  const RopeYarn& y = m->config().yarn;
+  EXPECT_TRUE(y.on);
+  EXPECT_EQ(y.factor, 40.f);
+  EXPECT_EQ(y.orig_ctx, 4096);
+  EXPECT_NEAR(y.kq_mul, (1 + 0.1 * std::log(40.0)) * (1 + 0.1 * std::log(40.0)), 1e-5);
 }
 
 }  // namespace

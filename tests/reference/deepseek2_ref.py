@@ -11,6 +11,16 @@ writes the logits of every position, raw little-endian float32 [n_tokens][n_voca
 from llama.cpp (models/deepseek2.cpp, llama-graph.cpp build_moe_ffn): adjacent-pair rope on
 the rope parts, kq scale 1/sqrt(qk_nope + qk_rope), group score = sum of a group's two best
 biased scores, weights from the unbiased probabilities.
+
+YaRN (rope.scaling.type = yarn), written from Hugging Face's modeling_deepseek.py
+(DeepseekV2YarnRotaryEmbedding): per pair i of the rope part of n dims, the frequency
+base^(-2i/n) kept ("extrapolated") below the dimension low, divided by the factor
+("interpolated") above high, linear in between, where low = floor, high = ceil of
+n ln(orig_ctx / (2 pi beta)) / (2 ln base) for beta_fast = 32 / beta_slow = 1, clamped to
+[0, n-1]; cos / sin times mscale(factor, mscale) / mscale(factor, mscale_all_dim) = 1 (the
+released configs have mscale = mscale_all_dim, as llama.cpp assumes); softmax scale times
+mscale(factor, mscale_all_dim)^2, mscale(s, m) = 1 + 0.1 m ln s, with mscale_all_dim =
+yarn_log_multiplier / 0.1 (the converter stores 0.1 * mscale_all_dim).
 """
 
 import argparse
@@ -33,11 +43,30 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope_pairs(v, pos, base):
-    n = v.shape[0]
+def rope_freqs(m):
+    """The rotation frequency of each pair of the rope part (YaRN-blended when scaled)."""
+    n = m.rope
+    extra = np.array([m.base ** (-2.0 * i / n) for i in range(n // 2)])
+    if not m.yarn:
+        return extra
+    inter = extra / m.yarn_factor
+
+    def corr(beta):
+        return n * math.log(m.yarn_orig / (beta * 2 * math.pi)) / (2 * math.log(m.base))
+
+    low = max(math.floor(corr(m.yarn_beta_fast)), 0)
+    high = min(math.ceil(corr(m.yarn_beta_slow)), n - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(n // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp  # 1: extrapolate (original frequency), 0: interpolate
+    return inter * (1.0 - keep) + extra * keep
+
+
+def rope_pairs(v, pos, freqs):
     out = v.copy()
-    for i in range(n // 2):
-        th = pos * base ** (-2.0 * i / n)
+    for i, f in enumerate(freqs):
+        th = pos * f
         c, s = math.cos(th), math.sin(th)
         a, b = v[2 * i], v[2 * i + 1]
         out[2 * i] = a * c - b * s
@@ -77,6 +106,19 @@ def load(path):
     m.hk = key("attention.key_length_mla", None) or key("attention.key_length")
     m.hv = key("attention.value_length_mla", None) or key("attention.value_length")
     m.nope = m.hk - m.rope
+    scaling = key("rope.scaling.type", "none")
+    assert scaling in ("none", "yarn"), scaling
+    m.yarn = scaling == "yarn"
+    m.kq_mul = 1.0
+    if m.yarn:
+        m.yarn_factor = float(key("rope.scaling.factor"))
+        m.yarn_orig = key("rope.scaling.original_context_length", key("context_length"))
+        m.yarn_beta_fast = float(key("rope.scaling.yarn_beta_fast", 32.0))
+        m.yarn_beta_slow = float(key("rope.scaling.yarn_beta_slow", 1.0))
+        mscale_all_dim = float(key("rope.scaling.yarn_log_multiplier", 0.0)) / 0.1
+        ms = 1.0 + 0.1 * mscale_all_dim * math.log(m.yarn_factor) if m.yarn_factor > 1 else 1.0
+        m.kq_mul = ms * ms
+    m.freqs = rope_freqs(m)
     m.lead = key("leading_dense_block_count", 0)
     m.N = key("expert_count", 0)
     m.k = key("expert_used_count", 0)
@@ -162,7 +204,7 @@ def route(m, L, x):
 def forward(m, tokens):
     n = len(tokens)
     hd = m.nope + m.rope
-    scale = 1.0 / math.sqrt(hd)
+    scale = m.kq_mul / math.sqrt(hd)
     x = [m.tok[t].copy() for t in tokens]
     for L in m.layers:
         keys, vals, qs = [], [], []
@@ -174,11 +216,11 @@ def forward(m, tokens):
                 q = L.wq @ h
             kv = L.wkv_a @ h
             c = rms_norm(kv[:m.R], L.kv_norm, m.eps)
-            kr = rope_pairs(kv[m.R:], pos, m.base)
+            kr = rope_pairs(kv[m.R:], pos, m.freqs)
             qh, kh, vh = [], [], []
             for hh in range(m.H):
                 qv = q[hh * hd:(hh + 1) * hd]
-                qh.append(np.concatenate([qv[:m.nope], rope_pairs(qv[m.nope:], pos, m.base)]))
+                qh.append(np.concatenate([qv[:m.nope], rope_pairs(qv[m.nope:], pos, m.freqs)]))
                 kh.append(np.concatenate([L.k_up[hh] @ c, kr]))
                 vh.append(L.v_up[hh] @ c)
             qs.append(qh)

@@ -6,17 +6,42 @@ The weights are `lynx-moe synth` shapes (tiny-deepseek-v2: no q compression, sof
 tiny-deepseek-v3: q_lora, sigmoid with selection bias, group-limited top-k, routed scale),
 reduced to 2 layers (one dense, one MoE), 8 experts and a 300-token vocabulary, Q8_0; the logits of every position come from
 deepseek2_ref.py, which reads only the file (the decompressed MLA form, its own code path).
+
+The YaRN variant adds DeepSeek-V2-Lite's rope.scaling keys (YARN below) to
+tiny-deepseek-v2.gguf; only its logits are stored (tiny-deepseek-v2-yarn.logits.f32): the test
+rebuilds the same file from the fixture with the same keys.
 """
 
 import argparse
 import os
 import subprocess
 import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "mla")
 TOKENS = "1,7,42,100,255,3,77,180,9,250,64,128"
 SHAPES = ["tiny-deepseek-v2", "tiny-deepseek-v3"]
+# DeepSeek-V2-Lite's config.json rope_scaling (factor 40, original_max_position_embeddings
+# 4096, mscale_all_dim 0.707) as convert_hf_to_gguf.py writes it; mla_test.cc has the same.
+YARN = [("deepseek2.rope.scaling.type", "yarn"),
+        ("deepseek2.rope.scaling.factor", 40.0),
+        ("deepseek2.rope.scaling.original_context_length", 4096),
+        ("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707)]
+
+
+def yarn_variant(src, logits):
+    g = gguf_np.read_gguf(src)
+    kv = [(k, v) for k, v in g.kv.items() if k != "general.alignment"] + YARN
+    tensors = [(t.name, t.ne, t.type, t.raw) for t in g.tensors.values()]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "yarn.gguf")
+        gguf_np.write_gguf(path, kv, tensors)
+        subprocess.run([sys.executable, os.path.join(HERE, "deepseek2_ref.py"), path,
+                        "--tokens", TOKENS, "--out", logits], check=True)
 
 
 def main(argv):
@@ -31,6 +56,8 @@ def main(argv):
         subprocess.run([sys.executable, os.path.join(HERE, "deepseek2_ref.py"), g,
                         "--tokens", TOKENS, "--out", os.path.join(OUT, s + ".logits.f32")],
                        check=True)
+    yarn_variant(os.path.join(OUT, "tiny-deepseek-v2.gguf"),
+                 os.path.join(OUT, "tiny-deepseek-v2-yarn.logits.f32"))
     with open(os.path.join(OUT, "tokens.txt"), "w") as f:
         f.write(TOKENS + "\n")
     return 0

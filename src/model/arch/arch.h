@@ -96,6 +96,10 @@ struct ArchDesc {
   void (*write_metadata)(const ModelConfig& c, gguf::Writer& w) = nullptr;
   // The block kinds of layer il (default: GQA attention; MoE when the file has experts).
   LayerKind (*layer_kind)(const ModelConfig& c, int il) = nullptr;
+  // Non-null: the family runs YaRN rope scaling ({arch}.rope.scaling.type = yarn); called
+  // after read_rope_scaling filled c.yarn with llama.cpp's generic values, to apply the
+  // family's own magnitude / attention-scale convention. nullptr: YaRN files are refused.
+  void (*yarn_convention)(ModelConfig& c) = nullptr;
 };
 
 // Metadata readers that validate (registry.cc). int_in: an integer key in [lo, hi] (`def`
@@ -104,6 +108,13 @@ constexpr int64_t kMaxDim = int64_t(1) << 30;
 int int_in(const gguf::File& f, const std::string& key, int64_t def, int64_t lo, int64_t hi);
 int positive_int(const gguf::File& f, const std::string& key);
 float positive_float(const gguf::File& f, const std::string& key, double def);
+
+// {arch}.rope.scaling.*, after the family's own keys (the rope dimension must be known):
+// absent or `none` leaves c.yarn off; `yarn` (for a family with yarn_convention) reads the
+// factor (required), original_context_length (default: context_length), yarn_beta_fast /
+// yarn_beta_slow (32 / 1) and yarn_log_multiplier, and computes the ramp's corners; any other
+// type, or a bad value, throws naming the key.
+void read_rope_scaling(const gguf::File& f, const ArchDesc& a, ModelConfig& c);
 
 // Every registered family; find() throws naming the architecture and the supported list.
 std::span<const ArchDesc* const> all();

@@ -4,11 +4,13 @@
 //   attn_q_a_norm -> attn_q_b; attn_kv_a_mqa gives the kv_lora_rank latent (normed by
 //   attn_kv_a_norm) and the qk_rope part shared by all heads; per head the key and value
 //   up-projections attn_k_b / attn_v_b (newer files) or attn_kv_b (older ones, split at load);
-//   adjacent-pair (NORM) rope on the rope parts; scale 1/sqrt(qk_nope + qk_rope);
+//   adjacent-pair (NORM) rope on the rope parts, YaRN-scaled in the released files (the
+//   scale 1/sqrt(qk_nope + qk_rope) then grows by DeepSeek's mscale squared: yarn() below);
 // - the first leading_dense_block_count layers dense, the others routed experts plus
 //   expert_shared_count shared experts (one FFN of width expert_shared_count * n_ff_exp);
 // - softmax gating (V2) or sigmoid with the selection bias exp_probs_b (V3), group-limited
 //   top-k, expert_weights_norm / expert_weights_scale.
+#include <cmath>
 #include <string>
 
 #include "model/arch/families.h"
@@ -96,11 +98,17 @@ void read(const gguf::File& f, ModelConfig& c) {
     throw Error("metadata " + key(c, "expert_shared_count") + " must be at least 1");
   }
   if (c.n_ff_shexp == 0) c.n_ff_shexp = c.n_expert_shared * c.n_ff_exp;
-  const std::string scaling = f.get_string(key(c, "rope.scaling.type"), "none");
-  if (scaling != "none") {
-    throw Error("metadata " + key(c, "rope.scaling.type") + " = '" + gguf::printable(scaling) +
-                "': rope scaling is not implemented for deepseek2 yet (only 'none')");
-  }
+}
+
+// DeepSeek's YaRN convention (HF modeling_deepseek.py; llama.cpp's deepseek2 graph): cos and
+// sin keep magnitude 1 (the model's mscale / mscale_all_dim ratio, 1 in the released V2-Lite
+// and V3 configs), and the softmax scale 1/sqrt(qk_nope + qk_rope) is multiplied by m^2,
+// m = 1 + 0.1 mscale_all_dim ln(factor). The file stores 0.1 * mscale_all_dim as
+// yarn_log_multiplier (convert_hf_to_gguf.py), so m = 1 + yarn_log_multiplier ln(factor).
+void yarn(ModelConfig& c) {
+  const double m = 1.0 + double(c.yarn.log_mul) * std::log(double(c.yarn.factor));
+  c.yarn.mscale = 1.f;
+  c.yarn.kq_mul = float(m * m);
 }
 
 void write(const ModelConfig& c, gguf::Writer& w) {
@@ -111,6 +119,13 @@ void write(const ModelConfig& c, gguf::Writer& w) {
   u32("attention.key_length_mla", c.qk_nope_dim + c.qk_rope_dim);
   u32("attention.value_length_mla", c.v_head_dim);
   u32("leading_dense_block_count", c.n_layer_dense_lead);
+  if (c.yarn.on) {
+    // The keys convert_hf_to_gguf.py writes for a rope_scaling of type yarn.
+    w.set(key(c, "rope.scaling.type"), gguf::Value::str("yarn"));
+    w.set(key(c, "rope.scaling.factor"), gguf::Value::f32(c.yarn.factor));
+    u32("rope.scaling.original_context_length", c.yarn.orig_ctx);
+    w.set(key(c, "rope.scaling.yarn_log_multiplier"), gguf::Value::f32(c.yarn.log_mul));
+  }
   u32("expert_shared_count", c.n_expert_shared);
   w.set(key(c, "expert_weights_scale"), gguf::Value::f32(c.gating.weights_scale));
   w.set(key(c, "expert_weights_norm"), gguf::Value::boolean(c.gating.norm_topk));
@@ -139,6 +154,7 @@ constexpr ArchDesc kDeepseek2 = {
     .read_metadata = read,
     .write_metadata = write,
     .layer_kind = layer,
+    .yarn_convention = yarn,
 };
 
 }  // namespace lynx::arch

@@ -1,5 +1,7 @@
 // The table of registered families and the lookups over it.
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "model/arch/families.h"
 
@@ -65,6 +67,47 @@ float positive_float(const gguf::File& f, const std::string& key, double def) {
                 " must be a positive finite number");
   }
   return float(v);
+}
+
+void read_rope_scaling(const gguf::File& f, const ArchDesc& a, ModelConfig& c) {
+  const std::string k = c.arch + ".rope.scaling.";
+  const std::string type = f.get_string(k + "type", "none");
+  if (type == "none") return;
+  if (type != "yarn") {
+    throw Error("metadata " + k + "type = '" + gguf::printable(type) +
+                "' is not supported (only 'none' and 'yarn')");
+  }
+  if (!a.yarn_convention) {
+    throw Error("metadata " + k + "type = 'yarn': YaRN rope scaling is not implemented for " +
+                c.arch);
+  }
+  if (!f.has(k + "factor")) throw Error("metadata " + k + "factor is required with YaRN");
+  RopeYarn& y = c.yarn;
+  y.on = true;
+  y.factor = positive_float(f, k + "factor", 1.0);
+  y.orig_ctx = int_in(f, k + "original_context_length", c.n_ctx_train, 1, kMaxDim);
+  y.beta_fast = positive_float(f, k + "yarn_beta_fast", 32.0);
+  y.beta_slow = positive_float(f, k + "yarn_beta_slow", 1.0);
+  const double log_mul = f.get_float(k + "yarn_log_multiplier", 0.0);
+  if (!(log_mul >= 0) || !std::isfinite(float(log_mul))) {
+    throw Error("metadata " + k + "yarn_log_multiplier = " + std::to_string(log_mul) +
+                " must be a finite number >= 0");
+  }
+  y.log_mul = float(log_mul);
+  // llama.cpp's defaults for a yarn file: the ramp fully applied, and cos / sin scaled by
+  // 1 + 0.1 ln(factor) (YaRN's magnitude correction); the family may change both.
+  y.ext_factor = 1.f;
+  y.mscale = float(1.0 + 0.1 * std::log(double(y.factor)));
+  y.kq_mul = 1.f;
+  // The dimension (of n) whose pair turns `rot` times over orig_ctx positions:
+  // n ln(orig_ctx / (2 pi rot)) / (2 ln base); floor / ceil, clamped to [0, n - 1].
+  const double n = c.rope_dim(), lb = std::log(double(c.rope_base));
+  auto corr = [&](double rot) {
+    return n * std::log(double(y.orig_ctx) / (rot * 2.0 * std::numbers::pi)) / (2.0 * lb);
+  };
+  y.low = float(std::max(0.0, std::floor(corr(y.beta_fast))));
+  y.high = float(std::min(n - 1.0, std::ceil(corr(y.beta_slow))));
+  a.yarn_convention(c);
 }
 
 bool group_applies(const ModelConfig& c, const TensorGroup& g) {
