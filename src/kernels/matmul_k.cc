@@ -316,7 +316,7 @@ bool has_k_int_path(TensorType t) {
 }
 
 bool has_k_interleaved_kernel(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q6_K;
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
 }
 
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
@@ -390,13 +390,14 @@ Elem element(TensorType t, const uint8_t* b, int e) {
     }
   }
 }
-// Block b of row r of a kInterleaved16 Q4_K / Q6_K matrix, gathered into kRows order by
-// this file's own reading of the layout (kernels.h): Q4_K keeps d, dmin (16 values each) and
-// then 35 planes; Q6_K keeps d and then 52 planes; plane p, lane i = bytes of row i.
+// Block b of row r of a kInterleaved16 Q4_K / Q5_K / Q6_K matrix, gathered into kRows order
+// by this file's own reading of the layout (kernels.h): Q4_K / Q5_K keep d, dmin (16 values
+// each) and then 35 / 43 planes; Q6_K keeps d and then 52 planes; plane p, lane i = bytes of
+// row i.
 void interleaved_block(TensorType t, const uint8_t* w, int64_t nb, int64_t r, int64_t b,
                        uint8_t* out) {
-  const bool q4 = t == TensorType::Q4_K;
-  const int64_t bb = q4 ? 144 : 210, i = r % 16;
+  const bool q4 = t != TensorType::Q6_K;  // the Q4_K / Q5_K field order
+  const int64_t bb = block_bytes(t), i = r % 16;
   const uint8_t* gb = w + (r - i) * nb * bb + b * 16 * bb;
   const int n_fields = q4 ? 2 : 1, words_at = q4 ? 4 : 0, field_at = q4 ? 0 : 208;
   for (int f = 0; f < n_fields; ++f) std::memcpy(out + field_at + 2 * f, gb + 32 * f + 2 * i, 2);

@@ -1,4 +1,4 @@
-// The interleaved Q8_K kernel (matmul_k.h): Q4_K and Q6_K weights stored kInterleaved16
+// The interleaved Q8_K kernel (matmul_k.h): Q4_K, Q5_K and Q6_K weights stored kInterleaved16
 // times activations quantized to Q8_K blocks. Highway with dynamic dispatch, like
 // matmul_q8.cc, whose "rows in lanes" scheme it follows: a block of kNR weight rows (16 with
 // AVX-512, 8 with AVX2) sits in the int32 lanes of a vector, each plane of the layout holding
@@ -6,13 +6,14 @@
 // broadcast to all lanes adds those 4 columns into all kNR rows at once.
 //
 // Per 256-element block, the kNR rows' block is unpacked once into levels form (KBlock): 64
-// planes of unsigned levels (plane p: elements 4p..4p+3; Q4_K 0..15, Q6_K 0..63, its offset
-// of 32 taken out below), the sub-block scales as int16 pairs and the mins (Q4_K) or scale
-// pairs (Q6_K) for the activation-sum terms. Every token of the call then runs over it:
-//   x86: vpmaddubsw (u8 x s8 -> s16 pairs) summed in int16 over a sub-block (Q4_K: 8 planes x
-//        2 x 15 x 127 < 2^15; Q6_K two planes at a time, 2 x 2 x 63 x 127 < 2^15), then one
+// planes of unsigned levels (plane p: elements 4p..4p+3; Q4_K 0..15, Q5_K 0..31, Q6_K 0..63,
+// its offset of 32 taken out below), the sub-block scales as int16 pairs and the mins
+// (Q4_K/Q5_K) or scale pairs (Q6_K) for the activation-sum terms. Every token of the call then
+// runs over it:
+//   x86: vpmaddubsw (u8 x s8 -> s16 pairs) summed in int16 over SumPlanes planes (Q4_K 8 x 2 x
+//        15 x 127, Q5_K 4 x 2 x 31 x 127, Q6_K 2 x 2 x 63 x 127: all < 2^15), then one
 //        vpmaddwd with the lane's scale in both int16 halves: scale x sum in int32, exact.
-//   Q4_K: msum = sum over sub-block pairs of vpmaddwd((m_2k, m_2k+1), (xs_2k, xs_2k+1)) with
+//   Q4_K/Q5_K: msum = sum over sub-block pairs of vpmaddwd((m_2k, m_2k+1), (xs_2k, xs_2k+1)) with
 //        the activation's 32-element sums (QuantizedActsK::spair).
 //   Q6_K: isum = sum_sub s (dot_sub - 32 gsum_sub): the offset as vpmaddwd of scale pairs
 //        with the 16-element sums (gpair), times 32.
@@ -88,19 +89,28 @@ constexpr int64_t kG = kInterleaveRows;
 
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  return kType == TensorType::Q4_K ? 144 : 210;
+  return kType == TensorType::Q4_K ? 144 : kType == TensorType::Q5_K ? 176 : 210;
 }
 // Bytes of the scalar fields before the planes in an interleaved group-block.
 template <TensorType kType>
 constexpr int64_t PlanesAt() {
-  return kType == TensorType::Q4_K ? 64 : 32;
+  return kType == TensorType::Q6_K ? 32 : 64;
 }
+// Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q6_K: int8 scales per 16, no mins.
+template <TensorType kType>
+constexpr bool kHasMin = kType != TensorType::Q6_K;
+template <TensorType kType>
+constexpr int kSubPlanes = kType == TensorType::Q6_K ? 4 : 8;  // planes per scale
+template <TensorType kType>
+constexpr int kSumPlanes = kType == TensorType::Q4_K   ? 8
+                           : kType == TensorType::Q5_K ? 4
+                                                       : 2;
 
 // A 256-element block of kNR rows in levels form (see the top of the file).
 struct KBlock {
   VI lv[64];  // level planes, plane p = elements 4p..4p+3 (u8 quads)
   VI sc[16];  // sub-block scales (x86: the value in both int16 halves; else int32)
-  VI aux[8];  // x86: Q4_K (m_2k, m_2k+1) int16 pairs, Q6_K (s_2k, s_2k+1); else Q4_K mins
+  VI aux[8];  // x86: Q4_K/Q5_K (m_2k, m_2k+1) int16 pairs, Q6_K (s_2k, s_2k+1); else mins
   VF d, dmin;
 };
 
@@ -144,7 +154,7 @@ template <TensorType kType>
 HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   const DI di;
   const DU du;
-  if constexpr (kType == TensorType::Q4_K) {
+  if constexpr (kHasMin<kType>) {
     k.d = LoadF16(gb, sub);
     k.dmin = LoadF16(gb + 32, sub);
     const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
@@ -169,12 +179,21 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
 #endif
     // Quant word w: 64-element chunk c = w / 8, bytes 4 (w % 8)..: low nibbles are elements
     // 64c + 4 (w % 8).. (plane 16c + w % 8), high nibbles 32 further (plane 16c + 8 + w % 8).
-    const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
+    // Q5_K: the 32 bytes of high bits (words 3..10) before the nibbles; byte l's bit 2c is
+    // the fifth bit of element 64c + l, bit 2c + 1 that of 64c + 32 + l.
+    constexpr int kQs = kType == TensorType::Q5_K ? 11 : 3;
+    const auto m4 = hn::Set(du, 0x0F0F0F0Fu), m1 = hn::Set(du, 0x01010101u);
     for (int w = 0; w < 32; ++w) {
-      const auto v = Plane<kType>(gb, sub, 3 + w);
-      const int p = 16 * (w / 8) + w % 8;
-      k.lv[p] = hn::BitCast(di, hn::And(v, m4));
-      k.lv[p + 8] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(v), m4));
+      const auto v = Plane<kType>(gb, sub, kQs + w);
+      const int c = w / 8, p = 16 * c + w % 8;
+      auto lo = hn::And(v, m4), hi = hn::And(hn::ShiftRight<4>(v), m4);
+      if constexpr (kType == TensorType::Q5_K) {
+        const auto qh = Plane<kType>(gb, sub, 3 + w % 8);
+        lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(qh, 2 * c), m1)));
+        hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(qh, 2 * c + 1), m1)));
+      }
+      k.lv[p] = hn::BitCast(di, lo);
+      k.lv[p + 8] = hn::BitCast(di, hi);
     }
   } else {  // Q6_K
     k.d = LoadF16(gb, sub);
@@ -238,18 +257,22 @@ HWY_INLINE VI Madd(VI a, VI b) {
 }
 #endif
 
-// The block's integer sums for one token: isum (scale x level x q) and, for Q4_K, msum.
+// The block's integer sums for one token: isum (scale x level x q) and, with mins, msum.
 template <TensorType kType>
 HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, const int32_t* sp,
                           VI& isum, VI& msum) {
   const DI di;
   auto X = [&](int p) { return hn::Set(di, LoadI32(xq + 4 * p)); };
   VI acc = hn::Zero(di);
-  if constexpr (kType == TensorType::Q4_K) {
+  if constexpr (kHasMin<kType>) {
+    constexpr int kSum = kSumPlanes<kType>;
     for (int s = 0; s < 8; ++s) {
-      VI s16 = MaddUbs(k.lv[8 * s], X(8 * s));
-      for (int p = 1; p < 8; ++p) s16 = Add16(s16, MaddUbs(k.lv[8 * s + p], X(8 * s + p)));
-      acc = hn::Add(acc, Madd(s16, k.sc[s]));
+      for (int h = 0; h < 8; h += kSum) {
+        const int p0 = 8 * s + h;
+        VI s16 = MaddUbs(k.lv[p0], X(p0));
+        for (int p = 1; p < kSum; ++p) s16 = Add16(s16, MaddUbs(k.lv[p0 + p], X(p0 + p)));
+        acc = hn::Add(acc, Madd(s16, k.sc[s]));
+      }
     }
     VI m = Madd(k.aux[0], hn::Set(di, sp[0]));
     for (int p = 1; p < 4; ++p) m = hn::Add(m, Madd(k.aux[p], hn::Set(di, sp[p])));
@@ -283,7 +306,7 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
                           VI& isum, VI& msum) {
   const DI di;
   VI acc = hn::Zero(di);
-  constexpr int kPer = kType == TensorType::Q4_K ? 8 : 4;  // planes per sub-block
+  constexpr int kPer = kSubPlanes<kType>;
   for (int s = 0; s < 64 / kPer; ++s) {
     VI dot = hn::Zero(di);
     for (int p = 0; p < kPer; ++p)
@@ -295,7 +318,7 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
     return int32_t(int16_t(uint16_t(uint32_t(v) >> (16 * hi))));
   };
   VI m = hn::Zero(di);
-  if constexpr (kType == TensorType::Q4_K) {
+  if constexpr (kHasMin<kType>) {
     for (int s = 0; s < 8; ++s)
       m = hn::Add(m, hn::Mul(k.aux[s], hn::Set(di, half(sp[s / 2], s % 2))));
     isum = acc;
@@ -336,7 +359,7 @@ HWY_INLINE void AddBlock(const MatmulKJob& j, const KBlock& k, int64_t tok, int6
                      isum, msum);
     const VF dx = hn::Set(df, j.d[tb]);
     acc[t] = FmaExact(hn::Mul(k.d, dx), hn::ConvertTo(df, isum), acc[t]);
-    if constexpr (kType == TensorType::Q4_K) {
+    if constexpr (kHasMin<kType>) {
       acc[t] = FmaExact(hn::Neg(hn::Mul(k.dmin, dx)), hn::ConvertTo(df, msum), acc[t]);
     }
   }
@@ -436,6 +459,8 @@ void MatmulKI16T(const MatmulKJob& j) {
     const Slice s(j, r);
     if (j.type == TensorType::Q4_K) {
       RunSlice<TensorType::Q4_K>(j, s);
+    } else if (j.type == TensorType::Q5_K) {
+      RunSlice<TensorType::Q5_K>(j, s);
     } else {
       RunSlice<TensorType::Q6_K>(j, s);
     }

@@ -28,7 +28,7 @@ constexpr TypeTraits kTraits[] = {
     {T::Q2_K, 256, 84, ty::decode_q2_k, ty::encode_q2_k, T::Q8_K, false, false},
     {T::Q3_K, 256, 110, ty::decode_q3_k, ty::encode_q3_k, T::Q8_K, false, false},
     {T::Q4_K, 256, 144, ty::decode_q4_k, ty::encode_q4_k, T::Q8_K, true, false, kTwoScalesFirst},
-    {T::Q5_K, 256, 176, ty::decode_q5_k, ty::encode_q5_k, T::Q8_K, false, false},
+    {T::Q5_K, 256, 176, ty::decode_q5_k, ty::encode_q5_k, T::Q8_K, true, false, kTwoScalesFirst},
     {T::Q6_K, 256, 210, ty::decode_q6_k, ty::encode_q6_k, T::Q8_K, true, false, kScaleLast},
     {T::Q8_K, 256, 292, ty::decode_q8_k, ty::encode_q8_k, T::Q8_K, false, false},
     {T::IQ4_NL, 32, 18, ty::decode_iq4_nl, ty::encode_iq4_nl, T::Q8_0, false, false},

@@ -25,7 +25,7 @@ void ensure(V& v, size_t n) {
 }
 
 // y[T x rows] = W x[T x cols], rows split across the pool. Products with weights that have an
-// integer kernel (kernels/types.h: Q8_0, Q4_0, Q4_K, Q6_K) take the integer path
+// integer kernel (kernels/types.h int_kernel: Q8_0, Q4_0, K-quants) take the integer path
 // (activations quantized to Q8_0 or Q8_K blocks as ggml does) unless the context asked for
 // exact activations.
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
