@@ -316,7 +316,8 @@ bool has_k_int_path(TensorType t) {
 }
 
 bool has_k_interleaved_kernel(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
+         t == TensorType::IQ4_XS;
 }
 
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
@@ -396,7 +397,7 @@ Elem element(TensorType t, const uint8_t* b, int e) {
 // row i.
 void interleaved_block(TensorType t, const uint8_t* w, int64_t nb, int64_t r, int64_t b,
                        uint8_t* out) {
-  const bool q4 = t != TensorType::Q6_K;  // the Q4_K / Q5_K field order
+  const bool q4 = t != TensorType::Q6_K;  // Q4_K / Q5_K / IQ4_XS: two fields first
   const int64_t bb = block_bytes(t), i = r % 16;
   const uint8_t* gb = w + (r - i) * nb * bb + b * 16 * bb;
   const int n_fields = q4 ? 2 : 1, words_at = q4 ? 4 : 0, field_at = q4 ? 0 : 208;

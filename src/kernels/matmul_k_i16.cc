@@ -1,4 +1,5 @@
-// The interleaved Q8_K kernel (matmul_k.h): Q4_K, Q5_K and Q6_K weights stored kInterleaved16
+// The interleaved Q8_K kernel (matmul_k.h): Q4_K, Q5_K, Q6_K and IQ4_XS weights stored
+// kInterleaved16
 // times activations quantized to Q8_K blocks. Highway with dynamic dispatch, like
 // matmul_q8.cc, whose "rows in lanes" scheme it follows: a block of kNR weight rows (16 with
 // AVX-512, 8 with AVX2) sits in the int32 lanes of a vector, each plane of the layout holding
@@ -20,8 +21,10 @@
 //   Other targets (EMU128): the same sums with int32 lane products.
 // The integer sums are exact, so they equal the scalar twin's whatever the order; the float
 // update is matmul_k.h's, per block in order, with an exact FMA on every target, so all
-// targets and the twin (ref::matmul_rows_k) agree bit for bit. AVX3_DL (VNNI) runs the AVX-512
-// code: vpdpbusd would replace the pair of vpmaddubsw/vpmaddwd only where no scale follows.
+// targets and the twin (ref::matmul_rows_k) agree bit for bit. IQ4_XS levels are signed
+// (-127..113): as ggml does, |level| x (q with level's sign) keeps vpmaddubsw exact. AVX3_DL (VNNI)
+// runs the AVX-512 code: vpdpbusd would replace the pair of vpmaddubsw/vpmaddwd only where no scale
+// follows.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -89,16 +92,20 @@ constexpr int64_t kG = kInterleaveRows;
 
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  return kType == TensorType::Q4_K ? 144 : kType == TensorType::Q5_K ? 176 : 210;
+  return kType == TensorType::Q4_K   ? 144
+         : kType == TensorType::Q5_K ? 176
+         : kType == TensorType::Q6_K ? 210
+                                     : 136;  // IQ4_XS
 }
 // Bytes of the scalar fields before the planes in an interleaved group-block.
 template <TensorType kType>
 constexpr int64_t PlanesAt() {
   return kType == TensorType::Q6_K ? 32 : 64;
 }
-// Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q6_K: int8 scales per 16, no mins.
+// Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q6_K: int8 scales per 16, no mins;
+// IQ4_XS: 6-bit signed scales per 32 and signed levels from the IQ4_NL grid, no mins.
 template <TensorType kType>
-constexpr bool kHasMin = kType != TensorType::Q6_K;
+constexpr bool kHasMin = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
 template <TensorType kType>
 constexpr int kSubPlanes = kType == TensorType::Q6_K ? 4 : 8;  // planes per scale
 template <TensorType kType>
@@ -108,7 +115,8 @@ constexpr int kSumPlanes = kType == TensorType::Q4_K   ? 8
 
 // A 256-element block of kNR rows in levels form (see the top of the file).
 struct KBlock {
-  VI lv[64];  // level planes, plane p = elements 4p..4p+3 (u8 quads)
+  VI lv[64];  // level planes, plane p = elements 4p..4p+3 (u8 quads; IQ4_XS |level| on x86)
+  VI sg[64];  // IQ4_XS on x86: the signed levels (their signs move onto the activations)
   VI sc[16];  // sub-block scales (x86: the value in both int16 halves; else int32)
   VI aux[8];  // x86: Q4_K/Q5_K (m_2k, m_2k+1) int16 pairs, Q6_K (s_2k, s_2k+1); else mins
   VF d, dmin;
@@ -150,11 +158,75 @@ HWY_INLINE VI Byte(hn::Vec<DU> v, int k) {
   return hn::BitCast(DI(), hn::And(hn::ShiftRightSame(v, 8 * k), hn::Set(DU(), 0xFFu)));
 }
 
+// IQ4_XS: d and the scales' high bits (u16) are the fields; plane 0 holds the scales' low
+// nibbles, planes 1..32 the nibbles: sub-block ib's 16 bytes are planes 1 + 4ib.., byte j
+// holding element 32ib + j (low nibble) and 32ib + 16 + j (high); levels kIq4nl[nibble].
+HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
+  constexpr TensorType kType = TensorType::IQ4_XS;
+  const DI di;
+  const DU du;
+  k.d = LoadF16(gb, sub);
+  const hn::Rebind<uint16_t, DU> d16;
+  const auto sh =
+      hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
+  const auto sl = Plane<kType>(gb, sub, 0);
+  for (int ib = 0; ib < 8; ++ib) {
+    const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
+    const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
+    const VI sc = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
+#if LYNX_KI_X86
+    k.sc[ib] = Pair(sc, sc);
+#else
+    k.sc[ib] = sc;
+#endif
+  }
+  HWY_ALIGN static constexpr int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+#if LYNX_KI_X86
+  const hn::Repartition<int8_t, DI> d8;
+  const auto grid = hn::LoadDup128(d8, kGrid);
+  const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int w = 0; w < 4; ++w) {
+      const auto v = Plane<kType>(gb, sub, 1 + 4 * ib + w);
+      const int p = 8 * ib + w;
+      const auto lo = hn::TableLookupBytes(grid, hn::BitCast(d8, hn::And(v, m4)));
+      const auto hi =
+          hn::TableLookupBytes(grid, hn::BitCast(d8, hn::And(hn::ShiftRight<4>(v), m4)));
+      k.sg[p] = hn::BitCast(di, lo);
+      k.sg[p + 4] = hn::BitCast(di, hi);
+      k.lv[p] = hn::BitCast(di, hn::Abs(lo));
+      k.lv[p + 4] = hn::BitCast(di, hn::Abs(hi));
+    }
+  }
+#else
+  // Portable targets (down to one lane): the grid looked up byte by byte.
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int w = 0; w < 4; ++w) {
+      HWY_ALIGN uint32_t in[kNR], lo[kNR], hi[kNR];
+      hn::Store(Plane<kType>(gb, sub, 1 + 4 * ib + w), du, in);
+      for (int i = 0; i < kNR; ++i) {
+        lo[i] = hi[i] = 0;
+        for (int b = 0; b < 4; ++b) {
+          const uint32_t byte = (in[i] >> (8 * b)) & 0xFF;
+          lo[i] |= uint32_t(uint8_t(kGrid[byte & 0x0F])) << (8 * b);
+          hi[i] |= uint32_t(uint8_t(kGrid[byte >> 4])) << (8 * b);
+        }
+      }
+      k.lv[8 * ib + w] = hn::BitCast(di, hn::Load(du, lo));
+      k.lv[8 * ib + w + 4] = hn::BitCast(di, hn::Load(du, hi));
+    }
+  }
+#endif
+}
+
 template <TensorType kType>
 HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   const DI di;
   const DU du;
-  if constexpr (kHasMin<kType>) {
+  if constexpr (kType == TensorType::IQ4_XS) {
+    UnpackIq4Xs(gb, sub, k);
+  } else if constexpr (kHasMin<kType>) {
     k.d = LoadF16(gb, sub);
     k.dmin = LoadF16(gb + 32, sub);
     const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
@@ -256,6 +328,15 @@ HWY_INLINE VI Madd(VI a, VI b) {
   return VI{_mm512_madd_epi16(a.raw, b.raw)};
 }
 #endif
+// x with the sign of w per byte (0 where w is 0), for |w| x sign(w) x: AVX2's vpsignb; AVX-512
+// has none, so negate by w's sign mask (IQ4_XS levels are never 0).
+HWY_INLINE VI SignBytes(VI x, VI w) {
+#if HWY_TARGET == HWY_AVX2
+  return VI{_mm256_sign_epi8(x.raw, w.raw)};
+#else
+  return VI{_mm512_mask_sub_epi8(x.raw, _mm512_movepi8_mask(w.raw), _mm512_setzero_si512(), x.raw)};
+#endif
+}
 
 // The block's integer sums for one token: isum (scale x level x q) and, with mins, msum.
 template <TensorType kType>
@@ -264,7 +345,14 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   const DI di;
   auto X = [&](int p) { return hn::Set(di, LoadI32(xq + 4 * p)); };
   VI acc = hn::Zero(di);
-  if constexpr (kHasMin<kType>) {
+  if constexpr (kType == TensorType::IQ4_XS) {
+    // |level| x |q| pairs stay below 2 x 127 x 127 < 2^15: one plane per vpmaddwd.
+    for (int p = 0; p < 64; ++p) {
+      acc = hn::Add(acc, Madd(MaddUbs(k.lv[p], SignBytes(X(p), k.sg[p])), k.sc[p / 8]));
+    }
+    isum = acc;
+    msum = hn::Zero(di);
+  } else if constexpr (kHasMin<kType>) {
     constexpr int kSum = kSumPlanes<kType>;
     for (int s = 0; s < 8; ++s) {
       for (int h = 0; h < 8; h += kSum) {
@@ -292,12 +380,17 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   }
 }
 #else
-// Generic: each plane's 4 bytes times the 4 activation values, in int32 lanes.
+// Generic: each plane's 4 bytes (signed for IQ4_XS) times the 4 activation values, in int32
+// lanes.
+template <bool kSigned>
 HWY_INLINE VI PlaneDot(VI v, const int8_t* x) {
   const DI di;
-  const auto u = hn::BitCast(DU(), v);
-  VI s = hn::Mul(Byte(u, 0), hn::Set(di, int32_t{x[0]}));
-  for (int b = 1; b < 4; ++b) s = hn::Add(s, hn::Mul(Byte(u, b), hn::Set(di, int32_t{x[b]})));
+  auto byte = [&](int b) {
+    if constexpr (kSigned) return hn::ShiftRightSame(hn::ShiftLeftSame(v, 24 - 8 * b), 24);
+    return Byte(hn::BitCast(DU(), v), b);
+  };
+  VI s = hn::Mul(byte(0), hn::Set(di, int32_t{x[0]}));
+  for (int b = 1; b < 4; ++b) s = hn::Add(s, hn::Mul(byte(b), hn::Set(di, int32_t{x[b]})));
   return s;
 }
 
@@ -310,7 +403,8 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   for (int s = 0; s < 64 / kPer; ++s) {
     VI dot = hn::Zero(di);
     for (int p = 0; p < kPer; ++p)
-      dot = hn::Add(dot, PlaneDot(k.lv[kPer * s + p], xq + 4 * (kPer * s + p)));
+      dot = hn::Add(
+          dot, PlaneDot<kType == TensorType::IQ4_XS>(k.lv[kPer * s + p], xq + 4 * (kPer * s + p)));
     acc = hn::Add(acc, hn::Mul(dot, k.sc[s]));
   }
   // The 16- and 32-element activation sums back out of their int16 pairs.
@@ -318,7 +412,10 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
     return int32_t(int16_t(uint16_t(uint32_t(v) >> (16 * hi))));
   };
   VI m = hn::Zero(di);
-  if constexpr (kHasMin<kType>) {
+  if constexpr (kType == TensorType::IQ4_XS) {
+    isum = acc;
+    msum = m;
+  } else if constexpr (kHasMin<kType>) {
     for (int s = 0; s < 8; ++s)
       m = hn::Add(m, hn::Mul(k.aux[s], hn::Set(di, half(sp[s / 2], s % 2))));
     isum = acc;
@@ -461,6 +558,8 @@ void MatmulKI16T(const MatmulKJob& j) {
       RunSlice<TensorType::Q4_K>(j, s);
     } else if (j.type == TensorType::Q5_K) {
       RunSlice<TensorType::Q5_K>(j, s);
+    } else if (j.type == TensorType::IQ4_XS) {
+      RunSlice<TensorType::IQ4_XS>(j, s);
     } else {
       RunSlice<TensorType::Q6_K>(j, s);
     }

@@ -32,7 +32,8 @@ constexpr TypeTraits kTraits[] = {
     {T::Q6_K, 256, 210, ty::decode_q6_k, ty::encode_q6_k, T::Q8_K, true, false, kScaleLast},
     {T::Q8_K, 256, 292, ty::decode_q8_k, ty::encode_q8_k, T::Q8_K, false, false},
     {T::IQ4_NL, 32, 18, ty::decode_iq4_nl, ty::encode_iq4_nl, T::Q8_0, false, false},
-    {T::IQ4_XS, 256, 136, ty::decode_iq4_xs, ty::encode_iq4_xs, T::Q8_K, false, false},
+    {T::IQ4_XS, 256, 136, ty::decode_iq4_xs, ty::encode_iq4_xs, T::Q8_K, true, false,
+     kTwoScalesFirst},
     {T::BF16, 1, 2, ty::decode_bf16, ty::encode_bf16, T::BF16, false, true},
     {T::MXFP4, 32, 17, ty::decode_mxfp4, ty::encode_mxfp4, T::Q8_0, false, false},
 };

@@ -1,6 +1,6 @@
-// The interleaved Q8_K kernel (matmul_k_i16.cc, Q4_K / Q5_K / Q6_K in kInterleaved16): bit for bit
-// the scalar twin (ref::matmul_rows_k on the kRows matrix, and on the interleaved one read in
-// place) on every SIMD target, over odd row splits, 1-70 tokens and token offsets; the layout's
+// The interleaved Q8_K kernel (matmul_k_i16.cc, Q4_K / Q5_K / Q6_K / IQ4_XS in kInterleaved16): bit
+// for bit the scalar twin (ref::matmul_rows_k on the kRows matrix, and on the interleaved one read
+// in place) on every SIMD target, over odd row splits, 1-70 tokens and token offsets; the layout's
 // round trip; the float path on the interleaved matrix; random bytes with NaN/Inf scales.
 #include <gtest/gtest.h>
 
@@ -20,7 +20,8 @@ namespace {
 
 using testing::random_floats;
 
-const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                             TensorType::IQ4_XS};
 
 uint32_t bits(float f) {
   uint32_t u;

@@ -4,8 +4,8 @@
 // (tests/reference/make_type_fixtures.py). Exact activations, and default activations for the
 // types without an integer kernel (weights decoded to F32, F32 activations), are held to the
 // F32 bound of golden_test.cc at every position, and the arg-max and the routing must match.
-// Types with an integer kernel (Q4_K, Q5_K, Q6_K: Q8_K activations) run it in the default mode and
-// are compared with the reference's actq goldens (activations rounded as ggml does) by
+// Types with an integer kernel (Q4_K, Q5_K, Q6_K, IQ4_XS: Q8_K activations) run it in the default
+// mode and are compared with the reference's actq goldens (activations rounded as ggml does) by
 // golden_test.cc's rule for the Q8_0 integer path: every position within a rounding flip
 // (kMaxNmseActqFlip), the positions without one (kMaxNmseActq) matching arg-max and routing,
 // and at least half the positions without one.
