@@ -4,12 +4,14 @@
 //
 // Shape as an MoE decode step sees it: `experts` matrices of [rows x cols] streamed one after
 // the other through matmul() (one parallel_for each), the whole set far larger than the LLC.
-// Paths: `float` (weights decoded to F32, exact activations) and `int` (Q8_0/Q4_0 only:
-// activations quantized to Q8_0 blocks once per pass, as the engine quantizes each input once
-// for all experts, then integer dot products); the quantization is inside the pass wall time.
+// Paths: `float` (weights decoded to F32, exact activations) and `int` (the types with an
+// integer kernel, kernels/types.h: activations quantized to Q8_0 or Q8_K blocks once per pass,
+// as the engine quantizes each input once for all experts, then integer dot products); the
+// quantization is inside the pass wall time.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +23,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/thread_pool.h"
+#include "kernels/types.h"
 
 namespace lk = lynx::kernels;
 using lynx::gguf::TensorType;
@@ -42,12 +45,15 @@ struct Options {
   std::string layout = "packed";
 };
 
+// Any type of the type table, by its ggml name (case-insensitive: q4_k or q4_K).
 TensorType parse_type(const std::string& s) {
-  if (s == "f32") return TensorType::F32;
-  if (s == "f16") return TensorType::F16;
-  if (s == "bf16") return TensorType::BF16;
-  if (s == "q8_0") return TensorType::Q8_0;
-  if (s == "q4_0") return TensorType::Q4_0;
+  auto lower = [](std::string v) {
+    for (auto& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return v;
+  };
+  for (const lk::TypeTraits& tr : lk::all_type_traits()) {
+    if (lower(lynx::gguf::tensor_type_name(tr.type)) == lower(s)) return tr.type;
+  }
   throw CLI::ValidationError("--types", "unknown weight type " + s);
 }
 
@@ -115,7 +121,8 @@ int run(int argc, char** argv) {
   app.add_option("--types", o.types, "weight types");
   app.add_option("--tokens", o.tokens, "token counts (activation rows per matmul)");
   app.add_option("--threads", o.threads, "thread counts");
-  app.add_option("--paths", o.paths, "float (exact activations) and/or int (Q8_0/Q4_0 only)");
+  app.add_option("--paths", o.paths,
+                 "float (exact activations) and/or int (types with an integer kernel)");
   app.add_option("--shapes", o.shapes, "matrix shapes ROWSxCOLS (cols a multiple of 32)");
   app.add_option("--rows", o.rows, "rows per expert matrix (with --cols: replaces --shapes)")
       ->check(CLI::PositiveNumber);
@@ -127,7 +134,7 @@ int run(int argc, char** argv) {
   app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
   app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
   app.add_option("--layout", o.layout,
-                 "weight layout: packed (as the engine repacks at load: Q8_0/Q4_0 16-row "
+                 "weight layout: packed (as the engine repacks at load: Q8_0/Q4_0/Q4_K/Q6_K 16-row "
                  "interleaved, F32/F16/BF16 16-row panels; matrices whose rows are not a "
                  "multiple of 16 stay rows) or rows (the file's)")
       ->check(CLI::IsMember({"packed", "rows"}));
@@ -193,11 +200,16 @@ int run(int argc, char** argv) {
       } else if (o.layout == "packed" && lk::can_panel16(t, o.rows, o.cols)) {
         layout = lk::WeightLayout::kPanel16;
       }
+      if (o.cols % lk::block_elems(t) != 0) {
+        std::printf("| %s | skipped: %lld columns are not a multiple of its block |\n", ts.c_str(),
+                    static_cast<long long>(o.cols));
+        continue;
+      }
       const auto w = make_weights(t, o, layout, &eb);
       for (int n_tok : o.tokens) {
         for (const auto& path : o.paths) {
           const bool int_path = path == "int";
-          if (int_path && !lk::has_int8_path(t)) continue;
+          if (int_path && !lk::has_int_path(t)) continue;
           for (size_t ti = 0; ti < o.threads.size(); ++ti) {
             lk::ThreadPool pool(o.threads[ti]);
             // Each expert's matmul is timed on its own and its best time over the passes
@@ -209,7 +221,7 @@ int run(int argc, char** argv) {
             double best_pass = 1e30;
             for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
               const auto t0 = std::chrono::steady_clock::now();
-              if (int_path) lk::quantize_acts(pool, x.data(), o.cols, n_tok, o.cols, xq);
+              if (int_path) lk::quantize_acts_for(pool, t, x.data(), o.cols, n_tok, o.cols, xq);
               for (int64_t e = 0; e < o.experts; ++e) {
                 const auto tc = std::chrono::steady_clock::now();
                 float* ye = y.data() + e * o.rows * n_tok;

@@ -50,6 +50,16 @@ size_t weight_row_bytes(TensorType t, int64_t n);
 // 4p..4p+3 of row i's block:
 //   Q4_0: 4 planes (the 16 nibble bytes, packed as in kRows), 32 + 256 = 288 = 16 * 18 bytes
 //   Q8_0: 8 planes (the 32 int8 quants),                      32 + 512 = 544 = 16 * 34 bytes
+// The other types with an integer kernel on this layout (Q4_K, Q5_K, Q6_K, IQ4_XS;
+// can_interleave) follow
+// the same rule with their own block (kernels/types.h, TypeTraits::interleave): per block, the
+// 16 rows' scalar fields (fp16 scales; each field as 16 values, row 0 first) and then the rest
+// of the block as planes of 64 bytes, plane p holding in lane i the 4 bytes 4p..4p+3 of row
+// i's remaining bytes. Q4_K: d, dmin (64 bytes), then 35 planes (3 of packed 6-bit scales
+// and mins, 32 of nibbles); Q5_K the same with 8 planes of high bits before the nibbles (43);
+// Q6_K: d (32 bytes), then 52 planes (32 of ql, 16 of qh, 4 of int8
+// scales); IQ4_XS: d and the scales' high bits (64 bytes), then 33 planes (1 of low scale
+// nibbles, 32 of nibbles). Same size as kRows, so a matrix and its experts keep their offsets.
 // That is the "rows in lanes" form the integer kernels compute in (matmul_q8.cc): one
 // contiguous load per plane and one for the scales, instead of a transpose of 16 row loads
 // and 16 scalar scale loads per block. The grouping is 16 rows whatever the instruction set;
@@ -67,13 +77,14 @@ enum class WeightLayout : uint8_t { kRows, kInterleaved16, kPanel16 };
 constexpr int64_t kInterleaveRows = 16;
 constexpr int64_t kPanelRows = 16;
 
-// True when a [rows x cols] matrix of type t can be stored kInterleaved16: Q8_0 or Q4_0,
-// rows a positive multiple of 16, cols a positive multiple of 32.
+// True when a [rows x cols] matrix of type t can be stored kInterleaved16: a type with an
+// interleaved layout (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS), rows a positive multiple of 16, cols a
+// positive multiple of the type's block.
 bool can_interleave(TensorType t, int64_t rows, int64_t cols);
 // Repacks the 16-row groups [g0, g1) of the matrix at w from kRows to kInterleaved16 in
 // place (16 rows of scratch per call), or back (deinterleave16). Groups are independent:
 // calls on disjoint group ranges may run in parallel. Throws lynx::Error if t cannot be
-// interleaved or cols is not a multiple of 32.
+// interleaved or cols is not a multiple of its block.
 void interleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
 void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1);
 // Writes groups [g0, g1) of the kRows matrix at src, interleaved, at the same offsets of dst
@@ -133,8 +144,33 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
 // the scalar twin compute exactly this, so they agree bit for bit. Activations are assumed
 // finite.
 
-// True for the weight types that have the integer path (Q8_0, Q4_0).
+// True for the weight types that have the integer path against Q8_0 activation blocks in
+// matmul_q8.cc (Q8_0, Q4_0).
 bool has_int8_path(TensorType t);
+// True for every weight type with an integer kernel (the type table's int_kernel: the Q8_0
+// ones above and the Q8_K ones of matmul_k.h). matmul_rows_q8 takes them all; which form of
+// the activations a type reads is its act_type (kernels/types.h).
+bool has_int_path(TensorType t);
+
+// Activation rows quantized to Q8_K blocks of 256 (bit for bit ggml's quantize_row_q8_K, the
+// encoder of types/q8_k.cc), unpacked for the kernels of matmul_k.h: row t has cols int8
+// levels at q[t * cols]; per block b its scale at d[t * n_blocks + b], the sums of its 16
+// groups of 16 levels at gsum[(t * n_blocks + b) * 16 + g], and two packings of those sums for
+// the kernels' int16 pair products: gpair[(t * n_blocks + b) * 8 + k] holds the sums of groups
+// 2k (low 16 bits) and 2k + 1 (high 16 bits), spair[(t * n_blocks + b) * 4 + k] the sums of
+// the 32-element sub-blocks 2k and 2k + 1 (|sum| <= 32 * 127 fits 16 bits).
+struct QuantizedActsK {
+  int n_tok = 0;
+  int64_t cols = 0;  // a multiple of 256
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> gsum, gpair, spair;
+  int64_t n_blocks() const { return cols / 256; }
+  // Sets the shape; throws lynx::Error unless cols is a positive multiple of 256.
+  void resize(int n_tok, int64_t cols);
+  // Copies row `src_t` of `src` (same cols) into row `t`.
+  void copy_row(int t, const QuantizedActsK& src, int src_t);
+};
 
 // Activation rows quantized to Q8_0 blocks, unpacked for the kernels: row t has cols int8
 // quants at q[t * cols], and per block b its scale (the fp16 value, widened to f32) at
@@ -147,6 +183,9 @@ struct QuantizedActs {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int32_t> sum;
+  // The same rows as Q8_K blocks, for weight types whose act_type is Q8_K (K-quants, IQ4_XS);
+  // filled by quantize_acts_k when such a weight reads them. Empty otherwise.
+  QuantizedActsK k;
 
   int64_t n_blocks() const { return cols / 32; }
   // Sets the shape (cols must be a positive multiple of 32; throws lynx::Error otherwise).
@@ -164,12 +203,12 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
 // matmul_rows with quantized activations: tokens [t0, t0 + n_tok) of x (x.cols == cols),
 // output token j of the call at y + j * ldy:
 //   y[j * ldy + r] = W[r] . x[t0 + j]   for r in [r0, r1)
-// t must be Q8_0 or Q4_0 (throws lynx::Error otherwise). Same promise as matmul_rows: each
-// output depends only on its row and token, never on the row range or token grouping, and
-// not on the layout either: W stored kInterleaved16 gives the bits W stored kRows gives.
-// With kInterleaved16 the whole 16-row groups that [r0, r1) touches are read (and computed;
-// only rows [r0, r1) are stored), so the matrix must hold them, as one that can_interleave
-// always does.
+// t must have an integer path (has_int_path; throws lynx::Error otherwise): Q8_0/Q4_0 read
+// the Q8_0 form of x, the Q8_K types x.k (matmul_rows_k, matmul_k.h). Same promise as matmul_rows:
+// each output depends only on its row and token, never on the row range or token grouping, and not
+// on the layout either: W stored kInterleaved16 gives the bits W stored kRows gives. With
+// kInterleaved16 the whole 16-row groups that [r0, r1) touches are read (and computed; only rows
+// [r0, r1) are stored), so the matrix must hold them, as one that can_interleave always does.
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                     const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
                     WeightLayout layout = WeightLayout::kRows);

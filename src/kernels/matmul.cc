@@ -679,7 +679,21 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
   }
   if (r0 == r1 || n_tok == 0) return;
   if (!type_traits(t).simd_decode) {  // the types without a decoder here (types.h)
-    matmul_rows_decoded(t, w, cols, r0, r1, x, ldx, n_tok, y, ldy);
+    if (layout == WeightLayout::kRows) {
+      matmul_rows_decoded(t, w, cols, r0, r1, x, ldx, n_tok, y, ldy);
+      return;
+    }
+    // Interleaved (Q4_K, Q6_K): each 16-row group back to rows, then decoded; the bits of
+    // the kRows matrix, as below.
+    thread_local std::vector<uint8_t> group_rows;
+    group_rows.resize(row_bytes * kInterleaveRows);
+    for (int64_t g = r0 / kInterleaveRows; g * kInterleaveRows < r1; ++g) {
+      const int64_t base = g * kInterleaveRows;
+      deinterleave_group(t, w, cols, g, group_rows.data());
+      matmul_rows_decoded(t, group_rows.data(), cols, std::max(r0, base) - base,
+                          std::min(r1, base + kInterleaveRows) - base, x, ldx, n_tok, y + base,
+                          ldy);
+    }
     return;
   }
   const MatmulJob job{t,

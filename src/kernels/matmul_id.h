@@ -26,7 +26,8 @@ struct ExpertMatrices {
 
 // One product of matmul_id: y[row * w.rows + r] = W_e[r] . x[row] for every grouped row `row`
 // of every active expert e. x is [plan.rows() x w.cols], as F32 rows (`x`) or, for the integer
-// path (Q8_0/Q4_0 weights), quantized (`xq`, which then takes precedence).
+// path (has_int_path weights), quantized in the form the type reads (`xq`, which then takes
+// precedence).
 struct MatIdJob {
   ExpertMatrices w;
   const float* x = nullptr;

@@ -43,7 +43,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Exact int32 sum of ls[e] * q[e] over the 256 elements of a block.
-HWY_INLINE int32_t BlockDot(const int16_t* ls, const int16_t* q) {
+HWY_INLINE int32_t BlockDot(const int16_t* ls, const int8_t* q) {
 #if HWY_TARGET == HWY_SCALAR
   // One lane: no int16 pairs to widen; the plain loop is the same exact sum.
   int32_t s = 0;
@@ -54,10 +54,12 @@ HWY_INLINE int32_t BlockDot(const int16_t* ls, const int16_t* q) {
   using D16 = hn::Repartition<int16_t, D32>;
   const D32 d32;
   const D16 d16;
+  const hn::Rebind<int8_t, D16> d8;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d16));
   auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
   for (int64_t i = 0; i < 256; i += n) {
-    s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, ls + i), hn::LoadU(d16, q + i), s0, s1);
+    s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, ls + i),
+                                       hn::PromoteTo(d16, hn::LoadU(d8, q + i)), s0, s1);
   }
   return hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
 #endif
@@ -71,7 +73,7 @@ void RowKT(const int16_t* ls, const BlockK* blocks, const QuantizedActsK& x, int
   const int64_t nb = x.n_blocks(), cols = x.cols;
   for (int j = 0; j < n_tok; ++j) {
     const int tok = t0 + j;
-    const int16_t* q = x.q.data() + size_t(tok) * size_t(cols);
+    const int8_t* q = x.q.data() + size_t(tok) * size_t(cols);
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       const BlockK& k = blocks[b];
@@ -241,23 +243,59 @@ void QuantizedActsK::resize(int n, int64_t c) {
   q.resize(static_cast<size_t>(n) * size_t(c));
   d.resize(static_cast<size_t>(n) * size_t(n_blocks()));
   gsum.resize(d.size() * 16);
+  gpair.resize(d.size() * 8);
+  spair.resize(d.size() * 4);
+}
+
+void QuantizedActsK::copy_row(int t, const QuantizedActsK& src, int src_t) {
+  if (src.cols != cols || t < 0 || t >= n_tok || src_t < 0 || src_t >= src.n_tok) {
+    throw Error("QuantizedActsK::copy_row: shapes or rows do not match");
+  }
+  auto cp = [&](auto& dst, const auto& from, size_t per_row) {
+    std::copy_n(from.begin() + ptrdiff_t(size_t(src_t) * per_row), per_row,
+                dst.begin() + ptrdiff_t(size_t(t) * per_row));
+  };
+  const size_t nb = size_t(n_blocks());
+  cp(q, src.q, size_t(cols));
+  cp(d, src.d, nb);
+  cp(gsum, src.gsum, nb * 16);
+  cp(gpair, src.gpair, nb * 8);
+  cp(spair, src.spair, nb * 4);
 }
 
 void quantize_acts_k(const float* x, int64_t ldx, int n_tok, int64_t cols, QuantizedActsK& out) {
   out.resize(n_tok, cols);
-  const int64_t nb = out.n_blocks();
+  quantize_acts_k_rows(x, ldx, 0, n_tok, out);
+}
+
+void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out) {
+  if (t0 < 0 || t1 < t0 || t1 > out.n_tok) {
+    throw Error("quantize_acts_k_rows: rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
+                ") outside the " + std::to_string(out.n_tok) + " rows of the output");
+  }
+  const int64_t nb = out.n_blocks(), cols = out.cols;
+  auto pair = [](int32_t lo, int32_t hi) {
+    return int32_t((uint32_t(lo) & 0xFFFFu) | (uint32_t(hi) << 16));
+  };
   uint8_t blk[292];
-  for (int t = 0; t < n_tok; ++t) {
+  for (int t = t0; t < t1; ++t) {
     for (int64_t b = 0; b < nb; ++b) {
       types::encode_q8_k(x + t * ldx + b * 256, blk, 1);
       out.d[size_t(t * nb + b)] = types::load_f32(blk);
       for (int e = 0; e < 256; ++e) {
         out.q[size_t(t * cols + b * 256 + e)] = static_cast<int8_t>(blk[4 + e]);
       }
+      int32_t* gs = &out.gsum[size_t((t * nb + b) * 16)];
       for (int g = 0; g < 16; ++g) {
         int16_t s;
         std::memcpy(&s, blk + 260 + 2 * g, 2);
-        out.gsum[size_t((t * nb + b) * 16 + g)] = s;
+        gs[g] = s;
+      }
+      for (int k = 0; k < 8; ++k)
+        out.gpair[size_t((t * nb + b) * 8 + k)] = pair(gs[2 * k], gs[2 * k + 1]);
+      for (int k = 0; k < 4; ++k) {
+        out.spair[size_t((t * nb + b) * 4 + k)] =
+            pair(gs[4 * k] + gs[4 * k + 1], gs[4 * k + 2] + gs[4 * k + 3]);
       }
     }
   }
@@ -277,9 +315,23 @@ bool has_k_int_path(TensorType t) {
   }
 }
 
+bool has_k_interleaved_kernel(TensorType t) {
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
+         t == TensorType::IQ4_XS;
+}
+
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
+                   WeightLayout layout) {
   check("matmul_rows_k", t, cols, r0, r1, x, t0, n_tok);
+  if (layout != WeightLayout::kRows) {
+    if (layout != WeightLayout::kInterleaved16 || !has_k_interleaved_kernel(t)) {
+      throw Error(std::string("matmul_rows_k: no kernel for ") + gguf::tensor_type_name(t) +
+                  " in this layout");
+    }
+    if (r0 < r1 && n_tok > 0) matmul_rows_k_i16(t, w, cols, r0, r1, x, t0, n_tok, y, ldy);
+    return;
+  }
   const int64_t nb = cols / 256, bb = block_bytes(t);
   thread_local std::vector<int16_t> ls;
   thread_local std::vector<BlockK> blocks;
@@ -339,11 +391,32 @@ Elem element(TensorType t, const uint8_t* b, int e) {
     }
   }
 }
+// Block b of row r of a kInterleaved16 Q4_K / Q5_K / Q6_K matrix, gathered into kRows order
+// by this file's own reading of the layout (kernels.h): Q4_K / Q5_K keep d, dmin (16 values
+// each) and then 35 / 43 planes; Q6_K keeps d and then 52 planes; plane p, lane i = bytes of
+// row i.
+void interleaved_block(TensorType t, const uint8_t* w, int64_t nb, int64_t r, int64_t b,
+                       uint8_t* out) {
+  const bool q4 = t != TensorType::Q6_K;  // Q4_K / Q5_K / IQ4_XS: two fields first
+  const int64_t bb = block_bytes(t), i = r % 16;
+  const uint8_t* gb = w + (r - i) * nb * bb + b * 16 * bb;
+  const int n_fields = q4 ? 2 : 1, words_at = q4 ? 4 : 0, field_at = q4 ? 0 : 208;
+  for (int f = 0; f < n_fields; ++f) std::memcpy(out + field_at + 2 * f, gb + 32 * f + 2 * i, 2);
+  const int64_t planes = (bb - 2 * n_fields) / 4;
+  for (int64_t p = 0; p < planes; ++p) {
+    std::memcpy(out + words_at + 4 * p, gb + 32 * n_fields + 64 * p + 4 * i, 4);
+  }
+}
+
 }  // namespace
 
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
+                   WeightLayout layout) {
   check("ref::matmul_rows_k", t, cols, r0, r1, x, t0, n_tok);
+  if (layout == WeightLayout::kInterleaved16 && !has_k_interleaved_kernel(t)) {
+    throw Error("ref::matmul_rows_k: no interleaved layout for this type");
+  }
   const int64_t nb = cols / 256, bb = block_bytes(t);
   const bool has_min = t == TensorType::Q2_K || t == TensorType::Q4_K || t == TensorType::Q5_K;
   const int d_at = t == TensorType::Q6_K   ? 208
@@ -358,7 +431,12 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wb + (r * nb + b) * bb;
-        const int16_t* q = &x.q[size_t(tok * cols + b * 256)];
+        uint8_t gathered[256];
+        if (layout == WeightLayout::kInterleaved16) {
+          interleaved_block(t, wb, nb, r, b, gathered);
+          blk = gathered;
+        }
+        const int8_t* q = &x.q[size_t(tok * cols + b * 256)];
         int32_t isum = 0, msum = 0;
         for (int e = 0; e < 256; ++e) {
           const Elem el = element(t, blk, e);

@@ -1,7 +1,7 @@
 // The integer path for the K-quants and IQ4_XS: weights times activations quantized to Q8_K
-// blocks, as ggml computes them (their vec_dot_type is Q8_K). Not yet called by the forward
-// pass (src/model/forward.cc takes the exact float path for these types); the kernels, their
-// scalar twins and tests are here for it.
+// blocks (QuantizedActsK, kernels.h), as ggml computes them (their vec_dot_type is Q8_K).
+// The forward pass takes it (through matmul_rows_q8) for the types whose row of the type table
+// says int_kernel; the others keep the exact float path until their kernels here are faster.
 //
 // Arithmetic (every target and the scalar twin compute exactly this, so they agree bit for
 // bit): a weight block of 256 is read as integer levels L[e] with a per-sub-block integer
@@ -15,6 +15,11 @@
 //   acc  = fma(d_w * dx_b, float(isum), acc); then, with mins, acc = fma(-(dmin_w * dx_b),
 //          float(msum), acc)
 // with d_w, dmin_w the block's fp16 scales (widened) and dx_b the activation block's f32 scale.
+//
+// Two kernels compute this: the rows kernel (any of these types, kRows: each row unpacked to
+// int16 levels, then int16 dot products) and the interleaved kernel of matmul_k_i16.cc (Q4_K,
+// Q5_K, Q6_K, IQ4_XS in kInterleaved16: 16 rows in vector lanes, u8 x s8 products, the layout the
+// loader repacks these matrices to).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,37 +28,36 @@
 
 namespace lynx::kernels {
 
-// Activation rows quantized to Q8_K blocks (bit for bit ggml's quantize_row_q8_K, the encoder
-// of types/q8_k.cc), unpacked for the kernels: row t has cols levels (int8 values widened to
-// int16) at q[t * cols], per block b its scale at d[t * n_blocks + b] and the sums of its 16
-// groups of 16 levels at gsum[(t * n_blocks + b) * 16 + g].
-struct QuantizedActsK {
-  int n_tok = 0;
-  int64_t cols = 0;  // a multiple of 256
-  std::vector<int16_t> q;
-  std::vector<float> d;
-  std::vector<int32_t> gsum;
-  int64_t n_blocks() const { return cols / 256; }
-  void resize(int n_tok,
-              int64_t cols);  // throws lynx::Error unless cols is a positive multiple of 256
-};
-
 // Resizes `out` to [n_tok x cols] and quantizes the rows (row t at x + t * ldx).
 void quantize_acts_k(const float* x, int64_t ldx, int n_tok, int64_t cols, QuantizedActsK& out);
+// Quantizes rows [t0, t1) into the same rows of `out`, which must already have its shape.
+void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out);
 
 // True for the types with this integer path: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool has_k_int_path(TensorType t);
 
-// y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok); W in kRows. Each output
-// depends only on its row and token (any row split or token grouping gives the same bits).
-// Throws lynx::Error for another type or a shape mismatch.
+// True for the types the interleaved kernel takes (Q4_K, Q5_K, Q6_K, IQ4_XS).
+bool has_k_interleaved_kernel(TensorType t);
+
+// y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok); W in `layout` (kRows,
+// or kInterleaved16 for has_k_interleaved_kernel types: then the whole 16-row groups that
+// [r0, r1) touches are read, as matmul_rows_q8 does). Each output depends only on its row and
+// token (any row split, token grouping or layout gives the same bits). Throws lynx::Error for
+// another type, layout or a shape mismatch.
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy);
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
+                   WeightLayout layout = WeightLayout::kRows);
+
+// The interleaved kernel (matmul_k_i16.cc), arguments checked by matmul_rows_k.
+void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                       const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy);
 
 namespace ref {
-// The scalar twin: the same arithmetic, levels read element by element.
+// The scalar twin: the same arithmetic, levels read element by element; kInterleaved16
+// weights are read in place by their own indexing of the layout (not the repack functions).
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy);
+                   const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
+                   WeightLayout layout = WeightLayout::kRows);
 }  // namespace ref
 
 }  // namespace lynx::kernels

@@ -52,6 +52,8 @@
 #include <string>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_k.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_Q8_JOB
@@ -745,9 +747,18 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
   quantize_acts_rows(x, ldx, 0, n_tok, out);
 }
 
+bool has_int_path(TensorType t) {
+  const TypeTraits* tr = find_type_traits(t);
+  return tr && tr->int_kernel;
+}
+
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                     const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
                     WeightLayout layout) {
+  if (has_int_path(t) && type_traits(t).act_type == TensorType::Q8_K) {
+    matmul_rows_k(t, w, cols, r0, r1, x.k, t0, n_tok, y, ldy, layout);
+    return;
+  }
   if (!has_int8_path(t)) {
     throw Error(std::string("matmul_rows_q8: no integer path for weight type ") +
                 gguf::tensor_type_name(t));

@@ -1,12 +1,14 @@
-// Repacking Q8_0 / Q4_0 matrices between the file's row layout and the 16-row interleaved
-// layout the integer kernels read with whole-vector loads, and F32/F16/BF16 matrices into the
-// 16-row panels of the float kernels (kernels.h describes the layouts). Byte moves only: the
-// values themselves are never changed.
+// Repacking block-type matrices (Q8_0, Q4_0, Q4_K, Q6_K: the types with an interleaved
+// layout in the type table) between the file's row layout and the 16-row interleaved layout
+// the integer kernels read with whole-vector loads, and F32/F16/BF16 matrices into the 16-row
+// panels of the float kernels (kernels.h describes the layouts). Byte moves only: the values
+// themselves are never changed.
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 namespace lynx::kernels {
@@ -14,25 +16,50 @@ namespace {
 
 constexpr int64_t kG = kInterleaveRows;
 
-// One block's bytes: weight_row_bytes of one 32-element block (34 for Q8_0, 18 for Q4_0).
+// The interleaved geometry of a type's block (types.h, InterleaveSpec).
+struct Geometry {
+  int64_t elems, bytes;         // block elements and bytes
+  int64_t fields, field_bytes;  // scalar fields
+  int64_t field_at;             // byte offset of the first field in the block
+  int64_t words_at, planes;     // byte offset and count of the 4-byte words in the block
+};
+
+Geometry geometry(TensorType t) {
+  const TypeTraits& tr = type_traits(t);
+  const InterleaveSpec& sp = tr.interleave;
+  Geometry g{tr.block_elems, tr.block_bytes, sp.fields, sp.field_bytes, 0, 0, 0};
+  const int64_t scalars = g.fields * g.field_bytes;
+  g.field_at = sp.at_end ? g.bytes - scalars : 0;
+  g.words_at = sp.at_end ? 0 : scalars;
+  g.planes = (g.bytes - scalars) / 4;
+  return g;
+}
+
+bool has_layout(TensorType t) {
+  const TypeTraits* tr = find_type_traits(t);
+  return tr && tr->interleave.fields > 0;
+}
+
 int64_t block_bytes(TensorType t) {
-  return static_cast<int64_t>(weight_row_bytes(t, 32));
+  return type_traits(t).block_bytes;
 }
 
 void check(TensorType t, int64_t cols, const char* what) {
-  if ((t != TensorType::Q8_0 && t != TensorType::Q4_0) || cols <= 0 || cols % 32 != 0) {
+  if (!has_layout(t) || cols <= 0 || cols % type_traits(t).block_elems != 0) {
     throw Error(std::string(what) + ": cannot interleave a " + gguf::tensor_type_name(t) +
                 " matrix of " + std::to_string(cols) +
-                " columns (Q8_0 or Q4_0, columns a "
-                "positive multiple of 32)");
+                " columns (Q8_0, Q4_0, Q4_K or Q6_K, columns a positive multiple of the "
+                "block)");
   }
 }
 
 // The one place that spells out the layout: row i (0..15) of the interleaved group at `grp`
-// is copied out to / in from the plain row at `row` (nb blocks of bb bytes).
+// is copied out to / in from the plain row at `row` (nb blocks). Per block: the fields (16
+// values each, row 0 first), then the planes (64 bytes, lane i = 4 bytes of row i).
 template <bool kOut, class G, class R>
-void move_row(int64_t bb, int64_t nb, G* grp, int64_t i, R* row) {
-  const int64_t planes = (bb - 2) / 4;
+void move_row(const Geometry& geo, int64_t nb, G* grp, int64_t i, R* row) {
+  const int64_t bb = geo.bytes, fb = geo.field_bytes;
+  const int64_t planes_at = kG * geo.fields * fb;
   for (int64_t b = 0; b < nb; ++b) {
     G* in = grp + b * kG * bb;
     R* blk = row + b * bb;
@@ -43,21 +70,25 @@ void move_row(int64_t bb, int64_t nb, G* grp, int64_t i, R* row) {
         std::memcpy(in + grp_off, blk + row_off, n);
       }
     };
-    mv(2 * i, 0, 2);
-    for (int64_t p = 0; p < planes; ++p) mv(32 + 64 * p + 4 * i, 2 + 4 * p, 4);
+    for (int64_t f = 0; f < geo.fields; ++f) {
+      mv(kG * fb * f + fb * i, geo.field_at + fb * f, size_t(fb));
+    }
+    for (int64_t p = 0; p < geo.planes; ++p) {
+      mv(planes_at + 64 * p + 4 * i, geo.words_at + 4 * p, 4);
+    }
   }
 }
 
 // The 16 rows at src (kRows, row i at src + i * row bytes) into one interleaved group at dst.
 void interleave_group(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
-  const int64_t bb = block_bytes(t);
-  for (int64_t i = 0; i < kG; ++i) move_row<false>(bb, nb, dst, i, src + i * nb * bb);
+  const Geometry geo = geometry(t);
+  for (int64_t i = 0; i < kG; ++i) move_row<false>(geo, nb, dst, i, src + i * nb * geo.bytes);
 }
 
 // The inverse of interleave_group.
 void deinterleave_group_to(TensorType t, const uint8_t* src, int64_t nb, uint8_t* dst) {
-  const int64_t bb = block_bytes(t);
-  for (int64_t i = 0; i < kG; ++i) move_row<true>(bb, nb, src, i, dst + i * nb * bb);
+  const Geometry geo = geometry(t);
+  for (int64_t i = 0; i < kG; ++i) move_row<true>(geo, nb, src, i, dst + i * nb * geo.bytes);
 }
 
 // Rewrites groups [g0, g1) in place with `move` (one of the two above), through a copy of
@@ -65,7 +96,7 @@ void deinterleave_group_to(TensorType t, const uint8_t* src, int64_t nb, uint8_t
 // another and the caller can split the groups over threads.
 template <class Move>
 void repack_in_place(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1, Move move) {
-  const int64_t nb = cols / 32, group_bytes = kG * nb * block_bytes(t);
+  const int64_t nb = cols / block_elems(t), group_bytes = kG * nb * block_bytes(t);
   std::vector<uint8_t> scratch(static_cast<size_t>(group_bytes));
   auto* base = static_cast<uint8_t*>(w);
   for (int64_t g = g0; g < g1; ++g) {
@@ -78,8 +109,8 @@ void repack_in_place(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1
 }  // namespace
 
 bool can_interleave(TensorType t, int64_t rows, int64_t cols) {
-  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) && rows > 0 && rows % kG == 0 &&
-         cols > 0 && cols % 32 == 0;
+  return has_layout(t) && rows > 0 && rows % kG == 0 && cols > 0 &&
+         cols % type_traits(t).block_elems == 0;
 }
 
 void interleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1) {
@@ -95,7 +126,7 @@ void deinterleave16(TensorType t, void* w, int64_t cols, int64_t g0, int64_t g1)
 void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, int64_t g0,
                        int64_t g1) {
   check(t, cols, "interleave16_into");
-  const int64_t nb = cols / 32, group_bytes = kG * nb * block_bytes(t);
+  const int64_t nb = cols / block_elems(t), group_bytes = kG * nb * block_bytes(t);
   for (int64_t g = g0; g < g1; ++g) {
     interleave_group(t, static_cast<const uint8_t*>(src) + g * group_bytes, nb,
                      static_cast<uint8_t*>(dst) + g * group_bytes);
@@ -104,7 +135,7 @@ void interleave16_into(TensorType t, const void* src, void* dst, int64_t cols, i
 
 void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, void* dst) {
   check(t, cols, "deinterleave_group");
-  const int64_t nb = cols / 32;
+  const int64_t nb = cols / block_elems(t);
   deinterleave_group_to(t, static_cast<const uint8_t*>(w) + g * kG * nb * block_bytes(t), nb,
                         static_cast<uint8_t*>(dst));
 }
@@ -173,8 +204,9 @@ void read_row(TensorType t, WeightLayout layout, const void* w, int64_t cols, in
     return;
   }
   check(t, cols, "read_row");
-  const int64_t bb = block_bytes(t), nb = cols / 32, i = r % kG;
-  move_row<true>(bb, nb, src + (r - i) * nb * bb, i, static_cast<uint8_t*>(dst));
+  const Geometry geo = geometry(t);
+  const int64_t nb = cols / geo.elems, i = r % kG;
+  move_row<true>(geo, nb, src + (r - i) * nb * geo.bytes, i, static_cast<uint8_t*>(dst));
 }
 
 }  // namespace lynx::kernels

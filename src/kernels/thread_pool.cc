@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/matmul_k.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 namespace lynx::kernels {
@@ -227,8 +229,8 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
   pool.parallel_for(
       rows,
       [pa, px](int64_t r0, int64_t r1, int) {
-        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, px->n_tok, pa->y, pa->ldy,
-                       pa->layout);
+        const int n_tok = act_type_is_q8k(pa->t) ? px->k.n_tok : px->n_tok;
+        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, n_tok, pa->y, pa->ldy, pa->layout);
       },
       kMatmulGrain);
 }
@@ -251,6 +253,42 @@ void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int
         quantize_acts_rows(pa->x, pa->ldx, int(t0), int(t1), *pa->out);
       },
       grain);
+}
+
+void quantize_acts_k(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
+                     QuantizedActsK& out) {
+  out.resize(n_tok, cols);
+  // Q8_K's quantizer is scalar (a row of 2048 values takes a few microseconds).
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1));
+  pool.parallel_for(
+      n_tok,
+      [x, ldx, &out](int64_t t0, int64_t t1, int) {
+        quantize_acts_k_rows(x, ldx, int(t0), int(t1), out);
+      },
+      grain);
+}
+
+bool act_type_is_q8k(TensorType wtype) {
+  const TypeTraits* tr = find_type_traits(wtype);
+  return tr && tr->act_type == TensorType::Q8_K;
+}
+
+void quantize_acts_for(ThreadPool& pool, TensorType wtype, const float* x, int64_t ldx, int n_tok,
+                       int64_t cols, QuantizedActs& out) {
+  if (act_type_is_q8k(wtype)) {
+    quantize_acts_k(pool, x, ldx, n_tok, cols, out.k);
+  } else {
+    quantize_acts(pool, x, ldx, n_tok, cols, out);
+  }
+}
+
+void quantize_acts_rows_for(TensorType wtype, const float* x, int64_t ldx, int t0, int t1,
+                            QuantizedActs& out) {
+  if (act_type_is_q8k(wtype)) {
+    quantize_acts_k_rows(x, ldx, t0, t1, out.k);
+  } else {
+    quantize_acts_rows(x, ldx, t0, t1, out);
+  }
 }
 
 double measure_fma_gflops(ThreadPool& pool, int runs) {

@@ -42,7 +42,8 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
 
 // The integer path with activations quantized beforehand (several weights sharing one
 // input quantize it once): y[j*ldy + r] = W[r] . x[j] for all x.n_tok tokens; t must be
-// Q8_0 or Q4_0. Bit-identical to one matmul_rows_q8 call over all rows, for any pool size.
+// a type with an integer path (has_int_path; x holds the form it reads). Bit-identical to one
+// matmul_rows_q8 call over all rows, for any pool size.
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
             const QuantizedActs& x, float* y, int64_t ldy,
             WeightLayout layout = WeightLayout::kRows);
@@ -50,6 +51,19 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
 // quantize_acts with the rows split across the pool (bit-identical to the serial one).
 void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
                    QuantizedActs& out);
+// The same into the Q8_K form (quantize_acts_k, matmul_k.h).
+void quantize_acts_k(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,
+                     QuantizedActsK& out);
+// Quantizes the rows into the form the integer kernel of weight type `wtype` reads (its
+// act_type, kernels/types.h: Q8_0 into `out`, Q8_K into out.k).
+void quantize_acts_for(ThreadPool& pool, TensorType wtype, const float* x, int64_t ldx, int n_tok,
+                       int64_t cols, QuantizedActs& out);
+// Rows [t0, t1) of quantize_acts_for (out, or out.k, already has its shape).
+void quantize_acts_rows_for(TensorType wtype, const float* x, int64_t ldx, int t0, int t1,
+                            QuantizedActs& out);
+
+// True when the integer kernel of `wtype` reads Q8_K activations (QuantizedActs::k).
+bool act_type_is_q8k(TensorType wtype);
 
 // The input of one or more matmuls: n_tok rows of `cols` F32 activations (row t at
 // x + t * cols) and their Q8_0 quantization into *q, made by the first weight that takes the
@@ -60,12 +74,22 @@ struct ActRows {
   int n_tok = 0;
   int64_t cols = 0;
   QuantizedActs* q = nullptr;
-  bool quantized = false;
+  bool quantized = false;    // the Q8_0 form in *q
+  bool quantized_k = false;  // the Q8_K form in q->k
 
   const QuantizedActs& quantize(ThreadPool& pool) {
     if (!quantized) quantize_acts(pool, x, cols, n_tok, cols, *q);
     quantized = true;
     return *q;
+  }
+  // The form the integer kernel of weight type `wtype` reads (quantize_acts_for), made once.
+  const QuantizedActs& quantize(ThreadPool& pool, TensorType wtype) {
+    if (act_type_is_q8k(wtype)) {
+      if (!quantized_k) quantize_acts_k(pool, x, cols, n_tok, cols, q->k);
+      quantized_k = true;
+      return *q;
+    }
+    return quantize(pool);
   }
 };
 

@@ -24,6 +24,16 @@ using DecodeBlocksFn = void (*)(const uint8_t* src, float* dst, int64_t n_blocks
 // Encodes n_blocks * block_elems floats at src into n_blocks blocks at dst.
 using EncodeBlocksFn = void (*)(const float* src, uint8_t* dst, int64_t n_blocks);
 
+// How a block goes into the 16-row interleaved layout (kernels.h, kInterleaved16): its
+// `fields` scalar fields of `field_bytes` each (the fp16 scales), at the start of the block or
+// at its end, each stored as 16 values (row 0 first); the rest of the block, a multiple of 4
+// bytes, as planes of 64 bytes (lane i: 4 bytes of row i). fields == 0: no interleaved layout.
+struct InterleaveSpec {
+  uint8_t fields = 0;
+  uint8_t field_bytes = 2;
+  bool at_end = false;
+};
+
 struct TypeTraits {
   TensorType type;
   int64_t block_elems;
@@ -34,12 +44,15 @@ struct TypeTraits {
   // (Q8_0 for the 32-element legacy types, Q8_K for the K-quants and IQ4_XS, the type
   // itself for F32/F16/BF16).
   TensorType act_type;
-  // True when this engine has an integer kernel for the type (matmul_q8.cc). Every other
-  // type is computed on the exact path: weight rows decoded to F32 (matmul_rows).
+  // True when the forward pass takes this type's integer kernel (matmul_q8.cc for Q8_0
+  // activations, matmul_k.h for Q8_K) unless it runs exact activations. Every other type is
+  // computed on the exact path: weight rows decoded to F32 (matmul_rows).
   bool int_kernel;
   // True when matmul.cc decodes the type in registers (a SIMD decoder); the others go through
   // `decode` into an F32 row buffer first.
   bool simd_decode;
+  // The type's kInterleaved16 layout (for the integer kernels that read it).
+  InterleaveSpec interleave = {};
 };
 
 // The row of type t; nullptr when the engine does not compute with t.

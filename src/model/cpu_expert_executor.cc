@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/matmul_id.h"
 
@@ -34,9 +35,9 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   const Weight &wg = layer.gate_exps, &wu = layer.up_exps, &wd = layer.down_exps;
   const int64_t E = x.cols, F = wg.rows;
   const int rows = plan.rows();
-  const bool int_gate = int_acts_ && kernels::has_int8_path(wg.type);
-  const bool int_up = int_acts_ && kernels::has_int8_path(wu.type);
-  const bool int_down = int_acts_ && kernels::has_int8_path(wd.type);
+  const bool int_gate = int_acts_ && kernels::has_int_path(wg.type);
+  const bool int_up = int_acts_ && kernels::has_int_path(wu.type);
+  const bool int_down = int_acts_ && kernels::has_int_path(wd.type);
   ensure(gate_, size_t(rows) * F);
   ensure(up_, size_t(rows) * F);
   ensure(down_, size_t(rows) * E);
@@ -49,10 +50,21 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
                   sizeof(float) * E);
     }
   }
-  if (int_gate || int_up) {
-    const kernels::QuantizedActs& xq = x.quantize(pool_);
-    xq_rows_.resize(rows, E);
-    for (int r = 0; r < rows; ++r) xq_rows_.copy_row(r, xq, plan.row_token[size_t(r)]);
+  // The quantized forms gate and up read (Q8_0 and/or Q8_K: kernels/types.h act_type), each
+  // made once per token and copied per grouped row.
+  bool rows_q8 = false, rows_k = false;
+  for (const Weight* w : {&wg, &wu}) {
+    if (!int_acts_ || !kernels::has_int_path(w->type)) continue;
+    const kernels::QuantizedActs& xq = x.quantize(pool_, w->type);
+    if (kernels::act_type_is_q8k(w->type)) {
+      if (std::exchange(rows_k, true)) continue;
+      xq_rows_.k.resize(rows, E);
+      for (int r = 0; r < rows; ++r) xq_rows_.k.copy_row(r, xq.k, plan.row_token[size_t(r)]);
+    } else {
+      if (std::exchange(rows_q8, true)) continue;
+      xq_rows_.resize(rows, E);
+      for (int r = 0; r < rows; ++r) xq_rows_.copy_row(r, xq, plan.row_token[size_t(r)]);
+    }
   }
 
   // (rows, F) gate and up, one pass over the plan (a chunk reads its input rows once).
@@ -64,13 +76,17 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
 
   // (rows, F) SwiGLU in place in gate, quantized for the down projection on the integer path.
   if (int_down) {
-    xq_hidden_.resize(rows, F);
+    if (kernels::act_type_is_q8k(wd.type)) {
+      xq_hidden_.k.resize(rows, F);
+    } else {
+      xq_hidden_.resize(rows, F);
+    }
     pool_.parallel_for(
         rows,
         [&](int64_t r0, int64_t r1, int) {
           kernels::swiglu(&gate_[size_t(r0) * F], &up_[size_t(r0) * F], &gate_[size_t(r0) * F],
                           (r1 - r0) * F);
-          kernels::quantize_acts_rows(gate_.data(), F, int(r0), int(r1), xq_hidden_);
+          kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, int(r0), int(r1), xq_hidden_);
         },
         std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
   } else {

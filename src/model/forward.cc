@@ -24,13 +24,14 @@ void ensure(V& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// y[T x rows] = W x[T x cols], rows split across the pool. Products with Q8_0/Q4_0 weights
-// take the integer path (activations quantized to Q8_0 blocks as ggml does) unless the
-// context asked for exact activations.
+// y[T x rows] = W x[T x cols], rows split across the pool. Products with weights that have an
+// integer kernel (kernels/types.h int_kernel: Q8_0, Q4_0, K-quants) take the integer path
+// (activations quantized to Q8_0 or Q8_K blocks as ggml does) unless the context asked for
+// exact activations.
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
-  if (cp.int_acts && kernels::has_int8_path(w.type)) {
-    kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool), y, w.rows,
-                    w.layout);
+  if (cp.int_acts && kernels::has_int_path(w.type)) {
+    kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool, w.type), y,
+                    w.rows, w.layout);
   } else {
     kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.x, in.cols, in.n_tok, y, w.rows,
                     w.layout);

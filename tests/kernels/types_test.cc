@@ -49,7 +49,10 @@ TEST(TypeTraits, RowsAgreeWithTheGgufTable) {
     EXPECT_NE(tr.decode, nullptr);
     EXPECT_TRUE(is_compute_type(tr.type));
     EXPECT_EQ(weight_row_bytes(tr.type, 4 * tr.block_elems), size_t(4 * bb));
-    EXPECT_EQ(has_int8_path(tr.type), tr.int_kernel);
+    EXPECT_EQ(has_int_path(tr.type), tr.int_kernel);
+    // An integer kernel reads Q8_0 (matmul_q8.cc) or Q8_K (matmul_k.h) activations.
+    if (has_int8_path(tr.type)) EXPECT_EQ(tr.act_type, TensorType::Q8_0);
+    if (tr.int_kernel && !has_int8_path(tr.type)) EXPECT_EQ(tr.act_type, TensorType::Q8_K);
   }
   for (TensorType t :
        {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
@@ -246,9 +249,11 @@ TEST(TypeMatmul, NanAndInfScalesDoNotCrash) {
   }
 }
 
-// The layouts that repack at load do not take these types.
+// The layouts that repack at load do not take these types (Q4_K, Q5_K and Q6_K have an
+// interleaved layout for their integer kernel: matmul_k_i16_test.cc).
 TEST(TypeMatmul, RepackLayoutsRejectDecodedTypes) {
   for (TensorType t : kDecodedTypes) {
+    if (can_interleave(t, 16, 256)) continue;  // the types with an interleaved kernel
     EXPECT_FALSE(can_interleave(t, 16, 256));
     EXPECT_FALSE(can_panel16(t, 16, 256));
     const auto w = random_blocks(t, 16, 256, 1);

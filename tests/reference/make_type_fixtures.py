@@ -162,20 +162,36 @@ def main(argv):
             f.write(raw)
         total += len(data) + len(raw)
         margin = min(r["margin"] for layer in routing for r in layer)
-        entries.append({
+        entry = {
             "name": fx, "file": fx + ".gguf", "type": wtype, "tokens": toks,
             "n_vocab": model.n_vocab, "logits_file": fx + ".logits.f32",
             "gguf_sha256": hashlib.sha256(data).hexdigest(),
             "argmax": [int(i) for i in np.argmax(logits, axis=1)],
             "min_route_margin": round(margin, 6),
             "routing": [[sorted(r["ids"]) for r in layer] for layer in routing],
-        })
+        }
+        if TYPE_IDS[wtype] in reference.VEC_DOT_TYPE:
+            # The engine's integer path rounds these products' activations (Q8_K).
+            logits_q, routing_q = reference.forward(model, toks, act_quant=True)
+            raw_q = logits_q.astype("<f4").tobytes()
+            with open(os.path.join(args.out, fx + ".logits_actq.f32"), "wb") as f:
+                f.write(raw_q)
+            total += len(raw_q)
+            entry.update({
+                "logits_actq_file": fx + ".logits_actq.f32",
+                "argmax_actq": [int(i) for i in np.argmax(logits_q, axis=1)],
+                "routing_actq": [[sorted(r["ids"]) for r in layer] for layer in routing_q],
+            })
+        entries.append(entry)
         print("%-22s %7d bytes  margin %.4f" % (fx, len(data), margin))
     manifest = {
         "format": "lynx-moe type goldens v1",
         "generator": "tests/reference/make_type_fixtures.py",
         "logits_layout": "raw little-endian float32, [n_tokens][n_vocab] row-major",
         "about_logits_file": "exact: float64 forward of the decoded weights",
+        "about_logits_actq_file": "the same with the activations of products with weight types "
+                                  "the engine has integer kernels for rounded as ggml does "
+                                  "(reference.VEC_DOT_TYPE: Q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS)",
         "fixtures": entries,
     }
     text = json.dumps(manifest, indent=1) + "\n"

@@ -49,6 +49,29 @@ class Model:
 # the goldens an engine with ggml-style kernels should match closely.
 VEC_DOT_TYPE = {gguf_np.GGML_F16: gguf_np.GGML_F16, gguf_np.GGML_BF16: gguf_np.GGML_BF16,
                 gguf_np.GGML_Q8_0: gguf_np.GGML_Q8_0, gguf_np.GGML_Q4_0: gguf_np.GGML_Q8_0}
+# Q4_K / Q5_K / Q6_K / IQ4_XS -> Q8_K (ggml type ids 12, 13, 14, 23 -> 15). ggml converts for every K-quant and IQ4_XS;
+# the table lists the block types the engine has integer kernels for (its type table's
+# int_kernel), so that the actq goldens are what its default path computes.
+GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_K = 12, 13, 14, 15
+GGML_IQ4_XS = 23
+VEC_DOT_TYPE.update({GGML_Q4_K: GGML_Q8_K, GGML_Q5_K: GGML_Q8_K, GGML_Q6_K: GGML_Q8_K,
+                     GGML_IQ4_XS: GGML_Q8_K})
+
+
+def round_q8_k(x32):
+    """ggml's quantize_row_q8_K, dequantized (float64): per 256 values, the value of largest
+    magnitude (the first one) m, iscale = -127 / m (f32), q = min(127, round-half-even(iscale
+    * x)) in f32, d = 1 / iscale (f32); an all-zero block stays zero."""
+    b = np.ascontiguousarray(x32, dtype=np.float32).reshape(-1, 256)
+    idx = np.argmax(np.abs(b), axis=1)
+    mx = b[np.arange(b.shape[0]), idx]
+    out = np.zeros(b.shape, dtype=np.float64)
+    nz = mx != 0
+    iscale = (np.float32(-127.0) / mx[nz]).astype(np.float32)
+    q = np.minimum(np.float32(127), np.rint((b[nz] * iscale[:, None]).astype(np.float32)))
+    d = (np.float32(1.0) / iscale).astype(np.float32)
+    out[nz] = d[:, None].astype(np.float64) * q.astype(np.float64)
+    return out
 
 
 def round_activation(x, wtype):
@@ -62,6 +85,8 @@ def round_activation(x, wtype):
         return x32.astype(np.float16).astype(np.float64)
     if vt == gguf_np.GGML_BF16:
         return gguf_np.bf16_bits_to_f32(gguf_np.f32_to_bf16_bits(x32)).astype(np.float64)
+    if vt == GGML_Q8_K:
+        return round_q8_k(x32.reshape(-1)).reshape(x32.shape)
     raw = gguf_np.quantize_q8_0(x32.reshape(-1))
     return gguf_np.dequantize_q8_0(raw, x32.size).reshape(x32.shape).astype(np.float64)
 
