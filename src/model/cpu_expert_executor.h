@@ -9,8 +9,9 @@ namespace lynx {
 
 class CpuExpertExecutor final : public ExpertExecutor {
  public:
-  // int_acts: products with Q8_0/Q4_0 weights take the integer path (activations quantized
-  // to Q8_0 blocks, ContextOptions::exact_activations off).
+  // int_acts: products with weights of a type that has an integer kernel (the type table's
+  // int_kernel: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) take the integer path (activations
+  // quantized to the type's activation blocks, ContextOptions::exact_activations off).
   CpuExpertExecutor(kernels::ThreadPool& pool, bool int_acts) : pool_(pool), int_acts_(int_acts) {}
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,

@@ -56,12 +56,12 @@ struct StepBuffers {
   std::vector<float> out_in;               // normed rows needing logits
   std::vector<int32_t> out_rows;           // token index of each logits row
   std::vector<std::vector<float>> scores;  // attention scores, one per pool worker
-  // Activations quantized for the integer path (Q8_0/Q4_0 weights, exact_activations off):
-  // a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
+  // Activations quantized for the integer path (types with an integer kernel, exact_activations
+  // off): a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
   kernels::QuantizedActs xq_in, xq_mid;
 };
 
-// Where products run, and which path products with Q8_0/Q4_0 weights take.
+// Where products run, and which path products with integer-kernel weight types take.
 struct Compute {
   kernels::ThreadPool& pool;
   bool int_acts;  // integer path (!ContextOptions::exact_activations)

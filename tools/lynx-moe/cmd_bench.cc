@@ -542,10 +542,12 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   const nlohmann::json out = summarize(*model, rows, policies, cell_bw);
   if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
-  const char* acts = a.exact_acts ? "f32 (--exact-acts)" : "q8_0 for Q8_0/Q4_0 weights";
-  const char* layout = a.no_repack    ? "rows"
-                       : a.exact_acts ? "f32/f16/bf16 in 16-row panels, q8_0/q4_0 rows"
-                                      : "f32/f16/bf16 in 16-row panels, q8_0/q4_0 interleaved";
+  const char* acts = a.exact_acts ? "f32 (--exact-acts)"
+                                  : "q8_0 for Q8_0/Q4_0 weights, q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS";
+  const char* layout = a.no_repack ? "rows"
+                       : a.exact_acts
+                           ? "f32/f16/bf16 in 16-row panels, quantized rows"
+                           : "f32/f16/bf16 in 16-row panels, integer-kernel types interleaved";
   nlohmann::json doc = {{"commit", commit},
                         {"cpu", cpu_name()},
                         {"activations", acts},
@@ -600,10 +602,11 @@ void register_bench(CLI::App& app) {
                   "Buffer sizes of the start-up bandwidth probe in MiB, e.g. 256,1024,2048 "
                   "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
-  cmd->add_flag("--no-repack", a->no_repack,
-                "Keep the weights in the file's row layout (default: repacked at load, Q8_0/Q4_0 "
-                "to the integer kernels' 16-row interleaved layout unless --exact-acts, "
-                "F32/F16/BF16 to 16-row panels; for A/B runs)");
+  cmd->add_flag(
+      "--no-repack", a->no_repack,
+      "Keep the weights in the file's row layout (default: repacked at load, types with an "
+      "integer kernel to the integer kernels' 16-row interleaved layout unless --exact-acts, "
+      "F32/F16/BF16 to 16-row panels; for A/B runs)");
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
   cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");

@@ -96,8 +96,9 @@ std::string read_text_file(const std::string& path, const std::string& flag) {
 
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
   cmd->add_flag("--exact-acts", *exact_activations,
-                "Keep activations in F32 for Q8_0/Q4_0 weights (default: quantize them to 8 bits "
-                "per 32-block and use integer dot products, as llama.cpp does; faster). The "
+                "Keep activations in F32 for quantized weights (default: for types with an integer "
+                "kernel, quantize them to 8 bits per block (Q8_0 or Q8_K) and use integer dot "
+                "products, as llama.cpp does; faster). The "
                 "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
