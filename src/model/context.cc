@@ -27,6 +27,7 @@ struct Context::Impl {
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
+  Context::ActivationHook activation_hook;
   CpuExpertExecutor experts;
   KvCache kv;
   StepBuffers buf;
@@ -122,6 +123,13 @@ void Context::reset_stats() {
 void Context::set_router_override(RouterOverride fn) {
   impl_->router_override = std::move(fn);
 }
+void Context::set_activation_hook(ActivationHook fn) {
+  impl_->activation_hook = std::move(fn);
+  const ActivationHook* h = impl_->activation_hook ? &impl_->activation_hook : nullptr;
+  impl_->observer.set_activation_hook(h);
+  impl_->experts.set_activation_hook(h);
+}
+
 const std::vector<int64_t>& Context::expert_tokens() const {
   return impl_->observer.expert_tokens();
 }

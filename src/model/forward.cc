@@ -28,6 +28,7 @@ void ensure(V& v, size_t n) {
 // take the integer path (activations quantized to Q8_0 blocks as ggml does) unless the
 // context asked for exact activations.
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
+  obs.product_input(w, in.x, in.n_tok);
   if (cp.int_acts && kernels::has_int8_path(w.type)) {
     kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool), y, w.rows,
                     w.layout);
