@@ -179,6 +179,11 @@ TEST(ImatrixQuantize, WeightedQuantizersLowerTheWeightedError) {
     quantize_row_weighted(t, x.data(), ones.data(), q.data(), n);
     kernels::dequantize_row(t, q.data(), uni.data(), n);
     const double e_ref = weighted_err(x, ref, imp), e_wtd = weighted_err(x, wtd, imp);
+    std::printf(
+        "%-7s weighted error: reference %.4g, with importance %.4g (%.2fx); "
+        "uniform importance: plain error %.4g vs %.4g\n",
+        gguf::tensor_type_name(t), e_ref, e_wtd, e_wtd / e_ref, weighted_err(x, uni, ones),
+        weighted_err(x, ref, ones));
     EXPECT_LT(e_wtd, 0.9 * e_ref) << "weighted " << e_wtd << " reference " << e_ref;
     EXPECT_LT(weighted_err(x, uni, ones), 1.15 * weighted_err(x, ref, ones));
   }

@@ -51,7 +51,10 @@ void register_imatrix(CLI::App& app) {
                          : a->format == "dat";
     auto model = load_model(a->model, false, false);
     auto tok = Tokenizer::from_gguf(model->file());
-    const std::vector<int32_t> tokens = tok->encode(text, false, false);
+    // As llama-imatrix and llama-perplexity: the text tokenized with BOS (when the vocabulary
+    // adds one), and each chunk's first token replaced by BOS, so the chunks, and the
+    // perplexity printed per chunk, are those tools' on the same file.
+    const std::vector<int32_t> tokens = tok->encode(text, true, false);
     ImatrixOptions o = a->opts;
     o.dataset = a->data;
     if (!a->quiet) {
