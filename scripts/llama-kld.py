@@ -65,11 +65,14 @@ def quantized_log_probs(logits):
 
 
 def write_base(model, tokens, ctx, n_chunk, threads, path):
+    """Writes the base file; returns lynx-moe's perplexity over the scored positions
+    (float64 log-softmax of its float32 logits)."""
     g = gguf_np.read_gguf(model)
     add_bos = bool(g.get("tokenizer.ggml.add_bos_token", False))
     bos = int(g.get("tokenizer.ggml.bos_token_id", -1))
     n_vocab = len(g.get("tokenizer.ggml.tokens"))
     first = ctx // 2
+    nll, n = 0.0, 0
     with open(path, "wb") as f, tempfile.TemporaryDirectory() as tmp:
         f.write(b"_logits_")
         f.write(np.array([ctx], dtype=np.uint32).tobytes())
@@ -86,11 +89,16 @@ def write_base(model, tokens, ctx, n_chunk, threads, path):
             logits = np.fromfile(out, dtype=np.float32).reshape(ctx, n_vocab)
             for i in range(first, ctx - 1):
                 f.write(quantized_log_probs(logits[i]).tobytes())
+                row = logits[i].astype(np.float64)
+                mx = row.max()
+                nll += mx + np.log(np.exp(row - mx).sum()) - row[tokens[c * ctx + i + 1]]
+                n += 1
+    return float(np.exp(nll / max(n, 1)))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-bin", required=True)
+    ap.add_argument("--llama-bin", help="llama.cpp's bin folder; without: lynx-moe's PPL only")
     ap.add_argument("--text", required=True)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--chunks", type=int, default=40)
@@ -98,7 +106,7 @@ def main():
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = a.llama_bin + ":" + env.get("LD_LIBRARY_PATH", "")
+    env["LD_LIBRARY_PATH"] = (a.llama_bin or "") + ":" + env.get("LD_LIBRARY_PATH", "")
     print("| file | chunks x ctx | PPL lynx-moe | PPL llama.cpp | mean KLD | same top-1 |")
     print("|---|---|---:|---:|---:|---:|")
     for model in a.models:
@@ -106,7 +114,11 @@ def main():
         n_chunk = min(a.chunks, len(tokens) // a.ctx)
         with tempfile.TemporaryDirectory() as tmp:
             base = os.path.join(tmp, "base.kld")
-            write_base(model, tokens, a.ctx, n_chunk, a.threads, base)
+            ppl_lynx = write_base(model, tokens, a.ctx, n_chunk, a.threads, base)
+            if not a.llama_bin:
+                print(f"| {os.path.basename(model)} | {n_chunk} x {a.ctx} | {ppl_lynx:.4f} | - | - | - |",
+                      flush=True)
+                continue
             r = subprocess.run([os.path.join(a.llama_bin, "llama-perplexity"), "-m", model,
                                 "--kl-divergence-base", base, "--kl-divergence", "-c",
                                 str(a.ctx), "-b", str(a.ctx), "-t", str(a.threads)],
@@ -119,9 +131,9 @@ def main():
             print(f"| {os.path.basename(model)} | llama-perplexity failed: "
                   f"{log.strip().splitlines()[-1] if log.strip() else r.returncode} |||||")
             continue
-        ppl_ours, ppl_llama = grab(r"Mean PPL\(base\)"), grab(r"Mean PPL\(Q\)")
+        ppl_llama = grab(r"Mean PPL\(Q\)")
         kld, same = grab(r"Mean\s+KLD"), grab(r"Same top p")
-        print(f"| {os.path.basename(model)} | {n_chunk} x {a.ctx} | {ppl_ours:.4f} | "
+        print(f"| {os.path.basename(model)} | {n_chunk} x {a.ctx} | {ppl_lynx:.4f} | "
               f"{ppl_llama:.4f} | {kld:.6f} | {same:.3f} % |", flush=True)
 
 

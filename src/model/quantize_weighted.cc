@@ -124,8 +124,9 @@ float iq4_search(const float* x, const float* w, uint8_t* L) {
   if (amax < kGroupMaxEps) return 0;
   const float v0 = float(kIq4nlValues[0]);
   float d = 0, best = -1;
-  for (int itry = -7; itry <= 7; ++itry) {
-    const float id = (float(itry) + v0) / max;
+  // The scale that puts the largest value on the grid's far end, then 15 around the near end.
+  for (int itry = -8; itry <= 7; ++itry) {
+    const float id = itry < -7 ? -v0 / max : (float(itry) + v0) / max;
     float sumqx = 0, sumq2 = 0;
     uint8_t Lt[32];
     for (int j = 0; j < 32; ++j) {
