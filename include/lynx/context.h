@@ -128,6 +128,16 @@ class Context {
       std::function<void(int layer, std::span<const BatchToken> batch, float* logits)>;
   void set_router_override(RouterOverride fn);
 
+  // Sees the input rows of every weight product of the following steps, before the product
+  // (the importance matrix of `lynx-moe imatrix`): fn(w, x, n_rows, rows_per_expert), x holding
+  // n_rows rows of w.cols floats. For expert tensors (w.n_mat > 1) the rows are grouped by
+  // expert in id order, rows_per_expert[e] of them for expert e; for the others
+  // rows_per_expert is empty. The embedding lookup is not a product and is not reported. An
+  // empty function removes the hook; without one a step costs nothing more.
+  using ActivationHook = std::function<void(const Weight& w, const float* x, int64_t n_rows,
+                                            std::span<const int32_t> rows_per_expert)>;
+  void set_activation_hook(ActivationHook fn);
+
   // Tokens routed to each expert since the last reset_stats(): [n_layer x n_expert].
   const std::vector<int64_t>& expert_tokens() const;
 

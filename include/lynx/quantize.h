@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lynx/gguf.h"
+#include "lynx/imatrix.h"
 
 namespace lynx {
 
@@ -41,18 +42,26 @@ struct QuantizeOptions {
   int n_threads = 1;  // rows of a tensor are quantized in parallel
   // Called after each tensor: its index (from 0), the count, name, source and target type.
   std::function<void(size_t i, size_t n, const gguf::TensorInfo& t, gguf::TensorType to)> progress;
-  // Called with warnings (requantizing an already quantized source).
+  // Called with warnings (requantizing an already quantized source, tensors the importance
+  // matrix has no entry for).
   std::function<void(const std::string&)> warn;
+  // Importance matrix (read_imatrix): the types with an importance-weighted quantizer
+  // (quantize_weighted.h: the K-quants, IQ4_NL/IQ4_XS, Q4_0/Q4_1/Q5_0/Q5_1) weight each
+  // column's error by it. nullptr: the reference quantizers. Q2_K_S requires one, as
+  // llama-quantize does (lynx::Error without).
+  const Imatrix* imatrix = nullptr;
 };
 
 struct QuantizeResult {
   size_t bytes_in = 0, bytes_out = 0;                           // tensor data
   std::vector<std::pair<std::string, gguf::TensorType>> types;  // per tensor, file order
+  int n_weighted = 0;  // tensors quantized with importance weights
 };
 
 // Reads `in` (tensors in F32/F16/BF16; quantized sources are requantized with a warning),
 // writes `out` with the mix's types; metadata copied, general.file_type set to the mix's
-// llama_ftype and general.quantization_version to 2, as llama-quantize writes them.
+// llama_ftype and general.quantization_version to 2, as llama-quantize writes them. An imatrix
+// entry whose shape does not fit its tensor is a lynx::Error before anything is written.
 QuantizeResult quantize_model(const std::string& in, const std::string& out,
                               const QuantizeOptions& opts);
 

@@ -40,6 +40,10 @@ class MpiExpertExecutor final : public ExpertExecutor {
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
            float* out) override;
+  // This rank's experts only (their rows go through cpu_).
+  void set_activation_hook(const Context::ActivationHook* hook) override {
+    cpu_.set_activation_hook(hook);
+  }
 
   RankStats take_stats();
 

@@ -29,6 +29,7 @@ struct Context::Impl {
   Context::RouterOverride router_override;
   std::function<void(std::span<const BatchToken>)> before_eval;
   std::unique_ptr<ExpertExecutor> experts;
+  Context::ActivationHook activation_hook;
   KvCache kv;
   StepBuffers buf;
   StepLogits logits;
@@ -123,6 +124,13 @@ void Context::reset_stats() {
 void Context::set_router_override(RouterOverride fn) {
   impl_->router_override = std::move(fn);
 }
+void Context::set_activation_hook(ActivationHook fn) {
+  impl_->activation_hook = std::move(fn);
+  const ActivationHook* h = impl_->activation_hook ? &impl_->activation_hook : nullptr;
+  impl_->observer.set_activation_hook(h);
+  impl_->experts->set_activation_hook(h);
+}
+
 const std::vector<int64_t>& Context::expert_tokens() const {
   return impl_->observer.expert_tokens();
 }

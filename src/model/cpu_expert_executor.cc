@@ -43,7 +43,7 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   ensure(down_, size_t(rows) * E);
 
   // (rows, E) input rows: each grouped row a copy of its token's row of x.
-  if (!int_gate || !int_up) {
+  if (!int_gate || !int_up || act_hook_) {
     ensure(xin_, size_t(rows) * E);
     for (int r = 0; r < rows; ++r) {
       std::memcpy(&xin_[size_t(r) * E], x.x + size_t(plan.row_token[size_t(r)]) * E,
@@ -68,6 +68,11 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   }
 
   // (rows, F) gate and up, one pass over the plan (a chunk reads its input rows once).
+  const std::span<const int32_t> per_expert(plan.count.data(), size_t(plan.n_expert));
+  if (act_hook_) {
+    (*act_hook_)(wg, xin_.data(), rows, per_expert);
+    (*act_hook_)(wu, xin_.data(), rows, per_expert);
+  }
   const kernels::MatIdJob gate_up[2] = {
       {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data()},
       {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data()},
@@ -94,6 +99,7 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   }
 
   // (rows, E) down; run() then mixes them into (T, E).
+  if (act_hook_) (*act_hook_)(wd, gate_.data(), rows, per_expert);
   const kernels::MatIdJob down[1] = {
       {matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr, down_.data()}};
   kernels::matmul_id(pool_, plan, down);

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "lynx/context.h"
 #include "model/expert_executor.h"
 
 namespace lynx {
@@ -21,10 +22,14 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // elsewhere (src/dist) mixes them itself with kernels::mix_id.
   const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                     const LayerWeights& layer);
+  // Reports the grouped input rows of the gate/up and down products (Context::
+  // set_activation_hook); nullptr: none.
+  void set_activation_hook(const Context::ActivationHook* h) override { act_hook_ = h; }
 
  private:
   kernels::ThreadPool& pool_;
   bool int_acts_;
+  const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
   // Grouped rows (plan order), grown to the largest plan seen and reused.
   std::vector<float> xin_;            // [rows x E] F32 input rows (float path)
   std::vector<float> gate_, up_;      // [rows x F]

@@ -8,6 +8,7 @@
 #pragma once
 #include "kernels/expert_plan.h"
 #include "kernels/thread_pool.h"
+#include "lynx/context.h"
 #include "lynx/model.h"
 
 namespace lynx {
@@ -25,6 +26,11 @@ class ExpertExecutor {
   // goldens), only on the token's own slots.
   virtual void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
                    float* out) = 0;
+
+  // Reports the grouped input rows of every expert product to the hook (Context::
+  // set_activation_hook; the imatrix collector); nullptr: none. An executor that computes
+  // only some experts here reports only those; the default reports nothing.
+  virtual void set_activation_hook(const Context::ActivationHook* /*hook*/) {}
 };
 
 }  // namespace lynx

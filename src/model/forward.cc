@@ -29,6 +29,7 @@ void ensure(V& v, size_t n) {
 // (activations quantized to Q8_0 or Q8_K blocks as ggml does) unless the context asked for
 // exact activations.
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
+  obs.product_input(w, in.x, in.n_tok);
   if (cp.int_acts && kernels::has_int_path(w.type)) {
     kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool, w.type), y,
                     w.rows, w.layout);

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/thread_pool.h"
 #include "lynx/error.h"
+#include "model/quantize_weighted.h"
 
 namespace lynx {
 namespace {
@@ -232,6 +233,29 @@ QuantizeResult quantize_model(const std::string& in, const std::string& out,
   w.set("general.file_type", gguf::Value::u32(mix.ftype));
   w.set("general.quantization_version", gguf::Value::u32(2));
 
+  if (mix.name == std::string("Q2_K_S") && !opts.imatrix) {
+    throw Error(
+        "the Q2_K_S mix needs an importance matrix (--imatrix), as llama-quantize "
+        "requires one for it: its 2-bit rows are too coarse without");
+  }
+  // Importance vectors are checked against every tensor's shape before anything is written.
+  std::vector<std::string> no_entry;
+  if (opts.imatrix) {
+    for (const auto& t : f.tensors()) {
+      if (t.n_dims < 2) continue;
+      const int64_t n_mat = t.ne[2] * t.ne[3];
+      if (opts.imatrix->entries.count(t.name)) {
+        (void)opts.imatrix->importance(t.name, 0, t.ne[0], n_mat);
+      } else if (has_weighted_quantizer(quant_tensor_type(mix.name, info, t, 0))) {
+        no_entry.push_back(t.name);
+      }
+    }
+    if (!no_entry.empty() && opts.warn) {
+      opts.warn("the importance matrix has no entry for " + std::to_string(no_entry.size()) +
+                " tensor(s) (first: '" + no_entry[0] + "'); they are quantized without weights");
+    }
+  }
+
   QuantizeResult res;
   auto pool = std::make_shared<kernels::ThreadPool>(std::max(1, opts.n_threads));
   const size_t n = f.tensors().size();
@@ -256,28 +280,47 @@ QuantizeResult quantize_model(const std::string& in, const std::string& out,
     res.bytes_in += t.n_bytes;
     res.bytes_out += gguf::row_size(to, t.ne[0]) * size_t(t.n_elements() / t.ne[0]);
     const QuantizeOptions* o = &opts;
-    w.add_tensor_lazy(t.name, to, ne, [&f, &t, to, pool, i, n, o](uint8_t* dst, size_t bytes) {
-      if (to == t.type) {
-        std::memcpy(dst, t.data, bytes);
-      } else {
-        const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
-        const size_t rb_in = gguf::row_size(t.type, cols), rb_out = gguf::row_size(to, cols);
-        std::vector<std::vector<float>> bufs(size_t(pool->size()));
-        pool->parallel_for(
-            rows,
-            [&](int64_t r0, int64_t r1, int tid) {
-              auto& row = bufs[size_t(tid)];
-              row.resize(size_t(cols));
-              for (int64_t r = r0; r < r1; ++r) {
-                kernels::ref::dequantize_row(t.type, t.data + size_t(r) * rb_in, row.data(), cols);
-                kernels::quantize_row(to, row.data(), dst + size_t(r) * rb_out, cols);
+    const bool weighted = opts.imatrix && to != t.type && has_weighted_quantizer(to) &&
+                          opts.imatrix->entries.count(t.name);
+    res.n_weighted += weighted;
+    w.add_tensor_lazy(
+        t.name, to, ne, [&f, &t, to, pool, i, n, o, weighted](uint8_t* dst, size_t bytes) {
+          if (to == t.type) {
+            std::memcpy(dst, t.data, bytes);
+          } else {
+            const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+            const int64_t rows_per_mat = t.ne[1], n_mat = t.ne[2] * t.ne[3];
+            // Per matrix (expert) its importance; empty: an expert the text never reached.
+            std::vector<std::vector<float>> imp(static_cast<size_t>(n_mat));
+            if (weighted) {
+              for (int64_t m = 0; m < n_mat; ++m) {
+                imp[size_t(m)] = o->imatrix->importance(t.name, m, cols, n_mat);
               }
-            },
-            16);
-        f.release_pages(t.data, t.n_bytes);
-      }
-      if (o->progress) o->progress(i, n, t, to);
-    });
+            }
+            const size_t rb_in = gguf::row_size(t.type, cols), rb_out = gguf::row_size(to, cols);
+            std::vector<std::vector<float>> bufs(size_t(pool->size()));
+            pool->parallel_for(
+                rows,
+                [&](int64_t r0, int64_t r1, int tid) {
+                  auto& row = bufs[size_t(tid)];
+                  row.resize(size_t(cols));
+                  for (int64_t r = r0; r < r1; ++r) {
+                    kernels::ref::dequantize_row(t.type, t.data + size_t(r) * rb_in, row.data(),
+                                                 cols);
+                    const std::vector<float>& im = imp[size_t(r / rows_per_mat)];
+                    if (!im.empty()) {
+                      quantize_row_weighted(to, row.data(), im.data(), dst + size_t(r) * rb_out,
+                                            cols);
+                    } else {
+                      kernels::quantize_row(to, row.data(), dst + size_t(r) * rb_out, cols);
+                    }
+                  }
+                },
+                16);
+            f.release_pages(t.data, t.n_bytes);
+          }
+          if (o->progress) o->progress(i, n, t, to);
+        });
   }
   w.write(out);
   return res;

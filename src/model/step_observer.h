@@ -34,6 +34,12 @@ class StepObserver {
   // ran, `bytes_per_expert` the weight bytes of one expert's matrices.
   void experts_begin() { t_experts_ = Clock::now(); }
   void experts_done(int il, const kernels::ExpertPlan& plan, size_t bytes_per_expert);
+  // The input rows of a product with `w` (Context::set_activation_hook); a no-op without a
+  // hook. Expert inputs are reported by the executor, which forms them.
+  void product_input(const Weight& w, const float* x, int64_t n_rows) const {
+    if (act_hook_) (*act_hook_)(w, x, n_rows, {});
+  }
+  void set_activation_hook(const Context::ActivationHook* h) { act_hook_ = h; }
 
   // ---- What was recorded ----
   const StepStats& last_step() const { return step_; }
@@ -56,6 +62,7 @@ class StepObserver {
   std::vector<int64_t> expert_tokens_;
   std::vector<TraceRecord> trace_;
   Clock::time_point t_route_{}, t_experts_{};
+  const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
 };
 
 }  // namespace lynx

@@ -11,7 +11,7 @@ namespace lynx::cli {
 
 void register_quantize(CLI::App& app) {
   struct Args {
-    std::string in, out, mix;
+    std::string in, out, mix, imatrix;
     int threads = 1;
     bool quiet = false;
   };
@@ -23,6 +23,9 @@ void register_quantize(CLI::App& app) {
       ->required();
   cmd->add_option("output", args->out, "Output GGUF")->required();
   cmd->add_option("mix", args->mix, "Mix: " + mixes + " (see docs/models.md)")->required();
+  cmd->add_option("--imatrix", args->imatrix,
+                  "Importance matrix (lynx-moe imatrix or llama-imatrix; GGUF or legacy .dat) "
+                  "weighting the error of the K-quants, IQ4_NL/IQ4_XS and Q4_0..Q5_1");
   cmd->add_option("-t,--threads", args->threads, "Threads quantizing the rows of a tensor");
   cmd->add_flag("-q,--quiet", args->quiet, "No per-tensor progress lines");
   cmd->callback([args] {
@@ -30,6 +33,13 @@ void register_quantize(CLI::App& app) {
     QuantizeOptions o;
     o.mix = args->mix;
     o.n_threads = args->threads;
+    Imatrix im;
+    if (!args->imatrix.empty()) {
+      im = read_imatrix(args->imatrix);
+      o.imatrix = &im;
+      std::fprintf(stderr, "imatrix %s: %zu entries, %u chunks\n", args->imatrix.c_str(),
+                   im.entries.size(), im.chunk_count);
+    }
     o.warn = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
     if (!args->quiet) {
       o.progress = [](size_t i, size_t n, const gguf::TensorInfo& t, gguf::TensorType to) {
@@ -46,6 +56,8 @@ void register_quantize(CLI::App& app) {
       summary += (summary.empty() ? "" : ", ") + std::to_string(c) + " " + type;
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.imatrix)
+      std::fprintf(stderr, "%d tensors quantized with importance weights\n", r.n_weighted);
     std::fprintf(stderr, "wrote %s: %s; tensor data %.1f MiB -> %.1f MiB (%.2fx) in %.1f s\n",
                  args->out.c_str(), summary.c_str(), double(r.bytes_in) / 1048576.0,
                  double(r.bytes_out) / 1048576.0,

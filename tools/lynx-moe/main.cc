@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   lynx::cli::register_logits(app);
   lynx::cli::register_synth(app);
   lynx::cli::register_quantize(app);
+  lynx::cli::register_imatrix(app);
   lynx::cli::register_bench(app);
   lynx::cli::register_route_sim(app);
   lynx::cli::register_place(app);
