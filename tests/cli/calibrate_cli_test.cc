@@ -18,11 +18,17 @@ namespace {
 using test::run_cli;
 
 const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
-const std::string kTmp = std::string(LYNX_BINARY_DIR) + "/calibrate_cli";
+// One folder per test: ctest runs the tests as separate processes, at the same time.
+std::string tmp_dir() {
+  const std::string d = std::string(LYNX_BINARY_DIR) + "/calibrate_cli_" +
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::filesystem::create_directories(d);
+  return d;
+}
 
 // Two short documents, enough for a run that measures something.
 std::string make_data() {
-  const std::string dir = kTmp + "/docs";
+  const std::string dir = tmp_dir() + "/docs";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/a.txt") << "The quick brown fox jumps over the lazy dog. It was the best "
                                    "of times, it was the worst of times.\n";
@@ -31,6 +37,7 @@ std::string make_data() {
 }
 
 TEST(CalibrateCli, BadInputExitsTwoWithAMessage) {
+  const std::string kTmp = tmp_dir();
   const std::string data = make_data();
   const std::string c = "calibrate -m " + kModel + " --data " + data + " ";
   const std::string o = " -o " + kTmp + "/spec.txt";
@@ -67,6 +74,7 @@ TEST(CalibrateCli, BadInputExitsTwoWithAMessage) {
 // A run on two small documents: one line, a spec the registry parses and the model accepts
 // (cover with one lambda per MoE layer), and eval runs it.
 TEST(CalibrateCli, WritesASpecTheEngineAccepts) {
+  const std::string kTmp = tmp_dir();
   const std::string data = make_data();
   const std::string out = kTmp + "/fit.txt";
   std::filesystem::remove(out);

@@ -2,6 +2,8 @@
 // computation from the file's tensors), the importance-weighted quantizers (lower weighted
 // error than the reference ones), the two file formats (round trips; broken files rejected
 // with the defect named).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,8 +27,9 @@ namespace {
 
 using gguf::TensorType;
 
+// ctest runs every test in its own process, several at once: the pid keeps their files apart.
 std::string tmp(const std::string& name) {
-  return std::string(LYNX_BINARY_DIR) + "/imatrix_test_" + name;
+  return std::string(LYNX_BINARY_DIR) + "/imatrix_test_" + std::to_string(::getpid()) + "_" + name;
 }
 
 // A one-layer F32 tiny-mixtral (8 experts, k = 2, n_embd 256), written once.
