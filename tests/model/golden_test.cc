@@ -13,6 +13,7 @@
 #include <set>
 
 #include "kernels/kernels.h"
+#include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/model.h"
 
@@ -42,11 +43,7 @@ struct Fixture {
 };
 
 std::vector<float> read_logits(const std::string& file, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream lf(kFixtures + file, std::ios::binary);
-  lf.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-  EXPECT_TRUE(lf.good()) << file;
-  return v;
+  return testing_util::read_logits(kFixtures + file, n);
 }
 
 std::vector<Fixture> load_fixtures() {
@@ -75,14 +72,7 @@ std::vector<Fixture> load_fixtures() {
 }
 
 // Normalized MSE: sum (a-b)^2 / sum b^2, the measure test-backend-ops uses.
-double nmse(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += double(a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * double(b[i]);
-  }
-  return den > 0 ? num / den : num;
-}
+using testing_util::nmse;
 
 int argmax(std::span<const float> v) {
   return int(std::max_element(v.begin(), v.end()) - v.begin());

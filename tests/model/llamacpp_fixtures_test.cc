@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/model.h"
 
@@ -30,21 +31,10 @@ const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtur
 constexpr double kMaxNmse = 1e-5;
 constexpr double kMaxNmseActqFlip = 1e-3;
 
-double nmse(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += double(a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * double(b[i]);
-  }
-  return den > 0 ? num / den : num;
-}
+using testing_util::nmse;
 
 std::vector<float> read_logits(const std::string& file, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream f(kDir + file, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-  EXPECT_TRUE(f.good()) << file;
-  return v;
+  return testing_util::read_logits(kDir + file, n);
 }
 
 TEST(LlamaCppFixtures, EngineLogitsMatchTheReferenceOnLlamaQuantizeFiles) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/model.h"
 
@@ -30,14 +31,7 @@ constexpr double kMaxNmse = 1e-5;
 constexpr double kMaxNmseActq = 1e-12;
 constexpr double kMaxNmseActqFlip = 1e-3;
 
-double nmse(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += double(a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * double(b[i]);
-  }
-  return den > 0 ? num / den : num;
-}
+using testing_util::nmse;
 
 nlohmann::json manifest() {
   std::ifstream f(kDir + "goldens.json");
