@@ -18,6 +18,7 @@
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/tokenizer.h"
+#include "../scratch.h"
 
 namespace lynx {
 namespace {
@@ -240,7 +241,7 @@ TEST(GgufMutations, BundledModelTruncations) {
 TEST(GgufMutations, ModelLoadOfMutatedFiles) {
   std::vector<uint8_t> buf = read_all(kSmall);
   const size_t header = size_t(gguf::File::from_memory(buf.data(), buf.size()).data_offset());
-  const std::string path = std::string(LYNX_BINARY_DIR) + "/gguf_mutant.gguf";
+  const std::string path = test::scratch_path("gguf_mutant.gguf");
   std::mt19937_64 rng(99);
   int loaded = 0, ran = 0;
   const int kMutants = 60;

@@ -10,6 +10,7 @@
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
+#include "../scratch.h"
 
 namespace lynx {
 namespace {
@@ -33,7 +34,7 @@ std::string rewrite(const std::string& name,
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
   }
-  const std::string path = std::string(LYNX_BINARY_DIR) + "/model_err_" + name + ".gguf";
+  const std::string path = test::scratch_path("model_err_" + name + ".gguf");
   w.write(path);
   return path;
 }
@@ -123,7 +124,7 @@ void expect_bad_value(const std::string& key, const gguf::Value& value, const st
     for (const auto& t : f.tensors()) {
       w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
     }
-    p = std::string(LYNX_BINARY_DIR) + "/model_err_value_added.gguf";
+    p = test::scratch_path("model_err_value_added.gguf");
     w.write(p);
   }
   expect_load_error(p, msg);
@@ -171,7 +172,7 @@ TEST(ModelErrors, TokenizerSmallerThanEmbeddingIsRejected) {
   for (const auto& t : f.tensors()) {
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
   }
-  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_vocab_ok.gguf";
+  const std::string p = test::scratch_path("model_err_vocab_ok.gguf");
   w.write(p);
   EXPECT_NO_THROW(Model::load(p));  // equal sizes load
 }
@@ -193,7 +194,7 @@ TEST(ModelErrors, NanRouterFailsTheStepNamingTheLayer) {
       w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
     }
   }
-  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_nan_router.gguf";
+  const std::string p = test::scratch_path("model_err_nan_router.gguf");
   w.write(p);
   auto m = Model::load(p);
   for (const char* policy : {"topk", "lynx", "budget:m=4"}) {
@@ -233,7 +234,7 @@ TEST(ModelErrors, NanNormInADenseModelNamesTheLayer) {
                  t.name == "blk.1.attn_norm.weight" ? static_cast<const void*>(v.data()) : t.data,
                  t.n_bytes);
   }
-  const std::string p = std::string(LYNX_BINARY_DIR) + "/model_err_nan_norm.gguf";
+  const std::string p = test::scratch_path("model_err_nan_norm.gguf");
   w.write(p);
   auto m = Model::load(p);
   ContextOptions co;
@@ -266,7 +267,7 @@ TEST(ModelErrors, RoutingSpecAboveTheModelsK) {
 }
 
 TEST(ModelErrors, NotAGgufFile) {
-  const std::string path = std::string(LYNX_BINARY_DIR) + "/model_err_text.gguf";
+  const std::string path = test::scratch_path("model_err_text.gguf");
   FILE* f = std::fopen(path.c_str(), "wb");
   std::fputs("this is not a model", f);
   std::fclose(f);

@@ -15,6 +15,7 @@
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
+#include "../scratch.h"
 
 namespace lynx {
 namespace {
@@ -141,7 +142,7 @@ std::string rewrite(const std::string& shape, const std::string& name, const KvE
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
   }
-  const std::string path = std::string(LYNX_BINARY_DIR) + "/mla_" + name + ".gguf";
+  const std::string path = test::scratch_path("mla_" + name + ".gguf");
   w.write(path);
   return path;
 }
@@ -319,7 +320,7 @@ TEST(Mla, SynthPresetsWriteTheRealYarnKeys) {
   o.shape.yarn_factor = v3.yarn_factor;
   o.shape.yarn_orig_ctx = v3.yarn_orig_ctx;
   o.shape.yarn_log_mul = v3.yarn_log_mul;
-  const std::string path = std::string(LYNX_BINARY_DIR) + "/mla_synth_yarn.gguf";
+  const std::string path = test::scratch_path("mla_synth_yarn.gguf");
   write_synth_model(o, path);
   auto m = Model::load(path);
   const RopeYarn& y = m->config().yarn;

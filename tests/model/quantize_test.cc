@@ -15,6 +15,7 @@
 #include "lynx/model.h"
 #include "lynx/quantize.h"
 #include "lynx/synth.h"
+#include "../scratch.h"
 
 namespace lynx {
 namespace {
@@ -151,7 +152,7 @@ TEST(QuantMix, RowsASuperBlockDoesNotDivideFallBack) {
 // each file loads, runs, and its logits stay near the F32 model's; each quantized tensor is
 // byte for byte the reference quantizer's output for the source rows.
 TEST(Quantize, FilesLoadRunAndHoldTheReferenceQuantizersBytes) {
-  const std::string dir = std::string(LYNX_BINARY_DIR) + "/";
+  const std::string dir = test::scratch_path("");
   SynthOptions so;
   so.shape = synth_shape("tiny-mixtral");
   so.shape.n_layer = 2;
@@ -231,7 +232,7 @@ TEST(Quantize, FilesLoadRunAndHoldTheReferenceQuantizersBytes) {
 TEST(Quantize, RequantizingAQuantizedModelWarns) {
   const std::string src =
       std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/llama-moe-q8_0.gguf";
-  const std::string out = std::string(LYNX_BINARY_DIR) + "/quant_requant.gguf";
+  const std::string out = test::scratch_path("quant_requant.gguf");
   QuantizeOptions qo;
   qo.mix = "Q4_0";
   std::string warning;
