@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "../scratch.h"
 #include "gguf/inspect.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/tokenizer.h"
-#include "../scratch.h"
 
 namespace lynx {
 namespace {

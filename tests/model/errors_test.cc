@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "../scratch.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
-#include "../scratch.h"
 
 namespace lynx {
 namespace {

@@ -10,12 +10,12 @@
 #include <functional>
 #include <sstream>
 
+#include "../scratch.h"
 #include "kernels/kernels.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
-#include "../scratch.h"
 
 namespace lynx {
 namespace {

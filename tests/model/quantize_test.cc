@@ -9,13 +9,13 @@
 #include <map>
 #include <string>
 
+#include "../scratch.h"
 #include "kernels/kernels.h"
 #include "lynx/context.h"
 #include "lynx/error.h"
 #include "lynx/model.h"
 #include "lynx/quantize.h"
 #include "lynx/synth.h"
-#include "../scratch.h"
 
 namespace lynx {
 namespace {
