@@ -37,6 +37,10 @@ PRESETS = {
                  n_expert_used=8),
     "8x2": dict(n_embd=128, n_layer=4, n_head=4, n_head_kv=4, n_ff=384, n_expert=8,
                 n_expert_used=2),
+    # Issue 20 part 3: closer to deployed routers (Qwen3-30B-A3B's 128 experts, 8 per token),
+    # wider, trained longer (see scripts/train/train_128x8.sh); ~17M parameters, F16 < 40 MB.
+    "128x8": dict(n_embd=160, n_layer=4, n_head=5, n_head_kv=5, n_ff=64, n_expert=128,
+                  n_expert_used=8),
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -89,6 +93,9 @@ def main():
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--ckpt-minutes", type=float, default=10.0)
+    ap.add_argument("--snapshot-every", type=int, default=0,
+                    help="also keep the model's weights at every N-th step "
+                         "(data/ckpt/NAME.stepNNNNNN.pt), for studies through training")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     ap.add_argument("--stop-at", type=int, default=0,
                     help="stop (and checkpoint) after this step, same schedule as --steps")
@@ -142,6 +149,12 @@ def main():
                     "args": vars(args)}, tmp)
         os.replace(tmp, ckpath)
 
+    def snapshot():
+        path = os.path.join(ckdir, "%s.step%06d.pt" % (name, step))
+        torch.save({"model": model.state_dict(), "step": step, "config": cfg.to_dict()},
+                   path + ".tmp")
+        os.replace(path + ".tmp", path)
+
     stop = {"now": False}
 
     def on_signal(signum, frame):   # SIGTERM / SIGINT: checkpoint at the end of this step
@@ -190,6 +203,8 @@ def main():
                 rec["elapsed_s"]), flush=True)
             acc = {"loss": 0.0, "aux": 0.0, "n": 0}
             load_acc.zero_()
+        if args.snapshot_every and step % args.snapshot_every == 0:
+            snapshot()
         if time.time() - last_ck > args.ckpt_minutes * 60 or step == end or stop["now"]:
             save()
             last_ck = time.time()
