@@ -51,8 +51,8 @@ constexpr TensorGroup kMoe[] = {
     {.tensors = kSharedExpert, .need = Dim::kFfShexp},
 };
 // The NextN block's own tensors (no LayerWeights member: never bound). synth writes the
-// required ones and the small optional norm, not the vocabulary-sized embed_tokens /
-// shared_head_head (GLM-4.5's checkpoints share the trunk's).
+// required ones and the small optional norm, not the optional vocabulary-sized embed_tokens /
+// shared_head_head (each as large as token_embd; llama.cpp loads a file without them).
 constexpr TensorSpec kNextnTensors[] = {
     {"nextn.eh_proj.weight", Dim::kEmbd2, Dim::kEmbd},
     {"nextn.enorm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
