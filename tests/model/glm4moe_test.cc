@@ -169,6 +169,43 @@ TEST(Glm4Moe, IntegerPathNearTheGoldens) {
   }
 }
 
+// Every routing policy runs a decode batch of the model (sigmoid router with selection bias):
+// finite logits, and in every MoE layer between 1 and B x k active experts (at most N).
+TEST(Glm4Moe, EveryPolicyRunsOnTheModel) {
+  auto m = Model::load(kDir + kAir + std::string(".gguf"));
+  const auto toks = tokens();
+  const int B = 8, V = m->config().n_vocab;
+  for (const char* spec :
+       {"topk", "lynx", "oea:k0=2", "budget:m=8", "ser:kmin=2,t=0.5", "static-k:k=2", "cover"}) {
+    ContextOptions o = exact_ctx();
+    o.routing = spec;
+    Context ctx(*m, o);
+    std::vector<int32_t> seqs;
+    std::vector<BatchToken> batch;
+    for (int b = 0; b < B; ++b) {
+      seqs.push_back(ctx.new_sequence());
+      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
+    }
+    ctx.eval(batch);
+    batch.clear();
+    for (int b = 0; b < B; ++b)
+      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
+    ctx.eval(batch);
+    for (int b = 0; b < B; ++b) {
+      const auto l = ctx.logits(b);
+      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
+          << spec;
+    }
+    const StepStats& st = ctx.last_step();
+    for (size_t il = 0; il < st.layers.size(); ++il) {
+      const int k = m->config().n_expert_used, n = m->config().n_expert;
+      if (!m->config().layer_routed(int(il))) continue;
+      EXPECT_GE(st.layers[il].distinct_experts, 1) << spec << " " << il;
+      EXPECT_LE(st.layers[il].distinct_experts, std::min(B * k, n)) << spec << " " << il;
+    }
+  }
+}
+
 // Copies a fixture, letting `edit` change metadata and `drop` remove tensors.
 using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
 using Drop = std::function<bool(const gguf::TensorInfo&)>;
