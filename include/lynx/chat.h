@@ -33,11 +33,12 @@ enum class ChatFamily {
   kDeepSeek3,  // DeepSeek-V3 <｜User｜> <｜Assistant｜>
   kLlama3,     // Llama 3 <|start_header_id|>
   kPhi3,       // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
+  kGlm45,      // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
 };
 
 struct ChatFormat {
   ChatFamily family = ChatFamily::kChatML;
-  std::string name;       // canonical name: chatml, mistral, tulu, deepseek2, deepseek3, ...
+  std::string name;  // canonical name: chatml, mistral, tulu, deepseek2, deepseek3, glm4.5, ...
   std::string bos_token;  // what the template's bos_token expands to ("" when none)
   std::string eos_token;  // what the template's eos_token expands to
   // ChatML: the system prompt the template inserts when the conversation has none (Qwen's

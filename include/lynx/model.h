@@ -85,14 +85,21 @@ struct ModelConfig {
   int qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int n_layer_dense_lead = 0;  // leading_dense_block_count: layers before the first MoE one
   int n_expert_shared = 0;     // expert_shared_count (deepseek2: shared width = n * n_ff_exp)
-  bool tied_output = false;    // output projection shares token_embd
+  // Partial rotary embedding (glm4moe's rope.dimension_count < head_dim): only the first n_rot
+  // dimensions of each q/k head rotate (NEOX pairs (i, i + n_rot/2)); 0 = the whole head.
+  int n_rot = 0;
+  // Next-token-prediction (NextN / MTP) blocks stored after the n_layer the forward pass runs
+  // (glm4moe's nextn_predict_layers; block_count = n_layer + n_layer_nextn). Never run: their
+  // tensors stay unbound, as llama.cpp skips them.
+  int n_layer_nextn = 0;
+  bool tied_output = false;            // output projection shares token_embd
   std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
   bool mla() const { return kv_lora_rank > 0; }
-  int rope_dim() const { return mla() ? qk_rope_dim : head_dim; }
+  int rope_dim() const { return mla() ? qk_rope_dim : n_rot > 0 ? n_rot : head_dim; }
   // Floats per token and layer in the KV cache: K/V heads, or MLA's latent + rope part
   // (kv_lora_rank + qk_rope_dim, no V).
   int cache_k_dim() const { return mla() ? kv_lora_rank + qk_rope_dim : kv_dim(); }

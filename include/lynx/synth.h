@@ -31,12 +31,19 @@ struct SynthShape {
   float yarn_factor = 0.f;
   int yarn_orig_ctx = 0;
   float yarn_log_mul = 0.f;
+  // glm4moe: rotary dims per head (0 = head_dim), per-head q/k norms (optional in the
+  // family), and next-token-prediction blocks written after the n_layer (block_count counts
+  // them; the engine skips them).
+  int n_rot = 0;
+  bool qk_norm = false;
+  int n_nextn = 0;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
-// deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), and small ones used by tests and the demo
-// (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3). Throws lynx::Error for an unknown
-// name.
+// deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
+// layers), and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
+// tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm). Throws lynx::Error for an
+// unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

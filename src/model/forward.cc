@@ -120,9 +120,11 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
     const int pos = batch[size_t(t)].pos;
-    const float* cs = &B.rope_cs[size_t(t) * hd];  // hd/2 (cos, sin) pairs
-    for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, hd, cs, c.rope);
-    for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, hd, cs, c.rope);
+    // The first rd dims of each head rotate (rd < hd: partial rotary), the rest pass through.
+    const int rd = c.rope_dim();
+    const float* cs = &B.rope_cs[size_t(t) * rd];  // rd/2 (cos, sin) pairs
+    for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, rd, cs, c.rope);
+    for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, rd, cs, c.rope);
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);

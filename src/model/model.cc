@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,6 +285,19 @@ LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c
   return l;
 }
 
+// The next-token-prediction blocks (blk.N. with N >= n_layer, ModelConfig::n_layer_nextn) are
+// never run: the pages the read-ahead brought in are given back (GLM-4.5-Air: one MoE layer of
+// 47, about 2% of the file).
+void release_nextn_blocks(const gguf::File& f, const ModelConfig& c) {
+  if (c.n_layer_nextn == 0) return;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    int il = -1;
+    if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1 && il >= c.n_layer) {
+      f.release_pages(t.data, t.n_bytes);
+    }
+  }
+}
+
 kernels::MatrixRef matrix_ref(const Weight& w) {
   return {w.type, w.data, w.rows, w.cols, w.n_mat, w.row_bytes, w.mat_bytes, w.layout};
 }
@@ -297,6 +311,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->arena_ = std::make_shared<ModelArena>();
   m->bind_weights();
   if (opts.prefetch && !opts.keep_expert) m->file_.prefetch(opts.progress);
+  release_nextn_blocks(m->file_, m->cfg_);
   if (opts.repack || opts.repack_float) m->pack_weights(opts);
   return m;
 }

@@ -140,6 +140,107 @@ const SynthShape kShapes[] = {
      .weights_scale = 2.5f,
      .n_group = 4,
      .n_group_used = 2},
+    // GLM-4.5-Air: 1 dense layer then 128 experts, 8 per token, 1 shared; sigmoid with
+    // selection bias, renormalized, routed scale 1; q/k/v biases, no q/k norm; NEOX rope on
+    // 64 of the 128 dims per head (partial_rotary_factor 0.5), base 1e6; one NextN block after
+    // its 46 layers. context_length 4096 (the real 131072 would size a server's KV cache).
+    {.name = "glm-4.5-air",
+     .arch = "glm4moe",
+     .n_layer = 46,
+     .n_embd = 4096,
+     .n_head = 96,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_vocab = 151552,
+     .n_ctx = 4096,
+     .n_ff = 10944,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 1408,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 1.f,
+     .n_rot = 64,
+     .n_nextn = 1},
+    // GLM-4.5 at reduced depth (8 of 92 layers: its 3 dense ones, 5 MoE): 160 experts, 8 per
+    // token, 1 shared, routed scale 2.5, per-head q/k norms; otherwise as 4.5-Air.
+    {.name = "glm-4.5",
+     .arch = "glm4moe",
+     .n_layer = 8,
+     .n_embd = 5120,
+     .n_head = 96,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_vocab = 151552,
+     .n_ctx = 4096,
+     .n_ff = 12288,
+     .n_expert = 160,
+     .n_expert_used = 8,
+     .n_ff_exp = 1536,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 3,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_rot = 64,
+     .qk_norm = true,
+     .n_nextn = 1},
+    // Small glm4moe shapes for tests: Air-like, and GLM-4.5-like (q/k norms, scale 2.5).
+    {.name = "tiny-glm4moe",
+     .arch = "glm4moe",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 1.f,
+     .n_rot = 32,
+     .n_nextn = 1},
+    {.name = "tiny-glm4moe-qknorm",
+     .arch = "glm4moe",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 512,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_rot = 32,
+     .qk_norm = true,
+     .n_nextn = 1},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
@@ -260,6 +361,9 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
     c.yarn.log_mul = s.yarn_log_mul;
   }
   if (c.n_ff_shexp == 0) c.n_ff_shexp = s.n_expert_shared * s.n_ff_exp;
+  c.n_rot = s.n_rot;
+  c.n_layer_nextn = s.n_nextn;
+  c.qk_norm = s.qk_norm ? QKNorm::kPerHead : desc.qk_norm;
   c.gating.n_expert = s.n_expert;
   c.gating.n_expert_used = s.n_expert_used;
   c.gating.func = s.sigmoid ? GatingFunc::kSigmoid : GatingFunc::kSoftmax;
@@ -332,6 +436,10 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
         std::to_string(s.n_vocab));
   }
   const arch::ArchDesc& desc = arch::find(s.arch);
+  if (s.n_nextn < 0 || (s.n_nextn > 0 && desc.nextn.empty())) {
+    throw Error("synth: " + s.arch + " cannot have " + std::to_string(s.n_nextn) +
+                " next-token-prediction blocks");
+  }
   gguf::Writer w;
   const std::string a = s.arch + ".";
   w.set("general.architecture", gguf::Value::str(s.arch));
@@ -396,11 +504,15 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   sw.matrix("token_embd.weight", o.type, E, s.n_vocab, 1, 1.f);
   sw.vector("output_norm.weight", E, 1.f, 0.05f);
   sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
-  for (int il = 0; il < s.n_layer; ++il) {
+  // The trunk's layers, then the NextN blocks (a layer of the same kinds plus their own
+  // tensors), which block_count counts (the family's write_metadata).
+  for (int il = 0; il < s.n_layer + c.n_layer_nextn; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    const LayerKind& kind = c.layer_kinds[size_t(il)];
-    const std::span<const arch::TensorGroup> parts[] = {arch::attn_groups(desc, kind),
-                                                        arch::ffn_groups(desc, kind)};
+    const bool nextn = il >= s.n_layer;
+    const LayerKind kind = nextn ? arch::layer_kind(desc, c, il) : c.layer_kinds[size_t(il)];
+    const std::span<const arch::TensorGroup> parts[] = {
+        arch::attn_groups(desc, kind), arch::ffn_groups(desc, kind),
+        nextn ? desc.nextn : std::span<const arch::TensorGroup>{}};
     for (const auto& groups : parts) {
       for (const arch::TensorGroup& g : groups) {
         if (!g.synth || !arch::group_applies(c, g)) continue;

@@ -30,6 +30,9 @@ constexpr NameEntry kNames[] = {
     {"llama3", ChatFamily::kLlama3, "llama3"},
     {"phi3", ChatFamily::kPhi3, "phi3"},
     {"phi3.5", ChatFamily::kPhi3, "phi3"},
+    {"glm4.5", ChatFamily::kGlm45, "glm4.5"},
+    {"glm4moe", ChatFamily::kGlm45, "glm4.5"},
+    {"glm", ChatFamily::kGlm45, "glm4.5"},
 };
 
 using util::contains;
@@ -168,6 +171,50 @@ std::string render_phi3(const ChatFormat& f, std::span<const ChatMessage> m, boo
   return s;
 }
 
+// GLM-4.5 / 4.5-Air (zai-org's chat_template.jinja, rendered with the trim_blocks /
+// lstrip_blocks of Hugging Face's Jinja environment; enable_thinking left undefined, no tools):
+// "[gMASK]<sop>", then "<|system|>\n{s}", "<|user|>\n{u}", and
+// "<|assistant|>\n<think>{r}</think>" + ("\n" + content.strip() when not blank), where an
+// assistant message's "<think>r</think>content" is split at the first "</think>" and the
+// reasoning r is kept only for messages after the last user message (else "<think></think>");
+// generation prompt "<|assistant|>". The leading "[gMASK]<sop>" plays the BOS's part
+// (renders_bos()).
+std::string render_glm45(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::ptrdiff_t last_user = -1;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].role == "user") last_user = std::ptrdiff_t(i);
+  }
+  std::string s = "[gMASK]<sop>";
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "system" || msg.role == "user") {
+      s += "<|" + msg.role + "|>\n" + msg.content;
+    } else if (msg.role == "assistant") {
+      std::string content = msg.content, reasoning;
+      const size_t close = content.find("</think>");
+      if (close != std::string::npos) {
+        // Before the first close: rstrip('\n'), the text after the last "<think>",
+        // lstrip('\n'); after the last close: lstrip('\n').
+        std::string before = content.substr(0, close);
+        while (!before.empty() && before.back() == '\n') before.pop_back();
+        const size_t open = before.rfind("<think>");
+        reasoning = open == std::string::npos ? before : before.substr(open + 7);
+        reasoning.erase(0, reasoning.find_first_not_of('\n'));
+        content = content.substr(content.rfind("</think>") + 8);
+        content.erase(0, content.find_first_not_of('\n'));
+      }
+      const bool keep = std::ptrdiff_t(i) > last_user && !reasoning.empty();
+      s += "<|assistant|>\n<think>" + (keep ? trim(reasoning) : std::string()) + "</think>";
+      const std::string body = trim(content);
+      if (!body.empty()) s += "\n" + body;
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<|assistant|>";
+  return s;
+}
+
 // The literal default system prompt of a ChatML template:
 // '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' written as a Jinja string.
 std::string chatml_default_system(std::string_view tmpl) {
@@ -186,6 +233,7 @@ std::string chatml_default_system(std::string_view tmpl) {
 }  // namespace
 
 bool ChatFormat::renders_bos() const {
+  if (family == ChatFamily::kGlm45) return true;  // "[gMASK]<sop>" always leads
   if (bos_token.empty()) return false;
   switch (family) {
     case ChatFamily::kMistral:
@@ -201,7 +249,7 @@ bool ChatFormat::renders_bos() const {
 
 const std::vector<std::string>& chat_format_names() {
   static const std::vector<std::string> names = {"chatml",    "mistral", "tulu", "deepseek2",
-                                                 "deepseek3", "llama3",  "phi3"};
+                                                 "deepseek3", "llama3",  "phi3", "glm4.5"};
   return names;
 }
 
@@ -223,7 +271,11 @@ ChatFormat chat_format_from_name(std::string_view name, std::string bos, std::st
 
 ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::string eos) {
   const char* name = nullptr;
-  if (contains(t, "<|im_start|>")) {
+  if (contains(t, "[gMASK]<sop>")) {
+    // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
+    // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
+    if (contains(t, "<think></think>") && contains(t, "<|assistant|>")) name = "glm4.5";
+  } else if (contains(t, "<|im_start|>")) {
     name = "chatml";
   } else if (contains(t, "[INST]")) {
     name = "mistral";
@@ -281,6 +333,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_llama3(fmt, messages, add_generation_prompt);
     case ChatFamily::kPhi3:
       return render_phi3(fmt, messages, add_generation_prompt);
+    case ChatFamily::kGlm45:
+      return render_glm45(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

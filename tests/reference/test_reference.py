@@ -403,6 +403,24 @@ def test_type_blocks_fixture_is_current():
     assert n == 12, n
 
 
+def test_glm4moe_partial_rope_and_goldens():
+    import glm4moe_ref as GLM
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal(16)
+    # The first 8 dims rotate exactly as a NEOX head of 8 (reference.py's rope), the rest stay.
+    out = GLM.rope_neox_partial(v, 5, 8, 10000.0)
+    assert np.allclose(out[:8], R.rope(v[:8], 5, R.ROPE_NEOX, 10000.0))
+    assert np.array_equal(out[8:], v[8:])
+    assert np.allclose(GLM.rope_neox_partial(v, 5, 16, 1e4), R.rope(v, 5, R.ROPE_NEOX, 1e4))
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "glm4moe")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-glm4moe", "tiny-glm4moe-qknorm"):
+        got = GLM.forward(GLM.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:

@@ -61,6 +61,21 @@ const char* kPhi3Template =
     "%}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if "
     "add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
 
+const char* kGlm45Template =  // abridged (zai-org/GLM-4.5 chat_template.jinja)
+    "[gMASK]<sop>\n{%- if tools -%}\n<|system|>\n# Tools\n{%- endif -%}\n{% for m in messages "
+    "%}\n{%- if m.role == 'user' -%}<|user|>\n{{ visible_text(m.content) }}\n{%- elif m.role "
+    "== 'assistant' -%}\n<|assistant|>\n{%- if loop.index0 > ns.last_user_index and "
+    "reasoning_content -%}\n{{ '\\n<think>' + reasoning_content.strip() +  '</think>'}}\n{%- "
+    "else -%}\n{{ '\\n<think></think>' }}\n{%- endif -%}\n{%- elif m.role == 'system' "
+    "-%}\n<|system|>\n{{ visible_text(m.content) }}\n{%- endif -%}\n{%- endfor -%}\n{%- if "
+    "add_generation_prompt -%}\n    <|assistant|>{{- '\\n<think></think>' if (enable_thinking "
+    "is defined and not enable_thinking) else '' -}}\n{%- endif -%}";
+// GLM-4-9B-chat: also "[gMASK]<sop>", but other newlines; not rendered as GLM-4.5 (abridged).
+const char* kGlm4Template =
+    "[gMASK]<sop>{% for item in messages %}{% if item['role'] == 'user' %}<|user|>\n{{ "
+    "item['content'] }}{% elif item['role'] == 'assistant' %}<|assistant|>\n{{ item['content'] "
+    "}}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
 TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
   EXPECT_EQ(chat_format_from_template(kQwen2Template).default_system,
@@ -71,6 +86,9 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kDeepSeek3Template).name, "deepseek3");
   EXPECT_EQ(chat_format_from_template(kLlama3Template).name, "llama3");
   EXPECT_EQ(chat_format_from_template(kPhi3Template).name, "phi3");
+  EXPECT_EQ(chat_format_from_template(kGlm45Template).name, "glm4.5");
+  // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
+  EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
 }
 
 TEST(ChatDetect, UnknownTemplateAndNameAreErrors) {
@@ -156,6 +174,29 @@ TEST(ChatRender, Phi3) {
   const std::vector<ChatMessage> m = {{"system", ""}, {"user", "Hi"}};
   EXPECT_EQ(render_chat(f, m, false), "<|user|>\nHi<|end|>\n<|endoftext|>");
   EXPECT_FALSE(f.renders_bos());
+}
+
+TEST(ChatRender, Glm45) {
+  const auto f = chat_format_from_template(kGlm45Template, "", "<|endoftext|>");
+  EXPECT_TRUE(f.renders_bos());  // "[gMASK]<sop>" leads every prompt: no BOS to add
+  EXPECT_EQ(chat_format_from_name("glm4moe").name, "glm4.5");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHi<|assistant|>\n<think></think>"
+            "\nHello.<|user|>\n2+2?<|assistant|>");
+  // Reasoning in "<think>..</think>" is kept after the last user message only, stripped.
+  const std::vector<ChatMessage> last = {{"user", "Q"},
+                                         {"assistant", "<think>\n plan \n</think>\n\n A \n"}};
+  EXPECT_EQ(render_chat(f, last, false),
+            "[gMASK]<sop><|user|>\nQ<|assistant|>\n<think>plan</think>\nA");
+  const std::vector<ChatMessage> past = {
+      {"user", "Q"}, {"assistant", "<think>plan</think>A"}, {"user", "Q2"}};
+  EXPECT_EQ(render_chat(f, past, true),
+            "[gMASK]<sop><|user|>\nQ<|assistant|>\n<think></think>\nA<|user|>\nQ2<|assistant|>");
+  // A blank answer writes only the think block.
+  const std::vector<ChatMessage> blank = {{"user", "Q"}, {"assistant", "  "}};
+  EXPECT_EQ(render_chat(f, blank, false), "[gMASK]<sop><|user|>\nQ<|assistant|>\n<think></think>");
+  const std::vector<ChatMessage> tool = {{"tool", "{}"}};
+  EXPECT_THROW(render_chat(f, tool, false), Error);
 }
 
 }  // namespace

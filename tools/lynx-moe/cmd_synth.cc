@@ -10,7 +10,7 @@ namespace lynx::cli {
 void register_synth(CLI::App& app) {
   struct Args {
     std::string shape, type = "f16", out;
-    int layers = 0, experts = 0, vocab = 0;
+    int layers = 0, experts = 0, vocab = 0, nextn = -1;
     uint64_t seed = 1;
     float router_std = 1.5f;
   };
@@ -24,6 +24,9 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--experts", args->experts, "Override the expert count")->check(int_in(0, 4096));
   cmd->add_option("--vocab", args->vocab, "Override the vocabulary size")
       ->check(int_in(0, 1 << 24));
+  cmd->add_option("--nextn", args->nextn,
+                  "Next-token-prediction blocks after the layers (glm4moe; default: the shape's)")
+      ->check(int_in(0, 16));
   cmd->add_option("--type", args->type, "Weight type: f32, f16, bf16, q8_0, q4_0");
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->add_option("--router-std", args->router_std, "Std of router logits")
@@ -40,6 +43,7 @@ void register_synth(CLI::App& app) {
     if (args->layers > 0) o.shape.n_layer = args->layers;
     if (args->experts > 0) o.shape.n_expert = args->experts;
     if (args->vocab > 0) o.shape.n_vocab = args->vocab;
+    if (args->nextn >= 0) o.shape.n_nextn = args->nextn;
     o.seed = args->seed;
     o.router_std = args->router_std;
     int last = -1;

@@ -34,6 +34,9 @@ enum class Dim : uint8_t {
   kNopeDim,     // MLA: qk_nope_dim
   kVHeadDim,    // MLA: v_head_dim
   kSelectBias,  // 1 when the gating has a selection bias, else 0 (synth: write exp_probs_b)
+  kQkNorm,      // 1 when the config has q/k norms, else 0 (families where they are optional)
+  kEmbd2,       // 2 * n_embd (NextN: eh_proj takes the embedding and the hidden state)
+  kVocab,       // n_vocab
 };
 int64_t dim(const ModelConfig& c, Dim d);
 
@@ -100,6 +103,9 @@ struct ArchDesc {
   // after read_rope_scaling filled c.yarn with llama.cpp's generic values, to apply the
   // family's own magnitude / attention-scale convention. nullptr: YaRN files are refused.
   void (*yarn_convention)(ModelConfig& c) = nullptr;
+  // The tensors a next-token-prediction block (ModelConfig::n_layer_nextn) has besides its
+  // layer's block kinds: synth writes them; the loader skips NextN blocks whole.
+  std::span<const TensorGroup> nextn = {};
 };
 
 // Metadata readers that validate (registry.cc). int_in: an integer key in [lo, hi] (`def`

@@ -9,8 +9,8 @@ namespace lynx::arch {
 namespace {
 
 // One row per family file (families.h); the order is the one error messages list.
-constexpr const ArchDesc* kAll[] = {&kLlama, &kQwen2Moe, &kQwen3Moe, &kOlmoe,
-                                    &kQwen2, &kQwen3,    &kDeepseek2};
+constexpr const ArchDesc* kAll[] = {&kLlama, &kQwen2Moe, &kQwen3Moe,  &kOlmoe,
+                                    &kQwen2, &kQwen3,    &kDeepseek2, &kGlm4Moe};
 
 }  // namespace
 
@@ -152,6 +152,12 @@ int64_t dim(const ModelConfig& c, Dim d) {
       return c.v_head_dim;
     case Dim::kSelectBias:
       return c.gating.select_bias ? 1 : 0;
+    case Dim::kQkNorm:
+      return c.qk_norm != QKNorm::kNone ? 1 : 0;
+    case Dim::kEmbd2:
+      return 2 * int64_t(c.n_embd);
+    case Dim::kVocab:
+      return c.n_vocab;
   }
   return 0;
 }

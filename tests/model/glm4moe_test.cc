@@ -1,0 +1,385 @@
+// glm4moe (GLM-4.5 / GLM-4.5-Air) against the independent NumPy reference
+// (tests/reference/glm4moe_ref.py; fixtures from make_glm4moe_fixtures.py): logits at every
+// position by prefill, token by token and batched with another sequence, with and without
+// per-head q/k norms; the next-token-prediction block is skipped (the same logits with and
+// without it); partial rotary dims really are partial; bad files named; the real-shape presets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "../scratch.h"
+#include "lynx/context.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+#include "lynx/synth.h"
+#include "routing/lynx.h"
+
+namespace lynx {
+namespace {
+
+const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/glm4moe/";
+const char* const kAir = "tiny-glm4moe";
+const char* const kQkNorm = "tiny-glm4moe-qknorm";
+
+std::vector<int32_t> tokens() {
+  std::ifstream f(kDir + "tokens.txt");
+  std::string s;
+  std::getline(f, s);
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+std::vector<float> golden(const std::string& shape, size_t n) {
+  std::vector<float> v(n);
+  std::ifstream f(kDir + shape + ".logits.f32", std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
+  EXPECT_TRUE(f.good()) << shape;
+  return v;
+}
+
+// Largest |a - b| relative to the golden row's largest magnitude.
+double rel_err(std::span<const float> a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+ContextOptions exact_ctx() {
+  ContextOptions o;
+  o.n_ctx = 64;
+  o.n_threads = 2;
+  o.exact_activations = true;  // F32 activations: the reference's arithmetic
+  return o;
+}
+
+constexpr double kTol = 1e-5;
+
+// Every position's logits by prefill; returns them ([n x V]).
+std::vector<float> prefill_logits(const Model& m) {
+  const auto toks = tokens();
+  const int V = m.config().n_vocab, n = int(toks.size());
+  Context ctx(m, exact_ctx());
+  const int32_t s = ctx.new_sequence();
+  std::vector<BatchToken> batch;
+  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
+  ctx.eval(batch);
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    const auto l = ctx.logits(i);
+    out.insert(out.end(), l.begin(), l.begin() + V);
+  }
+  return out;
+}
+
+// Every position's logits, three ways: one prefill batch; one token per step; and token by
+// token interleaved in the same batches with a second sequence fed the tokens reversed.
+void check_goldens(const Model& m, const std::string& shape) {
+  const auto toks = tokens();
+  const int V = m.config().n_vocab, n = int(toks.size());
+  const auto want = golden(shape, size_t(n) * V);
+  const auto pre = prefill_logits(m);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_LT(
+        rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V], size_t(V)),
+        kTol)
+        << shape << " prefill position " << i;
+  }
+  Context a(m, exact_ctx()), b(m, exact_ctx());
+  const int32_t sa = a.new_sequence();
+  const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
+  for (int i = 0; i < n; ++i) {
+    std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
+    a.eval(one);
+    std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
+                                   {toks[size_t(i)], sb0, i, kTokenDecode, true}};
+    b.eval(two);
+    EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
+        << shape << " decode position " << i;
+    // Batch invariance: the same token's row, bit for bit, whatever else is in the batch.
+    const auto la = a.logits(0), lb = b.logits(1);
+    ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << shape << " position " << i;
+  }
+}
+
+TEST(Glm4Moe, ConfigFromTheFile) {
+  auto m = Model::load(kDir + kAir + std::string(".gguf"));
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.arch, "glm4moe");
+  EXPECT_EQ(c.n_layer, 2);  // block_count 3 = 2 + nextn_predict_layers 1
+  EXPECT_EQ(c.n_layer_nextn, 1);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.n_rot, 32);
+  EXPECT_EQ(c.rope_dim(), 32);
+  EXPECT_EQ(c.rope, RopeType::kNeox);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.qk_norm, QKNorm::kNone);
+  EXPECT_EQ(c.layer_kinds[0].ffn, FfnKind::kDense);  // leading_dense_block_count = 1
+  EXPECT_EQ(c.layer_kinds[1].ffn, FfnKind::kMoeShared);
+  EXPECT_EQ(c.gating.func, GatingFunc::kSigmoid);
+  EXPECT_TRUE(c.gating.select_bias);
+  EXPECT_TRUE(c.gating.norm_topk);
+  EXPECT_EQ(c.gating.weights_scale, 1.f);
+  EXPECT_NE(m->layer(1).exp_probs_b, nullptr);
+  EXPECT_NE(m->layer(0).bq, nullptr);
+  auto q = Model::load(kDir + kQkNorm + std::string(".gguf"));
+  EXPECT_EQ(q->config().qk_norm, QKNorm::kPerHead);
+  EXPECT_EQ(q->config().gating.weights_scale, 2.5f);
+  EXPECT_NE(q->layer(1).q_norm, nullptr);
+}
+
+TEST(Glm4Moe, GoldensAtEveryPositionPrefillDecodeAndBatched) {
+  for (const char* shape : {kAir, kQkNorm}) {
+    auto m = Model::load(kDir + shape + ".gguf");
+    check_goldens(*m, shape);
+  }
+}
+
+// The default path (Q8_0 activations, integer products) stays near the exact reference and
+// picks the same arg-max at every position (measured: 1.8e-2 and 2.0e-2 of the largest logit).
+TEST(Glm4Moe, IntegerPathNearTheGoldens) {
+  for (const char* shape : {kAir, kQkNorm}) {
+    auto m = Model::load(kDir + shape + ".gguf");
+    const auto toks = tokens();
+    const int V = m->config().n_vocab, n = int(toks.size());
+    const auto want = golden(shape, size_t(n) * V);
+    ContextOptions o = exact_ctx();
+    o.exact_activations = false;
+    Context ctx(*m, o);
+    const int32_t s = ctx.new_sequence();
+    std::vector<BatchToken> batch;
+    for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
+    ctx.eval(batch);
+    for (int i = 0; i < n; ++i) {
+      const auto l = ctx.logits(i);
+      const float* w = &want[size_t(i) * V];
+      EXPECT_LT(rel_err(l, w, size_t(V)), 4e-2) << shape << " position " << i;
+      EXPECT_EQ(std::max_element(l.begin(), l.begin() + V) - l.begin(),
+                std::max_element(w, w + V) - w)
+          << shape << " position " << i;
+    }
+  }
+}
+
+// Every routing policy runs a decode batch of the model (sigmoid router with selection bias):
+// finite logits, and in every MoE layer between 1 and B x k active experts (at most N).
+TEST(Glm4Moe, EveryPolicyRunsOnTheModel) {
+  auto m = Model::load(kDir + kAir + std::string(".gguf"));
+  const auto toks = tokens();
+  const int B = 8, V = m->config().n_vocab;
+  for (const char* spec :
+       {"topk", "lynx", "oea:k0=2", "budget:m=8", "ser:kmin=2,t=0.5", "static-k:k=2", "cover"}) {
+    ContextOptions o = exact_ctx();
+    o.routing = spec;
+    Context ctx(*m, o);
+    std::vector<int32_t> seqs;
+    std::vector<BatchToken> batch;
+    for (int b = 0; b < B; ++b) {
+      seqs.push_back(ctx.new_sequence());
+      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
+    }
+    ctx.eval(batch);
+    batch.clear();
+    for (int b = 0; b < B; ++b)
+      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
+    ctx.eval(batch);
+    for (int b = 0; b < B; ++b) {
+      const auto l = ctx.logits(b);
+      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
+          << spec;
+    }
+    const StepStats& st = ctx.last_step();
+    for (size_t il = 0; il < st.layers.size(); ++il) {
+      const int k = m->config().n_expert_used, n = m->config().n_expert;
+      if (!m->config().layer_routed(int(il))) continue;
+      EXPECT_GE(st.layers[il].distinct_experts, 1) << spec << " " << il;
+      EXPECT_LE(st.layers[il].distinct_experts, std::min(B * k, n)) << spec << " " << il;
+    }
+  }
+}
+
+// Copies a fixture, letting `edit` change metadata and `drop` remove tensors.
+using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
+using Drop = std::function<bool(const gguf::TensorInfo&)>;
+std::string rewrite(const std::string& shape, const std::string& name, const KvEdit& edit,
+                    const Drop& drop) {
+  gguf::File f = gguf::File::open(kDir + shape + ".gguf");
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    gguf::Value v = kv.value;
+    if (edit(kv.key, v)) w.set(kv.key, v);
+  }
+  for (const auto& t : f.tensors()) {
+    if (drop(t)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+  }
+  const std::string path = test::scratch_path("glm4moe_" + name + ".gguf");
+  w.write(path);
+  return path;
+}
+const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
+const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
+
+// The fixture has a NextN block (blk.2: a full MoE layer plus nextn.*). Without it (block_count
+// 2, no nextn_predict_layers, no blk.2 tensors) the model is the same and so are its logits,
+// bit for bit: the block is skipped, not run.
+TEST(Glm4Moe, NextNBlockIsSkippedCleanly) {
+  for (const char* shape : {kAir, kQkNorm}) {
+    gguf::File src = gguf::File::open(kDir + shape + ".gguf");
+    ASSERT_NE(src.find_tensor("blk.2.nextn.eh_proj.weight"), nullptr);
+    ASSERT_NE(src.find_tensor("blk.2.ffn_up_exps.weight"), nullptr);
+    auto with = Model::load(kDir + shape + ".gguf");
+    const std::string path = rewrite(
+        shape, std::string("no_nextn_") + shape,
+        [](const std::string& k, gguf::Value& v) {
+          if (k == "glm4moe.nextn_predict_layers") return false;
+          if (k == "glm4moe.block_count") v = gguf::Value::u32(2);
+          return true;
+        },
+        [](const gguf::TensorInfo& t) { return t.name.rfind("blk.2.", 0) == 0; });
+    auto without = Model::load(path);
+    EXPECT_EQ(without->config().n_layer, 2);
+    EXPECT_EQ(without->config().n_layer_nextn, 0);
+    const auto a = prefill_logits(*with), b = prefill_logits(*without);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << shape;
+  }
+}
+
+// With every dim rotated (rope.dimension_count = head_dim) the logits change: the goldens
+// check the partial rotation, not a rotation the reference and engine would share by accident.
+TEST(Glm4Moe, PartialRotaryMatters) {
+  const std::string path = rewrite(
+      kAir, "full_rope",
+      [](const std::string& k, gguf::Value& v) {
+        if (k == "glm4moe.rope.dimension_count") v = gguf::Value::u32(64);
+        return true;
+      },
+      kNoDrop);
+  auto full = Model::load(path);
+  EXPECT_EQ(full->config().rope_dim(), 64);
+  const auto toks = tokens();
+  const size_t V = size_t(full->config().n_vocab), n = toks.size();
+  const auto want = golden(kAir, n * V);
+  const auto got = prefill_logits(*full);
+  EXPECT_GT(rel_err(std::span(got).subspan((n - 1) * V, V), &want[(n - 1) * V], V), 1e-3);
+}
+
+void expect_load_error(const std::string& path, const std::string& substring) {
+  try {
+    Model::load(path);
+    ADD_FAILURE() << "loading " << path << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+TEST(Glm4Moe, BadFilesAreNamed) {
+  auto drop = [](const char* name) {
+    return [name](const gguf::TensorInfo& t) { return t.name == name; };
+  };
+  auto set_u32 = [](const char* key, uint32_t val) {
+    return [key, val](const std::string& k, gguf::Value& v) {
+      if (k == key) v = gguf::Value::u32(val);
+      return true;
+    };
+  };
+  expect_load_error(rewrite(kAir, "no_bias", kAllKv, drop("blk.1.attn_k.bias")),
+                    "missing tensor 'blk.1.attn_k.bias'");
+  expect_load_error(rewrite(kAir, "no_probs_b", kAllKv, drop("blk.1.exp_probs_b.bias")),
+                    "missing tensor 'blk.1.exp_probs_b.bias'");
+  expect_load_error(rewrite(kAir, "no_post_norm", kAllKv, drop("blk.0.post_attention_norm.weight")),
+                    "missing tensor 'blk.0.post_attention_norm.weight'");
+  expect_load_error(rewrite(kAir, "no_shexp", kAllKv, drop("blk.1.ffn_down_shexp.weight")),
+                    "missing tensor 'blk.1.ffn_down_shexp.weight'");
+  // q/k norms in blk.0 make them required in every layer.
+  expect_load_error(rewrite(kQkNorm, "no_knorm", kAllKv, drop("blk.1.attn_k_norm.weight")),
+                    "missing tensor 'blk.1.attn_k_norm.weight'");
+  // A wrong shape: the head count says 8 heads of 64, attn_q has 4.
+  expect_load_error(rewrite(kAir, "heads", set_u32("glm4moe.attention.head_count", 8), kNoDrop),
+                    "tensor 'blk.0.attn_q.weight' has shape");
+  // Inconsistent head dimensions: value heads of another size than key heads.
+  expect_load_error(rewrite(kAir, "vlen", set_u32("glm4moe.attention.value_length", 32), kNoDrop),
+                    "inconsistent head dimensions: glm4moe.attention.value_length = 32");
+  // More rotary dims than a head has.
+  expect_load_error(
+      rewrite(kAir, "rot", set_u32("glm4moe.rope.dimension_count", 96), kNoDrop),
+      "glm4moe.rope.dimension_count = 96 must be even and at most the head dimension 64");
+  // The NextN count must leave a trunk.
+  expect_load_error(rewrite(kAir, "nextn", set_u32("glm4moe.nextn_predict_layers", 3), kNoDrop),
+                    "glm4moe.nextn_predict_layers = 3 is out of range");
+  expect_load_error(
+      rewrite(
+          kAir, "no_shared_count",
+          [](const std::string& k, gguf::Value&) { return k != "glm4moe.expert_shared_count"; },
+          kNoDrop),
+      "glm4moe.expert_shared_count");
+}
+
+// The real-shape presets carry the released configs, and what synth writes loads back.
+TEST(Glm4Moe, RealShapePresets) {
+  const SynthShape air = synth_shape("glm-4.5-air"), big = synth_shape("glm-4.5");
+  EXPECT_EQ(air.arch, "glm4moe");
+  EXPECT_EQ(air.n_layer, 46);
+  EXPECT_EQ(air.n_nextn, 1);
+  EXPECT_EQ(air.n_rot, 64);
+  EXPECT_EQ(air.head_dim, 128);
+  EXPECT_FALSE(air.qk_norm);
+  EXPECT_EQ(air.n_expert, 128);
+  EXPECT_EQ(air.n_expert_used, 8);
+  EXPECT_EQ(air.weights_scale, 1.f);
+  EXPECT_TRUE(big.qk_norm);
+  EXPECT_EQ(big.n_expert, 160);
+  EXPECT_EQ(big.n_layer_dense_lead, 3);
+  EXPECT_EQ(big.weights_scale, 2.5f);
+  // Lynx's default (alpha, beta) for both (k/N lookup, docs/routing.md): the nearest published
+  // model is Qwen3 (8 of 128): (3, 2).
+  for (const SynthShape& s : {air, big}) {
+    const auto ab = routing::lynx_default_alpha_beta(s.n_expert_used, s.n_expert);
+    EXPECT_EQ(ab.alpha, 3.f) << s.name;
+    EXPECT_EQ(ab.beta, 2.f) << s.name;
+  }
+  // The GLM-4.5 layout (q/k norms, 3 dense layers, NextN) at a tiny size writes and loads.
+  SynthOptions o;
+  o.shape = big;
+  o.shape.n_layer = 4;
+  o.shape.n_embd = 128;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.head_dim = 32;
+  o.shape.n_rot = 16;
+  o.shape.n_vocab = 300;
+  o.shape.n_ff = 64;
+  o.shape.n_expert = 8;
+  o.shape.n_ff_exp = 32;
+  const std::string path = test::scratch_path("glm4moe_synth.gguf");
+  write_synth_model(o, path);
+  auto m = Model::load(path);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.n_layer, 4);
+  EXPECT_EQ(c.n_layer_nextn, 1);
+  EXPECT_EQ(c.qk_norm, QKNorm::kPerHead);
+  EXPECT_EQ(c.layer_kinds[2].ffn, FfnKind::kDense);
+  EXPECT_EQ(c.layer_kinds[3].ffn, FfnKind::kMoeShared);
+  EXPECT_EQ(c.gating.weights_scale, 2.5f);
+  EXPECT_NE(m->file().find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);
+  // A family without NextN blocks refuses to write one.
+  SynthOptions bad;
+  bad.shape = synth_shape("tiny-moe");
+  bad.shape.n_nextn = 1;
+  EXPECT_THROW(write_synth_model(bad, test::scratch_path("glm4moe_bad_nextn.gguf")), Error);
+}
+
+}  // namespace
+}  // namespace lynx
