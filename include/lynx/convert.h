@@ -29,6 +29,10 @@ struct ConvertOptions {
   int n_threads = 1;          // rows of a tensor converted in parallel
   std::string tokenizer_pre;  // overrides the family's tokenizer.ggml.pre (BPE tokenizers)
   std::string name;           // general.name; empty: the directory's name
+  // DeepSeek (MLA): write kv_b_proj split per head into attn_k_b / attn_v_b with the *_mla
+  // head-size keys, as newer llama.cpp converters do; false: one attn_kv_b (older converters;
+  // lynx-moe loads both).
+  bool mla_split = false;
   // After each tensor is written: index, count, GGUF name, shape, type.
   std::function<void(size_t i, size_t n, const gguf::TensorInfo& t)> progress;
   std::function<void(const std::string&)> warn;

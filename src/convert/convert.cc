@@ -34,7 +34,8 @@ struct Planned {
   std::string name;
   std::vector<const StTensor*> parts;
   Transform transform = Transform::kNone;
-  int64_t heads = 0;           // permutation groups (kPermuteQ / kPermuteK)
+  int64_t heads = 0;           // permutation groups (kPermuteQ / kPermuteK), MLA heads
+  int64_t nope = 0, vdim = 0;  // MLA split: per-head key (no-rope) and value rows of kv_b
   int64_t rows = 1, cols = 1;  // of each part; a vector is one row
   std::vector<int64_t> ne;     // GGUF order
   TensorType type = TensorType::F32;
@@ -78,10 +79,45 @@ bool same_encoding(DType d, TensorType t) {
          (d == DType::kBF16 && t == TensorType::BF16);
 }
 
+// attn_k_b / attn_v_b from kv_b_proj (Transform::kKvBToKB / kKvBToVB): per head h, kv_b's rows
+// h*(nope+v) .. +nope are the key rows (written transposed: GGUF row l holds column l of them)
+// and the next v rows the value rows (written as they are).
+void fill_kv_split(const Planned& p, uint8_t* dst) {
+  const StTensor& t = *p.parts[0];
+  const int64_t lora = t.shape[1], per_head = p.nope + p.vdim;
+  const size_t row_bytes = gguf::row_size(p.type, p.cols);
+  std::vector<float> src(size_t(lora)), buf(size_t(p.cols));
+  std::vector<float> head;  // the key rows of one head, [nope x lora]
+  for (int64_t h = 0; h < p.heads; ++h) {
+    uint8_t* out0 = dst + size_t(h) * size_t(p.rows) * row_bytes;
+    if (p.transform == Transform::kKvBToKB) {
+      head.resize(size_t(p.nope * lora));
+      for (int64_t d = 0; d < p.nope; ++d)
+        row_to_f32(t, h * per_head + d, lora, &head[size_t(d * lora)]);
+    }
+    for (int64_t r = 0; r < p.rows; ++r) {
+      if (p.transform == Transform::kKvBToKB) {
+        for (int64_t d = 0; d < p.nope; ++d) buf[size_t(d)] = head[size_t(d * lora + r)];
+      } else {
+        row_to_f32(t, h * per_head + p.nope + r, lora, buf.data());
+      }
+      uint8_t* out = out0 + size_t(r) * row_bytes;
+      if (p.type == TensorType::F32) {
+        std::memcpy(out, buf.data(), row_bytes);
+      } else {
+        kernels::quantize_row(p.type, buf.data(), out, p.cols);
+      }
+    }
+  }
+}
+
 // Fills the bytes of one planned tensor (rows of every part, in order), `threads` at a time.
 // Each part's source pages are released once its rows are written, so what stays resident is
 // the output tensor and the part in hand (for experts: one expert's matrix).
 void fill(const Planned& p, uint8_t* dst, int n_threads) {
+  if (p.transform == Transform::kKvBToKB || p.transform == Transform::kKvBToVB) {
+    return fill_kv_split(p, dst);
+  }
   const size_t row_bytes = gguf::row_size(p.type, p.cols);
   const bool vec_permute = p.transform != Transform::kNone && p.rows == 1;
   auto work = [&](const StTensor& t, uint8_t* out0, int64_t r0, int64_t r1) {
@@ -132,7 +168,8 @@ struct Plan {
 
 class Planner {
  public:
-  Planner(const HfConfig& c, const Family& f, const Checkpoint& ck) : c_(c), f_(f), ck_(ck) {
+  Planner(const HfConfig& c, const Family& f, const Checkpoint& ck, bool mla_split)
+      : c_(c), f_(f), ck_(ck), mla_split_(mla_split) {
     n_layer_ = c.get_int("num_hidden_layers");
     if (n_layer_ < 1 || n_layer_ > 4096) c.fail("num_hidden_layers must be in [1, 4096]");
     n_expert_ = f.n_expert_key ? c.get_int(f.n_expert_key, 0) : 0;
@@ -196,6 +233,10 @@ class Planner {
         return q_lora_;
       case When::kNoQLora:
         return !q_lora_;
+      case When::kKvBWhole:
+        return !mla_split_;
+      case When::kKvBSplit:
+        return mla_split_;
     }
     return false;
   }
@@ -244,7 +285,20 @@ class Planner {
     if (shape.size() == 2) p.ne.push_back(p.rows);
     if (stacked) p.ne.push_back(n_parts);
     p.transform = r.transform;
-    if (r.transform != Transform::kNone) {
+    if (r.transform == Transform::kKvBToKB || r.transform == Transform::kKvBToVB) {
+      p.heads = n_head_;
+      p.nope = c_.get_int("qk_nope_head_dim");
+      p.vdim = c_.get_int("v_head_dim");
+      if (shape.size() != 2 || p.heads * (p.nope + p.vdim) != shape[0]) {
+        throw Error("tensor '" + t0.name + "' has shape " + t0.shape_string() + ", expected [" +
+                    std::to_string(p.heads * (p.nope + p.vdim)) +
+                    ", kv_lora_rank] (num_attention_heads x (qk_nope_head_dim + v_head_dim))");
+      }
+      const int64_t lora = shape[1];
+      p.rows = r.transform == Transform::kKvBToKB ? lora : p.vdim;
+      p.cols = r.transform == Transform::kKvBToKB ? p.nope : lora;
+      p.ne = {p.cols, p.rows, p.heads};
+    } else if (r.transform != Transform::kNone) {
       p.heads = r.transform == Transform::kPermuteQ ? n_head_ : n_head_kv_;
       const int64_t n = p.rows == 1 ? p.cols : p.rows;
       if (p.heads < 1 || n % (2 * p.heads) != 0) {
@@ -260,7 +314,7 @@ class Planner {
   const Family& f_;
   const Checkpoint& ck_;
   int64_t n_layer_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
-  bool shared_ = false, q_lora_ = false;
+  bool shared_ = false, q_lora_ = false, mla_split_ = false;
   Plan plan_;
 };
 
@@ -338,8 +392,15 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   w.set("general.name", gguf::Value::str(name));
   write_keys(cfg, fam, w);
 
+  if (opts.mla_split) {
+    if (!fam.split_keys) {
+      throw Error(std::string("the split MLA layout applies to DeepSeek models, not ") +
+                  fam.model_type);
+    }
+    fam.split_keys(cfg, w);
+  }
   const Checkpoint ck = Checkpoint::open(hf_dir);
-  Planner planner(cfg, fam, ck);
+  Planner planner(cfg, fam, ck, opts.mla_split);
   Plan plan = planner.run();
 
   ConvertResult res;
@@ -397,7 +458,9 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   auto shared_plan = std::make_shared<std::vector<Planned>>(std::move(plan.tensors));
   for (size_t i = 0; i < n; ++i) {
     const Planned& p = (*shared_plan)[i];
-    res.bytes_out += gguf::row_size(p.type, p.cols) * size_t(p.rows) * p.parts.size();
+    size_t bytes = gguf::row_size(p.type, p.ne[0]);
+    for (size_t d = 1; d < p.ne.size(); ++d) bytes *= size_t(p.ne[d]);
+    res.bytes_out += bytes;
     w.add_tensor_lazy(p.name, p.type, p.ne, [shared_plan, i, n, &opts](uint8_t* dst, size_t) {
       const Planned& q = (*shared_plan)[i];
       fill(q, dst, std::max(1, opts.n_threads));

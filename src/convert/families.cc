@@ -138,7 +138,11 @@ constexpr TensorRule kMlaAttn[] = {
     {"blk.{L}.attn_q_b.weight", "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
     {"blk.{L}.attn_kv_a_mqa.weight", "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
     {"blk.{L}.attn_kv_a_norm.weight", "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
-    {"blk.{L}.attn_kv_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight"},
+    {"blk.{L}.attn_kv_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
+    {"blk.{L}.attn_k_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToKB},
+    {"blk.{L}.attn_v_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToVB},
     {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
     {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
 };
@@ -234,6 +238,21 @@ void deepseek_extra(const HfConfig& c, gguf::Writer& w) {
   }
 }
 
+// The split layout's head sizes (newer convert_hf_to_gguf.py): the cached key is the latent
+// plus the rope part, the cached value the latent; the per-head sizes move to the *_mla keys;
+// one key/value head.
+void deepseek_split_keys(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "deepseek2";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const int64_t nope = c.get_int("qk_nope_head_dim"), rope = c.get_int("qk_rope_head_dim");
+  const int64_t lora = c.get_int("kv_lora_rank");
+  u32("attention.key_length", lora + rope);
+  u32("attention.value_length", lora);
+  u32("attention.key_length_mla", nope + rope);
+  u32("attention.value_length_mla", c.get_int("v_head_dim"));
+  u32("attention.head_count_kv", 1);
+}
+
 bool deepseek_moe_layer(const HfConfig& c, int il) {
   return il >= c.get_int("first_k_dense_replace") && il % c.get_int("moe_layer_freq", 1) == 0;
 }
@@ -325,6 +344,7 @@ constexpr Family kDeepseekV2 = {
     .layer = kDeepseekL,
     .tokenizer_pre = "deepseek-llm",
     .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
     .moe_layer = deepseek_moe_layer,
     .n_expert_key = "n_routed_experts",
     .shared_key = "n_shared_experts",
@@ -337,6 +357,7 @@ constexpr Family kDeepseekV3 = {
     .layer = kDeepseekL,
     .tokenizer_pre = "deepseek-v3",
     .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
     .moe_layer = deepseek_moe_layer,
     .n_expert_key = "n_routed_experts",
     .shared_key = "n_shared_experts",

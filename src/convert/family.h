@@ -50,6 +50,8 @@ enum class When : uint8_t {
   kShared,      // MoE layer of a model with a shared expert
   kQLora,       // q through a low-rank projection (q_lora_rank set)
   kNoQLora,
+  kKvBWhole,  // MLA key/value up-projection kept as one attn_kv_b (the default)
+  kKvBSplit,  // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
   kOptional,  // converted when the checkpoint has it (lm_head of tied models, biases)
 };
 
@@ -58,6 +60,11 @@ enum class Transform : uint8_t {
   kNone,
   kPermuteQ,  // HF rotate-half rows -> GGUF adjacent pairs, over n_head (llama/Mixtral)
   kPermuteK,  // same over n_head_kv
+  // DeepSeek kv_b_proj [n_head * (nope + v), kv_lora] per head into attn_k_b (the key rows,
+  // transposed: GGUF ne [nope, kv_lora, n_head]) or attn_v_b (the value rows: ne [kv_lora, v,
+  // n_head]), the layout newer llama.cpp writes.
+  kKvBToKB,
+  kKvBToVB,
 };
 
 // One GGUF tensor from the checkpoint. "{L}" is the layer; an hf name with "{E}" is read once
@@ -78,6 +85,8 @@ struct Family {
   const char* tokenizer_pre;                           // tokenizer.ggml.pre for a BPE tokenizer
   // Keys that are not a plain field copy (computed or defaulted); may be null.
   void (*extra_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
+  // Keys for the split MLA layout (ConvertOptions::mla_split); null: the family has no kv_b.
+  void (*split_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
   // Whether layer il has routed experts (null: every layer when the model has experts).
   bool (*moe_layer)(const HfConfig& c, int il) = nullptr;
   const char* n_expert_key = nullptr;  // config field with the routed expert count

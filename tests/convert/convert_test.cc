@@ -17,6 +17,7 @@
 #include "../model/logits_util.h"
 #include "../scratch.h"
 #include "hf_fixtures.h"
+#include "kernels/kernels.h"
 #include "lynx/context.h"
 #include "lynx/convert.h"
 #include "lynx/error.h"
@@ -166,6 +167,44 @@ TEST_P(ConvertGolden, LogitsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ConvertGolden, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.checkpoint); });
+
+// --mla-split: kv_b_proj per head into attn_k_b / attn_v_b, the layout of the fixtures (and
+// of newer llama.cpp): every value equals the fixture's, and the goldens still hold.
+TEST(Convert, DeepseekSplitLayout) {
+  REQUIRE_CHECKPOINTS();
+  for (const char* shape : {"tiny-deepseek-v2", "tiny-deepseek-v3"}) {
+    SCOPED_TRACE(shape);
+    const std::string name =
+        std::string(shape) == "tiny-deepseek-v2" ? "deepseek_v2" : "deepseek_v3";
+    const std::string out = test::scratch_path(name + "-split.gguf");
+    ConvertOptions o;
+    o.type = "f32";
+    o.mla_split = true;
+    convert_hf(hf(name), out, o);
+    const Golden g = mla_golden(shape);
+    {
+      const auto got = gguf::File::open(out);
+      const auto want = gguf::File::open(g.fixture_gguf);
+      EXPECT_FALSE(got.find_tensor("blk.0.attn_kv_b.weight"));
+      EXPECT_EQ(got.get_int("deepseek2.attention.head_count_kv"), 1);
+      EXPECT_EQ(got.get_int("deepseek2.attention.key_length_mla"),
+                want.get_int("deepseek2.attention.key_length_mla"));
+      for (const char* t : {"blk.0.attn_k_b.weight", "blk.1.attn_k_b.weight",
+                            "blk.0.attn_v_b.weight", "blk.1.attn_v_b.weight"}) {
+        const gguf::TensorInfo& a = got.tensor(t);
+        const gguf::TensorInfo& b = want.tensor(t);
+        ASSERT_EQ(a.shape_string(), b.shape_string()) << t;
+        std::vector<float> va(size_t(a.n_elements())), vb(va.size());
+        kernels::ref::dequantize_row(a.type, a.data, va.data(), a.n_elements());
+        kernels::ref::dequantize_row(b.type, b.data, vb.data(), b.n_elements());
+        EXPECT_EQ(va, vb) << t;
+      }
+    }
+    const auto model = Model::load(out);
+    EXPECT_LT(rel_err(logits_of(*model, g.tokens), g.logits), 1e-5);
+    fs::remove(out);
+  }
+}
 
 // Dense Qwen2 (F16 checkpoint) and Qwen3 (BF16): "auto" keeps the checkpoint's type, and every
 // tensor equals the script's expected.gguf byte for byte.

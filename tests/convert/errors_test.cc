@@ -254,6 +254,21 @@ TEST(ConvertErrors, UnknownType) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST(ConvertErrors, MlaSplitOnlyForDeepseek) {
+  CHECKPOINT(d, "qwen3");
+  const std::string out = test::scratch_path("out.gguf");
+  ConvertOptions o;
+  o.mla_split = true;
+  try {
+    convert_hf(d, out, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DeepSeek models, not qwen3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(ConvertErrors, RopeScalingRefusedWhereUnsupported) {
   CHECKPOINT(d, "qwen3");
   json c = read_json(d + "/config.json");

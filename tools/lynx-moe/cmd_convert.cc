@@ -13,7 +13,7 @@ void register_convert(CLI::App& app) {
   struct Args {
     std::string dir, out, type = "auto", pre, name;
     int threads = 1;
-    bool quiet = false;
+    bool quiet = false, mla_split = false;
   };
   auto args = std::make_shared<Args>();
   std::string types, mts;
@@ -31,6 +31,8 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--tokenizer-pre", args->pre,
                   "tokenizer.ggml.pre to write instead of the family's default");
   cmd->add_option("--name", args->name, "general.name (default: the directory's name)");
+  cmd->add_flag("--mla-split", args->mla_split,
+                "DeepSeek: write attn_k_b / attn_v_b (newer llama.cpp) instead of attn_kv_b");
   cmd->add_option("-t,--threads", args->threads, "Threads converting the rows of a tensor");
   cmd->add_flag("-q,--quiet", args->quiet, "No per-tensor progress lines");
   cmd->callback([args] {
@@ -40,6 +42,7 @@ void register_convert(CLI::App& app) {
     o.n_threads = args->threads;
     o.tokenizer_pre = args->pre;
     o.name = args->name;
+    o.mla_split = args->mla_split;
     o.warn = [](const std::string& w) { std::fprintf(stderr, "warning: %s\n", w.c_str()); };
     if (!args->quiet) {
       o.progress = [](size_t i, size_t n, const gguf::TensorInfo& t) {
