@@ -23,7 +23,9 @@ qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe is written as two shards with model.safetensors.index.json.
+qwen2moe is written as two shards with model.safetensors.index.json, deepseek_v2 as three;
+mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
+converter prefers for the llama family, as llama.cpp's does.
 """
 
 import argparse
@@ -57,7 +59,8 @@ def write_safetensors(path, tensors, dtype):
     header, blobs, off = {}, [], 0
     for name, x in tensors:
         raw = tensor_bytes(x, dtype)
-        header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [off, off + len(raw)]}
+        header[name] = {"dtype": dtype, "shape": list(x.shape),
+                        "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
     header["__metadata__"] = {"format": "pt"}
@@ -265,7 +268,8 @@ def hf_tensors(g, arch, config):
         if rest in EXPERT_NAMES:
             for e in range(x.shape[0]):
                 if arch == "llama":
-                    hf = p + "block_sparse_moe.experts.%d.%s.weight" % (e, MIXTRAL_EXPERT_NAMES[rest])
+                    hf = p + "block_sparse_moe.experts.%d.%s.weight" % (
+                        e, MIXTRAL_EXPERT_NAMES[rest])
                 else:
                     hf = p + "mlp.experts.%d.%s.weight" % (e, EXPERT_NAMES[rest])
                 out.append((hf, x[e]))
@@ -385,9 +389,10 @@ def dense_qwen(out_dir, name, model_type, arch, dtype, seed):
         add(p + "self_attn.k_proj.weight", b + "attn_k.weight", mat(KV * hd, E))
         add(p + "self_attn.v_proj.weight", b + "attn_v.weight", mat(KV * hd, E))
         if arch == "qwen2":
-            add(p + "self_attn.q_proj.bias", b + "attn_q.bias", cast(0.02 * rng.standard_normal(H * hd)))
-            add(p + "self_attn.k_proj.bias", b + "attn_k.bias", cast(0.02 * rng.standard_normal(KV * hd)))
-            add(p + "self_attn.v_proj.bias", b + "attn_v.bias", cast(0.02 * rng.standard_normal(KV * hd)))
+            bias = lambda n: cast(0.02 * rng.standard_normal(n))  # noqa: E731
+            add(p + "self_attn.q_proj.bias", b + "attn_q.bias", bias(H * hd))
+            add(p + "self_attn.k_proj.bias", b + "attn_k.bias", bias(KV * hd))
+            add(p + "self_attn.v_proj.bias", b + "attn_v.bias", bias(KV * hd))
         else:
             add(p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", vec(hd))
             add(p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", vec(hd))
