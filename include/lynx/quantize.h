@@ -20,6 +20,10 @@ namespace lynx {
 
 // The mix names, as llama-quantize spells them ("Q4_K_M", ...).
 std::vector<std::string> quant_mix_names();
+// The llama_ftype a mix writes to general.file_type (case-insensitive name; throws lynx::Error
+// for an unknown one), and whether its weights are a block-quantized type.
+uint32_t quant_mix_ftype(const std::string& mix);
+bool quant_mix_is_float(const std::string& mix);
 
 // What the rules need to know about the model (from its metadata).
 struct QuantModelInfo {

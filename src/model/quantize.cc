@@ -198,6 +198,14 @@ std::vector<std::string> quant_mix_names() {
   return out;
 }
 
+uint32_t quant_mix_ftype(const std::string& mix) {
+  return find_mix(mix).ftype;
+}
+
+bool quant_mix_is_float(const std::string& mix) {
+  return is_float(find_mix(mix).base);
+}
+
 TensorType quant_tensor_type(const std::string& mix, const QuantModelInfo& info,
                              const gguf::TensorInfo& t, int i_attention_wv) {
   const Mix& m = find_mix(mix);

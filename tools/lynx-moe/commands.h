@@ -11,6 +11,7 @@ void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_convert(CLI::App& app);
 void register_imatrix(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_route_sim(CLI::App& app);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   lynx::cli::register_generate(app);
   lynx::cli::register_logits(app);
   lynx::cli::register_synth(app);
+  lynx::cli::register_convert(app);
   lynx::cli::register_quantize(app);
   lynx::cli::register_imatrix(app);
   lynx::cli::register_bench(app);

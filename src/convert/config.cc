@@ -1,0 +1,74 @@
+// HfConfig: config.json fields with errors that name the field and the model type.
+#include <cmath>
+#include <limits>
+
+#include "convert/family.h"
+#include "lynx/error.h"
+
+namespace lynx::convert {
+
+HfConfig::HfConfig(nlohmann::json j, std::string path) : j_(std::move(j)), path_(std::move(path)) {
+  if (!j_.is_object()) throw Error(path_ + ": not a JSON object");
+  if (!j_.contains("model_type") || !j_["model_type"].is_string()) {
+    throw Error(path_ + ": no \"model_type\" string (is this a Hugging Face config.json?)");
+  }
+  model_type_ = j_["model_type"].get<std::string>();
+}
+
+void HfConfig::fail(const std::string& what) const {
+  throw Error(path_ + " (model_type " + gguf::printable(model_type_) + "): " + what);
+}
+
+bool HfConfig::has(const char* key) const {
+  return j_.contains(key) && !j_[key].is_null();
+}
+
+const nlohmann::json& HfConfig::at(const char* key) const {
+  if (!has(key)) fail(std::string("missing key \"") + key + "\"");
+  return j_[key];
+}
+
+int64_t HfConfig::get_int(const char* key) const {
+  const nlohmann::json& v = at(key);
+  // Some configs write integers as 4096.0; accept those, refuse fractions.
+  if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x < 0 || x > (int64_t(1) << 40)) fail(std::string("\"") + key + "\" is out of range");
+    return x;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= 0 && d <= double(int64_t(1) << 40) && std::floor(d) == d) return int64_t(d);
+  }
+  fail(std::string("\"") + key + "\" must be a non-negative integer, got " + v.dump());
+}
+
+int64_t HfConfig::get_int(const char* key, int64_t def) const {
+  return has(key) ? get_int(key) : def;
+}
+
+double HfConfig::get_float(const char* key) const {
+  const nlohmann::json& v = at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    fail(std::string("\"") + key + "\" must be a finite number, got " + v.dump());
+  }
+  return v.get<double>();
+}
+
+double HfConfig::get_float(const char* key, double def) const {
+  return has(key) ? get_float(key) : def;
+}
+
+bool HfConfig::get_bool(const char* key, bool def) const {
+  if (!has(key)) return def;
+  if (!j_[key].is_boolean()) fail(std::string("\"") + key + "\" must be true or false");
+  return j_[key].get<bool>();
+}
+
+std::string HfConfig::get_string(const char* key, const std::string& def) const {
+  if (!has(key)) return def;
+  if (!j_[key].is_string()) fail(std::string("\"") + key + "\" must be a string");
+  return j_[key].get<std::string>();
+}
+
+}  // namespace lynx::convert

@@ -1,0 +1,482 @@
+// convert_hf (lynx/convert.h): config -> metadata by the family's key rules, checkpoint ->
+// tensor plan by its tensor rules (every rule resolved and every checkpoint tensor accounted
+// for before anything is written), then one lazy GGUF tensor per plan entry, converted row by
+// row from the mapped safetensors when the writer reaches it.
+#include "lynx/convert.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "convert/family.h"
+#include "convert/safetensors.h"
+#include "convert/tokenizer.h"
+#include "kernels/kernels.h"
+#include "lynx/error.h"
+#include "lynx/quantize.h"
+
+namespace lynx {
+namespace convert {
+namespace {
+
+namespace fs = std::filesystem;
+using gguf::TensorType;
+
+// One GGUF tensor: its sources (one, or one per expert, stacked) and how rows map.
+struct Planned {
+  std::string name;
+  std::vector<const StTensor*> parts;
+  Transform transform = Transform::kNone;
+  int64_t heads = 0;           // permutation groups (kPermuteQ / kPermuteK), MLA heads
+  int64_t nope = 0, vdim = 0;  // MLA split: per-head key (no-rope) and value rows of kv_b
+  int64_t rows = 1, cols = 1;  // of each part; a vector is one row
+  std::vector<int64_t> ne;     // GGUF order
+  TensorType type = TensorType::F32;
+};
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+// The HF row (or element) that GGUF row i of a permuted q/k projection comes from. HF keeps
+// each head's rotary pairs as two halves (rotate_half); ggml's NORM rope wants them adjacent:
+// GGUF row h*hd + 2k + j <- HF row h*hd + j*hd/2 + k (convert_hf_to_gguf.py LlamaModel.permute).
+int64_t permuted_source(int64_t i, int64_t n, int64_t heads) {
+  const int64_t hd = n / heads, h = i / hd, r = i % hd;
+  return h * hd + (r % 2) * (hd / 2) + r / 2;
+}
+
+float* row_to_f32(const StTensor& t, int64_t row, int64_t cols, float* out) {
+  const uint8_t* p = t.data + size_t(row) * size_t(cols) * dtype_size(t.dtype);
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out, p, size_t(cols) * 4);
+      break;
+    case DType::kF16:
+    case DType::kBF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * c, 2);
+        out[c] = t.dtype == DType::kF16 ? kernels::fp16_to_fp32(h) : kernels::bf16_to_fp32(h);
+      }
+      break;
+  }
+  return out;
+}
+
+bool same_encoding(DType d, TensorType t) {
+  return (d == DType::kF32 && t == TensorType::F32) || (d == DType::kF16 && t == TensorType::F16) ||
+         (d == DType::kBF16 && t == TensorType::BF16);
+}
+
+// attn_k_b / attn_v_b from kv_b_proj (Transform::kKvBToKB / kKvBToVB): per head h, kv_b's rows
+// h*(nope+v) .. +nope are the key rows (written transposed: GGUF row l holds column l of them)
+// and the next v rows the value rows (written as they are).
+void fill_kv_split(const Planned& p, uint8_t* dst) {
+  const StTensor& t = *p.parts[0];
+  const int64_t lora = t.shape[1], per_head = p.nope + p.vdim;
+  const size_t row_bytes = gguf::row_size(p.type, p.cols);
+  std::vector<float> src(size_t(lora)), buf(size_t(p.cols));
+  std::vector<float> head;  // the key rows of one head, [nope x lora]
+  for (int64_t h = 0; h < p.heads; ++h) {
+    uint8_t* out0 = dst + size_t(h) * size_t(p.rows) * row_bytes;
+    if (p.transform == Transform::kKvBToKB) {
+      head.resize(size_t(p.nope * lora));
+      for (int64_t d = 0; d < p.nope; ++d)
+        row_to_f32(t, h * per_head + d, lora, &head[size_t(d * lora)]);
+    }
+    for (int64_t r = 0; r < p.rows; ++r) {
+      if (p.transform == Transform::kKvBToKB) {
+        for (int64_t d = 0; d < p.nope; ++d) buf[size_t(d)] = head[size_t(d * lora + r)];
+      } else {
+        row_to_f32(t, h * per_head + p.nope + r, lora, buf.data());
+      }
+      uint8_t* out = out0 + size_t(r) * row_bytes;
+      if (p.type == TensorType::F32) {
+        std::memcpy(out, buf.data(), row_bytes);
+      } else {
+        kernels::quantize_row(p.type, buf.data(), out, p.cols);
+      }
+    }
+  }
+}
+
+// Fills the bytes of one planned tensor (rows of every part, in order), `threads` at a time.
+// Each part's source pages are released once its rows are written, so what stays resident is
+// the output tensor and the part in hand (for experts: one expert's matrix).
+void fill(const Planned& p, uint8_t* dst, int n_threads) {
+  if (p.transform == Transform::kKvBToKB || p.transform == Transform::kKvBToVB) {
+    return fill_kv_split(p, dst);
+  }
+  const size_t row_bytes = gguf::row_size(p.type, p.cols);
+  const bool vec_permute = p.transform != Transform::kNone && p.rows == 1;
+  auto work = [&](const StTensor& t, uint8_t* out0, int64_t r0, int64_t r1) {
+    std::vector<float> buf(size_t(p.cols)), tmp;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t src =
+          p.transform != Transform::kNone && !vec_permute ? permuted_source(r, p.rows, p.heads) : r;
+      uint8_t* out = out0 + size_t(r) * row_bytes;
+      if (!vec_permute && same_encoding(t.dtype, p.type)) {  // F32/F16/BF16 kept: a copy
+        std::memcpy(out, t.data + size_t(src) * row_bytes, row_bytes);
+        continue;
+      }
+      row_to_f32(t, src, p.cols, buf.data());
+      if (vec_permute) {
+        tmp = buf;
+        for (int64_t i = 0; i < p.cols; ++i) {
+          buf[size_t(i)] = tmp[size_t(permuted_source(i, p.cols, p.heads))];
+        }
+      }
+      if (p.type == TensorType::F32) {
+        std::memcpy(out, buf.data(), row_bytes);
+      } else {
+        kernels::quantize_row(p.type, buf.data(), out, p.cols);
+      }
+    }
+  };
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(n_threads, p.rows));
+  for (size_t part = 0; part < p.parts.size(); ++part) {
+    const StTensor& t = *p.parts[part];
+    uint8_t* out0 = dst + part * size_t(p.rows) * row_bytes;
+    if (n == 1) {
+      work(t, out0, 0, p.rows);
+    } else {
+      std::vector<std::thread> pool;
+      for (int64_t i = 0; i < n; ++i) {
+        pool.emplace_back(work, std::cref(t), out0, p.rows * i / n, p.rows * (i + 1) / n);
+      }
+      for (auto& th : pool) th.join();
+    }
+    release_pages(t);
+  }
+}
+
+struct Plan {
+  std::vector<Planned> tensors;
+  std::set<std::string> used;
+};
+
+class Planner {
+ public:
+  Planner(const HfConfig& c, const Family& f, const Checkpoint& ck, bool mla_split)
+      : c_(c), f_(f), ck_(ck), mla_split_(mla_split) {
+    n_layer_ = c.get_int("num_hidden_layers");
+    if (n_layer_ < 1 || n_layer_ > 4096) c.fail("num_hidden_layers must be in [1, 4096]");
+    n_expert_ = f.n_expert_key ? c.get_int(f.n_expert_key, 0) : 0;
+    if (n_expert_ > 4096) c.fail(std::string(f.n_expert_key) + " must be at most 4096");
+    shared_ = f.shared_key && c.get_int(f.shared_key, 0) > 0;
+    q_lora_ = c.get_int("q_lora_rank", 0) > 0;
+    n_head_ = c.get_int("num_attention_heads");
+    n_head_kv_ = c.get_int("num_key_value_heads", n_head_);
+  }
+
+  Plan run() {
+    for (const TensorRule& r : f_.global) add(r, -1);
+    for (int64_t il = 0; il < n_layer_; ++il) {
+      for (const auto& group : f_.layer) {
+        for (const TensorRule& r : group) add(r, il);
+      }
+    }
+    // Every tensor of the checkpoint must have gone somewhere: one left over means the table
+    // and the checkpoint disagree, and the file would silently miss weights.
+    for (const auto& [name, t] : ck_.tensors()) {
+      if (plan_.used.count(name) || ignored(name)) continue;
+      throw Error("tensor '" + gguf::printable(name) + "' (" + t->file + ") is not used by the " +
+                  f_.model_type + " mapping");
+    }
+    return std::move(plan_);
+  }
+
+  int64_t n_layer() const { return n_layer_; }
+  int64_t n_expert() const { return n_expert_; }
+  int64_t n_gqa() const { return n_head_kv_ > 0 ? n_head_ / n_head_kv_ : 1; }
+
+ private:
+  bool moe_layer(int64_t il) const {
+    return n_expert_ > 0 && (f_.moe_layer ? f_.moe_layer(c_, int(il)) : true);
+  }
+
+  // Rotary caches and layers past num_hidden_layers (DeepSeek-V3's multi-token prediction
+  // module), which llama.cpp's converter drops too.
+  bool ignored(const std::string& name) const {
+    if (name.ends_with("rotary_emb.inv_freq")) return true;
+    const std::string pre = "model.layers.";
+    if (name.compare(0, pre.size(), pre) == 0) {
+      const int64_t il = std::atoll(name.c_str() + pre.size());
+      return il >= n_layer_;
+    }
+    return false;
+  }
+
+  bool applies(When w, int64_t il) const {
+    switch (w) {
+      case When::kAlways:
+      case When::kOptional:
+        return true;
+      case When::kMoeLayer:
+        return moe_layer(il);
+      case When::kDenseLayer:
+        return !moe_layer(il);
+      case When::kShared:
+        return moe_layer(il) && shared_;
+      case When::kQLora:
+        return q_lora_;
+      case When::kNoQLora:
+        return !q_lora_;
+      case When::kKvBWhole:
+        return !mla_split_;
+      case When::kKvBSplit:
+        return mla_split_;
+    }
+    return false;
+  }
+
+  void add(const TensorRule& r, int64_t il) {
+    if (!applies(r.when, il)) return;
+    const std::string L = std::to_string(il);
+    Planned p;
+    p.name = replace_all(r.gguf, "{L}", L);
+    const std::string hf = replace_all(r.hf, "{L}", L);
+    const bool stacked = hf.find("{E}") != std::string::npos;
+    const int64_t n_parts = stacked ? n_expert_ : 1;
+    for (int64_t e = 0; e < n_parts; ++e) {
+      const std::string name = stacked ? replace_all(hf, "{E}", std::to_string(e)) : hf;
+      const StTensor* t = ck_.find(name);
+      if (!t) {
+        if (r.when == When::kOptional) return;
+        throw Error("tensor '" + name + "' is missing from the checkpoint (" + f_.model_type +
+                    " needs it for " + p.name + ")");
+      }
+      p.parts.push_back(t);
+    }
+    const StTensor& t0 = *p.parts[0];
+    for (const StTensor* t : p.parts) {
+      plan_.used.insert(t->name);
+      if (t->shape != t0.shape) {
+        throw Error("tensor '" + t->name + "' has shape " + t->shape_string() + " but '" + t0.name +
+                    "' has " + t0.shape_string() + " (stacked into " + p.name + ")");
+      }
+    }
+    // Shapes: drop leading 1s (a [1, n] gate is the vector llama.cpp writes), then a vector
+    // or a matrix.
+    std::vector<int64_t> shape = t0.shape;
+    while (shape.size() > 1 && shape[0] == 1 && !stacked) shape.erase(shape.begin());
+    if (shape.empty() || shape.size() > 2 || t0.n_elements() == 0) {
+      throw Error("tensor '" + t0.name + "' has shape " + t0.shape_string() +
+                  " (a non-empty vector or matrix expected)");
+    }
+    if (stacked && shape.size() != 2) {
+      throw Error("expert tensor '" + t0.name + "' must be a matrix, has shape " +
+                  t0.shape_string());
+    }
+    p.rows = shape.size() == 2 ? shape[0] : 1;
+    p.cols = shape.back();
+    p.ne = {p.cols};
+    if (shape.size() == 2) p.ne.push_back(p.rows);
+    if (stacked) p.ne.push_back(n_parts);
+    p.transform = r.transform;
+    if (r.transform == Transform::kKvBToKB || r.transform == Transform::kKvBToVB) {
+      p.heads = n_head_;
+      p.nope = c_.get_int("qk_nope_head_dim");
+      p.vdim = c_.get_int("v_head_dim");
+      if (shape.size() != 2 || p.heads * (p.nope + p.vdim) != shape[0]) {
+        throw Error("tensor '" + t0.name + "' has shape " + t0.shape_string() + ", expected [" +
+                    std::to_string(p.heads * (p.nope + p.vdim)) +
+                    ", kv_lora_rank] (num_attention_heads x (qk_nope_head_dim + v_head_dim))");
+      }
+      const int64_t lora = shape[1];
+      p.rows = r.transform == Transform::kKvBToKB ? lora : p.vdim;
+      p.cols = r.transform == Transform::kKvBToKB ? p.nope : lora;
+      p.ne = {p.cols, p.rows, p.heads};
+    } else if (r.transform != Transform::kNone) {
+      p.heads = r.transform == Transform::kPermuteQ ? n_head_ : n_head_kv_;
+      const int64_t n = p.rows == 1 ? p.cols : p.rows;
+      if (p.heads < 1 || n % (2 * p.heads) != 0) {
+        throw Error("tensor '" + t0.name + "': " + std::to_string(n) + " rows do not split into " +
+                    std::to_string(p.heads) +
+                    " heads of an even size (num_attention_heads / num_key_value_heads)");
+      }
+    }
+    plan_.tensors.push_back(std::move(p));
+  }
+
+  const HfConfig& c_;
+  const Family& f_;
+  const Checkpoint& ck_;
+  int64_t n_layer_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
+  bool shared_ = false, q_lora_ = false, mla_split_ = false;
+  Plan plan_;
+};
+
+void write_keys(const HfConfig& c, const Family& f, gguf::Writer& w) {
+  for (const auto& group : f.keys) {
+    for (const KeyRule& k : group) {
+      if (!c.has(k.hf)) {
+        if (k.required) c.fail(std::string("missing key \"") + k.hf + "\"");
+        continue;
+      }
+      const std::string key = std::string(f.arch) + "." + k.gguf;
+      switch (k.kind) {
+        case KeyKind::kU32: {
+          const int64_t v = c.get_int(k.hf);
+          if (v > int64_t(UINT32_MAX)) c.fail(std::string("\"") + k.hf + "\" is out of range");
+          w.set(key, gguf::Value::u32(uint32_t(v)));
+          break;
+        }
+        case KeyKind::kF32:
+          w.set(key, gguf::Value::f32(float(c.get_float(k.hf))));
+          break;
+        case KeyKind::kBool:
+          w.set(key, gguf::Value::boolean(c.get_bool(k.hf, false)));
+          break;
+      }
+    }
+  }
+  if (f.extra_keys) f.extra_keys(c, w);
+}
+
+// "auto": the checkpoint's own precision, so nothing is rounded.
+std::string auto_type(const Plan& plan) {
+  bool f32 = false, bf16 = false;
+  for (const Planned& p : plan.tensors) {
+    if (p.ne.size() < 2) continue;
+    for (const StTensor* t : p.parts) {
+      f32 |= t->dtype == DType::kF32;
+      bf16 |= t->dtype == DType::kBF16;
+    }
+  }
+  return f32 ? "F32" : bf16 ? "BF16" : "F16";
+}
+
+}  // namespace
+}  // namespace convert
+
+std::vector<std::string> convert_model_types() {
+  std::vector<std::string> out;
+  for (const convert::Family* f : convert::families()) out.emplace_back(f->model_type);
+  return out;
+}
+
+ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
+                         const ConvertOptions& opts) {
+  using namespace convert;
+  const fs::path dir(hf_dir);
+  const fs::path cfg_path = dir / "config.json";
+  if (!fs::is_directory(dir)) throw Error(hf_dir + ": not a directory");
+  if (!fs::exists(cfg_path)) throw Error(hf_dir + ": no config.json");
+  nlohmann::json j;
+  try {
+    std::ifstream in(cfg_path);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cfg_path.string() + ": not valid JSON: " + e.what());
+  }
+  const HfConfig cfg(std::move(j), cfg_path.string());
+  const Family& fam = find_family(cfg.model_type());
+
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::str(fam.arch));
+  std::string name = opts.name;
+  if (name.empty()) name = fs::absolute(dir).lexically_normal().filename().string();
+  if (name.empty()) name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  w.set("general.name", gguf::Value::str(name));
+  write_keys(cfg, fam, w);
+
+  if (opts.mla_split) {
+    if (!fam.split_keys) {
+      throw Error(std::string("the split MLA layout applies to DeepSeek models, not ") +
+                  fam.model_type);
+    }
+    fam.split_keys(cfg, w);
+  }
+  const Checkpoint ck = Checkpoint::open(hf_dir);
+  Planner planner(cfg, fam, ck, opts.mla_split);
+  Plan plan = planner.run();
+
+  ConvertResult res;
+  res.model_type = fam.model_type;
+  res.arch = fam.arch;
+  res.type = opts.type.empty() || opts.type == "auto" ? auto_type(plan) : opts.type;
+  w.set("general.file_type", gguf::Value::u32(quant_mix_ftype(res.type)));
+  if (!quant_mix_is_float(res.type)) {
+    std::string upper = res.type;
+    for (char& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    if (upper == "Q2_K_S") {  // its 2-bit rows need importance weights, which convert has not
+      throw Error(
+          "the Q2_K_S mix needs an importance matrix: convert to F16/BF16 and run "
+          "`lynx-moe quantize --imatrix`");
+    }
+    w.set("general.quantization_version", gguf::Value::u32(2));
+  }
+
+  // Types per tensor, by the quantize rules (llama-quantize's); every source counts as F32, so
+  // norms, biases and routers stay F32 as convert_hf_to_gguf.py writes them.
+  QuantModelInfo info;
+  info.n_layer = int(planner.n_layer());
+  info.n_expert = int(planner.n_expert());
+  info.n_gqa = int(planner.n_gqa());
+  info.has_output = false;
+  for (const Planned& p : plan.tensors) {
+    info.has_output |= p.name == "output.weight";
+    info.n_attention_wv += p.name.find("attn_v.weight") != std::string::npos;
+  }
+  int i_wv = 0;
+  int64_t n_vocab = 0;
+  for (Planned& p : plan.tensors) {
+    gguf::TensorInfo ti;
+    ti.name = p.name;
+    ti.type = TensorType::F32;
+    ti.n_dims = int(p.ne.size());
+    for (size_t d = 0; d < p.ne.size(); ++d) ti.ne[d] = p.ne[d];
+    p.type = quant_tensor_type(res.type, info, ti, i_wv);
+    if (p.name.find("attn_v.weight") != std::string::npos) ++i_wv;
+    if (p.name == "token_embd.weight") n_vocab = p.rows;
+    for (const StTensor* t : p.parts) res.bytes_in += t->n_bytes;
+  }
+  if (n_vocab == 0) throw Error(hf_dir + ": no token embedding (model.embed_tokens.weight)");
+
+  TokenizerInput ti;
+  ti.dir = hf_dir;
+  ti.arch = fam.arch;
+  ti.pre = opts.tokenizer_pre.empty() ? fam.tokenizer_pre : opts.tokenizer_pre;
+  ti.n_vocab = n_vocab;
+  ti.config = &cfg.json();
+  ti.warn = opts.warn;
+  write_tokenizer(ti, w);
+
+  const size_t n = plan.tensors.size();
+  auto shared_plan = std::make_shared<std::vector<Planned>>(std::move(plan.tensors));
+  for (size_t i = 0; i < n; ++i) {
+    const Planned& p = (*shared_plan)[i];
+    size_t bytes = gguf::row_size(p.type, p.ne[0]);
+    for (size_t d = 1; d < p.ne.size(); ++d) bytes *= size_t(p.ne[d]);
+    res.bytes_out += bytes;
+    w.add_tensor_lazy(p.name, p.type, p.ne, [shared_plan, i, n, &opts](uint8_t* dst, size_t) {
+      const Planned& q = (*shared_plan)[i];
+      fill(q, dst, std::max(1, opts.n_threads));
+      if (opts.progress) {
+        gguf::TensorInfo t;
+        t.name = q.name;
+        t.type = q.type;
+        t.n_dims = int(q.ne.size());
+        for (size_t d = 0; d < q.ne.size(); ++d) t.ne[d] = q.ne[d];
+        opts.progress(i, n, t);
+      }
+    });
+  }
+  w.write(out);
+  res.n_tensors = n;
+  return res;
+}
+
+}  // namespace lynx

@@ -1,0 +1,385 @@
+// The family tables (family.h). Facts from llama.cpp's convert_hf_to_gguf.py (keys written per
+// model class) and gguf-py/gguf/tensor_mapping.py (HF name -> GGUF name):
+// - llama / mistral / mixtral -> `llama`: q_proj and k_proj rows permuted from HF's rotate-half
+//   layout to ggml's adjacent pairs (LlamaModel.permute), Mixtral's experts w1/w3/w2 stacked
+//   into ffn_gate_exps / ffn_up_exps / ffn_down_exps;
+// - qwen2_moe / qwen3_moe / olmoe: experts gate_proj/up_proj/down_proj stacked; the Qwen2-MoE
+//   shared expert and its sigmoid gate (shared_expert_gate -> ffn_gate_inp_shexp); OLMoE's
+//   rms epsilon fixed at 1e-5 (OlmoeModel);
+// - deepseek_v2 / deepseek_v3 -> `deepseek2`: kv_b_proj kept whole as attn_kv_b (the loader
+//   splits it per head), e_score_correction_bias -> exp_probs_b.bias, the first
+//   first_k_dense_replace layers dense, scoring_func -> expert_gating_func, YaRN keys.
+// Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
+// released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
+// DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe").
+#include "convert/family.h"
+#include "lynx/error.h"
+
+namespace lynx::convert {
+namespace {
+
+using K = KeyKind;
+using Rules = std::span<const TensorRule>;
+using Keys = std::span<const KeyRule>;
+
+// Fields every family shares (Model.set_gguf_parameters).
+constexpr KeyRule kBaseKeys[] = {
+    {"num_hidden_layers", "block_count", K::kU32, true},
+    {"max_position_embeddings", "context_length"},
+    {"hidden_size", "embedding_length", K::kU32, true},
+    {"intermediate_size", "feed_forward_length"},
+    {"num_attention_heads", "attention.head_count", K::kU32, true},
+    {"num_key_value_heads", "attention.head_count_kv"},
+    {"rope_theta", "rope.freq_base", K::kF32},
+    {"rms_norm_eps", "attention.layer_norm_rms_epsilon", K::kF32, true},
+};
+constexpr KeyRule kHeadDimKeys[] = {
+    {"head_dim", "attention.key_length"},
+    {"head_dim", "attention.value_length"},
+};
+constexpr KeyRule kLlamaKeys[] = {
+    {"vocab_size", "vocab_size"},
+    {"num_local_experts", "expert_count"},
+    {"num_experts_per_tok", "expert_used_count"},
+};
+constexpr KeyRule kQwenMoeKeys[] = {
+    {"num_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"moe_intermediate_size", "expert_feed_forward_length"},
+    {"shared_expert_intermediate_size", "expert_shared_feed_forward_length"},
+    {"norm_topk_prob", "expert_weights_norm", K::kBool},
+};
+constexpr KeyRule kDeepseekKeys[] = {
+    {"n_routed_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"moe_intermediate_size", "expert_feed_forward_length", K::kU32, true},
+    {"n_shared_experts", "expert_shared_count", K::kU32, true},
+    {"routed_scaling_factor", "expert_weights_scale", K::kF32},
+    {"norm_topk_prob", "expert_weights_norm", K::kBool},
+    {"kv_lora_rank", "attention.kv_lora_rank", K::kU32, true},
+    {"qk_rope_head_dim", "rope.dimension_count", K::kU32, true},
+    {"first_k_dense_replace", "leading_dense_block_count", K::kU32, true},
+};
+
+constexpr TensorRule kGlobal[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight", When::kOptional},  // absent: tied to token_embd
+};
+
+constexpr TensorRule kLlamaAttn[] = {
+    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight", When::kAlways,
+     Transform::kPermuteQ},
+    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight", When::kAlways,
+     Transform::kPermuteK},
+    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+};
+constexpr TensorRule kMixtralExperts[] = {
+    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.block_sparse_moe.gate.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight",
+     When::kMoeLayer},
+};
+// Attention of the Qwen / OLMoE layouts (NEOX rope: HF's rotate-half rows as they are).
+constexpr TensorRule kGqaAttn[] = {
+    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+};
+constexpr TensorRule kQkvBias[] = {
+    {"blk.{L}.attn_q.bias", "model.layers.{L}.self_attn.q_proj.bias"},
+    {"blk.{L}.attn_k.bias", "model.layers.{L}.self_attn.k_proj.bias"},
+    {"blk.{L}.attn_v.bias", "model.layers.{L}.self_attn.v_proj.bias"},
+};
+constexpr TensorRule kQkNorm[] = {
+    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
+    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
+};
+constexpr TensorRule kDenseFfn[] = {
+    {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight", When::kDenseLayer},
+    {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight", When::kDenseLayer},
+    {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight", When::kDenseLayer},
+};
+constexpr TensorRule kExperts[] = {
+    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.mlp.gate.weight", When::kMoeLayer},
+    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.mlp.experts.{E}.up_proj.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight",
+     When::kMoeLayer},
+};
+constexpr TensorRule kQwenSharedExpert[] = {
+    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_expert.gate_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_expert.up_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_expert.down_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_gate_inp_shexp.weight", "model.layers.{L}.mlp.shared_expert_gate.weight",
+     When::kShared},
+};
+constexpr TensorRule kMlaAttn[] = {
+    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight", When::kNoQLora},
+    {"blk.{L}.attn_q_a.weight", "model.layers.{L}.self_attn.q_a_proj.weight", When::kQLora},
+    {"blk.{L}.attn_q_a_norm.weight", "model.layers.{L}.self_attn.q_a_layernorm.weight",
+     When::kQLora},
+    {"blk.{L}.attn_q_b.weight", "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
+    {"blk.{L}.attn_kv_a_mqa.weight", "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
+    {"blk.{L}.attn_kv_a_norm.weight", "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
+    {"blk.{L}.attn_kv_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
+    {"blk.{L}.attn_k_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToKB},
+    {"blk.{L}.attn_v_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToVB},
+    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+};
+constexpr TensorRule kDeepseekExperts[] = {
+    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.e_score_correction_bias",
+     When::kOptional},
+    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
+     When::kShared},
+};
+
+// The groups each family is made of.
+constexpr Keys kLlamaK[] = {kBaseKeys, kHeadDimKeys, kLlamaKeys};
+constexpr Keys kQwenMoeK[] = {kBaseKeys, kHeadDimKeys, kQwenMoeKeys};
+constexpr Keys kDenseK[] = {kBaseKeys, kHeadDimKeys};
+constexpr Keys kDeepseekK[] = {kBaseKeys, kDeepseekKeys};
+constexpr Rules kLlamaL[] = {kLlamaAttn, kDenseFfn, kMixtralExperts};
+constexpr Rules kQwen2MoeL[] = {kGqaAttn, kQkvBias, kExperts, kQwenSharedExpert};
+constexpr Rules kQkNormMoeL[] = {kGqaAttn, kQkNorm, kExperts};
+constexpr Rules kQwen2L[] = {kGqaAttn, kQkvBias, kDenseFfn};
+constexpr Rules kQwen3L[] = {kGqaAttn, kQkNorm, kDenseFfn};
+constexpr Rules kDeepseekL[] = {kMlaAttn, kDenseFfn, kExperts, kDeepseekExperts};
+
+std::string key(const char* arch, const char* k) {
+  return std::string(arch) + "." + k;
+}
+
+// rope_scaling the family does not express is refused rather than dropped: the file would
+// load and run with the wrong positions.
+void no_rope_scaling(const HfConfig& c) {
+  if (c.has("rope_scaling")) {
+    c.fail("rope_scaling is set, which the converter does not support for this family");
+  }
+}
+
+void llama_extra(const HfConfig& c, gguf::Writer& w) {
+  no_rope_scaling(c);
+  const int64_t rot = c.has("head_dim")
+                          ? c.get_int("head_dim")
+                          : c.get_int("hidden_size") / c.get_int("num_attention_heads");
+  w.set(key("llama", "rope.dimension_count"), gguf::Value::u32(uint32_t(rot)));
+}
+
+void plain_extra(const HfConfig& c, gguf::Writer&) {
+  no_rope_scaling(c);
+}
+
+void olmoe_extra(const HfConfig& c, gguf::Writer& w) {
+  no_rope_scaling(c);
+  w.set(key("olmoe", "attention.layer_norm_rms_epsilon"), gguf::Value::f32(1e-5f));
+}
+
+void deepseek_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "deepseek2";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const int64_t nope = c.get_int("qk_nope_head_dim"), rope = c.get_int("qk_rope_head_dim");
+  u32("attention.key_length", nope + rope);
+  u32("attention.value_length", c.get_int("v_head_dim"));
+  if (c.has("q_lora_rank")) u32("attention.q_lora_rank", c.get_int("q_lora_rank"));
+  const std::string scoring = c.get_string("scoring_func", "softmax");
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    c.fail("scoring_func '" + scoring + "' is not supported (softmax, sigmoid)");
+  }
+  u32("expert_gating_func", scoring == "sigmoid" ? 2 : 1);
+  const std::string topk = c.get_string("topk_method", "greedy");
+  const int64_t n_group = c.get_int("n_group", 1);
+  if ((topk == "group_limited_greedy" || topk == "noaux_tc") && n_group > 1) {
+    u32("expert_group_count", n_group);
+    u32("expert_group_used_count", c.get_int("topk_group"));
+  }
+  if (c.has("rope_scaling")) {
+    const nlohmann::json& r = c.json()["rope_scaling"];
+    const std::string type = r.is_object() && r.contains("type") && r["type"].is_string()
+                                 ? r["type"].get<std::string>()
+                                 : std::string();
+    if (type != "yarn" || !r.contains("factor") || !r["factor"].is_number()) {
+      c.fail("rope_scaling must be of type yarn with a factor for deepseek2");
+    }
+    w.set(key(a, "rope.scaling.type"), gguf::Value::str("yarn"));
+    w.set(key(a, "rope.scaling.factor"), gguf::Value::f32(r["factor"].get<float>()));
+    if (r.contains("original_max_position_embeddings") &&
+        r["original_max_position_embeddings"].is_number_unsigned()) {
+      u32("rope.scaling.original_context_length",
+          r["original_max_position_embeddings"].get<int64_t>());
+    }
+    const float mscale_all = r.contains("mscale_all_dim") && r["mscale_all_dim"].is_number()
+                                 ? r["mscale_all_dim"].get<float>()
+                                 : 0.f;
+    w.set(key(a, "rope.scaling.yarn_log_multiplier"), gguf::Value::f32(0.1f * mscale_all));
+  }
+}
+
+// The split layout's head sizes (newer convert_hf_to_gguf.py): the cached key is the latent
+// plus the rope part, the cached value the latent; the per-head sizes move to the *_mla keys;
+// one key/value head.
+void deepseek_split_keys(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "deepseek2";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const int64_t nope = c.get_int("qk_nope_head_dim"), rope = c.get_int("qk_rope_head_dim");
+  const int64_t lora = c.get_int("kv_lora_rank");
+  u32("attention.key_length", lora + rope);
+  u32("attention.value_length", lora);
+  u32("attention.key_length_mla", nope + rope);
+  u32("attention.value_length_mla", c.get_int("v_head_dim"));
+  u32("attention.head_count_kv", 1);
+}
+
+bool deepseek_moe_layer(const HfConfig& c, int il) {
+  return il >= c.get_int("first_k_dense_replace") && il % c.get_int("moe_layer_freq", 1) == 0;
+}
+
+constexpr Family kLlama = {
+    .model_type = "llama",
+    .arch = "llama",
+    .keys = kLlamaK,
+    .global = kGlobal,
+    .layer = kLlamaL,
+    .tokenizer_pre = "llama-bpe",
+    .extra_keys = llama_extra,
+    .n_expert_key = "num_local_experts",
+};
+constexpr Family kMistral = {
+    .model_type = "mistral",
+    .arch = "llama",
+    .keys = kLlamaK,
+    .global = kGlobal,
+    .layer = kLlamaL,
+    .tokenizer_pre = "llama-bpe",
+    .extra_keys = llama_extra,
+    .n_expert_key = "num_local_experts",
+};
+constexpr Family kMixtral = {
+    .model_type = "mixtral",
+    .arch = "llama",
+    .keys = kLlamaK,
+    .global = kGlobal,
+    .layer = kLlamaL,
+    .tokenizer_pre = "llama-bpe",
+    .extra_keys = llama_extra,
+    .n_expert_key = "num_local_experts",
+};
+constexpr Family kQwen2Moe = {
+    .model_type = "qwen2_moe",
+    .arch = "qwen2moe",
+    .keys = kQwenMoeK,
+    .global = kGlobal,
+    .layer = kQwen2MoeL,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = plain_extra,
+    .n_expert_key = "num_experts",
+    .shared_key = "shared_expert_intermediate_size",
+};
+constexpr Family kQwen3Moe = {
+    .model_type = "qwen3_moe",
+    .arch = "qwen3moe",
+    .keys = kQwenMoeK,
+    .global = kGlobal,
+    .layer = kQkNormMoeL,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = plain_extra,
+    .n_expert_key = "num_experts",
+};
+constexpr Family kOlmoe = {
+    .model_type = "olmoe",
+    .arch = "olmoe",
+    .keys = kQwenMoeK,
+    .global = kGlobal,
+    .layer = kQkNormMoeL,
+    .tokenizer_pre = "olmo",
+    .extra_keys = olmoe_extra,
+    .n_expert_key = "num_experts",
+};
+constexpr Family kQwen2 = {
+    .model_type = "qwen2",
+    .arch = "qwen2",
+    .keys = kDenseK,
+    .global = kGlobal,
+    .layer = kQwen2L,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = plain_extra,
+};
+constexpr Family kQwen3 = {
+    .model_type = "qwen3",
+    .arch = "qwen3",
+    .keys = kDenseK,
+    .global = kGlobal,
+    .layer = kQwen3L,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = plain_extra,
+};
+constexpr Family kDeepseekV2 = {
+    .model_type = "deepseek_v2",
+    .arch = "deepseek2",
+    .keys = kDeepseekK,
+    .global = kGlobal,
+    .layer = kDeepseekL,
+    .tokenizer_pre = "deepseek-llm",
+    .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
+    .moe_layer = deepseek_moe_layer,
+    .n_expert_key = "n_routed_experts",
+    .shared_key = "n_shared_experts",
+};
+constexpr Family kDeepseekV3 = {
+    .model_type = "deepseek_v3",
+    .arch = "deepseek2",
+    .keys = kDeepseekK,
+    .global = kGlobal,
+    .layer = kDeepseekL,
+    .tokenizer_pre = "deepseek-v3",
+    .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
+    .moe_layer = deepseek_moe_layer,
+    .n_expert_key = "n_routed_experts",
+    .shared_key = "n_shared_experts",
+};
+
+constexpr const Family* kFamilies[] = {&kMixtral, &kLlama, &kMistral, &kQwen2Moe,   &kQwen3Moe,
+                                       &kOlmoe,   &kQwen2, &kQwen3,   &kDeepseekV2, &kDeepseekV3};
+
+}  // namespace
+
+std::span<const Family* const> families() {
+  return kFamilies;
+}
+
+const Family& find_family(const std::string& model_type) {
+  for (const Family* f : kFamilies) {
+    if (model_type == f->model_type) return *f;
+  }
+  std::string list;
+  for (const Family* f : kFamilies) list += std::string(list.empty() ? "" : ", ") + f->model_type;
+  throw Error("config.json: model_type '" + gguf::printable(model_type) +
+              "' is not supported by convert (supported: " + list + ")");
+}
+
+}  // namespace lynx::convert

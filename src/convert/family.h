@@ -1,0 +1,100 @@
+// What converting one Hugging Face model family means, as data: which config.json fields
+// become which GGUF keys, which HF tensor becomes which GGUF tensor (llama.cpp's names,
+// convert_hf_to_gguf.py and gguf-py's tensor_mapping.py), and the per-tensor transforms.
+// One table per family (families.cc); a new family is one more table and one row in kFamilies.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+
+#include "lynx/gguf.h"
+
+namespace lynx::convert {
+
+// config.json with checked accessors: a missing or mistyped field is a lynx::Error naming
+// the field and the model_type.
+class HfConfig {
+ public:
+  HfConfig(nlohmann::json j, std::string path);
+  const nlohmann::json& json() const { return j_; }
+  const std::string& model_type() const { return model_type_; }
+  bool has(const char* key) const;  // present and not null
+  int64_t get_int(const char* key) const;
+  int64_t get_int(const char* key, int64_t def) const;
+  double get_float(const char* key) const;
+  double get_float(const char* key, double def) const;
+  bool get_bool(const char* key, bool def) const;
+  std::string get_string(const char* key, const std::string& def) const;
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  const nlohmann::json& at(const char* key) const;
+  nlohmann::json j_;
+  std::string path_, model_type_;
+};
+
+// A config.json field written as a GGUF key "{arch}.<gguf>".
+enum class KeyKind : uint8_t { kU32, kF32, kBool };
+struct KeyRule {
+  const char* hf;
+  const char* gguf;
+  KeyKind kind = KeyKind::kU32;
+  bool required = false;
+};
+
+// When a tensor rule applies (resolved against the config and the layer).
+enum class When : uint8_t {
+  kAlways,
+  kMoeLayer,    // the layer has routed experts
+  kDenseLayer,  // the layer has a dense FFN
+  kShared,      // MoE layer of a model with a shared expert
+  kQLora,       // q through a low-rank projection (q_lora_rank set)
+  kNoQLora,
+  kKvBWhole,  // MLA key/value up-projection kept as one attn_kv_b (the default)
+  kKvBSplit,  // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
+  kOptional,  // converted when the checkpoint has it (lm_head of tied models, biases)
+};
+
+// Per-tensor transforms.
+enum class Transform : uint8_t {
+  kNone,
+  kPermuteQ,  // HF rotate-half rows -> GGUF adjacent pairs, over n_head (llama/Mixtral)
+  kPermuteK,  // same over n_head_kv
+  // DeepSeek kv_b_proj [n_head * (nope + v), kv_lora] per head into attn_k_b (the key rows,
+  // transposed: GGUF ne [nope, kv_lora, n_head]) or attn_v_b (the value rows: ne [kv_lora, v,
+  // n_head]), the layout newer llama.cpp writes.
+  kKvBToKB,
+  kKvBToVB,
+};
+
+// One GGUF tensor from the checkpoint. "{L}" is the layer; an hf name with "{E}" is read once
+// per routed expert and stacked into one 3-D tensor (GGUF ne = [cols, rows, n_expert]).
+struct TensorRule {
+  const char* gguf;
+  const char* hf;
+  When when = When::kAlways;
+  Transform transform = Transform::kNone;
+};
+
+struct Family {
+  const char* model_type;                              // config.json "model_type"
+  const char* arch;                                    // general.architecture
+  std::span<const std::span<const KeyRule>> keys;      // groups of field copies
+  std::span<const TensorRule> global;                  // outside the layers
+  std::span<const std::span<const TensorRule>> layer;  // groups, per layer ("{L}")
+  const char* tokenizer_pre;                           // tokenizer.ggml.pre for a BPE tokenizer
+  // Keys that are not a plain field copy (computed or defaulted); may be null.
+  void (*extra_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
+  // Keys for the split MLA layout (ConvertOptions::mla_split); null: the family has no kv_b.
+  void (*split_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
+  // Whether layer il has routed experts (null: every layer when the model has experts).
+  bool (*moe_layer)(const HfConfig& c, int il) = nullptr;
+  const char* n_expert_key = nullptr;  // config field with the routed expert count
+  const char* shared_key = nullptr;    // config field > 0 when there is a shared expert
+};
+
+std::span<const Family* const> families();
+// Throws naming the model_type and the supported list.
+const Family& find_family(const std::string& model_type);
+
+}  // namespace lynx::convert

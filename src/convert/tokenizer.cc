@@ -1,0 +1,346 @@
+// Tokenizer conversion (tokenizer.h). Token type numbers are llama.cpp's llama_token_type:
+// 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte (the same numbering as
+// SentencePiece's ModelProto.SentencePiece.Type).
+#include "convert/tokenizer.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "lynx/error.h"
+
+namespace lynx::convert {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error(p.string() + ": cannot open");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(p.string() + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool looks_special(const std::string& t) {
+  auto wrapped = [&](const char* open, const char* close) {
+    const size_t a = std::strlen(open), b = std::strlen(close);
+    return t.size() >= a + b && t.compare(0, a, open) == 0 &&
+           t.compare(t.size() - b, b, close) == 0;
+  };
+  return t == "<pad>" || t == "<mask>" || wrapped("<|", "|>") ||
+         wrapped("<\xef\xbd\x9c", "\xef\xbd\x9c>");  // DeepSeek's fullwidth bars
+}
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<float> scores;  // SentencePiece only
+  std::map<std::string, int64_t> ids;
+};
+
+void pad_vocab(Vocab& v, int64_t n, float pad_score) {
+  for (int64_t i = int64_t(v.tokens.size()); i < n; ++i) {
+    v.tokens.push_back("[PAD" + std::to_string(i) + "]");
+    v.types.push_back(kUnused);
+    if (!v.scores.empty() || pad_score != 0) v.scores.push_back(pad_score);
+  }
+}
+
+// tokenizer.json, model type BPE -> gpt2 tokens, types and merges.
+Vocab read_bpe(const fs::path& p, const json& tj, int64_t n_vocab,
+               std::vector<std::string>* merges) {
+  const std::string where = p.string();
+  if (!tj.is_object() || !tj.contains("model") || !tj["model"].is_object()) {
+    throw Error(where + ": no \"model\" object");
+  }
+  const json& m = tj["model"];
+  const std::string type =
+      m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : std::string("?");
+  if (type != "BPE") {
+    throw Error(where + ": tokenizer model type '" + gguf::printable(type) +
+                "' is not supported (byte-level BPE; SentencePiece through tokenizer.model)");
+  }
+  if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(where + ": no model.vocab");
+  Vocab v;
+  v.tokens.assign(size_t(n_vocab), std::string());
+  v.types.assign(size_t(n_vocab), 0);
+  auto put = [&](const std::string& tok, const json& id, int32_t type) {
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(n_vocab)) {
+      throw Error(where + ": token '" + gguf::printable(tok) + "' has id " + id.dump() +
+                  ", outside the model's " + std::to_string(n_vocab) + " embedding rows");
+    }
+    const size_t i = id.get<size_t>();
+    v.tokens[i] = tok;
+    v.types[i] = type;
+    v.ids[tok] = int64_t(i);
+  };
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it)
+    put(it.key(), it.value(), kNormal);
+  if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
+    for (const json& a : tj["added_tokens"]) {
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
+          !a.contains("id")) {
+        throw Error(where + ": added_tokens entries need \"id\" and \"content\"");
+      }
+      const std::string c = a["content"].get<std::string>();
+      const bool special = a.value("special", false) || looks_special(c);
+      put(c, a["id"], special ? kControl : kUserDefined);
+    }
+  }
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (v.types[i] == 0) {
+      v.tokens[i] = "[PAD" + std::to_string(i) + "]";
+      v.types[i] = kUnused;
+    }
+  }
+  if (m.contains("merges") && m["merges"].is_array()) {
+    for (const json& x : m["merges"]) {
+      if (x.is_string()) {
+        merges->push_back(x.get<std::string>());
+      } else if (x.is_array() && x.size() == 2 && x[0].is_string() && x[1].is_string()) {
+        merges->push_back(x[0].get<std::string>() + " " + x[1].get<std::string>());
+      } else {
+        throw Error(where + ": model.merges holds an entry that is neither \"a b\" nor [a, b]");
+      }
+    }
+  }
+  return v;
+}
+
+// SentencePiece's tokenizer.model (protobuf ModelProto): field 1 = repeated SentencePiece
+// {1: piece (string), 2: score (float), 3: type (enum, default NORMAL)}. Other fields skipped.
+class Proto {
+ public:
+  Proto(const uint8_t* p, size_t n, std::string where)
+      : p_(p), end_(p + n), where_(std::move(where)) {}
+  bool done() const { return p_ >= end_; }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) bad();
+      const uint8_t b = *p_++;
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    bad();
+  }
+  // Reads a field key; returns the field number and sets *wire.
+  uint64_t key(int* wire) {
+    const uint64_t k = varint();
+    *wire = int(k & 7);
+    return k >> 3;
+  }
+  std::pair<const uint8_t*, size_t> bytes() {
+    const uint64_t n = varint();
+    if (n > uint64_t(end_ - p_)) bad();
+    const uint8_t* at = p_;
+    p_ += n;
+    return {at, size_t(n)};
+  }
+  uint32_t fixed32() {
+    if (end_ - p_ < 4) bad();
+    uint32_t v;
+    std::memcpy(&v, p_, 4);
+    p_ += 4;
+    return v;
+  }
+  void skip(int wire) {
+    if (wire == 0)
+      varint();
+    else if (wire == 1) {
+      if (end_ - p_ < 8) bad();
+      p_ += 8;
+    } else if (wire == 2)
+      bytes();
+    else if (wire == 5)
+      fixed32();
+    else
+      bad();
+  }
+  [[noreturn]] void bad() const { throw Error(where_ + ": malformed SentencePiece model"); }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+  std::string where_;
+};
+
+Vocab read_spm(const fs::path& p, int64_t n_vocab) {
+  const std::string data = read_text(p);
+  Proto top(reinterpret_cast<const uint8_t*>(data.data()), data.size(), p.string());
+  Vocab v;
+  while (!top.done()) {
+    int wire = 0;
+    const uint64_t field = top.key(&wire);
+    if (field != 1 || wire != 2) {
+      top.skip(wire);
+      continue;
+    }
+    auto [b, n] = top.bytes();
+    Proto piece(b, n, p.string());
+    std::string text;
+    float score = 0;
+    int32_t type = kNormal;
+    while (!piece.done()) {
+      int w = 0;
+      const uint64_t f = piece.key(&w);
+      if (f == 1 && w == 2) {
+        auto [s, len] = piece.bytes();
+        text.assign(reinterpret_cast<const char*>(s), len);
+      } else if (f == 2 && w == 5) {
+        const uint32_t bits = piece.fixed32();
+        std::memcpy(&score, &bits, 4);
+      } else if (f == 3 && w == 0) {
+        type = int32_t(piece.varint());
+        if (type < 1 || type > 6) piece.bad();
+      } else {
+        piece.skip(w);
+      }
+    }
+    v.ids[text] = int64_t(v.tokens.size());
+    v.tokens.push_back(text);
+    v.scores.push_back(score);
+    v.types.push_back(type);
+  }
+  if (v.tokens.empty()) throw Error(p.string() + ": no pieces in the SentencePiece model");
+  if (int64_t(v.tokens.size()) > n_vocab) {
+    throw Error(p.string() + ": " + std::to_string(v.tokens.size()) +
+                " pieces, more than the model's " + std::to_string(n_vocab) + " embedding rows");
+  }
+  // added_tokens.json ({text: id}) extends the pieces, as llama.cpp's sentencepiece path does.
+  const fs::path added = p.parent_path() / "added_tokens.json";
+  if (fs::exists(added)) {
+    const json a = read_json(added);
+    std::map<int64_t, std::string> by_id;
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      if (it.value().is_number_unsigned()) by_id[it.value().get<int64_t>()] = it.key();
+    }
+    for (const auto& [id, text] : by_id) {
+      if (id != int64_t(v.tokens.size()) || id >= n_vocab) continue;  // llama.cpp skips these too
+      v.ids[text] = id;
+      v.tokens.push_back(text);
+      v.scores.push_back(-1000.f);
+      v.types.push_back(kUserDefined);
+    }
+  }
+  pad_vocab(v, n_vocab, -1000.f);
+  return v;
+}
+
+// A token named in tokenizer_config.json: a string or {"content": ...}.
+std::optional<std::string> token_text(const json& tc, const char* key) {
+  if (!tc.contains(key)) return std::nullopt;
+  const json& x = tc[key];
+  if (x.is_string()) return x.get<std::string>();
+  if (x.is_object() && x.contains("content") && x["content"].is_string()) {
+    return x["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void write_tokenizer(const TokenizerInput& in, gguf::Writer& w) {
+  const fs::path dir(in.dir);
+  const json tc = fs::exists(dir / "tokenizer_config.json")
+                      ? read_json(dir / "tokenizer_config.json")
+                      : json::object();
+  const json& cfg = *static_cast<const json*>(in.config);
+  Vocab v;
+  std::vector<std::string> merges;
+  const bool spm = in.arch == "llama" && fs::exists(dir / "tokenizer.model");
+  if (spm) {
+    v = read_spm(dir / "tokenizer.model", in.n_vocab);
+    w.set("tokenizer.ggml.model", gguf::Value::str("llama"));
+    w.set("tokenizer.ggml.scores", gguf::Value::f32_array(v.scores));
+    if (tc.contains("add_prefix_space") && tc["add_prefix_space"].is_boolean()) {
+      w.set("tokenizer.ggml.add_space_prefix",
+            gguf::Value::boolean(tc["add_prefix_space"].get<bool>()));
+    }
+  } else if (fs::exists(dir / "tokenizer.json")) {
+    v = read_bpe(dir / "tokenizer.json", read_json(dir / "tokenizer.json"), in.n_vocab, &merges);
+    w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+    w.set("tokenizer.ggml.pre", gguf::Value::str(in.pre));
+  } else {
+    throw Error(in.dir + ": no tokenizer.json (or tokenizer.model) to convert");
+  }
+  w.set("tokenizer.ggml.tokens", gguf::Value::str_array(v.tokens));
+  w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(v.types));
+  if (!spm) w.set("tokenizer.ggml.merges", gguf::Value::str_array(merges));
+
+  // Special tokens: tokenizer_config.json names them; config.json's ids are the fallback.
+  const struct {
+    const char* hf;
+    const char* gguf;
+    const char* config_id;
+  } specials[] = {
+      {"bos_token", "tokenizer.ggml.bos_token_id", "bos_token_id"},
+      {"eos_token", "tokenizer.ggml.eos_token_id", "eos_token_id"},
+      {"unk_token", "tokenizer.ggml.unknown_token_id", nullptr},
+      {"pad_token", "tokenizer.ggml.padding_token_id", "pad_token_id"},
+  };
+  for (const auto& s : specials) {
+    int64_t id = -1;
+    if (auto text = token_text(tc, s.hf)) {
+      auto it = v.ids.find(*text);
+      if (it != v.ids.end())
+        id = it->second;
+      else if (in.warn)
+        in.warn("tokenizer_config.json: " + std::string(s.hf) + " '" + gguf::printable(*text) +
+                "' is not in the vocabulary");
+    }
+    if (id < 0 && s.config_id && cfg.contains(s.config_id) &&
+        cfg[s.config_id].is_number_unsigned()) {
+      id = cfg[s.config_id].get<int64_t>();
+    }
+    if (id >= 0 && id < in.n_vocab) w.set(s.gguf, gguf::Value::u32(uint32_t(id)));
+  }
+  for (const char* k : {"add_bos_token", "add_eos_token"}) {
+    if (tc.contains(k) && tc[k].is_boolean()) {
+      w.set(std::string("tokenizer.ggml.") + k, gguf::Value::boolean(tc[k].get<bool>()));
+    }
+  }
+
+  // Chat template(s).
+  if (tc.contains("chat_template") && tc["chat_template"].is_string()) {
+    w.set("tokenizer.chat_template", gguf::Value::str(tc["chat_template"].get<std::string>()));
+  } else if (tc.contains("chat_template") && tc["chat_template"].is_array()) {
+    std::vector<std::string> names;
+    for (const json& t : tc["chat_template"]) {
+      if (!t.is_object() || !t.contains("name") || !t.contains("template") ||
+          !t["name"].is_string() || !t["template"].is_string()) {
+        throw Error(in.dir +
+                    "/tokenizer_config.json: chat_template list entries need name and "
+                    "template strings");
+      }
+      const std::string name = t["name"].get<std::string>();
+      const std::string key =
+          name == "default" ? "tokenizer.chat_template" : "tokenizer.chat_template." + name;
+      w.set(key, gguf::Value::str(t["template"].get<std::string>()));
+      if (name != "default") names.push_back(name);
+    }
+    if (!names.empty()) w.set("tokenizer.chat_templates", gguf::Value::str_array(names));
+  } else if (fs::exists(dir / "chat_template.jinja")) {
+    w.set("tokenizer.chat_template", gguf::Value::str(read_text(dir / "chat_template.jinja")));
+  }
+}
+
+}  // namespace lynx::convert

@@ -1,0 +1,281 @@
+// Bad checkpoints: each defect ends in a lynx::Error that names it, and no output file is left.
+// Each test copies a good checkpoint (make_hf_checkpoint.py) to a scratch directory and breaks
+// one thing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../scratch.h"
+#include "hf_fixtures.h"
+#include "lynx/convert.h"
+#include "lynx/error.h"
+
+namespace lynx {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A private copy of checkpoint `name`.
+std::string copy_of(const std::string& name) {
+  const std::string root = test::hf_checkpoints();
+  if (root.empty()) return {};
+  const std::string dst = test::scratch_path(name);
+  fs::remove_all(dst);
+  fs::copy(root + "/" + name, dst, fs::copy_options::recursive);
+  return dst;
+}
+
+json read_json(const std::string& p) {
+  std::ifstream f(p);
+  return json::parse(f);
+}
+void write_json(const std::string& p, const json& j) {
+  std::ofstream(p) << j.dump();
+}
+
+// A safetensors file as (header JSON, data bytes), and back.
+struct St {
+  json header;
+  std::string data;
+};
+St read_st(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string h(n, '\0');
+  f.read(h.data(), std::streamsize(n));
+  St st{json::parse(h), std::string(std::istreambuf_iterator<char>(f), {})};
+  return st;
+}
+void write_st(const std::string& p, const St& st) {
+  const std::string h = st.header.dump();
+  const uint64_t n = h.size();
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << h << st.data;
+}
+
+// Converts `dir`, expecting a lynx::Error containing every one of `parts`; no output left.
+void expect_error(const std::string& dir, std::initializer_list<const char*> parts) {
+  const std::string out = test::scratch_path("out.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  try {
+    convert_hf(dir, out, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const char* p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+#define CHECKPOINT(var, name)            \
+  const std::string var = copy_of(name); \
+  if (var.empty()) GTEST_SKIP() << "python3 with numpy is not available"
+
+TEST(ConvertErrors, MissingConfigKey) {
+  CHECKPOINT(d, "mixtral");
+  json c = read_json(d + "/config.json");
+  c.erase("hidden_size");
+  write_json(d + "/config.json", c);
+  expect_error(d, {"config.json", "missing key \"hidden_size\"", "mixtral"});
+}
+
+TEST(ConvertErrors, MistypedConfigKey) {
+  CHECKPOINT(d, "olmoe");
+  json c = read_json(d + "/config.json");
+  c["num_hidden_layers"] = "two";
+  write_json(d + "/config.json", c);
+  expect_error(d, {"num_hidden_layers", "integer"});
+}
+
+TEST(ConvertErrors, UnknownModelType) {
+  CHECKPOINT(d, "qwen3");
+  json c = read_json(d + "/config.json");
+  c["model_type"] = "gpt_neox";
+  write_json(d + "/config.json", c);
+  expect_error(d, {"model_type 'gpt_neox'", "supported: ", "mixtral", "deepseek_v3"});
+}
+
+TEST(ConvertErrors, NoConfig) {
+  CHECKPOINT(d, "qwen3");
+  fs::remove(d + "/config.json");
+  expect_error(d, {"no config.json"});
+}
+
+TEST(ConvertErrors, TruncatedSafetensors) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  fs::resize_file(p, fs::file_size(p) - 100);
+  expect_error(d, {"model.safetensors", "out of range", "truncated"});
+  fs::resize_file(p, 5);  // not even the header length
+  expect_error(d, {"truncated safetensors file"});
+}
+
+TEST(ConvertErrors, HeaderLengthBeyondFile) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  const uint64_t huge = uint64_t(1) << 40;
+  f.write(reinterpret_cast<const char*>(&huge), 8);
+  f.close();
+  expect_error(d, {"header length"});
+}
+
+TEST(ConvertErrors, HeaderOffsetsOutOfRange) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  auto& e = st.header["model.norm.weight"]["data_offsets"];
+  e[1] = e[1].get<uint64_t>() + (uint64_t(1) << 32);
+  write_st(p, st);
+  expect_error(d, {"model.norm.weight", "data_offsets", "out of range"});
+}
+
+TEST(ConvertErrors, DtypeDoesNotMatchBytes) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header["model.norm.weight"]["dtype"] = "F16";  // the bytes are F32: twice the size
+  write_st(p, st);
+  expect_error(d, {"model.norm.weight", "bytes for dtype F16"});
+}
+
+TEST(ConvertErrors, UnsupportedDtype) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header["model.norm.weight"]["dtype"] = "F8_E4M3";
+  write_st(p, st);
+  expect_error(d, {"model.norm.weight", "F8_E4M3", "not supported"});
+}
+
+TEST(ConvertErrors, HeaderNotJson) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write("{\"x\": ]", 7);
+  f.close();
+  expect_error(d, {"not valid JSON"});
+}
+
+TEST(ConvertErrors, MissingShard) {
+  CHECKPOINT(d, "qwen2_moe");
+  fs::remove(d + "/model-00002-of-00002.safetensors");
+  expect_error(d, {"model-00002-of-00002.safetensors", "missing"});
+}
+
+TEST(ConvertErrors, IndexNamesATensorTheShardLacks) {
+  CHECKPOINT(d, "qwen2_moe");
+  json idx = read_json(d + "/model.safetensors.index.json");
+  idx["weight_map"]["model.layers.0.mlp.extra.weight"] = "model-00001-of-00002.safetensors";
+  write_json(d + "/model.safetensors.index.json", idx);
+  expect_error(d, {"model.layers.0.mlp.extra.weight", "does not hold it"});
+}
+
+TEST(ConvertErrors, MissingTensor) {
+  CHECKPOINT(d, "qwen3_moe");
+  json c = read_json(d + "/config.json");
+  c["num_hidden_layers"] = 3;  // layer 2 is not in the checkpoint
+  write_json(d + "/config.json", c);
+  expect_error(d, {"model.layers.2.", "missing from the checkpoint", "blk.2."});
+}
+
+TEST(ConvertErrors, MissingExpert) {
+  CHECKPOINT(d, "olmoe");
+  json c = read_json(d + "/config.json");
+  c["num_experts"] = c["num_experts"].get<int>() + 1;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"mlp.experts.16.", "missing", "ffn_"});
+}
+
+TEST(ConvertErrors, UnusedTensor) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header["model.layers.0.self_attn.rotary_emb.inv_freq"] = st.header["model.norm.weight"];
+  st.header["model.layers.0.mystery.weight"] = st.header["model.norm.weight"];
+  write_st(p, st);
+  expect_error(d, {"model.layers.0.mystery.weight", "not used by the mixtral mapping"});
+}
+
+TEST(ConvertErrors, ExpertShapesDiffer) {
+  CHECKPOINT(d, "mixtral");
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  auto& e = st.header["model.layers.0.block_sparse_moe.experts.3.w1.weight"];
+  const auto shape = e["shape"].get<std::vector<int64_t>>();
+  e["shape"] = {shape[1], shape[0]};  // same bytes, transposed shape
+  write_st(p, st);
+  expect_error(d, {"experts.3.w1.weight", "stacked into blk.0.ffn_gate_exps.weight"});
+}
+
+TEST(ConvertErrors, HeadsDoNotDivideQ) {
+  CHECKPOINT(d, "mixtral");
+  json c = read_json(d + "/config.json");
+  c["num_attention_heads"] = 3;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"q_proj", "heads"});
+}
+
+TEST(ConvertErrors, NoTokenizer) {
+  CHECKPOINT(d, "qwen3");
+  fs::remove(d + "/tokenizer.json");
+  expect_error(d, {"no tokenizer.json"});
+}
+
+TEST(ConvertErrors, TokenIdBeyondEmbedding) {
+  CHECKPOINT(d, "qwen3");
+  json t = read_json(d + "/tokenizer.json");
+  t["added_tokens"][0]["id"] = 100000;
+  write_json(d + "/tokenizer.json", t);
+  expect_error(d, {"tokenizer.json", "100000", "embedding rows"});
+}
+
+TEST(ConvertErrors, UnknownType) {
+  CHECKPOINT(d, "qwen3");
+  const std::string out = test::scratch_path("out.gguf");
+  ConvertOptions o;
+  o.type = "q9_9";
+  try {
+    convert_hf(d, out, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q9_9"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(ConvertErrors, MlaSplitOnlyForDeepseek) {
+  CHECKPOINT(d, "qwen3");
+  const std::string out = test::scratch_path("out.gguf");
+  ConvertOptions o;
+  o.mla_split = true;
+  try {
+    convert_hf(d, out, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DeepSeek models, not qwen3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(ConvertErrors, RopeScalingRefusedWhereUnsupported) {
+  CHECKPOINT(d, "qwen3");
+  json c = read_json(d + "/config.json");
+  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  write_json(d + "/config.json", c);
+  expect_error(d, {"rope_scaling"});
+}
+
+}  // namespace
+}  // namespace lynx

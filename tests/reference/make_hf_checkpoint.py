@@ -1,0 +1,459 @@
+"""Builds tiny Hugging Face-layout checkpoints for the `lynx-moe convert` tests (NumPy only).
+
+    /usr/bin/python3 tests/reference/make_hf_checkpoint.py --out DIR
+
+Each checkpoint is a directory as the families ship them: config.json, *.safetensors (written
+here byte by byte: u64 header length, JSON header, row-major data), tokenizer.json and
+tokenizer_config.json (with a chat template).
+
+Where a golden exists (tests/reference/fixtures: llama-moe = Mixtral, llama-dense = Llama,
+qwen2moe, qwen3moe, olmoe, and mla/tiny-deepseek-v2 / v3), the checkpoint is made by INVERTING
+the conversion on the fixture's GGUF weights, written independently of src/convert:
+  - llama: ggml's adjacent-pair q/k rows put back into HF's rotate-half order
+    (GGUF rows (head, hd/2, 2) -> HF rows (head, 2, hd/2));
+  - stacked experts ffn_*_exps [n_expert, rows, cols] split into one HF tensor per expert
+    (Mixtral w1 = gate, w3 = up, w2 = down; the others gate_proj / up_proj / down_proj);
+  - DeepSeek: attn_k_b [head, kv_lora, nope] and attn_v_b [head, v, kv_lora] joined into
+    kv_b_proj [head * (nope + v), kv_lora] (per head: k_b^T rows, then v_b rows).
+Converting the checkpoint must then reproduce the fixture's golden logits (the goldens come
+from reference.py / deepseek2_ref.py on the fixture), so the C++ converter's permutation,
+stacking and naming are checked against independent code.
+
+qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF16 values, to
+exercise those dtypes) and expected.gguf is written beside them from the same values, with
+the llama.cpp names; the test compares the converted file with it tensor by tensor.
+
+qwen2moe is written as two shards with model.safetensors.index.json, deepseek_v2 as three;
+mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
+converter prefers for the llama family, as llama.cpp's does.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gguf_np as G  # noqa: E402
+
+FIX = os.path.join(HERE, "fixtures")
+
+
+# ---------------------------------------------------------------------------------------
+# safetensors and tokenizer files
+# ---------------------------------------------------------------------------------------
+
+def tensor_bytes(x, dtype):
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "BF16":
+        return G.f32_to_bf16_bits(x).astype("<u2").tobytes()
+    return x.astype({"F32": "<f4", "F16": "<f2"}[dtype]).tobytes()
+
+
+def write_safetensors(path, tensors, dtype):
+    """tensors: list of (name, numpy array) in file order, all written as `dtype`."""
+    header, blobs, off = {}, [], 0
+    for name, x in tensors:
+        raw = tensor_bytes(x, dtype)
+        header[name] = {"dtype": dtype, "shape": list(x.shape),
+                        "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)  # the data section starts 8-aligned, as the library does
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_checkpoint(d, config, tensors, dtype="F32", shards=1, tokenizer=None):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    if shards == 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors, dtype)
+    else:
+        weight_map = {}
+        per = (len(tensors) + shards - 1) // shards
+        for s in range(shards):
+            name = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+            part = tensors[s * per:(s + 1) * per]
+            write_safetensors(os.path.join(d, name), part, dtype)
+            for n, _ in part:
+                weight_map[n] = name
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=1)
+    tok, tok_cfg = tokenizer
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, ensure_ascii=False)
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+                 "{% endif %}")
+
+
+def make_tokenizer(n_vocab, merges_as_pairs, template_list=False):
+    """A byte-level BPE tokenizer.json of n_vocab ids: printable ASCII, 'Ġ' (space) and three
+    merged tokens from 0 up, ids in the middle left unassigned (llama.cpp pads them), and the
+    last four ids added tokens (three special, one not)."""
+    chars = ["\u0120"] + [chr(c) for c in range(33, 127)]
+    merged = ["\u0120t", "he", "\u0120the"]
+    base = chars + merged
+    n_plain = min(len(base), n_vocab - 4 - 3)  # leave at least 3 ids unassigned
+    vocab = {t: i for i, t in enumerate(base[:n_plain])}
+    merges = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he")]
+    merges = [m for m in merges if "".join(m) in vocab]
+    added = [
+        {"id": n_vocab - 4, "content": "<tool>", "special": False},
+        {"id": n_vocab - 3, "content": "<|endoftext|>", "special": True},
+        {"id": n_vocab - 2, "content": "<|im_start|>", "special": True},
+        {"id": n_vocab - 1, "content": "<|im_end|>", "special": True},
+    ]
+    for a in added:
+        a.update({"single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+    tok = {
+        "version": "1.0",
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "vocab": vocab,
+                  "merges": [list(m) for m in merges] if merges_as_pairs
+                  else [" ".join(m) for m in merges]},
+    }
+    tok_cfg = {"eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>"},
+               "bos_token": None, "add_bos_token": False}
+    if template_list:
+        tok_cfg["chat_template"] = [{"name": "default", "template": CHAT_TEMPLATE},
+                                    {"name": "tool_use", "template": "{{ tools }}"}]
+    else:
+        tok_cfg["chat_template"] = CHAT_TEMPLATE
+    return tok, tok_cfg
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(num, wire, payload):
+    return _varint(num << 3 | wire) + payload
+
+
+def write_sentencepiece(path, pieces):
+    """A SentencePiece tokenizer.model (protobuf ModelProto) of (piece, score, type) triples:
+    field 1 repeated SentencePiece {1: piece, 2: score (float), 3: type}; a trainer_spec
+    (field 2) is written too, which readers must skip."""
+    out = bytearray()
+    for text, score, ptype in pieces:
+        raw = text.encode()
+        msg = _field(1, 2, _varint(len(raw)) + raw) + _field(2, 5, struct.pack("<f", score))
+        if ptype != 1:
+            msg += _field(3, 0, _varint(ptype))
+        out += _field(1, 2, _varint(len(msg)) + msg)
+    spec = _field(3, 0, _varint(8000))  # trainer_spec.vocab_size, skipped by the converter
+    out += _field(2, 2, _varint(len(spec)) + spec)
+    with open(path, "wb") as f:
+        f.write(bytes(out))
+
+
+SPM_PIECES = ([("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+              + [(t, -float(i), 1) for i, t in enumerate(
+                  ["\u2581the", "\u2581t", "he", "\u2581", "t", "h", "e", "a", "b", "c"])])
+
+
+# ---------------------------------------------------------------------------------------
+# GGUF fixture -> HF layout (the inverse of convert_hf_to_gguf's transforms)
+# ---------------------------------------------------------------------------------------
+
+def unpermute(w, n_heads):
+    """GGUF (ggml NORM rope, adjacent pairs) rows -> HF rotate-half rows, per head."""
+    rows = w.shape[0]
+    hd = rows // n_heads
+    return (w.reshape(n_heads, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_kv(g, arch, key, default=None):
+    return g.get(arch + "." + key, default)
+
+
+def common_config(g, arch, model_type):
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    c = {
+        "model_type": model_type,
+        "hidden_size": k("embedding_length"),
+        "num_hidden_layers": k("block_count"),
+        "num_attention_heads": k("attention.head_count"),
+        "num_key_value_heads": k("attention.head_count_kv", k("attention.head_count")),
+        "rms_norm_eps": float(np.float32(k("attention.layer_norm_rms_epsilon"))),
+        "rope_theta": float(k("rope.freq_base", 10000.0)),
+        "max_position_embeddings": k("context_length"),
+        "vocab_size": g.tensors["token_embd.weight"].ne[1],
+        "tie_word_embeddings": "output.weight" not in g.tensors,
+        "torch_dtype": "float32",
+    }
+    if k("feed_forward_length") is not None:
+        c["intermediate_size"] = k("feed_forward_length")
+    return c
+
+
+GQA_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "mlp.gate.weight",
+    "ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
+    "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
+    "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
+    "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
+    # DeepSeek
+    "attn_q_a.weight": "self_attn.q_a_proj.weight",
+    "attn_q_a_norm.weight": "self_attn.q_a_layernorm.weight",
+    "attn_q_b.weight": "self_attn.q_b_proj.weight",
+    "attn_kv_a_mqa.weight": "self_attn.kv_a_proj_with_mqa.weight",
+    "attn_kv_a_norm.weight": "self_attn.kv_a_layernorm.weight",
+    "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
+}
+EXPERT_NAMES = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
+                "ffn_down_exps.weight": "down_proj"}
+MIXTRAL_EXPERT_NAMES = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3",
+                        "ffn_down_exps.weight": "w2"}
+
+
+def hf_tensors(g, arch, config):
+    """The fixture's tensors under their HF names, in HF layout (float32)."""
+    n_head, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
+    out = []
+    kb = {}
+    for name, t in g.tensors.items():
+        x = t.to_numpy().astype(np.float32)
+        if name == "token_embd.weight":
+            out.append(("model.embed_tokens.weight", x))
+            continue
+        if name == "output_norm.weight":
+            out.append(("model.norm.weight", x))
+            continue
+        if name == "output.weight":
+            out.append(("lm_head.weight", x))
+            continue
+        _, layer, rest = name.split(".", 2)
+        p = "model.layers.%s." % layer
+        if rest in EXPERT_NAMES:
+            for e in range(x.shape[0]):
+                if arch == "llama":
+                    hf = p + "block_sparse_moe.experts.%d.%s.weight" % (
+                        e, MIXTRAL_EXPERT_NAMES[rest])
+                else:
+                    hf = p + "mlp.experts.%d.%s.weight" % (e, EXPERT_NAMES[rest])
+                out.append((hf, x[e]))
+            continue
+        if arch == "llama" and rest == "attn_q.weight":
+            x = unpermute(x, n_head)
+        if arch == "llama" and rest == "attn_k.weight":
+            x = unpermute(x, n_kv)
+        if arch == "llama" and rest == "ffn_gate_inp.weight":
+            out.append((p + "block_sparse_moe.gate.weight", x))
+            continue
+        if arch == "deepseek2" and rest.startswith("ffn_") and "shexp" in rest:
+            out.append((p + GQA_NAMES[rest].replace("shared_expert.", "shared_experts."), x))
+            continue
+        if rest in ("attn_k_b.weight", "attn_v_b.weight"):
+            kb.setdefault(layer, {})[rest] = x
+            if len(kb[layer]) == 2:
+                k_b, v_b = kb[layer]["attn_k_b.weight"], kb[layer]["attn_v_b.weight"]
+                heads = [np.concatenate([k_b[h].T, v_b[h]], axis=0) for h in range(k_b.shape[0])]
+                out.append((p + "self_attn.kv_b_proj.weight", np.concatenate(heads, axis=0)))
+            continue
+        if rest == "ffn_gate_inp_shexp.weight":
+            x = x.reshape(1, -1)  # HF's Linear(hidden, 1)
+        out.append((p + GQA_NAMES[rest], x))
+    return out
+
+
+def from_fixture(out_dir, name, gguf_path, model_type, extra, shards=1, pairs=False, tlist=False,
+                 spm=False):
+    g = G.read_gguf(gguf_path)
+    arch = g.get("general.architecture")
+    config = common_config(g, arch, model_type)
+    config.update(extra(g, arch))
+    tensors = hf_tensors(g, arch, config)
+    tok = make_tokenizer(config["vocab_size"], pairs, tlist)
+    write_checkpoint(os.path.join(out_dir, name), config, tensors, "F32", shards, tok)
+    if spm:  # Mixtral ships a SentencePiece model, which llama.cpp prefers to tokenizer.json
+        write_sentencepiece(os.path.join(out_dir, name, "tokenizer.model"), SPM_PIECES)
+        with open(os.path.join(out_dir, name, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                       "add_bos_token": True, "add_eos_token": False,
+                       "chat_template": "{{ bos_token }}{% for m in messages %}[INST] "
+                                        "{{ m['content'] }} [/INST]{% endfor %}"}, f)
+
+
+def llama_extra(g, arch):
+    c = {}
+    if gguf_kv(g, arch, "expert_count"):
+        c["num_local_experts"] = gguf_kv(g, arch, "expert_count")
+        c["num_experts_per_tok"] = gguf_kv(g, arch, "expert_used_count")
+    return c
+
+
+def qwen_moe_extra(norm_topk):
+    def f(g, arch):
+        c = {"num_experts": gguf_kv(g, arch, "expert_count"),
+             "num_experts_per_tok": gguf_kv(g, arch, "expert_used_count"),
+             "norm_topk_prob": norm_topk}
+        if gguf_kv(g, arch, "expert_feed_forward_length"):
+            c["moe_intermediate_size"] = gguf_kv(g, arch, "expert_feed_forward_length")
+        if gguf_kv(g, arch, "expert_shared_feed_forward_length"):
+            c["shared_expert_intermediate_size"] = gguf_kv(g, arch,
+                                                           "expert_shared_feed_forward_length")
+        if gguf_kv(g, arch, "attention.key_length"):
+            c["head_dim"] = gguf_kv(g, arch, "attention.key_length")
+        return c
+    return f
+
+
+def deepseek_extra(g, arch):
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    rope = k("rope.dimension_count")
+    c = {
+        "kv_lora_rank": k("attention.kv_lora_rank"),
+        "q_lora_rank": k("attention.q_lora_rank") or None,
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": k("attention.key_length_mla") - rope,
+        "v_head_dim": k("attention.value_length_mla"),
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "n_routed_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "n_shared_experts": k("expert_shared_count"),
+        "first_k_dense_replace": k("leading_dense_block_count"),
+        "moe_layer_freq": 1,
+        "routed_scaling_factor": float(k("expert_weights_scale")),
+        "norm_topk_prob": bool(k("expert_weights_norm")),
+        "scoring_func": "sigmoid" if k("expert_gating_func") == 2 else "softmax",
+        "topk_method": "noaux_tc" if k("expert_group_count") else "greedy",
+        "n_group": k("expert_group_count", 1),
+        "topk_group": k("expert_group_used_count", 1),
+        "num_key_value_heads": k("attention.head_count"),
+    }
+    return c
+
+
+# ---------------------------------------------------------------------------------------
+# Dense Qwen2 / Qwen3: weights drawn here, expected GGUF written from the same values
+# ---------------------------------------------------------------------------------------
+
+def dense_qwen(out_dir, name, model_type, arch, dtype, seed):
+    rng = np.random.default_rng(seed)
+    E, L, H, KV, hd, F, V = 64, 2, 4, 2, 32 if arch == "qwen3" else 16, 96, 128
+    cast = {"F16": lambda x: x.astype(np.float16).astype(np.float32),
+            "BF16": lambda x: G.bf16_bits_to_f32(G.f32_to_bf16_bits(x.astype(np.float32)))}[dtype]
+    mat = lambda r, c: cast(rng.standard_normal((r, c)) / np.sqrt(c))  # noqa: E731
+    vec = lambda n: cast(1 + 0.05 * rng.standard_normal(n))  # noqa: E731
+    hf, gg = [], []  # (name, array); (name, array, is_matrix)
+
+    def add(hname, gname, x):
+        hf.append((hname, x))
+        gg.append((gname, x))
+    add("model.embed_tokens.weight", "token_embd.weight", mat(V, E))
+    for i in range(L):
+        p, b = "model.layers.%d." % i, "blk.%d." % i
+        add(p + "input_layernorm.weight", b + "attn_norm.weight", vec(E))
+        add(p + "self_attn.q_proj.weight", b + "attn_q.weight", mat(H * hd, E))
+        add(p + "self_attn.k_proj.weight", b + "attn_k.weight", mat(KV * hd, E))
+        add(p + "self_attn.v_proj.weight", b + "attn_v.weight", mat(KV * hd, E))
+        if arch == "qwen2":
+            bias = lambda n: cast(0.02 * rng.standard_normal(n))  # noqa: E731
+            add(p + "self_attn.q_proj.bias", b + "attn_q.bias", bias(H * hd))
+            add(p + "self_attn.k_proj.bias", b + "attn_k.bias", bias(KV * hd))
+            add(p + "self_attn.v_proj.bias", b + "attn_v.bias", bias(KV * hd))
+        else:
+            add(p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", vec(hd))
+            add(p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", vec(hd))
+        add(p + "self_attn.o_proj.weight", b + "attn_output.weight", mat(E, H * hd))
+        add(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", vec(E))
+        add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", mat(F, E))
+        add(p + "mlp.up_proj.weight", b + "ffn_up.weight", mat(F, E))
+        add(p + "mlp.down_proj.weight", b + "ffn_down.weight", mat(E, F))
+    add("model.norm.weight", "output_norm.weight", vec(E))
+    add("lm_head.weight", "output.weight", mat(V, E))
+    config = {"model_type": model_type, "hidden_size": E, "num_hidden_layers": L,
+              "num_attention_heads": H, "num_key_value_heads": KV, "intermediate_size": F,
+              "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 512,
+              "vocab_size": V, "tie_word_embeddings": False, "rope_scaling": None,
+              "torch_dtype": "float16" if dtype == "F16" else "bfloat16"}
+    if arch == "qwen3":
+        config["head_dim"] = hd
+    d = os.path.join(out_dir, name)
+    write_checkpoint(d, config, hf, dtype, 1, make_tokenizer(V, arch == "qwen3", arch == "qwen3"))
+    # expected.gguf: matrices in the checkpoint's type, vectors F32 (as convert writes them).
+    gtype = {"F16": 1, "BF16": 30}[dtype]
+    a = arch + "."
+    kv = [("general.architecture", G.string(arch)),
+          (a + "block_count", G.u32(L)), (a + "context_length", G.u32(512)),
+          (a + "embedding_length", G.u32(E)), (a + "feed_forward_length", G.u32(F)),
+          (a + "attention.head_count", G.u32(H)), (a + "attention.head_count_kv", G.u32(KV)),
+          (a + "rope.freq_base", G.f32(1000000.0)),
+          (a + "attention.layer_norm_rms_epsilon", G.f32(1e-6))]
+    if arch == "qwen3":
+        kv += [(a + "attention.key_length", G.u32(hd)), (a + "attention.value_length", G.u32(hd))]
+    tensors = []
+    for gname, x in gg:
+        ne = list(reversed(x.shape))
+        t = gtype if x.ndim == 2 else 0
+        tensors.append((gname, ne, t, G.encode_tensor(x, t)))
+    G.write_gguf(os.path.join(d, "expected.gguf"), kv, tensors)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    f = lambda n: os.path.join(FIX, n)  # noqa: E731
+    from_fixture(out, "mixtral", f("llama-moe-f32.gguf"), "mixtral", llama_extra, pairs=True,
+                 spm=True)
+    from_fixture(out, "llama", f("llama-dense-f32.gguf"), "llama", llama_extra)
+    from_fixture(out, "qwen2_moe", f("qwen2moe-f32.gguf"), "qwen2_moe", qwen_moe_extra(False),
+                 shards=2)
+    from_fixture(out, "qwen3_moe", f("qwen3moe-f32.gguf"), "qwen3_moe", qwen_moe_extra(True),
+                 tlist=True)
+    from_fixture(out, "olmoe", f("olmoe-f32.gguf"), "olmoe", qwen_moe_extra(False))
+    from_fixture(out, "deepseek_v2", f("mla/tiny-deepseek-v2.gguf"), "deepseek_v2", deepseek_extra,
+                 shards=3)
+    from_fixture(out, "deepseek_v3", f("mla/tiny-deepseek-v3.gguf"), "deepseek_v3", deepseek_extra)
+    dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
+    dense_qwen(out, "qwen3", "qwen3", "qwen3", "BF16", 2002)
+    print("wrote HF checkpoints under", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
