@@ -36,7 +36,7 @@ RoutingControl make_control(const ServerOptions& o) {
       throw Error("--routing '" + o.routing + "' costs more than --accuracy-budget allows");
     }
   }
-  return RoutingControl(std::move(ladder), max_level, o.tpot_slo_s, fixed);
+  return RoutingControl(std::move(ladder), max_level, o.tpot_slo_s, fixed, o.slo_window_steps);
 }
 
 ContextOptions context_options(const ServerOptions& o, const RoutingControl& rc) {

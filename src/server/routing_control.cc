@@ -153,21 +153,22 @@ int SloController::observe(double step_s, int n_decode, int n_waiting) {
 // ---------------------------------------------------------------------------------------
 
 namespace {
-SloControllerOptions controller_options(double target_s, int max_level) {
+SloControllerOptions controller_options(double target_s, int max_level, int window_steps) {
   SloControllerOptions o;
   o.target_s = target_s > 0 ? target_s : 1;  // unused when not adaptive
   o.max_level = max_level;
+  o.window = o.dwell = window_steps;
   return o;
 }
 }  // namespace
 
 RoutingControl::RoutingControl(std::vector<RoutingLevel> ladder, int max_level, double tpot_slo_s,
-                               int fixed_level)
+                               int fixed_level, int window_steps)
     : ladder_(std::move(ladder)),
       max_level_(max_level),
       tpot_slo_s_(tpot_slo_s),
       fixed_level_(fixed_level),
-      ctl_(controller_options(tpot_slo_s, max_level)),
+      ctl_(controller_options(tpot_slo_s, max_level, window_steps)),
       steps_(ladder_.size(), 0) {
   if (ladder_.empty() || max_level_ < 0 || max_level_ >= int(ladder_.size()) || fixed_level_ < 0 ||
       fixed_level_ > max_level_) {

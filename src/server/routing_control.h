@@ -71,8 +71,9 @@ class SloController {
 class RoutingControl {
  public:
   // tpot_slo_s > 0: adaptive from level 0; else fixed at `fixed_level`.
+  // window_steps: the controller's window and dwell (SloControllerOptions).
   RoutingControl(std::vector<RoutingLevel> ladder, int max_level, double tpot_slo_s,
-                 int fixed_level);
+                 int fixed_level, int window_steps = 16);
 
   const std::vector<RoutingLevel>& ladder() const { return ladder_; }
   int max_level() const { return max_level_; }

@@ -176,6 +176,17 @@ TEST(AdaptiveRouting, RisesLevelByLevelWhenEveryStepMissesTheTarget) {
   EXPECT_EQ(get(srv, "/v1/models").j()["data"][0]["meta"]["routing"], "adaptive");
 }
 
+TEST(AdaptiveRouting, TheWindowSetsThePace) {
+  ServerOptions o = tiny_options();
+  o.routing_ladder = kLadder;
+  o.tpot_slo_s = 1e-6;
+  o.slo_window_steps = 5;
+  Running srv(o);
+  Reply r = post(srv, "/v1/completions", body("", 40));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 5}, {1, 5}, {2, 29}}));
+}
+
 TEST(AdaptiveRouting, BudgetAndCapsBoundTheController) {
   ServerOptions o = tiny_options();
   o.routing_ladder = kLadder;
@@ -220,6 +231,7 @@ TEST(AdaptiveRouting, BadConfigurationsAreRefusedAtStartup) {
     o.routing = "oea:k0=4";
   });
   bad([](ServerOptions& o) { o.tpot_slo_s = -1; });
+  bad([](ServerOptions& o) { o.slo_window_steps = 0; });
 }
 
 }  // namespace

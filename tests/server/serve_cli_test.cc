@@ -49,6 +49,7 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
       {"--routing ''", "--routing"},
       {"--tpot-slo -5", "--tpot-slo"},
       {"--tpot-slo nan", "--tpot-slo"},
+      {"--slo-window 0", "--slo-window"},
       {"--accuracy-budget -0.5", "--accuracy-budget"},
       {"--api-key a --api-key-file /dev/null", "API key"},
   };

@@ -67,6 +67,7 @@ void validate(const ServerOptions& o, int api_key_sources) {
   if (!(o.tpot_slo_s >= 0 && o.tpot_slo_s <= 3600)) {
     bad_flag("--tpot-slo: must be a number of milliseconds between 0 (off) and 3600000");
   }
+  check_int("--slo-window", o.slo_window_steps, 1, 1000000);
   if (!(o.accuracy_budget_pct >= 0 && o.accuracy_budget_pct <= 1e6) &&
       o.accuracy_budget_pct != -1) {
     bad_flag("--accuracy-budget: must be a percentage >= 0 (e.g. 0.5 for +0.5% perplexity)");
@@ -131,6 +132,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--accuracy-budget", o->accuracy_budget_pct,
                   "Highest perplexity cost in % a routing level may have (needs costs on the "
                   "ladder)");
+  cmd->add_option("--slo-window", o->slo_window_steps,
+                  "Decode steps the --tpot-slo controller averages over and waits between "
+                  "level changes (default 16)");
   cmd->add_flag("--allow-request-routing", o->allow_request_routing,
                 "Requests may name a routing level or spec and cap theirs (max_routing_level)");
   auto trace = std::make_shared<std::string>();
