@@ -76,6 +76,10 @@ struct GenerationRequest {
 struct SchedulerOptions {
   int max_batch = 16;         // sequences decoding at once
   int max_step_tokens = 256;  // token budget of one step (decode tokens + prefill chunks)
+  // Called before each step's forward pass with the ids of the requests that have a decode
+  // token in it (admitted, past their prompt, not ended), so that the caller can choose the
+  // step's routing policy from them (the server's per-request routing); empty: none.
+  std::function<void(std::span<const int64_t> decoding)> before_step;
 };
 
 struct SchedulerStats {

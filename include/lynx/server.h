@@ -11,7 +11,8 @@
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (streaming as server-sent events
 // ending in `data: [DONE]`, or one JSON body), GET /v1/models, GET /health, GET /metrics
 // (Prometheus text format). Extensions to the OpenAI request: "routing": "exact" (this
-// request's decode tokens are never remapped), "ignore_eos", "top_k".
+// request's decode tokens are never remapped), a routing level or spec and
+// "max_routing_level" (with allow_request_routing), "ignore_eos", "top_k".
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -64,6 +65,20 @@ struct ServerOptions {
   std::function<void(ContextOptions&)> configure_options;
   // One line per event worth an operator's attention (start, errors, shutdown); null = none.
   std::function<void(const std::string&)> log;
+
+  // Routing strength that follows the load (docs/serving.md, "Adaptive routing").
+  // tpot_slo_s > 0: the engine moves along the routing ladder (level 0 = exact) to keep the
+  // P99 time per output token under this target; 0: it stays at `routing`'s level.
+  double tpot_slo_s = 0;
+  // "SPEC[@PCT];..." from weakest to strongest ("" = the default: exact and `routing`, or with
+  // a target and routing topk, cover at increasing strength); PCT = the level's measured
+  // perplexity increase in percent, compared with accuracy_budget_pct (< 0: no budget).
+  std::string routing_ladder;
+  double accuracy_budget_pct = -1;
+  // Decode steps the controller averages over and waits between two changes of level.
+  int slo_window_steps = 16;
+  // Requests may name a routing level or spec and cap their own (max_routing_level).
+  bool allow_request_routing = false;
 };
 
 // Reads an API key from a file (the first line, trailing whitespace removed), so that it

@@ -127,6 +127,7 @@ struct Scheduler::Impl {
   std::deque<std::pair<int64_t, GenerationRequest>> waiting;
   // Admission order, as in the loop; unique_ptr: the loop's hooks hold the address.
   std::vector<std::unique_ptr<Active>> active;
+  std::vector<int64_t> decoding;  // scratch of before_step
   SchedulerStats stats;
 
   void erase(const Active* a) {
@@ -161,8 +162,8 @@ void Scheduler::Impl::fail_step(const Error& e) {
   std::vector<int32_t> bad;
   if (const auto* nf = dynamic_cast<const NonFiniteError*>(&e)) bad = nf->sequences();
   auto named = [&](int32_t seq) { return std::find(bad.begin(), bad.end(), seq) != bad.end(); };
-  const bool any = std::any_of(active.begin(), active.end(),
-                               [&](const auto& a) { return named(a->seq); });
+  const bool any =
+      std::any_of(active.begin(), active.end(), [&](const auto& a) { return named(a->seq); });
   if (!any) {
     for (const BatchToken& t : loop.last_batch()) bad.push_back(t.seq);
   }
@@ -268,6 +269,15 @@ bool Scheduler::step() {
     s.admit(id, std::move(req));
   }
   if (s.active.empty()) return false;
+  if (s.opts.before_step) {
+    // A request has a decode token in this step once the logits of its prompt's last token
+    // gave it a first token (generated > 0) and it has not ended.
+    s.decoding.clear();
+    for (const auto& a : s.active) {
+      if (a->generated > 0 && a->why == FinishReason::kNone) s.decoding.push_back(a->id);
+    }
+    s.opts.before_step(s.decoding);
+  }
 
   // Decode tokens first, then prompt chunks (BatchLoop, mixed); sampling and reporting in
   // Impl::on_logits, retirement in on_end.

@@ -4,6 +4,9 @@
 // naming them rather than silently ignored.
 #include "server/api.h"
 
+#include "lynx/error.h"
+#include "lynx/routing.h"
+
 #include <algorithm>
 #include <random>
 
@@ -22,6 +25,59 @@ const json* field(const json& body, const char* key) {
 
 [[noreturn]] void bad_value(const char* key, const std::string& why) {
   throw ApiError(400, std::string("'") + key + "' " + why, key, "invalid_value");
+}
+
+// A routing level named by a request (integer, or a spec on the server's ladder), checked
+// against the ladder and the accuracy budget. Only a server started with
+// --allow-request-routing takes one: elsewhere the operator has not agreed to let clients
+// move the batch's routing, and silently ignoring the field would give the client a routing
+// it did not ask for.
+int routing_level(const json& v, const char* key, const ApiModel& m) {
+  const auto& lv = m.routing_levels;
+  auto ladder = [&] {
+    std::string s;
+    for (size_t i = 0; i < lv.size(); ++i) {
+      s += (i ? ", " : "") + std::to_string(i) + " = " + lv[i];
+    }
+    return s;
+  };
+  if (!m.allow_request_routing) {
+    bad_value(key,
+              "needs a server started with --allow-request-routing (this one takes \"routing\": "
+              "\"exact\" or \"default\" only)");
+  }
+  int level = -1;
+  if (v.is_number_integer()) {
+    const int64_t n = v.get<int64_t>();
+    if (n < 0 || n >= int64_t(lv.size())) {
+      bad_value(key, "level " + std::to_string(n) + " is not on this server's routing ladder (" +
+                         ladder() + ")");
+    }
+    level = int(n);
+  } else {
+    const std::string text = v.get<std::string>();
+    std::string spec;
+    try {
+      spec = make_routing_policy(text)->spec();
+    } catch (const Error& e) {
+      bad_value(key, std::string("is not a routing policy spec: ") + e.what());
+    }
+    const auto it = std::find(lv.begin(), lv.end(), spec);
+    if (it == lv.end()) {
+      // One policy runs per step; levels of one ladder are ordered by strength, so the batch
+      // can take the weakest of its requests' wishes. A spec off the ladder has no place in
+      // that order.
+      bad_value(key,
+                "'" + spec + "' is not a level of this server's routing ladder (" + ladder() + ")");
+    }
+    level = int(it - lv.begin());
+  }
+  if (level > m.max_routing_level) {
+    bad_value(key, "level " + std::to_string(level) + " ('" + lv[size_t(level)] +
+                       "') is above the server's accuracy budget (highest level: " +
+                       std::to_string(m.max_routing_level) + ")");
+  }
+  return level;
 }
 
 // An integer field in [lo, hi]; `def` when absent or null.
@@ -335,12 +391,29 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
     p.logprobs = field(body, "logprobs") && get_int(body, "logprobs", 0, 5, 0) >= 0;
   }
   if (const json* v = field(body, "routing")) {
-    if (!v->is_string()) bad_type("routing", "a string");
-    const std::string r = v->get<std::string>();
-    if (r == "exact" || r == "topk") {
+    if (!v->is_string() && !v->is_number_integer()) {
+      bad_type("routing", "a string (\"exact\", \"default\", a policy spec) or an integer level");
+    }
+    if (v->is_string() && (*v == "exact" || *v == "topk")) {
       p.exact_routing = true;
-    } else if (r != "default") {
-      bad_value("routing", "supports \"exact\" (never remap this request) or \"default\"");
+    } else if (!v->is_string() || *v != "default") {
+      const int level = routing_level(*v, "routing", m);
+      if (level == 0) {
+        p.exact_routing = true;
+      } else {
+        p.routing_level = level;
+      }
+    }
+  }
+  if (const json* v = field(body, "max_routing_level")) {
+    if (!v->is_string() && !v->is_number_integer()) {
+      bad_type("max_routing_level", "an integer level or a policy spec of the routing ladder");
+    }
+    const int level = routing_level(*v, "max_routing_level", m);
+    if (level == 0) {
+      p.exact_routing = true;  // a cap of exact: this request's tokens are routed exact
+    } else {
+      p.max_routing_level = level;
     }
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
@@ -392,6 +465,23 @@ json completion_body(const CompletionParams& p, const std::string& id, int64_t c
                   {"completion_tokens", completion},
                   {"total_tokens", prompt_tokens + completion}};
   return out;
+}
+
+json routing_usage(const std::vector<ChoiceResult>& choices,
+                   const std::vector<std::string>& specs) {
+  std::vector<int64_t> tokens(specs.size(), 0);
+  for (const ChoiceResult& c : choices) {
+    for (size_t l = 0; l < c.level_tokens.size() && l < tokens.size(); ++l) {
+      tokens[l] += c.level_tokens[l];
+    }
+  }
+  json levels = json::array();
+  for (size_t l = 0; l < specs.size(); ++l) {
+    if (tokens[l] > 0) {
+      levels.push_back({{"level", l}, {"spec", specs[l]}, {"decode_tokens", tokens[l]}});
+    }
+  }
+  return {{"levels", std::move(levels)}};
 }
 
 json chunk_body(const CompletionParams& p, const std::string& id, int64_t created,

@@ -36,6 +36,12 @@ struct ApiModel {
   int n_ctx = 0;     // context limit per sequence
   int max_n = 8;
   int max_depth = 64;  // nesting of arrays/objects in a request body
+  // The server's routing ladder (level i runs routing_levels[i]; 0 is exact top-k), the
+  // highest level within its accuracy budget, and whether a request may name a level or cap
+  // its own (serve --allow-request-routing). docs/serving.md, "Adaptive routing".
+  std::vector<std::string> routing_levels = {"topk"};
+  int max_routing_level = 0;
+  bool allow_request_routing = false;
 };
 
 struct CompletionParams {
@@ -48,7 +54,9 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
-  bool exact_routing = false;  // extension "routing": "exact"
+  bool exact_routing = false;  // extension "routing": "exact" (or level 0, or a cap of 0)
+  int routing_level = -1;      // extension "routing": a level or spec (>= 1); -1: the server's
+  int max_routing_level = -1;  // extension "max_routing_level" (>= 1); -1: no cap
   bool ignore_eos = false;     // extension (as vLLM): keep going past end-of-generation tokens
 };
 
@@ -68,7 +76,13 @@ struct ChoiceResult {
   std::vector<float> token_logprob;
   std::string finish_reason;
   int completion_tokens = 0;
+  // Tokens produced by decode steps at each routing level (the first token of a choice comes
+  // from its prompt, which is always routed exact, and is not counted).
+  std::vector<int> level_tokens;
 };
+
+// usage.routing of an answer: per routing level used, its spec and the decode tokens it made.
+json routing_usage(const std::vector<ChoiceResult>& choices, const std::vector<std::string>& specs);
 
 // Non-streaming bodies.
 json completion_body(const CompletionParams& p, const std::string& id, int64_t created,

@@ -6,20 +6,49 @@
 namespace lynx::server {
 
 namespace {
-ContextOptions context_options(const ServerOptions& o) {
+std::string canonical(const std::string& spec) {
+  return make_routing_policy(spec)->spec();
+}
+
+// The ladder: --routing-ladder; else, with a TPOT target and --routing topk, the default
+// ladder; else exact and --routing. Without a target the server stays at --routing's level.
+RoutingControl make_control(const ServerOptions& o) {
+  const bool adaptive = o.tpot_slo_s > 0;
+  std::vector<RoutingLevel> ladder;
+  if (!o.routing_ladder.empty()) {
+    ladder = parse_routing_ladder(o.routing_ladder);
+  } else if (adaptive && canonical(o.routing) == "topk") {
+    ladder = parse_routing_ladder(kDefaultRoutingLadder);
+  } else {
+    ladder = parse_routing_ladder(o.routing);
+  }
+  const int max_level = max_level_for_budget(ladder, o.accuracy_budget_pct);
+  int fixed = 0;
+  if (!adaptive) {
+    const std::string spec = canonical(o.routing);
+    for (size_t i = 0; i < ladder.size(); ++i) {
+      if (ladder[i].spec == spec) fixed = int(i);
+    }
+    if (ladder[size_t(fixed)].spec != spec) {
+      throw Error("--routing '" + o.routing + "' is not a level of --routing-ladder");
+    }
+    if (fixed > max_level) {
+      throw Error("--routing '" + o.routing + "' costs more than --accuracy-budget allows");
+    }
+  }
+  return RoutingControl(std::move(ladder), max_level, o.tpot_slo_s, fixed, o.slo_window_steps);
+}
+
+ContextOptions context_options(const ServerOptions& o, const RoutingControl& rc) {
   ContextOptions c;
   c.n_threads = o.n_threads;
   c.exact_activations = o.exact_activations;
   c.n_ctx = o.n_ctx;
-  c.routing = o.routing;
+  // The server's spelling of --routing when the server starts at it (what it reports).
+  const std::string& spec = rc.ladder()[size_t(rc.server_level())].spec;
+  c.routing = canonical(o.routing) == spec ? o.routing : spec;
   if (o.configure_options) o.configure_options(c);
   return c;
-}
-SchedulerOptions scheduler_options(const ServerOptions& o) {
-  SchedulerOptions s;
-  s.max_batch = o.max_batch;
-  s.max_step_tokens = o.max_step_tokens;
-  return s;
 }
 }  // namespace
 
@@ -28,9 +57,24 @@ Engine::Engine(const Model& model, const Tokenizer& tok, const ServerOptions& op
     : tok_(tok),
       opts_(opts),
       metrics_(metrics),
-      ctx_(model, context_options(opts)),
-      sched_(ctx_, scheduler_options(opts)),
-      routing_(ctx_.routing()) {
+      control_(make_control(opts)),
+      ctx_(model, context_options(opts, control_)),
+      sched_(ctx_,
+             [&] {
+               SchedulerOptions s;
+               s.max_batch = opts.max_batch;
+               s.max_step_tokens = opts.max_step_tokens;
+               s.before_step = [this](std::span<const int64_t> ids) { before_step(ids); };
+               return s;
+             }()),
+      routing_(control_.adaptive() ? "adaptive" : ctx_.routing()) {
+  // Every level must fit the model (oea:k0 above its k, ...), not only the one it starts at.
+  if (model.config().is_moe()) {
+    for (const RoutingLevel& lv : control_.ladder()) {
+      make_routing_policy(lv.spec, model.config().gating);
+    }
+  }
+  ctx_level_ = step_level_ = control_.server_level();
   if (opts.configure_context) opts.configure_context(ctx_);
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     if (tok.is_eog(id)) eog_.push_back(id);
@@ -107,6 +151,7 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
   {
     std::lock_guard tl(t->mu);
     t->results.resize(size_t(p.n));
+    for (auto& r : t->results) r.level_tokens.assign(control_.ladder().size(), 0);
   }
   t->choices.resize(size_t(p.n));
   for (int i = 0; i < p.n; ++i) {
@@ -130,6 +175,7 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     };
     try {
       t->choices[size_t(i)].sched_id = sched_.submit(std::move(r));
+      by_sched_[t->choices[size_t(i)].sched_id] = {t.get(), i};
     } catch (const std::exception& e) {
       // Validated by the handler already; a refusal here is a server-side inconsistency.
       {
@@ -144,6 +190,7 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
 bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
   Task::Choice& c = t.choices[size_t(i)];
   const double now = now_seconds();
+  const bool decoded = c.tokens > 0;  // the first token comes from the prompt (exact)
   if (c.tokens == 0) {
     metrics_.first_token(now - t.t_arrival);
   } else {
@@ -165,6 +212,7 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
     r.token_text.insert(r.token_text.end(), ev.token_text.begin(), ev.token_text.end());
     r.token_logprob.insert(r.token_logprob.end(), ev.token_logprob.begin(), ev.token_logprob.end());
     r.completion_tokens = c.tokens;
+    if (decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
     if (!ev.text.empty() || !ev.token_text.empty()) t.events.push_back(std::move(ev));
   }
   t.cv.notify_all();
@@ -176,7 +224,10 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   std::string reason = finish_reason_name(why);
   // Ended by an end-of-generation token (not shown, but generated and counted, as vLLM's
   // usage does) or by a stop string.
-  if (why == FinishReason::kStop && !c.text->stopped()) ++c.tokens;
+  const bool eog = why == FinishReason::kStop && !c.text->stopped();
+  const bool eog_decoded = eog && c.tokens > 0;  // made by a decode step of this step
+  if (eog) ++c.tokens;
+  by_sched_.erase(c.sched_id);
   Event ev;
   ev.choice = i;
   if (why == FinishReason::kLength || why == FinishReason::kStop) ev.text = c.text->finish();
@@ -197,6 +248,7 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
     ChoiceResult& r = t.results[size_t(i)];
     r.text += ev.text;
     r.completion_tokens = c.tokens;
+    if (eog_decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
     r.finish_reason = reason;
     ev.finish_reason = reason;
     t.events.push_back(std::move(ev));
@@ -205,6 +257,22 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   t.cv.notify_all();
   std::lock_guard lk(mu_);
   if (--outstanding_ == 0) idle_cv_.notify_all();
+}
+
+void Engine::before_step(std::span<const int64_t> decoding) {
+  wishes_.clear();
+  for (int64_t id : decoding) {
+    const auto it = by_sched_.find(id);
+    if (it == by_sched_.end()) continue;
+    const CompletionParams& p = it->second.first->params;
+    if (p.exact_routing) continue;  // routed exact per token: no constraint on the others
+    wishes_.push_back({p.routing_level, p.max_routing_level});
+  }
+  step_level_ = control_.step_level(wishes_);
+  if (step_level_ != ctx_level_) {
+    ctx_.set_routing(control_.ladder()[size_t(step_level_)].spec);
+    ctx_level_ = step_level_;
+  }
 }
 
 void Engine::fail_all(const std::string& error) {
@@ -252,9 +320,16 @@ void Engine::loop() {
     }
     if (!paused) {
       const double t0 = now_seconds();
+      const int64_t steps_before = sched_.stats().steps;
       try {
         if (sched_.step()) {
-          metrics_.step(ctx_.last_step(), now_seconds() - t0, ctx_.routing_stats());
+          const double dt = now_seconds() - t0;
+          metrics_.step(ctx_.last_step(), dt, ctx_.routing_stats());
+          // A step that ran (a failed one is not counted by the scheduler): its time is what
+          // each of its decode tokens waited, the controller's input.
+          if (sched_.stats().steps > steps_before && ctx_.last_step().n_decode > 0) {
+            control_.observe(dt, ctx_.last_step().n_decode, int(sched_.n_waiting()), step_level_);
+          }
         }
       } catch (const std::exception& e) {
         // A failed step (the engine's non-finite logits check, a kernel error) leaves the

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "lynx/context.h"
@@ -17,6 +18,7 @@
 #include "lynx/tokenizer.h"
 #include "server/api.h"
 #include "server/metrics.h"
+#include "server/routing_control.h"
 #include "util/clock.h"
 
 namespace lynx::server {
@@ -78,6 +80,8 @@ class Engine {
   // Ends the loop thread (cancelling whatever is left).
   void stop();
   const std::string& routing() const { return routing_; }
+  // The routing ladder, its level and the SLO controller (thread-safe reads for /metrics).
+  const RoutingControl& routing_control() const { return control_; }
 
  private:
   void loop();
@@ -85,10 +89,14 @@ class Engine {
   bool on_token(Task& t, int i, int32_t tok, float logprob);
   void on_finish(Task& t, int i, FinishReason why);
   void fail_all(const std::string& error);
+  // Scheduler hook: picks the step's routing level from its decoding requests' wishes and
+  // switches the context's policy when it changes.
+  void before_step(std::span<const int64_t> decoding);
 
   const Tokenizer& tok_;
   const ServerOptions& opts_;
   Metrics& metrics_;
+  RoutingControl control_;
   Context ctx_;
   Scheduler sched_;
   std::string routing_;
@@ -104,6 +112,12 @@ class Engine {
   bool paused_ = false, draining_ = false, stopping_ = false;
 
   std::vector<std::shared_ptr<Task>> live_;  // engine thread: tasks given to the scheduler
+  // Engine thread: scheduler id -> its task and choice (for before_step), the level of the
+  // step being run and the level the context's policy is at.
+  std::unordered_map<int64_t, std::pair<Task*, int>> by_sched_;
+  std::vector<RoutingControl::Wish> wishes_;
+  int step_level_ = 0;
+  int ctx_level_ = 0;
   std::thread thread_;
 };
 

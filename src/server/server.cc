@@ -165,6 +165,8 @@ json Server::Impl::model_json() const {
                 {"n_expert", c.n_expert},
                 {"n_expert_used", c.n_expert_used},
                 {"routing", engine->routing()},
+                {"routing_levels", api.routing_levels},
+                {"max_routing_level", api.max_routing_level},
                 {"max_batch", opts.max_batch}}}};
 }
 
@@ -185,7 +187,7 @@ void Server::Impl::route(const server::HttpRequest& req, server::HttpResponse& r
     }
     res.body = dump(model_json());
   } else if (get && path == "/metrics") {
-    res.body = metrics.render(engine->routing());
+    res.body = metrics.render(engine->routing()) + engine->routing_control().render();
     res.content_type = "text/plain; version=0.0.4";
   } else if (req.method == "POST" && path == "/v1/completions") {
     generate(req, res, false);
@@ -253,8 +255,10 @@ void Server::Impl::answer_whole(const server::HttpRequest& req, server::HttpResp
   {
     std::lock_guard lk(task->mu);
     if (task->error.empty()) {
-      res.body = dump(server::completion_body(task->params, ids.id, ids.created, api.name,
-                                              task->results, int(task->params.prompt.size())));
+      json body = server::completion_body(task->params, ids.id, ids.created, api.name,
+                                          task->results, int(task->params.prompt.size()));
+      body["usage"]["routing"] = server::routing_usage(task->results, api.routing_levels);
+      res.body = dump(body);
     } else {
       send_error(res, ApiError(draining ? 503 : 500, task->error, "", "", "server_error"));
     }
@@ -290,6 +294,7 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
     bool done = false;
     std::string error;
     int completion = 0;
+    json routing_usage;
     {
       std::unique_lock lk(task->mu);
       task->cv.wait_for(lk, kPollInterval, [&] { return !task->events.empty() || task->done(); });
@@ -297,6 +302,7 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
       done = task->done();
       error = task->error;
       for (const auto& r : task->results) completion += r.completion_tokens;
+      if (done) routing_usage = server::routing_usage(task->results, api.routing_levels);
     }
     for (const server::Event& ev : evs) {
       if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below
@@ -309,10 +315,10 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
     if (!error.empty()) {
       if (!send(ApiError(500, error, "", "", "server_error").body())) return false;
     } else if (p.include_usage) {
-      if (!send(server::usage_chunk(p, ids.id, ids.created, model_name, int(p.prompt.size()),
-                                    completion))) {
-        return false;
-      }
+      json usage =
+          server::usage_chunk(p, ids.id, ids.created, model_name, int(p.prompt.size()), completion);
+      usage["usage"]["routing"] = std::move(routing_usage);
+      if (!send(usage)) return false;
     }
     if (!sink.write("data: [DONE]\n\n")) return false;
     finished = true;
@@ -351,6 +357,13 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
       opts.retry_after_s < 0) {
     throw Error("server: request and connection limits must be positive");
   }
+  if (!(opts.tpot_slo_s >= 0 && opts.tpot_slo_s <= 3600) || opts.slo_window_steps < 1 ||
+      opts.slo_window_steps > 1000000 ||
+      !(opts.accuracy_budget_pct < 0 || opts.accuracy_budget_pct <= 1e6)) {
+    throw Error(
+        "server: the TPOT target must be 0 (off) or a positive number of seconds, and "
+        "the accuracy budget a finite percentage");
+  }
   if (opts.http_threads == 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
   if (opts.log) {
     opts.log = [raw = std::move(opts.log)](const std::string& m) { raw(escape_controls(m)); };
@@ -388,6 +401,11 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     s.log(std::string("no usable chat template (") + e.what() + "); chat uses chatml");
   }
   s.engine = std::make_unique<server::Engine>(*s.model, *s.tok, s.opts, s.metrics);
+  const server::RoutingControl& rc = s.engine->routing_control();
+  s.api.routing_levels.clear();
+  for (const server::RoutingLevel& lv : rc.ladder()) s.api.routing_levels.push_back(lv.spec);
+  s.api.max_routing_level = rc.max_level();
+  s.api.allow_request_routing = s.opts.allow_request_routing;
   s.created = int64_t(std::time(nullptr));
 }
 
@@ -493,7 +511,8 @@ void Server::set_paused(bool paused) {
 }
 
 std::string Server::metrics_text() const {
-  return impl_->metrics.render(impl_->engine->routing());
+  return impl_->metrics.render(impl_->engine->routing()) +
+         impl_->engine->routing_control().render();
 }
 
 }  // namespace lynx

@@ -200,6 +200,34 @@ TEST(Scheduler, CancelFreesTheSlot) {
   EXPECT_EQ(w2, FinishReason::kLength);
 }
 
+TEST(Scheduler, BeforeStepNamesTheDecodingRequests) {
+  auto m = Model::load(kModel);
+  ContextOptions co;
+  co.n_threads = 1;
+  co.n_ctx = 64;
+  Context ctx(*m, co);
+  SchedulerOptions so;
+  so.max_step_tokens = 5;  // b's 6-token prompt takes two steps
+  std::vector<std::vector<int64_t>> seen;
+  so.before_step = [&](std::span<const int64_t> ids) { seen.emplace_back(ids.begin(), ids.end()); };
+  Scheduler s(ctx, so);
+  GenerationRequest a;
+  a.prompt = {1, 2};
+  a.max_tokens = 3;
+  GenerationRequest b = a;
+  b.prompt = {1, 2, 3, 4, 5, 6};
+  const int64_t ia = s.submit(std::move(a));
+  const int64_t ib = s.submit(std::move(b));
+  s.run_until_idle();
+  // Step 1: both prefill (a whole, b's first 3 tokens). Step 2: a decodes, b prefills the
+  // rest and gets its first token. Step 3: both decode (a's last). Step 4: b's last token.
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_TRUE(seen[0].empty());
+  EXPECT_EQ(seen[1], std::vector<int64_t>{ia});
+  EXPECT_EQ(seen[2], (std::vector<int64_t>{ia, ib}));
+  EXPECT_EQ(seen[3], std::vector<int64_t>{ib});
+}
+
 TEST(Scheduler, RejectsBadRequests) {
   auto m = Model::load(kModel);
   ContextOptions co;

@@ -190,6 +190,7 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
                                            "logprobs",
                                            "top_logprobs",
                                            "routing",
+                                           "max_routing_level",
                                            "ignore_eos",
                                            "user",
                                            "echo",
@@ -260,6 +261,40 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "response_format.type");
+  }
+}
+
+// With per-request routing allowed: levels and specs of the ladder map to levels, anything
+// else is a 400 naming the field, never another exception.
+TEST(ParseCompletion, RequestRoutingLevelsAndCaps) {
+  ApiModel m = fx().api();
+  m.routing_levels = {"topk", "lynx:alpha=3,beta=4", "cover:lambda=0.2"};
+  m.max_routing_level = 1;
+  m.allow_request_routing = true;
+  auto parse = [&](const std::string& extra) {
+    return parse_completion(R"({"prompt":"a",)" + extra + "}", false, m);
+  };
+  EXPECT_EQ(parse(R"("routing":1)").routing_level, 1);
+  EXPECT_EQ(parse(R"("routing":"lynx:beta=4,alpha=3")").routing_level, 1);
+  EXPECT_TRUE(parse(R"("routing":0)").exact_routing);
+  EXPECT_TRUE(parse(R"("max_routing_level":"topk")").exact_routing);
+  const CompletionParams p = parse(R"("routing":"default","max_routing_level":1)");
+  EXPECT_EQ(p.routing_level, -1);
+  EXPECT_EQ(p.max_routing_level, 1);
+  EXPECT_FALSE(p.exact_routing);
+  for (const char* bad :
+       {R"("routing":2)", R"("routing":3)", R"("routing":"oea:k0=4")",
+        R"("routing":"lynx:alpha=x")", R"("max_routing_level":-1)", R"("max_routing_level":2)",
+        R"("routing":1.0)", R"("max_routing_level":{"a":1})", R"("routing":"")"}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << bad;
+      EXPECT_FALSE(e.param.empty()) << bad;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << bad << ": " << e.what();
+    }
   }
 }
 

@@ -47,6 +47,10 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
       {"--body-timeout nan", "--body-timeout"},
       {"--idle-timeout -3", "--idle-timeout"},
       {"--routing ''", "--routing"},
+      {"--tpot-slo -5", "--tpot-slo"},
+      {"--tpot-slo nan", "--tpot-slo"},
+      {"--slo-window 0", "--slo-window"},
+      {"--accuracy-budget -0.5", "--accuracy-budget"},
       {"--api-key a --api-key-file /dev/null", "API key"},
   };
   for (const auto& [flags, name] : cases) {

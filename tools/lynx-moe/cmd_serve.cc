@@ -64,6 +64,14 @@ void validate(const ServerOptions& o, int api_key_sources) {
   check_seconds("--body-timeout", o.body_timeout_s, 0.001, 3600);
   check_seconds("--idle-timeout", o.idle_timeout_s, 0.001, 3600);
   if (o.routing.empty()) bad_flag("--routing: must not be empty");
+  if (!(o.tpot_slo_s >= 0 && o.tpot_slo_s <= 3600)) {
+    bad_flag("--tpot-slo: must be a number of milliseconds between 0 (off) and 3600000");
+  }
+  check_int("--slo-window", o.slo_window_steps, 1, 1000000);
+  if (!(o.accuracy_budget_pct >= 0 && o.accuracy_budget_pct <= 1e6) &&
+      o.accuracy_budget_pct != -1) {
+    bad_flag("--accuracy-budget: must be a percentage >= 0 (e.g. 0.5 for +0.5% perplexity)");
+  }
   if (api_key_sources > 1) {
     bad_flag("the API key comes from one of --api-key, --api-key-file and LYNX_API_KEY");
   }
@@ -113,6 +121,22 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--chat-format", o->chat_format,
                   "Chat format name (default: from tokenizer.chat_template, else chatml)");
   cmd->add_option("--max-n", o->max_n, "Largest n (choices per request)");
+  auto tpot_ms = std::make_shared<double>(0);
+  cmd->add_option("--tpot-slo", *tpot_ms,
+                  "P99 TPOT target in ms: routing strength follows the load along the ladder "
+                  "(0 = off: --routing throughout)");
+  cmd->add_option("--routing-ladder", o->routing_ladder,
+                  "Routing levels 'SPEC[@PCT];...' from exact up (PCT: measured perplexity "
+                  "cost in %); default: exact and --routing, or with --tpot-slo and --routing "
+                  "topk, cover at increasing strength (docs/serving.md)");
+  cmd->add_option("--accuracy-budget", o->accuracy_budget_pct,
+                  "Highest perplexity cost in % a routing level may have (needs costs on the "
+                  "ladder)");
+  cmd->add_option("--slo-window", o->slo_window_steps,
+                  "Decode steps the --tpot-slo controller averages over and waits between "
+                  "level changes (default 16)");
+  cmd->add_flag("--allow-request-routing", o->allow_request_routing,
+                "Requests may name a routing level or spec and cap theirs (max_routing_level)");
   auto trace = std::make_shared<std::string>();
   cmd->add_option("--routing-trace", *trace,
                   "Replay router logits recorded from a trained model (see bench)");
@@ -130,7 +154,8 @@ void register_serve(CLI::App& app) {
                   "Seconds a keep-alive connection may wait for its next request");
   auto ep_flags = std::make_shared<EpFlags>();
   add_ep_flags(cmd, ep_flags.get());
-  cmd->callback([o, trace, key_file, ep_flags] {
+  cmd->callback([o, trace, key_file, ep_flags, tpot_ms] {
+    o->tpot_slo_s = *tpot_ms / 1e3;
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
     // starts threads of its own) and taken synchronously with sigwait below: no handler, no
     // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
