@@ -25,7 +25,7 @@ namespace {
 struct Served {
   std::unique_ptr<lynx::Model> model;
   std::unique_ptr<lynx::Tokenizer> tok;
-  lynx::server::ApiModel api;
+  lynx::server::ApiModel api, api_routing;
   Served() {
     lynx::SynthOptions o;
     o.shape = lynx::synth_shape("tiny-moe");
@@ -43,6 +43,10 @@ struct Served {
     api.name = "tiny";
     api.n_ctx = 256;
     api.max_n = 4;
+    api_routing = api;  // the same, with requests allowed to name routing levels
+    api_routing.routing_levels = {"topk", "lynx", "cover:lambda=0.1"};
+    api_routing.max_routing_level = 1;
+    api_routing.allow_request_routing = true;
   }
 };
 
@@ -57,14 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const Served& s = served();
   const bool chat = data[0] & 1;
+  const lynx::server::ApiModel& api = (data[0] & 2) ? s.api_routing : s.api;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    const lynx::server::CompletionParams p = lynx::server::parse_completion(body, chat, s.api);
+    const lynx::server::CompletionParams p = lynx::server::parse_completion(body, chat, api);
     // What the engine relies on.
     if (p.prompt.empty() || p.max_tokens < 1 ||
-        int64_t(p.prompt.size()) + p.max_tokens > s.api.n_ctx || p.n < 1 || p.n > s.api.max_n ||
+        int64_t(p.prompt.size()) + p.max_tokens > api.n_ctx || p.n < 1 || p.n > api.max_n ||
         !(p.sampling.temperature >= 0) || !(p.sampling.top_p > 0 && p.sampling.top_p <= 1) ||
-        p.sampling.top_k < 0 || p.stop.size() > 16) {
+        p.sampling.top_k < 0 || p.stop.size() > 16 || p.routing_level > api.max_routing_level ||
+        p.max_routing_level > api.max_routing_level) {
       __builtin_trap();
     }
     for (int32_t id : p.prompt) {
