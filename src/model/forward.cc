@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/finite.h"
 #include "model/forward.h"
+#include "model/gpt_oss_ops.h"
 
 namespace lynx {
 namespace {
@@ -132,6 +133,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = c.n_head / c.n_head_kv;
+  const int window = c.layer_kinds[size_t(il)].window;
   cp.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
     ensure(sc, size_t(kv.n_ctx));
@@ -140,20 +142,24 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const BatchToken& bt = batch[size_t(t)];
       const SequenceLayer& sl = kv.layer(bt.seq, il);
       const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
-      const int n = bt.pos + 1;  // causal: positions 0..pos
-      for (int j = 0; j < n; ++j) {
-        sc[size_t(j)] = kernels::dot(q, &sl.k[size_t(j) * KV + size_t(kvh) * hd], hd) * scale;
+      // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
+      const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
+      const float* kj = &sl.k[size_t(j0) * KV + size_t(kvh) * hd];
+      const float* vj = &sl.v[size_t(j0) * KV + size_t(kvh) * hd];
+      for (int j = 0; j < n; ++j) sc[size_t(j)] = kernels::dot(q, kj + size_t(j) * KV, hd) * scale;
+      if (L.attn_sinks) {
+        softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
+      } else {
+        kernels::softmax_inplace(sc.data(), n);
       }
-      kernels::softmax_inplace(sc.data(), n);
       float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
       std::fill(out, out + hd, 0.f);
-      for (int j = 0; j < n; ++j) {
-        kernels::axpy(sc[size_t(j)], &sl.v[size_t(j) * KV + size_t(kvh) * hd], out, hd);
-      }
+      for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], vj + size_t(j) * KV, out, hd);
     }
   });
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
+  add_bias(L.bo, B.tmp.data(), T, E);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
@@ -285,6 +291,7 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
            std::span<const BatchToken> batch, const Router& router, MatIn& xn, StepBuffers& B,
            StepObserver& obs) {
   project(cp, L.router, xn, B.router.data(), obs);
+  add_bias(L.router_b, B.router.data(), xn.n_tok, c.n_expert);
   if (router.override_logits) router.override_logits(il, batch, B.router.data());
   check_finite_rows(
       B.router.data(), xn.n_tok, size_t(c.n_expert), batch, [](int r) { return r; },

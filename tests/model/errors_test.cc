@@ -62,7 +62,8 @@ TEST(ModelErrors, UnsupportedArchitectureIsNamed) {
       keep_all_tensors);
   expect_load_error(p, "unsupported architecture 'mamba'");
   // ... and the message lists every registered family (src/model/arch/registry.cc).
-  expect_load_error(p, "(supported: llama, qwen2moe, qwen3moe, olmoe, qwen2, qwen3, deepseek2)");
+  expect_load_error(p, "(supported: llama, qwen2moe, qwen3moe, olmoe, qwen2, qwen3, deepseek2");
+  expect_load_error(p, ", gpt-oss");
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {

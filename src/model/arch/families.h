@@ -11,5 +11,6 @@ extern const ArchDesc kOlmoe;      // olmoe.cc
 extern const ArchDesc kQwen2;      // qwen2.cc (dense)
 extern const ArchDesc kQwen3;      // qwen3.cc (dense)
 extern const ArchDesc kDeepseek2;  // deepseek2.cc: DeepSeek-V2 / V2-Lite / V3 layout (MLA)
+extern const ArchDesc kGptOss;     // gpt_oss.cc: gpt-oss-20b / 120b
 
 }  // namespace lynx::arch
