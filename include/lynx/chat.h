@@ -33,6 +33,7 @@ enum class ChatFamily {
   kDeepSeek3,  // DeepSeek-V3 <｜User｜> <｜Assistant｜>
   kLlama3,     // Llama 3 <|start_header_id|>
   kPhi3,       // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
+  kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
 };
 
 struct ChatFormat {
@@ -43,6 +44,9 @@ struct ChatFormat {
   // ChatML: the system prompt the template inserts when the conversation has none (Qwen's
   // "You are a helpful assistant."), taken from the template text; empty = none.
   std::string default_system;
+  // Harmony: the "Current date: YYYY-MM-DD" of its system message (the template writes
+  // strftime_now); empty = today's date (UTC) at rendering.
+  std::string date;
 
   // True when render_chat() writes the BOS text itself, so the prompt must be encoded
   // without adding another BOS.

@@ -1,6 +1,8 @@
 // Chat formats. Each render_* function follows one reference template (cited), turn by turn.
 #include "lynx/chat.h"
 
+#include <ctime>
+
 #include "lynx/gguf.h"
 #include "lynx/tokenizer.h"
 #include "util/strings.h"
@@ -30,6 +32,8 @@ constexpr NameEntry kNames[] = {
     {"llama3", ChatFamily::kLlama3, "llama3"},
     {"phi3", ChatFamily::kPhi3, "phi3"},
     {"phi3.5", ChatFamily::kPhi3, "phi3"},
+    {"harmony", ChatFamily::kHarmony, "harmony"},
+    {"gpt-oss", ChatFamily::kHarmony, "harmony"},
 };
 
 using util::contains;
@@ -168,6 +172,53 @@ std::string render_phi3(const ChatFormat& f, std::span<const ChatMessage> m, boo
   return s;
 }
 
+// Harmony, as gpt-oss's chat_template.jinja renders system/user/assistant turns (no tools,
+// no "thinking"): a system message with the model identity, knowledge cutoff, date,
+// reasoning effort (medium) and valid channels; a first system (or developer) message becomes
+// the developer message "# Instructions\n\n{content}\n\n"; then
+// "<|start|>user<|message|>{u}<|end|>" and "<|start|>assistant<|channel|>final<|message|>{a}"
+// closed by <|end|>, or by <|return|> when it is the last message and no generation prompt
+// follows; generation prompt "<|start|>assistant". Later system messages are not rendered
+// (the template drops them).
+std::string render_harmony(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string date = f.date;
+  if (date.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    date = buf;
+  }
+  std::string s =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: " +
+      date +
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must "
+      "be included for every message.<|end|>";
+  size_t first = 0;
+  if (!m.empty() && (m[0].role == "system" || m[0].role == "developer")) {
+    if (!m[0].content.empty()) {
+      s += "<|start|>developer<|message|># Instructions\n\n" + m[0].content + "\n\n<|end|>";
+    }
+    first = 1;
+  }
+  for (size_t i = first; i < m.size(); ++i) {
+    const auto& msg = m[i];
+    if (msg.role == "user") {
+      s += "<|start|>user<|message|>" + msg.content + "<|end|>";
+    } else if (msg.role == "assistant") {
+      const bool last = i + 1 == m.size();
+      s += "<|start|>assistant<|channel|>final<|message|>" + msg.content +
+           (last && !gen ? "<|return|>" : "<|end|>");
+    } else if (msg.role != "system" && msg.role != "developer") {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<|start|>assistant";
+  return s;
+}
+
 // The literal default system prompt of a ChatML template:
 // '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' written as a Jinja string.
 std::string chatml_default_system(std::string_view tmpl) {
@@ -201,7 +252,7 @@ bool ChatFormat::renders_bos() const {
 
 const std::vector<std::string>& chat_format_names() {
   static const std::vector<std::string> names = {"chatml",    "mistral", "tulu", "deepseek2",
-                                                 "deepseek3", "llama3",  "phi3"};
+                                                 "deepseek3", "llama3",  "phi3", "harmony"};
   return names;
 }
 
@@ -223,7 +274,9 @@ ChatFormat chat_format_from_name(std::string_view name, std::string bos, std::st
 
 ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::string eos) {
   const char* name = nullptr;
-  if (contains(t, "<|im_start|>")) {
+  if (contains(t, "<|start|>") && contains(t, "<|message|>") && contains(t, "<|channel|>")) {
+    name = "harmony";
+  } else if (contains(t, "<|im_start|>")) {
     name = "chatml";
   } else if (contains(t, "[INST]")) {
     name = "mistral";
@@ -281,6 +334,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_llama3(fmt, messages, add_generation_prompt);
     case ChatFamily::kPhi3:
       return render_phi3(fmt, messages, add_generation_prompt);
+    case ChatFamily::kHarmony:
+      return render_harmony(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }
