@@ -96,6 +96,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
                std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size());
   const int E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), hd = c.head_dim;
+  const int window = c.layer_kinds[size_t(il)].window;
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
@@ -127,13 +128,13 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
-    std::memcpy(&sl.k[size_t(pos) * KV], k, sizeof(float) * KV);
-    std::memcpy(&sl.v[size_t(pos) * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
+    const size_t row = cache_row(kv.sequence(batch[size_t(t)].seq), window, pos);
+    std::memcpy(&sl.k[row * KV], k, sizeof(float) * KV);
+    std::memcpy(&sl.v[row * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
   }
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = c.n_head / c.n_head_kv;
-  const int window = c.layer_kinds[size_t(il)].window;
   cp.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
     ensure(sc, size_t(kv.n_ctx));
@@ -143,10 +144,13 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const SequenceLayer& sl = kv.layer(bt.seq, il);
       const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
       // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
+      const Sequence& seq = kv.sequence(bt.seq);
       const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
-      const float* kj = &sl.k[size_t(j0) * KV + size_t(kvh) * hd];
-      const float* vj = &sl.v[size_t(j0) * KV + size_t(kvh) * hd];
-      for (int j = 0; j < n; ++j) sc[size_t(j)] = kernels::dot(q, kj + size_t(j) * KV, hd) * scale;
+      const size_t head = size_t(kvh) * hd;
+      for (int j = 0; j < n; ++j) {
+        const size_t row = cache_row(seq, window, j0 + j);
+        sc[size_t(j)] = kernels::dot(q, &sl.k[row * KV + head], hd) * scale;
+      }
       if (L.attn_sinks) {
         softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
       } else {
@@ -154,7 +158,10 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       }
       float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
       std::fill(out, out + hd, 0.f);
-      for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], vj + size_t(j) * KV, out, hd);
+      for (int j = 0; j < n; ++j) {
+        const size_t row = cache_row(seq, window, j0 + j);
+        kernels::axpy(sc[size_t(j)], &sl.v[row * KV + head], out, hd);
+      }
     }
   });
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};

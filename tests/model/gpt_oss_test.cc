@@ -250,6 +250,76 @@ TEST(GptOss, SinkInTheDenominatorTakesTheAttention) {
   EXPECT_NE(last_logits(*plain, a), last_logits(*plain, b));
 }
 
+std::vector<int32_t> long_tokens() {
+  std::ifstream f(kDir + "tokens_long.txt");
+  std::string s;
+  std::getline(f, s);
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+// The window layer keeps a ring of window - 1 + 64 = 67 KV rows (a step's chunk when longer),
+// the full layer every position; 80 tokens wrap the ring. Token by token, in chunks of 16,
+// and with a ring grown mid-sequence by a 70-token chunk, every position matches the
+// reference; a 10-token rollback keeps its window, one to position 10 is refused.
+TEST(GptOss, WindowLayerCacheIsARingOfTheRecentPositions) {
+  auto m = Model::load(kDir + std::string(kVariants[0]) + ".gguf");
+  const ModelConfig& c = m->config();
+  const auto toks = long_tokens();
+  const int n = int(toks.size()), V = c.n_vocab;
+  ASSERT_EQ(n, 80);
+  std::vector<float> want(size_t(n) * V);
+  {
+    std::ifstream f(kDir + "tiny-gpt-oss.long.logits.f32", std::ios::binary);
+    f.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size() * 4));
+    ASSERT_TRUE(f.good());
+  }
+  ContextOptions o = exact_ctx();
+  o.n_ctx = 256;
+  auto run = [&](Context& ctx, int32_t s, int from, int to) {  // positions [from, to)
+    std::vector<BatchToken> batch;
+    for (int i = from; i < to; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
+    ctx.eval(batch);
+    for (int i = from; i < to; ++i) {
+      EXPECT_LT(rel_err(ctx.logits(i - from), &want[size_t(i) * V], size_t(V)), kTol)
+          << "position " << i;
+    }
+  };
+  {
+    Context ctx(*m, o);
+    const int32_t s = ctx.new_sequence();
+    for (int i = 0; i < n; ++i) run(ctx, s, i, i + 1);
+    // F32 rows of K and V (2 KV heads x 48): the full layer grew to 128 rows, the window
+    // layer holds 3 + 64.
+    const size_t row = size_t(c.kv_dim()) * 2 * sizeof(float);
+    EXPECT_EQ(ctx.kv_cache_bytes(), (128 + 67) * row);
+    // A rollback within the ring's slack finds its window; one further back is refused.
+    ctx.truncate_sequence(s, 70);
+    run(ctx, s, 70, n);
+    try {
+      ctx.truncate_sequence(s, 10);
+      ADD_FAILURE() << "truncating past the ring did not fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sliding-window layers (window 4)"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(ctx.sequence_length(s), n);
+  }
+  {
+    Context ctx(*m, o);
+    const int32_t s = ctx.new_sequence();
+    for (int i = 0; i < n; i += 16) run(ctx, s, i, i + 16);
+  }
+  {
+    Context ctx(*m, o);
+    const int32_t s = ctx.new_sequence();
+    run(ctx, s, 0, 10);   // ring of 67
+    run(ctx, s, 10, 80);  // a 70-token chunk: the ring grows to 73, rows moved
+  }
+}
+
 void expect_load_error(const std::string& path, const std::string& substring) {
   try {
     Model::load(path);
