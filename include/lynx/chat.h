@@ -34,6 +34,7 @@ enum class ChatFamily {
   kLlama3,     // Llama 3 <|start_header_id|>
   kPhi3,       // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
   kGlm45,      // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
+  kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
 };
 
 struct ChatFormat {
@@ -44,6 +45,9 @@ struct ChatFormat {
   // ChatML: the system prompt the template inserts when the conversation has none (Qwen's
   // "You are a helpful assistant."), taken from the template text; empty = none.
   std::string default_system;
+  // Harmony: the "Current date: YYYY-MM-DD" of its system message (the template writes
+  // strftime_now); empty = today's date (UTC) at rendering.
+  std::string date;
 
   // True when render_chat() writes the BOS text itself, so the prompt must be encoded
   // without adding another BOS.

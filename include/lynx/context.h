@@ -100,7 +100,11 @@ class Context {
   void free_sequence(int32_t seq);
   int32_t sequence_length(int32_t seq) const;  // positions already in the KV cache
   // Drops the KV entries at positions >= len (for re-evaluation / speculative rollback).
+  // Sliding-window layers (gpt-oss) keep only the recent positions: a truncation further back
+  // than they hold throws lynx::Error (the sequence must then be evaluated again).
   void truncate_sequence(int32_t seq, int32_t len);
+  // Bytes the KV cache holds now, over all sequences (F32 keys and values).
+  size_t kv_cache_bytes() const;
 
   // Runs one step. Throws lynx::Error (and changes nothing) on a bad batch: unknown sequence,
   // out-of-order position, context limit exceeded, token id out of range.

@@ -35,6 +35,14 @@ enum class FfnKind : uint8_t {
 struct LayerKind {
   AttnKind attn = AttnKind::kGqa;
   FfnKind ffn = FfnKind::kDense;
+  // Sliding-window attention (gpt-oss's even layers): a token at position p attends to the
+  // keys at positions p - window + 1 .. p (llama.cpp's LLAMA_SWA_TYPE_STANDARD); 0 = all.
+  int window = 0;
+};
+// The activation between the experts' gate/up and down products.
+enum class ExpertAct : uint8_t {
+  kSwiglu,     // silu(gate) * up
+  kSwigluOai,  // gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7): g sigmoid(1.702 g) (u + 1)
 };
 
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
@@ -92,8 +100,10 @@ struct ModelConfig {
   // (glm4moe's nextn_predict_layers; block_count = n_layer + n_layer_nextn). Never run: their
   // tensors stay unbound, as llama.cpp skips them.
   int n_layer_nextn = 0;
-  bool tied_output = false;            // output projection shares token_embd
-  std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
+  int n_swa = 0;                              // {arch}.attention.sliding_window (gpt-oss; 0 = none)
+  ExpertAct expert_act = ExpertAct::kSwiglu;  // from the family's description
+  bool tied_output = false;                   // output projection shares token_embd
+  std::vector<LayerKind> layer_kinds;         // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
@@ -137,6 +147,10 @@ struct LayerWeights {
   const float* bq = nullptr;
   const float* bk = nullptr;
   const float* bv = nullptr;
+  // gpt-oss: the output projection's bias [n_embd] and one learned logit per head [n_head]
+  // (attn_sinks) that joins every softmax denominator of that head (nullptr: none).
+  const float* bo = nullptr;
+  const float* attn_sinks = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
@@ -148,6 +162,14 @@ struct LayerWeights {
   // experts, never to weigh them (GatingConfig::select_bias).
   const float* exp_probs_b = nullptr;
   Weight gate_exps, up_exps, down_exps;
+  // gpt-oss: the router's bias [n_expert] (added to the logits), the experts' biases
+  // [n_expert x F] (gate, up) and [n_expert x n_embd] (down), and the activation between
+  // (ModelConfig::expert_act, copied here so the expert executors see it with the weights).
+  const float* router_b = nullptr;
+  const float* gate_exps_b = nullptr;
+  const float* up_exps_b = nullptr;
+  const float* down_exps_b = nullptr;
+  ExpertAct expert_act = ExpertAct::kSwiglu;
   // Shared expert.
   Weight gate_shexp, up_shexp, down_shexp;
   // [n_embd] or nullptr: the shared expert's output scaled by sigmoid(shexp_gate . x)

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,19 +38,26 @@ struct SynthShape {
   int n_rot = 0;
   bool qk_norm = false;
   int n_nextn = 0;
+  // gpt-oss: the sliding window of its even layers (0 = none), and experts stored in MXFP4
+  // as the released files have them (SynthOptions::expert_type overrides).
+  int sliding_window = 0;
+  bool mxfp4_experts = false;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
-// layers), and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
-// tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm). Throws lynx::Error for an
-// unknown name.
+// layers), gpt-oss-20b, gpt-oss-120b, and small ones used by tests and the demo (tiny-moe,
+// tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm,
+// tiny-gpt-oss). Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 
 struct SynthOptions {
   SynthShape shape;
   gguf::TensorType type = gguf::TensorType::F16;  // weight matrices; norms/router stay F32
+  // The routed experts' type when set; otherwise MXFP4 for shapes with mxfp4_experts, else
+  // `type`.
+  std::optional<gguf::TensorType> expert_type;
   uint64_t seed = 1;
   float router_std = 1.5f;  // std of router logits at unit-variance input
   std::function<void(size_t done, size_t total)> progress;

@@ -18,10 +18,11 @@ struct Context::Impl {
 
   Sequence& sequence(int32_t seq);
   void validate(std::span<const BatchToken> batch);
-  void reserve_cache(Sequence& s, int32_t need);
+  void reserve_cache(Sequence& s, int32_t need, int32_t chunk);
   void eval(std::span<const BatchToken> batch);
 
   const Model& model;
+  int max_window = 0;  // the largest sliding window of the model's layers (0: none)
   kernels::ThreadPool pool;
   bool int_acts;  // !ContextOptions::exact_activations
   std::unique_ptr<RoutingPolicy> policy;
@@ -56,6 +57,7 @@ int32_t Context::new_sequence() {
     if (!seqs[i].in_use) {
       seqs[i].in_use = true;
       seqs[i].len = 0;
+      seqs[i].ring_from = 0;
       return int32_t(i);
     }
   }
@@ -75,6 +77,8 @@ void Context::free_sequence(int32_t seq) {
     std::vector<float>().swap(l.v);
   }
   s.cap = 0;
+  s.ring = 0;
+  s.ring_from = 0;
 }
 
 int32_t Context::sequence_length(int32_t seq) const {
@@ -87,7 +91,16 @@ void Context::truncate_sequence(int32_t seq, int32_t len) {
     throw Error("truncate_sequence: length " + std::to_string(len) + " outside [0, " +
                 std::to_string(s.len) + "]");
   }
+  // The next token at `len` attends to the window before it: it must still be in the rings.
+  const int w = impl_->max_window;
+  if (w > 0 && len > 0 && std::max(0, len - w + 1) < s.ring_from) {
+    throw Error("truncate_sequence: sequence " + std::to_string(seq) + " cannot go back to " +
+                std::to_string(len) + " positions: its sliding-window layers (window " +
+                std::to_string(w) + ") keep positions " + std::to_string(s.ring_from) +
+                " and later only; free the sequence and evaluate it again");
+  }
   s.len = len;
+  if (len == 0) s.ring_from = 0;
 }
 
 void Context::eval(std::span<const BatchToken> batch) {
@@ -158,6 +171,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   if (!experts) throw Error("ContextOptions::make_experts returned no executor");
   kv.n_ctx = o.n_ctx;
+  for (const LayerKind& k : m.config().layer_kinds) max_window = std::max(max_window, k.window);
   policy = make_routing_policy(o.routing);
   if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
   routing_spec = o.routing;
@@ -201,31 +215,77 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
   }
 }
 
-void Context::Impl::reserve_cache(Sequence& s, int32_t need) {
-  if (need <= s.cap) return;
-  const int kd = model.config().cache_k_dim(), vd = model.config().cache_v_dim();
-  int32_t cap = std::max<int32_t>(need, std::min<int32_t>(kv.n_ctx, std::max(64, s.cap * 2)));
-  for (auto& l : s.layers) {
-    l.k.resize(size_t(cap) * kd);
-    l.v.resize(size_t(cap) * vd);
+// Room for positions up to need - 1, `chunk` of them written by this step. Full-attention
+// layers grow to hold every position; sliding-window layers keep a ring of the largest window
+// - 1 plus max(chunk, kRollback) rows (all of a step's keys are written before any is read,
+// and a short rollback, truncate_sequence, finds its window still there). A ring that must
+// grow (a longer chunk) moves its held positions to their new rows.
+void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
+  constexpr int32_t kRollback = 64;
+  const ModelConfig& c = model.config();
+  const int kd = c.cache_k_dim(), vd = c.cache_v_dim();
+  const int32_t cap =
+      need <= s.cap ? s.cap
+                    : std::max<int32_t>(need, std::min<int32_t>(kv.n_ctx, std::max(64, s.cap * 2)));
+  const int32_t ring =
+      max_window > 0 ? std::max(s.ring, std::min<int32_t>(
+                                            kv.n_ctx, max_window - 1 + std::max(chunk, kRollback)))
+                     : 0;
+  for (size_t il = 0; il < s.layers.size(); ++il) {
+    SequenceLayer& l = s.layers[il];
+    if (c.layer_kinds[il].window == 0) {
+      if (cap > s.cap) {
+        l.k.resize(size_t(cap) * kd);
+        l.v.resize(size_t(cap) * vd);
+      }
+    } else if (ring > s.ring) {
+      SequenceLayer grown;
+      grown.k.resize(size_t(ring) * kd);
+      grown.v.resize(size_t(ring) * vd);
+      for (int32_t p = s.ring_from; p < s.len && s.ring > 0; ++p) {
+        const size_t from = size_t(p % s.ring), to = size_t(p % ring);
+        std::copy_n(&l.k[from * kd], kd, &grown.k[to * kd]);
+        std::copy_n(&l.v[from * vd], vd, &grown.v[to * vd]);
+      }
+      l = std::move(grown);
+    }
   }
   s.cap = cap;
+  s.ring = ring;
 }
 
 void Context::Impl::eval(std::span<const BatchToken> batch) {
   validate(batch);
   if (before_eval) before_eval(batch);
+  // Per sequence of the batch: its last position + 1 and its tokens in this step.
+  std::vector<std::pair<int32_t, std::pair<int32_t, int32_t>>> need;  // seq -> (need, chunk)
   for (const BatchToken& t : batch) {
-    Sequence& s = sequence(t.seq);
-    reserve_cache(s, t.pos + 1);
+    auto it = std::find_if(need.begin(), need.end(), [&](auto& p) { return p.first == t.seq; });
+    if (it == need.end()) {
+      need.push_back({t.seq, {t.pos + 1, 1}});
+    } else {
+      it->second.first = std::max(it->second.first, t.pos + 1);
+      ++it->second.second;
+    }
   }
+  for (const auto& [seq, nc] : need) reserve_cache(sequence(seq), nc.first, nc.second);
   const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, *experts, kv, buf,
                            logits, observer};
   forward(op, batch);
-  for (const BatchToken& t : batch) {
-    Sequence& s = sequence(t.seq);
-    s.len = std::max(s.len, t.pos + 1);
+  for (const auto& [seq, nc] : need) {
+    Sequence& s = sequence(seq);
+    s.len = std::max(s.len, nc.first);
+    // The rows just written replaced the positions one ring earlier.
+    if (s.ring > 0) s.ring_from = std::max(s.ring_from, s.len - s.ring);
   }
+}
+
+size_t Context::kv_cache_bytes() const {
+  size_t n = 0;
+  for (const Sequence& s : impl_->kv.seqs) {
+    for (const SequenceLayer& l : s.layers) n += (l.k.size() + l.v.size()) * sizeof(float);
+  }
+  return n;
 }
 
 }  // namespace lynx

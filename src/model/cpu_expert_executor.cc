@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/matmul_id.h"
+#include "model/gpt_oss_ops.h"
 
 namespace lynx {
 namespace {
@@ -21,6 +22,27 @@ void ensure(V& v, size_t n) {
 
 kernels::ExpertMatrices matrices(const Weight& w) {
   return {w.type, w.data, w.rows, w.cols, w.mat_bytes, w.layout};
+}
+
+// y[r] += bias[e] for every grouped row r of expert e ([rows x n] and [N x n]; gpt-oss).
+void add_expert_bias(const kernels::ExpertPlan& plan, const float* bias, float* y, int64_t n) {
+  if (!bias) return;
+  for (const int32_t e : plan.active) {
+    const float* b = bias + size_t(e) * size_t(n);
+    for (int32_t r = plan.offset[size_t(e)]; r < plan.offset[size_t(e) + 1]; ++r) {
+      float* row = y + size_t(r) * size_t(n);
+      for (int64_t i = 0; i < n; ++i) row[i] += b[i];
+    }
+  }
+}
+
+// The activation between gate/up and down over n values (LayerWeights::expert_act).
+void activate(ExpertAct act, const float* gate, const float* up, float* out, int64_t n) {
+  if (act == ExpertAct::kSwigluOai) {
+    swiglu_oai(gate, up, out, n);
+  } else {
+    kernels::swiglu(gate, up, out, n);
+  }
 }
 
 }  // namespace
@@ -78,6 +100,8 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
       {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data()},
   };
   kernels::matmul_id(pool_, plan, gate_up);
+  add_expert_bias(plan, layer.gate_exps_b, gate_.data(), F);
+  add_expert_bias(plan, layer.up_exps_b, up_.data(), F);
 
   // (rows, F) SwiGLU in place in gate, quantized for the down projection on the integer path.
   if (int_down) {
@@ -89,13 +113,13 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     pool_.parallel_for(
         rows,
         [&](int64_t r0, int64_t r1, int) {
-          kernels::swiglu(&gate_[size_t(r0) * F], &up_[size_t(r0) * F], &gate_[size_t(r0) * F],
-                          (r1 - r0) * F);
+          activate(layer.expert_act, &gate_[size_t(r0) * F], &up_[size_t(r0) * F],
+                   &gate_[size_t(r0) * F], (r1 - r0) * F);
           kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, int(r0), int(r1), xq_hidden_);
         },
         std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
   } else {
-    kernels::swiglu(gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
+    activate(layer.expert_act, gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
   }
 
   // (rows, E) down; run() then mixes them into (T, E).
@@ -103,6 +127,7 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   const kernels::MatIdJob down[1] = {
       {matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr, down_.data()}};
   kernels::matmul_id(pool_, plan, down);
+  add_expert_bias(plan, layer.down_exps_b, down_.data(), E);  // before the routing weight
   return down_.data();
 }
 

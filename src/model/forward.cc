@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "model/finite.h"
 #include "model/forward.h"
+#include "model/gpt_oss_ops.h"
 
 namespace lynx {
 namespace {
@@ -95,6 +96,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
                std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size());
   const int E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), hd = c.head_dim;
+  const int window = c.layer_kinds[size_t(il)].window;
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
@@ -128,8 +130,9 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
-    std::memcpy(&sl.k[size_t(pos) * KV], k, sizeof(float) * KV);
-    std::memcpy(&sl.v[size_t(pos) * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
+    const size_t row = cache_row(kv.sequence(batch[size_t(t)].seq), window, pos);
+    std::memcpy(&sl.k[row * KV], k, sizeof(float) * KV);
+    std::memcpy(&sl.v[row * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
   }
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
@@ -142,20 +145,30 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const BatchToken& bt = batch[size_t(t)];
       const SequenceLayer& sl = kv.layer(bt.seq, il);
       const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
-      const int n = bt.pos + 1;  // causal: positions 0..pos
+      // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
+      const Sequence& seq = kv.sequence(bt.seq);
+      const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
+      const size_t head = size_t(kvh) * hd;
       for (int j = 0; j < n; ++j) {
-        sc[size_t(j)] = kernels::dot(q, &sl.k[size_t(j) * KV + size_t(kvh) * hd], hd) * scale;
+        const size_t row = cache_row(seq, window, j0 + j);
+        sc[size_t(j)] = kernels::dot(q, &sl.k[row * KV + head], hd) * scale;
       }
-      kernels::softmax_inplace(sc.data(), n);
+      if (L.attn_sinks) {
+        softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
+      } else {
+        kernels::softmax_inplace(sc.data(), n);
+      }
       float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
       std::fill(out, out + hd, 0.f);
       for (int j = 0; j < n; ++j) {
-        kernels::axpy(sc[size_t(j)], &sl.v[size_t(j) * KV + size_t(kvh) * hd], out, hd);
+        const size_t row = cache_row(seq, window, j0 + j);
+        kernels::axpy(sc[size_t(j)], &sl.v[row * KV + head], out, hd);
       }
     }
   });
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
+  add_bias(L.bo, B.tmp.data(), T, E);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
@@ -287,6 +300,7 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
            std::span<const BatchToken> batch, const Router& router, MatIn& xn, StepBuffers& B,
            StepObserver& obs) {
   project(cp, L.router, xn, B.router.data(), obs);
+  add_bias(L.router_b, B.router.data(), xn.n_tok, c.n_expert);
   if (router.override_logits) router.override_logits(il, batch, B.router.data());
   check_finite_rows(
       B.router.data(), xn.n_tok, size_t(c.n_expert), batch, [](int r) { return r; },

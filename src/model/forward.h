@@ -17,16 +17,27 @@ namespace lynx {
 
 // KV cache of one sequence: per layer, [cap x cache_k_dim] keys and [cap x cache_v_dim]
 // values (F32, grown on demand up to the context limit); for MLA the keys hold each token's
-// normed latent and its roped rope part, and there are no values.
+// normed latent and its roped rope part, and there are no values. A sliding-window layer
+// (LayerKind::window > 0) keeps a ring of `ring` rows instead: position p in row p % ring.
 struct SequenceLayer {
   std::vector<float> k, v;
 };
 struct Sequence {
   bool in_use = false;
   int32_t len = 0;  // positions stored
-  int32_t cap = 0;  // positions allocated
+  int32_t cap = 0;  // positions allocated (full-attention layers)
+  // Rows of the window layers' rings (0: none yet): the largest window - 1 plus the step's
+  // tokens of this sequence (all written before any is attended to), or a rollback slack.
+  int32_t ring = 0;
+  // The oldest position still held by the rings: positions [ring_from, len) are there.
+  int32_t ring_from = 0;
   std::vector<SequenceLayer> layers;
 };
+
+// The cache row of position `pos` in a layer: its ring slot, or the position itself.
+inline size_t cache_row(const Sequence& s, int window, int32_t pos) {
+  return window > 0 ? size_t(pos % s.ring) : size_t(pos);
+}
 
 // The KV cache of every sequence (index: sequence id); no sequence holds more than n_ctx
 // positions.
@@ -34,6 +45,7 @@ struct KvCache {
   std::vector<Sequence> seqs;
   int n_ctx = 0;
   SequenceLayer& layer(int32_t seq, int il) { return seqs[size_t(seq)].layers[size_t(il)]; }
+  const Sequence& sequence(int32_t seq) const { return seqs[size_t(seq)]; }
 };
 
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in

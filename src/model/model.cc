@@ -67,16 +67,20 @@ class Binder {
     return arena_.back().data();
   }
 
-  const float* vector(const std::string& name, int64_t n, bool required = true) const {
+  // A vector of n values, or (rows > 1) a [n x rows] table of them, as rows x n floats.
+  const float* vector(const std::string& name, int64_t n, bool required = true,
+                      int64_t rows = 1) const {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     if (!t) {
       if (required) throw Error("missing tensor '" + name + "'");
       return nullptr;
     }
-    if (t->n_elements() != n || t->ne[0] != n) {
+    if (t->n_elements() != n * rows || t->ne[0] != n) {
       throw Error("tensor '" + name + "' has shape " + t->shape_string() + ", expected [" +
-                  std::to_string(n) + "]");
+                  std::to_string(n) + (rows > 1 ? ", " + std::to_string(rows) : std::string()) +
+                  "]");
     }
+    n *= rows;
     if (!kernels::is_compute_type(t->type)) {
       throw Error("tensor '" + name + "' has unsupported type " + gguf::tensor_type_name(t->type));
     }
@@ -154,6 +158,7 @@ ModelConfig read_config(const gguf::File& f) {
   c.rope = tr.rope;
   c.qk_norm = tr.qk_norm;
   c.qkv_bias = tr.qkv_bias;
+  c.expert_act = tr.expert_act;
   c.n_expert = int_in(f, a + "expert_count", 0, 0, 4096);
   c.n_expert_used = int_in(f, a + "expert_used_count", 0, 0, 4096);
   if (tr.moe && c.n_expert == 0) throw Error(c.arch + " model without " + a + "expert_count");
@@ -211,7 +216,7 @@ bool bind_group(const Binder& b, ModelConfig& c, const arch::TensorGroup& g, con
   for (const arch::TensorSpec& s : g.tensors) {
     const int64_t cols = arch::dim(c, s.cols);
     if (s.vec) {
-      l.*s.vec = b.vector(p + s.name, cols, s.required);
+      l.*s.vec = b.vector(p + s.name, cols, s.required, arch::dim(c, s.rows));
     } else {
       l.*s.mat = b.matrix(p + s.name, cols, arch::dim(c, s.rows), arch::dim(c, s.mats), s.required);
     }
@@ -264,6 +269,7 @@ void finish_mla(const Binder& b, const ModelConfig& c, const std::string& p, Lay
 // Stage 2, per layer: the tensors of the layer's block kinds, by the family's tables.
 LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
   LayerWeights l;
+  l.expert_act = c.expert_act;
   LayerKind& kind = c.layer_kinds[size_t(il)];
   const std::string p = "blk." + std::to_string(il) + ".";
   for (const arch::TensorGroup& g : arch::attn_groups(a, kind)) {

@@ -112,6 +112,71 @@ const SynthShape kShapes[] = {
      .n_layer_dense_lead = 1,
      .n_expert_shared = 2,
      .norm_topk = false},
+    // gpt-oss-20b / 120b (config.json of the releases): 24 / 36 layers, 32 / 128 experts, 4
+    // per token, softmax over the selected; 64 query heads and 8 KV heads of 64 dims (Q = 4096
+    // != n_embd 2880), sliding window 128 on the even layers, rope base 150000 with YaRN
+    // factor 32 over 4096 positions; experts in MXFP4 as the released files (the other
+    // matrices take --type; the releases' are Q8_0 in ggml-org's GGUF). context_length stays
+    // 4096 (the real 131072 would size a server's default KV cache).
+    {.name = "gpt-oss-20b",
+     .arch = "gpt-oss",
+     .n_layer = 24,
+     .n_embd = 2880,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_vocab = 201088,
+     .n_ctx = 4096,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .rope_base = 150000.f,
+     .rms_eps = 1e-5f,
+     .norm_topk = false,
+     .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096,
+     .sliding_window = 128,
+     .mxfp4_experts = true},
+    {.name = "gpt-oss-120b",
+     .arch = "gpt-oss",
+     .n_layer = 36,
+     .n_embd = 2880,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_vocab = 201088,
+     .n_ctx = 4096,
+     .n_expert = 128,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .rope_base = 150000.f,
+     .rms_eps = 1e-5f,
+     .norm_topk = false,
+     .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096,
+     .sliding_window = 128,
+     .mxfp4_experts = true},
+    // Small gpt-oss for tests: a window of 4 (shorter than the test prompts), head_dim 48 so
+    // Q = 192 != n_embd, widths multiples of 32 (MXFP4 blocks).
+    {.name = "tiny-gpt-oss",
+     .arch = "gpt-oss",
+     .n_layer = 2,
+     .n_embd = 128,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 48,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 96,
+     .rope_base = 150000.f,
+     .rms_eps = 1e-5f,
+     .norm_topk = false,
+     .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096,
+     .sliding_window = 4,
+     .mxfp4_experts = true},
     {.name = "tiny-deepseek-v3",
      .arch = "deepseek2",
      .n_layer = 3,
@@ -312,11 +377,14 @@ class SynthWriter {
     });
   }
 
-  void vector(const std::string& name, int64_t n, float mean, float std) {
-    std::vector<float> v(static_cast<size_t>(n));
+  // n values, or (rows > 1) a [n x rows] table (gpt-oss's per-expert biases).
+  void vector(const std::string& name, int64_t n, float mean, float std, int64_t rows = 1) {
+    std::vector<float> v(static_cast<size_t>(n * rows));
     Rng rng{hash_name(name, o_.seed)};
     for (auto& x : v) x = mean + std * rng.normal();
-    w_.add_tensor(name, gguf::TensorType::F32, {n}, v.data(), v.size() * sizeof(float));
+    std::vector<int64_t> ne = {n};
+    if (rows > 1) ne.push_back(rows);
+    w_.add_tensor(name, gguf::TensorType::F32, ne, v.data(), v.size() * sizeof(float));
   }
 
  private:
@@ -354,6 +422,7 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
   c.n_layer_dense_lead =
       s.n_expert > 0 ? std::min(s.n_layer_dense_lead, s.n_layer - 1) : s.n_layer_dense_lead;
   c.n_expert_shared = s.n_expert_shared;
+  c.n_swa = s.sliding_window;
   if (s.yarn_factor > 0.f) {
     c.yarn.on = true;
     c.yarn.factor = s.yarn_factor;
@@ -380,22 +449,29 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
 // One tensor of a layer's table, filled as its Init says.
 void write_tensor(SynthWriter& sw, const SynthOptions& o, const ModelConfig& c,
                   const std::string& prefix, const arch::TensorSpec& t) {
-  const int64_t cols = arch::dim(c, t.cols);
+  const int64_t cols = arch::dim(c, t.cols), rows = arch::dim(c, t.rows);
   const float in_std = 1.f / std::sqrt(float(c.n_embd));
   switch (t.init) {
     case arch::Init::kNorm:
-      sw.vector(prefix + t.name, cols, 1.f, 0.05f);
+      sw.vector(prefix + t.name, cols, 1.f, 0.05f, rows);
       break;
     case arch::Init::kBias:
-      sw.vector(prefix + t.name, cols, 0.f, 0.02f);
+      sw.vector(prefix + t.name, cols, 0.f, 0.02f, rows);
       break;
     case arch::Init::kGateVec:
-      sw.vector(prefix + t.name, cols, 0.f, in_std);
+      sw.vector(prefix + t.name, cols, 0.f, in_std, rows);
       break;
-    case arch::Init::kMatrix:
-      sw.matrix(prefix + t.name, o.type, cols, arch::dim(c, t.rows), arch::dim(c, t.mats),
+    case arch::Init::kMatrix: {
+      // Routed experts (a stack of n_expert matrices) may have their own type.
+      const bool expert = t.mats == arch::Dim::kExpert;
+      const gguf::TensorType type = !expert                 ? o.type
+                                    : o.expert_type         ? *o.expert_type
+                                    : o.shape.mxfp4_experts ? gguf::TensorType::MXFP4
+                                                            : o.type;
+      sw.matrix(prefix + t.name, type, cols, rows, arch::dim(c, t.mats),
                 1.f / std::sqrt(float(cols)));
       break;
+    }
     case arch::Init::kRouter:
       sw.matrix(prefix + t.name, gguf::TensorType::F32, cols, arch::dim(c, t.rows),
                 arch::dim(c, t.mats), o.router_std * (1.f / std::sqrt(float(cols))));
@@ -422,8 +498,10 @@ SynthShape synth_shape(const std::string& name) {
 
 void write_synth_model(const SynthOptions& o, const std::string& path) {
   const SynthShape& s = o.shape;
-  if (!kernels::is_compute_type(o.type)) {
-    throw Error(std::string("synth: unsupported weight type ") + gguf::tensor_type_name(o.type));
+  for (const gguf::TensorType t : {o.type, o.expert_type.value_or(o.type)}) {
+    if (!kernels::is_compute_type(t)) {
+      throw Error(std::string("synth: unsupported weight type ") + gguf::tensor_type_name(t));
+    }
   }
   if (s.n_layer < 1) throw Error("synth: the model needs at least one layer");
   if (s.n_expert > 0 && s.n_expert < s.n_expert_used) {

@@ -1,6 +1,8 @@
 // Chat formats. Each render_* function follows one reference template (cited), turn by turn.
 #include "lynx/chat.h"
 
+#include <ctime>
+
 #include "lynx/gguf.h"
 #include "lynx/tokenizer.h"
 #include "util/strings.h"
@@ -33,6 +35,8 @@ constexpr NameEntry kNames[] = {
     {"glm4.5", ChatFamily::kGlm45, "glm4.5"},
     {"glm4moe", ChatFamily::kGlm45, "glm4.5"},
     {"glm", ChatFamily::kGlm45, "glm4.5"},
+    {"harmony", ChatFamily::kHarmony, "harmony"},
+    {"gpt-oss", ChatFamily::kHarmony, "harmony"},
 };
 
 using util::contains;
@@ -215,6 +219,53 @@ std::string render_glm45(const ChatFormat& f, std::span<const ChatMessage> m, bo
   return s;
 }
 
+// Harmony, as gpt-oss's chat_template.jinja renders system/user/assistant turns (no tools,
+// no "thinking"): a system message with the model identity, knowledge cutoff, date,
+// reasoning effort (medium) and valid channels; a first system (or developer) message becomes
+// the developer message "# Instructions\n\n{content}\n\n"; then
+// "<|start|>user<|message|>{u}<|end|>" and "<|start|>assistant<|channel|>final<|message|>{a}"
+// closed by <|end|>, or by <|return|> when it is the last message and no generation prompt
+// follows; generation prompt "<|start|>assistant". Later system messages are not rendered
+// (the template drops them).
+std::string render_harmony(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string date = f.date;
+  if (date.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    date = buf;
+  }
+  std::string s =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: " +
+      date +
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must "
+      "be included for every message.<|end|>";
+  size_t first = 0;
+  if (!m.empty() && (m[0].role == "system" || m[0].role == "developer")) {
+    if (!m[0].content.empty()) {
+      s += "<|start|>developer<|message|># Instructions\n\n" + m[0].content + "\n\n<|end|>";
+    }
+    first = 1;
+  }
+  for (size_t i = first; i < m.size(); ++i) {
+    const auto& msg = m[i];
+    if (msg.role == "user") {
+      s += "<|start|>user<|message|>" + msg.content + "<|end|>";
+    } else if (msg.role == "assistant") {
+      const bool last = i + 1 == m.size();
+      s += "<|start|>assistant<|channel|>final<|message|>" + msg.content +
+           (last && !gen ? "<|return|>" : "<|end|>");
+    } else if (msg.role != "system" && msg.role != "developer") {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<|start|>assistant";
+  return s;
+}
+
 // The literal default system prompt of a ChatML template:
 // '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' written as a Jinja string.
 std::string chatml_default_system(std::string_view tmpl) {
@@ -248,8 +299,8 @@ bool ChatFormat::renders_bos() const {
 }
 
 const std::vector<std::string>& chat_format_names() {
-  static const std::vector<std::string> names = {"chatml",    "mistral", "tulu", "deepseek2",
-                                                 "deepseek3", "llama3",  "phi3", "glm4.5"};
+  static const std::vector<std::string> names = {
+      "chatml", "mistral", "tulu", "deepseek2", "deepseek3", "llama3", "phi3", "glm4.5", "harmony"};
   return names;
 }
 
@@ -271,7 +322,9 @@ ChatFormat chat_format_from_name(std::string_view name, std::string bos, std::st
 
 ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::string eos) {
   const char* name = nullptr;
-  if (contains(t, "[gMASK]<sop>")) {
+  if (contains(t, "<|start|>") && contains(t, "<|message|>") && contains(t, "<|channel|>")) {
+    name = "harmony";
+  } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
     if (contains(t, "<think></think>") && contains(t, "<|assistant|>")) name = "glm4.5";
@@ -335,6 +388,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_phi3(fmt, messages, add_generation_prompt);
     case ChatFamily::kGlm45:
       return render_glm45(fmt, messages, add_generation_prompt);
+    case ChatFamily::kHarmony:
+      return render_harmony(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

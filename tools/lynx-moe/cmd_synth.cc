@@ -9,7 +9,7 @@ namespace lynx::cli {
 
 void register_synth(CLI::App& app) {
   struct Args {
-    std::string shape, type = "f16", out;
+    std::string shape, type = "f16", expert_type, out;
     int layers = 0, experts = 0, vocab = 0, nextn = -1;
     uint64_t seed = 1;
     float router_std = 1.5f;
@@ -28,6 +28,9 @@ void register_synth(CLI::App& app) {
                   "Next-token-prediction blocks after the layers (glm4moe; default: the shape's)")
       ->check(int_in(0, 16));
   cmd->add_option("--type", args->type, "Weight type: f32, f16, bf16, q8_0, q4_0");
+  cmd->add_option("--expert-type", args->expert_type,
+                  "Routed experts' weight type (default: mxfp4 for the gpt-oss shapes, as the "
+                  "released files; else --type)");
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->add_option("--router-std", args->router_std, "Std of router logits")
       ->check(number_in(0, 1e6));
@@ -37,6 +40,9 @@ void register_synth(CLI::App& app) {
     try {
       o.shape = synth_shape(args->shape);
       o.type = gguf::tensor_type_from_name(args->type);
+      if (!args->expert_type.empty()) {
+        o.expert_type = gguf::tensor_type_from_name(args->expert_type);
+      }
     } catch (const Error& e) {
       throw UsageError(e.what());
     }

@@ -50,7 +50,9 @@ enum class Init : uint8_t {
 };
 
 // One tensor of a layer: its llama.cpp name after "blk.N.", its shape (ggml order: cols, rows,
-// matrices) and where the loader puts it. A vector has rows = mats = kOne and `vec` set.
+// matrices) and where the loader puts it. A vector has `vec` set and usually rows = mats =
+// kOne; a `vec` with rows (gpt-oss's per-expert biases, [cols x rows]) is bound as one F32
+// array of rows x cols.
 struct TensorSpec {
   const char* name;
   Dim cols, rows = Dim::kOne, mats = Dim::kOne;
@@ -92,6 +94,7 @@ struct ArchDesc {
   bool qkv_bias = false;
   bool norm_topk = true;  // default of {arch}.expert_weights_norm
   bool moe = false;       // experts required (false: dense, or optional as for `llama`)
+  ExpertAct expert_act = ExpertAct::kSwiglu;  // the experts' activation (ModelConfig)
   BlockTables blocks;
   // The family's own metadata keys, read after the common ones (model.cc read_config) and
   // written by synth after the common ones; nullptr: none.
