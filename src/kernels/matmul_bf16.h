@@ -30,6 +30,15 @@ uint16_t round_act_bf16(float x);
 // Resizes `out` to [n_tok x cols] and rounds rows t (at x + t * ldx) into it.
 void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16Acts& out);
 
+// Products with fewer tokens stay on the exact F32 path in the fast mode: they are bound by
+// the weights' bandwidth, which the F32 panels already reach, so BF16 would only cost accuracy
+// (bench_kernels, 2048 x 2048 BF16, 2 threads, docs/benchmarks.md: the AMX kernel is several
+// times faster from 16 tokens; at 1-4 tokens two runs on the loaded machine disagreed on
+// which path was faster). The engine's callers (project, matmul_id) apply it per product, so an
+// expert's product in a batch takes the BF16 path only when enough of the batch's rows chose
+// that expert.
+constexpr int kBf16MinTokens = 8;
+
 // True when a weight of type t stored in `layout` has the BF16 kernel on this machine: BF16 or
 // F16, kPanel16, and a CPU with AMX-BF16 whose tile state the OS grants (Linux: the
 // ARCH_REQ_XCOMP_PERM request, made once here).

@@ -12,7 +12,7 @@ namespace {
 void expert_rows(const MatIdJob& j, int ex, int64_t r0, int64_t r1, int off, int cnt) {
   const ExpertMatrices& w = j.w;
   float* y = j.y + size_t(off) * size_t(w.rows);
-  if (j.xb) {
+  if (j.xb && cnt >= kBf16MinTokens) {
     matmul_rows_bf16(w.type, w.mat(ex), w.cols, r0, r1, *j.xb, off, cnt, y, w.rows);
   } else if (j.xq) {
     matmul_rows_q8(w.type, w.mat(ex), w.cols, r0, r1, *j.xq, off, cnt, y, w.rows, w.layout);

@@ -35,7 +35,7 @@ struct MatIdJob {
   const QuantizedActs* xq = nullptr;
   float* y = nullptr;
   // The BF16 fast mode (matmul_bf16.h; BF16/F16 weights in panels): x rounded to BF16, which
-  // then takes precedence over x and xq.
+  // an expert with at least kBf16MinTokens grouped rows reads instead of x (x stays needed).
   const Bf16Acts* xb = nullptr;
 };
 

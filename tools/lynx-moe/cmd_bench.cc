@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -36,9 +37,13 @@ struct Args {
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
   bool bf16_acts = false;
+  bool bf16_compare = false;  // every policy also with --bf16-acts, step-interleaved
   bool no_repack = false;
   EpFlags ep;
 };
+
+// The label --bf16-compare gives a policy's row in the BF16 fast mode.
+constexpr std::string_view kBf16Suffix = " +bf16-acts";
 
 // Prompts read from --prompt-file: line b holds sequence b's token ids (the first --prompt of
 // them are used), so that other engines can be fed the very same sequences.
@@ -134,6 +139,10 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.routing = policies[p];
     co.exact_activations = a.exact_acts;
     co.bf16_activations = a.bf16_acts;
+    if (co.routing.ends_with(kBf16Suffix)) {  // --bf16-compare's second row of a policy
+      co.routing.resize(co.routing.size() - kBf16Suffix.size());
+      co.bf16_activations = true;
+    }
     ep_ids[p] = ep.configure(co);
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
@@ -539,7 +548,12 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
 void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
                const std::vector<std::string>& policies, ExpertParallel& ep) {
   auto model = ep.load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
-  check_specs_fit(policies, *model, "--routing");
+  std::vector<std::string> specs;  // the routing specs, without --bf16-compare's labels
+  for (std::string s : policies) {
+    if (s.ends_with(kBf16Suffix)) s.resize(s.size() - kBf16Suffix.size());
+    specs.push_back(s);
+  }
+  check_specs_fit(specs, *model, "--routing");
   const ModelConfig& c = model->config();
   std::unique_ptr<TraceReplay> replay;
   if (!a.trace.empty()) replay = std::make_unique<TraceReplay>(a.trace, c);
@@ -626,6 +640,10 @@ void register_bench(CLI::App& app) {
                   "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
   add_bf16_acts_flag(cmd, &a->bf16_acts);
+  cmd->add_flag("--bf16-compare", a->bf16_compare,
+                "Run every policy twice in each cell, step-interleaved: as given and with "
+                "--bf16-acts (rows labelled '+bf16-acts'; their speedup is against the first "
+                "policy's exact row)");
   cmd->add_flag(
       "--no-repack", a->no_repack,
       "Keep the weights in the file's row layout (default: repacked at load, types with an "
@@ -656,7 +674,13 @@ void register_bench(CLI::App& app) {
           throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
         }
       }
-      run_bench(*a, batches, threads, policies, ep);
+      if (!a->bf16_compare) return run_bench(*a, batches, threads, policies, ep);
+      std::vector<std::string> both;  // each policy exact, then in the BF16 fast mode
+      for (const auto& p : policies) {
+        both.push_back(p);
+        both.push_back(p + std::string(kBf16Suffix));
+      }
+      run_bench(*a, batches, threads, both, ep);
     });
   });
 }
