@@ -581,6 +581,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   std::string acts = a.exact_acts ? "f32 (--exact-acts)"
                                   : "q8_0 for Q8_0/Q4_0 weights, q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS";
   if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)";
+  if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights";
   const char* layout = a.no_repack ? "rows"
                        : a.exact_acts
                            ? "f32/f16/bf16 in 16-row panels, quantized rows"
