@@ -7,7 +7,9 @@
 // Paths: `float` (weights decoded to F32, exact activations) and `int` (the types with an
 // integer kernel, kernels/types.h: activations quantized to Q8_0 or Q8_K blocks once per pass,
 // as the engine quantizes each input once for all experts, then integer dot products); the
-// quantization is inside the pass wall time.
+// quantization is inside the pass wall time; and `bf16` (BF16/F16 weights in panels on a CPU
+// with AMX-BF16, kernels/matmul_bf16.h: activations rounded to BF16 once per pass, inside the
+// wall time too).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/thread_pool.h"
 #include "kernels/types.h"
 
@@ -122,7 +125,8 @@ int run(int argc, char** argv) {
   app.add_option("--tokens", o.tokens, "token counts (activation rows per matmul)");
   app.add_option("--threads", o.threads, "thread counts");
   app.add_option("--paths", o.paths,
-                 "float (exact activations) and/or int (types with an integer kernel)");
+                 "float (exact activations), int (types with an integer kernel), bf16 (BF16/F16 on "
+                 "AMX, the --bf16-acts mode)");
   app.add_option("--shapes", o.shapes, "matrix shapes ROWSxCOLS (cols a multiple of 32)");
   app.add_option("--rows", o.rows, "rows per expert matrix (with --cols: replaces --shapes)")
       ->check(CLI::PositiveNumber);
@@ -155,7 +159,9 @@ int run(int argc, char** argv) {
     o.shapes = {std::to_string(o.rows) + "x" + std::to_string(o.cols)};
   }
   for (const auto& p : o.paths) {
-    if (p != "float" && p != "int") throw CLI::ValidationError("--paths", "unknown path " + p);
+    if (p != "float" && p != "int" && p != "bf16") {
+      throw CLI::ValidationError("--paths", "unknown path " + p);
+    }
   }
   for (const auto& t : o.types) parse_type(t);  // all options checked before any output
   for (const auto& sh : o.shapes) {
@@ -190,6 +196,7 @@ int run(int argc, char** argv) {
     for (auto& v : x) v = dist(rng);
     std::vector<float> y(static_cast<size_t>(max_tok * o.rows * o.experts));
     lk::QuantizedActs xq;
+    lk::Bf16Acts xb;
 
     for (const auto& ts : o.types) {
       const TensorType t = parse_type(ts);
@@ -209,7 +216,9 @@ int run(int argc, char** argv) {
       for (int n_tok : o.tokens) {
         for (const auto& path : o.paths) {
           const bool int_path = path == "int";
+          const bool bf16_path = path == "bf16";
           if (int_path && !lk::has_int_path(t)) continue;
+          if (bf16_path && !lk::has_bf16_path(t, layout)) continue;
           for (size_t ti = 0; ti < o.threads.size(); ++ti) {
             lk::ThreadPool pool(o.threads[ti]);
             // Each expert's matmul is timed on its own and its best time over the passes
@@ -222,10 +231,13 @@ int run(int argc, char** argv) {
             for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
               const auto t0 = std::chrono::steady_clock::now();
               if (int_path) lk::quantize_acts_for(pool, t, x.data(), o.cols, n_tok, o.cols, xq);
+              if (bf16_path) lk::round_acts_bf16(x.data(), o.cols, n_tok, o.cols, xb);
               for (int64_t e = 0; e < o.experts; ++e) {
                 const auto tc = std::chrono::steady_clock::now();
                 float* ye = y.data() + e * o.rows * n_tok;
-                if (int_path) {
+                if (bf16_path) {
+                  lk::matmul_bf16(pool, t, w.get() + e * eb, o.rows, o.cols, xb, ye, o.rows);
+                } else if (int_path) {
                   lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows, layout);
                 } else {
                   lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok, ye,

@@ -35,6 +35,12 @@ struct ContextOptions {
   // exactly: matches the float64 reference to float32 rounding). F32/F16/BF16 weights always
   // use F32 activations.
   bool exact_activations = false;
+  // Products with BF16 and F16 weights (the loader's 16-row panels) in BF16: activations
+  // rounded to BF16 once per matmul input, BF16 products summed in F32 on AMX tiles, F16
+  // weights rounded to BF16 (what ik_llama.cpp computes with AVX512_BF16). Faster at batch,
+  // not exact: docs/benchmarks.md has its measured logit error and perplexity. Without
+  // AMX-BF16 (kernels/matmul_bf16.h) the products stay exact. Off by default.
+  bool bf16_activations = false;
   // Makes the context's expert executor from its thread pool and product path
   // (!exact_activations); empty: this process's CPU kernels. Expert parallelism over MPI
   // (src/dist, docs/distributed.md) plugs in here.

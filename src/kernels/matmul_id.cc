@@ -12,7 +12,9 @@ namespace {
 void expert_rows(const MatIdJob& j, int ex, int64_t r0, int64_t r1, int off, int cnt) {
   const ExpertMatrices& w = j.w;
   float* y = j.y + size_t(off) * size_t(w.rows);
-  if (j.xq) {
+  if (j.xb && cnt >= kBf16MinTokens) {
+    matmul_rows_bf16(w.type, w.mat(ex), w.cols, r0, r1, *j.xb, off, cnt, y, w.rows);
+  } else if (j.xq) {
     matmul_rows_q8(w.type, w.mat(ex), w.cols, r0, r1, *j.xq, off, cnt, y, w.rows, w.layout);
   } else {
     matmul_rows(w.type, w.mat(ex), w.cols, r0, r1, j.x + size_t(off) * size_t(w.cols), w.cols, cnt,

@@ -9,6 +9,7 @@
 
 #include "kernels/expert_plan.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/thread_pool.h"
 
 namespace lynx::kernels {
@@ -33,6 +34,9 @@ struct MatIdJob {
   const float* x = nullptr;
   const QuantizedActs* xq = nullptr;
   float* y = nullptr;
+  // The BF16 fast mode (matmul_bf16.h; BF16/F16 weights in panels): x rounded to BF16, which
+  // an expert with at least kBf16MinTokens grouped rows reads instead of x (x stays needed).
+  const Bf16Acts* xb = nullptr;
 };
 
 // Runs the jobs over the plan, rows split across the pool. The jobs must have the same

@@ -24,7 +24,8 @@ struct Context::Impl {
   const Model& model;
   int max_window = 0;  // the largest sliding window of the model's layers (0: none)
   kernels::ThreadPool pool;
-  bool int_acts;  // !ContextOptions::exact_activations
+  bool int_acts;   // !ContextOptions::exact_activations
+  bool bf16_acts;  // ContextOptions::bf16_activations
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
@@ -165,8 +166,9 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
       pool(positive_threads(o.n_threads)),
       int_acts(!o.exact_activations),
+      bf16_acts(o.bf16_activations),
       experts(o.make_experts ? o.make_experts(pool, int_acts)
-                             : std::make_unique<CpuExpertExecutor>(pool, int_acts)),
+                             : std::make_unique<CpuExpertExecutor>(pool, int_acts, bf16_acts)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   if (!experts) throw Error("ContextOptions::make_experts returned no executor");
@@ -269,8 +271,14 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
     }
   }
   for (const auto& [seq, nc] : need) reserve_cache(sequence(seq), nc.first, nc.second);
-  const ForwardOperands op{model,  {pool, int_acts}, {*policy, router_override}, *experts, kv, buf,
-                           logits, observer};
+  const ForwardOperands op{model,
+                           {pool, int_acts, bf16_acts ? &buf.b16 : nullptr},
+                           {*policy, router_override},
+                           *experts,
+                           kv,
+                           buf,
+                           logits,
+                           observer};
   forward(op, batch);
   for (const auto& [seq, nc] : need) {
     Sequence& s = sequence(seq);

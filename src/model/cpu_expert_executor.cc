@@ -60,6 +60,9 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   const bool int_gate = int_acts_ && kernels::has_int_path(wg.type);
   const bool int_up = int_acts_ && kernels::has_int_path(wu.type);
   const bool int_down = int_acts_ && kernels::has_int_path(wd.type);
+  const bool bf_gate = bf16_acts_ && kernels::has_bf16_path(wg.type, wg.layout);
+  const bool bf_up = bf16_acts_ && kernels::has_bf16_path(wu.type, wu.layout);
+  const bool bf_down = bf16_acts_ && kernels::has_bf16_path(wd.type, wd.layout);
   ensure(gate_, size_t(rows) * F);
   ensure(up_, size_t(rows) * F);
   ensure(down_, size_t(rows) * E);
@@ -89,6 +92,9 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     }
   }
 
+  // The BF16 fast mode rounds the grouped rows once for gate and up.
+  if (bf_gate || bf_up) kernels::round_acts_bf16(xin_.data(), E, rows, E, xb_rows_);
+
   // (rows, F) gate and up, one pass over the plan (a chunk reads its input rows once).
   const std::span<const int32_t> per_expert(plan.count.data(), size_t(plan.n_expert));
   if (act_hook_) {
@@ -96,8 +102,10 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     (*act_hook_)(wu, xin_.data(), rows, per_expert);
   }
   const kernels::MatIdJob gate_up[2] = {
-      {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data()},
-      {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data()},
+      {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data(),
+       bf_gate ? &xb_rows_ : nullptr},
+      {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data(),
+       bf_up ? &xb_rows_ : nullptr},
   };
   kernels::matmul_id(pool_, plan, gate_up);
   add_expert_bias(plan, layer.gate_exps_b, gate_.data(), F);
@@ -120,12 +128,13 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
         std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
   } else {
     activate(layer.expert_act, gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
+    if (bf_down) kernels::round_acts_bf16(gate_.data(), F, rows, F, xb_hidden_);
   }
 
   // (rows, E) down; run() then mixes them into (T, E).
   if (act_hook_) (*act_hook_)(wd, gate_.data(), rows, per_expert);
-  const kernels::MatIdJob down[1] = {
-      {matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr, down_.data()}};
+  const kernels::MatIdJob down[1] = {{matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr,
+                                      down_.data(), bf_down ? &xb_hidden_ : nullptr}};
   kernels::matmul_id(pool_, plan, down);
   add_expert_bias(plan, layer.down_exps_b, down_.data(), E);  // before the routing weight
   return down_.data();

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/matmul_bf16.h"
 #include "lynx/context.h"
 #include "model/expert_executor.h"
 
@@ -13,7 +14,10 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // int_acts: products with weights of a type that has an integer kernel (the type table's
   // int_kernel: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) take the integer path (activations
   // quantized to the type's activation blocks, ContextOptions::exact_activations off).
-  CpuExpertExecutor(kernels::ThreadPool& pool, bool int_acts) : pool_(pool), int_acts_(int_acts) {}
+  // bf16_acts: BF16/F16 expert matrices in panels take the BF16 fast mode
+  // (ContextOptions::bf16_activations, kernels/matmul_bf16.h).
+  CpuExpertExecutor(kernels::ThreadPool& pool, bool int_acts, bool bf16_acts = false)
+      : pool_(pool), int_acts_(int_acts), bf16_acts_(bf16_acts) {}
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
            float* out) override;
@@ -29,13 +33,15 @@ class CpuExpertExecutor final : public ExpertExecutor {
  private:
   kernels::ThreadPool& pool_;
   bool int_acts_;
+  bool bf16_acts_;
   const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
   // Grouped rows (plan order), grown to the largest plan seen and reused.
-  std::vector<float> xin_;            // [rows x E] F32 input rows (float path)
-  std::vector<float> gate_, up_;      // [rows x F]
-  std::vector<float> down_;           // [rows x E]
-  kernels::QuantizedActs xq_rows_;    // [rows x E] quantized input rows (integer path)
-  kernels::QuantizedActs xq_hidden_;  // [rows x F] quantized SwiGLU output (integer path)
+  std::vector<float> xin_;                 // [rows x E] F32 input rows (float path)
+  std::vector<float> gate_, up_;           // [rows x F]
+  std::vector<float> down_;                // [rows x E]
+  kernels::QuantizedActs xq_rows_;         // [rows x E] quantized input rows (integer path)
+  kernels::QuantizedActs xq_hidden_;       // [rows x F] quantized SwiGLU output (integer path)
+  kernels::Bf16Acts xb_rows_, xb_hidden_;  // the same two rounded to BF16 (BF16 fast mode)
 };
 
 }  // namespace lynx

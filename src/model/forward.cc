@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_bf16.h"
 #include "model/finite.h"
 #include "model/forward.h"
 #include "model/gpt_oss_ops.h"
@@ -28,10 +29,15 @@ void ensure(V& v, size_t n) {
 // y[T x rows] = W x[T x cols], rows split across the pool. Products with weights that have an
 // integer kernel (kernels/types.h int_kernel: Q8_0, Q4_0, K-quants) take the integer path
 // (activations quantized to Q8_0 or Q8_K blocks as ggml does) unless the context asked for
-// exact activations.
+// exact activations. BF16/F16 weights in panels take the BF16 kernel in the BF16 fast mode from
+// kBf16MinTokens tokens (the input rounded per product: q, k and v round the same rows, which
+// costs microseconds).
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
   obs.product_input(w, in.x, in.n_tok);
-  if (cp.int_acts && kernels::has_int_path(w.type)) {
+  if (cp.bf16 && in.n_tok >= kernels::kBf16MinTokens && kernels::has_bf16_path(w.type, w.layout)) {
+    kernels::round_acts_bf16(in.x, in.cols, in.n_tok, in.cols, *cp.bf16);
+    kernels::matmul_bf16(cp.pool, w.type, w.mat(0), w.rows, w.cols, *cp.bf16, y, w.rows);
+  } else if (cp.int_acts && kernels::has_int_path(w.type)) {
     kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool, w.type), y,
                     w.rows, w.layout);
   } else {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/expert_plan.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/thread_pool.h"
 #include "lynx/context.h"
 #include "lynx/model.h"
@@ -71,12 +72,16 @@ struct StepBuffers {
   // Activations quantized for the integer path (types with an integer kernel, exact_activations
   // off): a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
   kernels::QuantizedActs xq_in, xq_mid;
+  kernels::Bf16Acts b16;  // a product's input rounded to BF16 (the BF16 fast mode)
 };
 
 // Where products run, and which path products with integer-kernel weight types take.
 struct Compute {
   kernels::ThreadPool& pool;
   bool int_acts;  // integer path (!ContextOptions::exact_activations)
+  // The BF16 fast mode (ContextOptions::bf16_activations): scratch for the rounded inputs of
+  // BF16/F16 products; nullptr: off.
+  kernels::Bf16Acts* bf16 = nullptr;
 };
 
 // How MoE layers choose their experts: the policy and, for benchmarks replaying traces, a

@@ -77,6 +77,7 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   ContextOptions co;
   co.n_threads = o.n_threads;
   co.exact_activations = o.exact_activations;
+  co.bf16_activations = o.bf16_activations;
   co.make_experts = o.make_experts;
   co.n_ctx = std::max(1, max_len);
   co.routing = policy;
@@ -203,6 +204,7 @@ std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
   ContextOptions co;
   co.n_threads = o.n_threads;
   co.exact_activations = o.exact_activations;
+  co.bf16_activations = o.bf16_activations;
   co.make_experts = o.make_experts;
   co.n_ctx = max_len + n_gen;
   co.routing = policy;

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -30,14 +31,19 @@ namespace {
 struct Args {
   std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
   std::string trace, plot, save_json, prompt_file;
-  std::string bw_sizes = "1024";  // MiB, the buffers of the start-up bandwidth probe
+  std::string bw_sizes = "256,1024";  // MiB, the buffers of the peak bandwidth probe
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
+  bool bf16_acts = false;
+  bool bf16_compare = false;  // every policy also with --bf16-acts, step-interleaved
   bool no_repack = false;
   EpFlags ep;
 };
+
+// The label --bf16-compare gives a policy's row in the BF16 fast mode.
+constexpr std::string_view kBf16Suffix = " +bf16-acts";
 
 // Prompts read from --prompt-file: line b holds sequence b's token ids (the first --prompt of
 // them are used), so that other engines can be fed the very same sequences.
@@ -132,6 +138,11 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.n_ctx = a.ctx > 0 ? a.ctx : a.prompt + a.gen + 1;
     co.routing = policies[p];
     co.exact_activations = a.exact_acts;
+    co.bf16_activations = a.bf16_acts;
+    if (co.routing.ends_with(kBf16Suffix)) {  // --bf16-compare's second row of a policy
+      co.routing.resize(co.routing.size() - kBf16Suffix.size());
+      co.bf16_activations = true;
+    }
     ep_ids[p] = ep.configure(co);
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
@@ -260,15 +271,18 @@ void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& row
 }
 
 // The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes, the
-// largest over the --bw-sizes buffers) once at start, for the header (run_rows probes it again
-// before every cell, for that cell's roofline, since a shared machine's bandwidth drifts). The f32
-// FMA peak: the compute roof of float weights (a matmul over n tokens takes 2n flops per weight),
-// for telling compute-bound batch sizes apart.
+// largest over the --bw-sizes buffers), probed at start and again at the end of the run; the
+// roofline of every row is the best of those and of every one-pass probe before a cell
+// (run_rows), so that it is the most the machine gave during the run: on a shared machine the
+// bandwidth moves between about 33 and 65 GB/s within minutes (docs/benchmarks.md), and a
+// limit from one pass let a peer engine run "faster than the limit". The f32 FMA peak: the
+// compute roof of float weights (a matmul over n tokens takes 2n flops per weight), for telling
+// compute-bound batch sizes apart.
 struct Peaks {
   std::map<int, double> bw, fma;  // per thread count
 };
 
-Peaks measure_peaks(const Args& a, const std::vector<int>& threads) {
+Peaks measure_peaks(const Args& a, const std::vector<int>& threads, bool with_fma = true) {
   Peaks pk;
   for (int t : threads) {
     kernels::ThreadPool pool(t);
@@ -279,7 +293,7 @@ Peaks measure_peaks(const Args& a, const std::vector<int>& threads) {
       }
     }
     pk.bw[t] = best;
-    pk.fma[t] = kernels::measure_fma_gflops(pool);
+    if (with_fma) pk.fma[t] = kernels::measure_fma_gflops(pool);
   }
   return pk;
 }
@@ -366,7 +380,8 @@ nlohmann::json rank_summary(const ModelConfig& c, const Row& row) {
 // One JSON object per row: means and spreads over the repetitions, rooflines, and speedups
 // against the first policy of the same cell.
 nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
-                         const std::vector<std::string>& policies, const CellBandwidth& cell_bw) {
+                         const std::vector<std::string>& policies, const CellBandwidth& cell_bw,
+                         const Peaks& pk) {
   const ModelConfig& c = model.config();
   std::string wtype = "mixed";
   if (c.is_moe())
@@ -407,7 +422,13 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
     }
     const double gbps = mean(bytes) / (mean(tpot) * 1e-3) / 1e9;
     const double row_bw = mean(cell_bw.at({row.threads, row.batch}));
-    const double roof_ms = mean(bytes) / (row_bw * 1e9) * 1e3;
+    // The run's best bandwidth at this thread count (Peaks), not this cell's pass.
+    double roof_bw = pk.bw.at(row.threads);
+    for (const auto& [key, passes] : cell_bw) {
+      if (key.first != row.threads) continue;
+      for (double g : passes) roof_bw = std::max(roof_bw, g);
+    }
+    const double roof_ms = mean(bytes) / (roof_bw * 1e9) * 1e3;
     out.push_back({{"model", c.name},
                    {"type", wtype},
                    {"policy", row.policy},
@@ -422,12 +443,13 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
                    {"bytes_per_step", mean(bytes)},
                    {"achieved_gbps", gbps},
                    {"read_bw_gbps", row_bw},
+                   {"roofline_bw_gbps", roof_bw},
                    {"roofline_ms", roof_ms},
                    {"routing_ms", mean(route)},
                    {"expert_ms", mean(ems)},
                    {"expert_bytes_per_step", mean(ebytes)},
                    {"expert_roofline_ratio",
-                    mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (row_bw * 1e9) * 1e3) : 0.0},
+                    mean(ebytes) > 0 ? mean(ems) / (mean(ebytes) / (roof_bw * 1e9) * 1e3) : 0.0},
                    {"expert_speedup_vs_first", mean(ems) > 0 ? base_ems / mean(ems) : 0.0},
                    {"roofline_ratio", mean(tpot) / roof_ms},
                    {"speedup_vs_first", base_tpot / mean(tpot)},
@@ -494,8 +516,8 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
       c.arch.c_str(), c.n_layer, c.n_expert_used, c.n_expert, acts, layout);
   for (auto& [t, g] : pk.bw) {
     std::printf(
-        "peak read bandwidth %.1f GB/s with %d threads (best of 5 passes at start, best "
-        "buffer size); "
+        "roofline read bandwidth %.1f GB/s with %d threads (the best of this run: 5 passes "
+        "per buffer size at start and at the end, and every one-pass probe); "
         "read BW below: one pass right before each batch size of each repetition, "
         "averaged; f32 FMA peak %.0f GFLOPS\n\n",
         g, t, pk.fma.at(t));
@@ -526,7 +548,12 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
 void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
                const std::vector<std::string>& policies, ExpertParallel& ep) {
   auto model = ep.load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
-  check_specs_fit(policies, *model, "--routing");
+  std::vector<std::string> specs;  // the routing specs, without --bf16-compare's labels
+  for (std::string s : policies) {
+    if (s.ends_with(kBf16Suffix)) s.resize(s.size() - kBf16Suffix.size());
+    specs.push_back(s);
+  }
+  check_specs_fit(specs, *model, "--routing");
   const ModelConfig& c = model->config();
   std::unique_ptr<TraceReplay> replay;
   if (!a.trace.empty()) replay = std::make_unique<TraceReplay>(a.trace, c);
@@ -535,15 +562,26 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
     file_prompts = read_prompt_file(a.prompt_file, c.n_vocab, a.prompt,
                                     *std::max_element(batches.begin(), batches.end()));
   }
-  const Peaks pk = measure_peaks(a, threads);
+  Peaks pk = measure_peaks(a, threads);
   CellBandwidth cell_bw;
   const std::vector<Row> rows =
       run_rows(*model, a, policies, batches, threads, replay.get(), file_prompts, cell_bw, ep);
-  const nlohmann::json out = summarize(*model, rows, policies, cell_bw);
+  if (a.bw_gb <= 0) {  // the peak again after the run: the best of both bounds every row
+    for (const auto& [t, g] : measure_peaks(a, threads, false).bw) pk.bw[t] = std::max(pk.bw[t], g);
+  }
+  for (auto& [t, g] : pk.bw) {
+    for (const auto& [key, passes] : cell_bw) {
+      if (key.first != t) continue;
+      for (double p : passes) g = std::max(g, p);
+    }
+  }
+  const nlohmann::json out = summarize(*model, rows, policies, cell_bw, pk);
   if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
-  const char* acts = a.exact_acts ? "f32 (--exact-acts)"
+  std::string acts = a.exact_acts ? "f32 (--exact-acts)"
                                   : "q8_0 for Q8_0/Q4_0 weights, q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS";
+  if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)";
+  if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights";
   const char* layout = a.no_repack ? "rows"
                        : a.exact_acts
                            ? "f32/f16/bf16 in 16-row panels, quantized rows"
@@ -575,7 +613,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
     print_csv(out);
     return;
   }
-  print_md(c, out, pk, commit, acts, layout);
+  print_md(c, out, pk, commit, acts.c_str(), layout);
   print_ranks_md(out);
 }
 
@@ -602,6 +640,11 @@ void register_bench(CLI::App& app) {
                   "Buffer sizes of the start-up bandwidth probe in MiB, e.g. 256,1024,2048 "
                   "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
+  add_bf16_acts_flag(cmd, &a->bf16_acts);
+  cmd->add_flag("--bf16-compare", a->bf16_compare,
+                "Run every policy twice in each cell, step-interleaved: as given and with "
+                "--bf16-acts (rows labelled '+bf16-acts'; their speedup is against the first "
+                "policy's exact row)");
   cmd->add_flag(
       "--no-repack", a->no_repack,
       "Keep the weights in the file's row layout (default: repacked at load, types with an "
@@ -632,7 +675,13 @@ void register_bench(CLI::App& app) {
           throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
         }
       }
-      run_bench(*a, batches, threads, policies, ep);
+      if (!a->bf16_compare) return run_bench(*a, batches, threads, policies, ep);
+      std::vector<std::string> both;  // each policy exact, then in the BF16 fast mode
+      for (const auto& p : policies) {
+        both.push_back(p);
+        both.push_back(p + std::string(kBf16Suffix));
+      }
+      run_bench(*a, batches, threads, both, ep);
     });
   });
 }

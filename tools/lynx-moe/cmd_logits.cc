@@ -15,7 +15,7 @@ void register_logits(CLI::App& app) {
   struct Args {
     std::string model, tokens, out, routing = "topk";
     int threads = 0;
-    bool all = false, exact_acts = false;
+    bool all = false, exact_acts = false, bf16_acts = false;
     EpFlags ep;
   };
   auto args = std::make_shared<Args>();
@@ -28,6 +28,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--routing", args->routing, "Routing policy spec");
   cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
   add_exact_acts_flag(cmd, &args->exact_acts);
+  add_bf16_acts_flag(cmd, &args->bf16_acts);
   add_ep_flags(cmd, &args->ep);
   cmd->callback([args] {
     ExpertParallel::run(args->ep, [&](ExpertParallel& ep) {
@@ -65,6 +66,7 @@ void register_logits(CLI::App& app) {
       co.n_ctx = int(ids.size());
       co.routing = args->routing;
       co.exact_activations = args->exact_acts;
+      co.bf16_activations = args->bf16_acts;
       ep.configure(co);
       Context ctx(*model, co);
       const int32_t seq = ctx.new_sequence();

@@ -102,6 +102,14 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
                 "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
+void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations) {
+  cmd->add_flag("--bf16-acts", *bf16_activations,
+                "Fast mode for BF16/F16 weights: round their activations to BF16 and use BF16 "
+                "products (AMX), F16 weights rounded to BF16, as ik_llama.cpp does with "
+                "AVX512_BF16. Not exact: see docs/benchmarks.md for its logit error and "
+                "perplexity. Without AMX-BF16 the products stay exact");
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool repack_float) {
   LoadOptions opts;
   opts.repack = repack;

@@ -1,0 +1,69 @@
+// The BF16 fast mode of BF16 and F16 weights (ContextOptions::bf16_activations, the command
+// line's --bf16-acts): activations rounded to BF16 once per matmul input, products of BF16
+// pairs accumulated in F32 by the CPU's BF16 instructions (AMX tiles, TDPBF16PS). This is what
+// ik_llama.cpp computes on CPUs with AVX512_BF16 (docs/benchmarks.md): BF16 weights times BF16
+// activations, F16 weights first rounded to BF16. It is not the exact path: each activation
+// keeps 8 significant bits instead of 24 (F16 weights 8 instead of 11); the measured effect on
+// logits and perplexity is in docs/benchmarks.md. Off by default.
+//
+// The kernel reads the kPanel16 layout the loader gives F32/F16/BF16 matrices (kernels.h); the
+// rows layout and machines without AMX-BF16 keep the exact F32 path (has_bf16_path).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace lynx::kernels {
+
+// Activation rows rounded to BF16 (round to nearest even, as VCVTNE2PS2BF16: subnormal inputs
+// become zero, NaN stays NaN): row t has its `cols` values at v[t * ld], then zeros up to ld,
+// the next multiple of 32 (the kernels read whole 32-column blocks). Reused across calls.
+struct Bf16Acts {
+  int n_tok = 0;
+  int64_t cols = 0, ld = 0;
+  std::vector<uint16_t> v;
+};
+
+// The BF16 rounding of one activation (the scalar twin of the vector rounding).
+uint16_t round_act_bf16(float x);
+// Resizes `out` to [n_tok x cols] and rounds rows t (at x + t * ldx) into it.
+void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16Acts& out);
+
+// Products with fewer tokens stay on the exact F32 path in the fast mode: they are bound by
+// the weights' bandwidth, which the F32 panels already reach, so BF16 would only cost accuracy
+// (bench_kernels, 2048 x 2048 BF16, 2 threads, docs/benchmarks.md: the AMX kernel is several
+// times faster from 16 tokens; at 1-4 tokens two runs on the loaded machine disagreed on
+// which path was faster). The engine's callers (project, matmul_id) apply it per product, so an
+// expert's product in a batch takes the BF16 path only when enough of the batch's rows chose
+// that expert.
+constexpr int kBf16MinTokens = 8;
+
+// True when a weight of type t stored in `layout` has the BF16 kernel on this machine: BF16 or
+// F16, kPanel16, and a CPU with AMX-BF16 whose tile state the OS grants (Linux: the
+// ARCH_REQ_XCOMP_PERM request, made once here).
+bool has_bf16_path(TensorType t, WeightLayout layout);
+
+// y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok), with W [rows x cols]
+// of type BF16 or F16 stored kPanel16 and x.cols == cols. Each product W[r][c] * x[c] is
+// exact (both operands BF16; an F16 weight rounded to BF16 to nearest even), the sum is F32
+// in an order of the hardware's choosing, so results match the scalar twin
+// (ref::matmul_rows_bf16) to F32 summation tolerance, not bit for bit. Each output depends
+// only on its row and token. Whole 16-row panels that [r0, r1) touches are read. Throws
+// lynx::Error when has_bf16_path(t, kPanel16) is false or the shapes disagree.
+void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                      const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy);
+
+// matmul_rows_bf16 over all rows of W, split across the pool (all x.n_tok tokens).
+void matmul_bf16(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
+                 const Bf16Acts& x, float* y, int64_t ldy);
+
+namespace ref {
+// The scalar twin: the same BF16 operands (x already rounded; an F16 weight rounded to BF16),
+// an F32 FMA chain over the columns in order. W in kPanel16 or kRows.
+void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                      const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy,
+                      WeightLayout layout = WeightLayout::kPanel16);
+}  // namespace ref
+
+}  // namespace lynx::kernels
