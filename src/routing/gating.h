@@ -54,10 +54,11 @@ struct RowGate {
 };
 RowGate row_gate(const float* z, int n, GatingFunc func);
 
-// The router probability of one expert: softmax over all N, or the sigmoid score.
+// The router probability of one expert: softmax over all N (also for kSoftmaxWeight, whose
+// softmax over the selected is only its weight rule), or the sigmoid score.
 // Always finite, in [0, 1].
 inline float gate_prob(float z, const RowGate& g, GatingFunc func) {
-  if (func == GatingFunc::kSoftmax) {
+  if (func != GatingFunc::kSigmoid) {
     const float d = z - g.zmax;  // <= 0, or NaN for a NaN logit or inf - inf
     if (d == d) return std::exp(d) * g.inv_z;
     return z == g.zmax ? g.inv_z : 0.f;  // an infinite maximum: its share of the mass

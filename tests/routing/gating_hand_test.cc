@@ -9,6 +9,7 @@
 #include <set>
 
 #include "helpers.h"
+#include "routing/gating.h"
 #include "routing/lynx.h"
 
 namespace lynx {
@@ -119,6 +120,21 @@ TEST(Gating, SoftmaxOverSelected) {
     EXPECT_NEAR(r.w[0], sigm(1), 1e-6);
     EXPECT_NEAR(r.w[1], 1 - sigm(1), 1e-6);
   }
+}
+
+// The router probability the statistics, budget, ser and cover read is the softmax over all N
+// for gpt-oss's gating too (its softmax over the selected is only how it weighs), not a
+// sigmoid: z = [1, 3, 2, 0] -> p_1 = e^3 / (e + e^3 + e^2 + 1).
+TEST(Gating, SoftmaxWeightProbabilityIsTheSoftmaxOverAll) {
+  const std::vector<float> z = {1.f, 3.f, 2.f, 0.f};
+  const double sum = std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + 1.0;
+  for (GatingFunc f : {GatingFunc::kSoftmax, GatingFunc::kSoftmaxWeight}) {
+    const routing::RowGate rg = routing::row_gate(z.data(), 4, f);
+    EXPECT_NEAR(routing::gate_prob(z[1], rg, f), std::exp(3.0) / sum, 1e-6);
+    EXPECT_NEAR(routing::gate_prob(z[3], rg, f), 1.0 / sum, 1e-6);
+  }
+  const routing::RowGate rg = routing::row_gate(z.data(), 4, GatingFunc::kSigmoid);
+  EXPECT_NEAR(routing::gate_prob(z[1], rg, GatingFunc::kSigmoid), sigm(3), 1e-6);
 }
 
 // DeepSeek-V3 / GLM-4.5 weights without bias: sigmoid, normalized, times the routed scale.
