@@ -86,11 +86,15 @@ void Mpi::wait(MPI_Request& req, const char* what, bool deadline) const {
       fail("expert parallel: rank " + std::to_string(rank_) + " waited more than " + secs +
            " s (--ep-timeout) in " + what + ": a peer rank hangs or died; the job must end");
     }
-    // Spin (yielding the core to whoever wants it) for the first millisecond: a step's
-    // collectives take microseconds when the ranks arrive together. Past that the peers
-    // are busy or idle: sleep between polls, shortly first (a slow layer), then 1 ms (an
-    // idle server: a follower waits here for rank 0's next step).
-    if (waited < 1e-3) {
+    // Spin for the first 50 us: a step's collectives take microseconds when the ranks arrive
+    // together, and a non-blocking one needs a few MPI_Test calls to progress (yielding
+    // there cost milliseconds per collective on the loaded machine, even at R = 1). Then
+    // spin yielding the core to whoever wants it up to 1 ms; past that the peers are busy or
+    // idle: sleep between polls, shortly first (a slow layer), then 1 ms (an idle server: a
+    // follower waits here for rank 0's next step).
+    if (waited < 50e-6) {
+      continue;
+    } else if (waited < 1e-3) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.1 ? 50 : 1000));

@@ -95,8 +95,9 @@ constexpr double kEpKilledGrace_s = 0.5;
                                     bool runtime_ending = false) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%g", grace);
-  o.log(std::string("expert parallel: a collective failed; answering 503 for ") + secs +
-        " s, then ending the job");
+  o.log(std::string("expert parallel: ") +
+        (runtime_ending ? "the MPI runtime ends the job" : "a collective failed") +
+        "; answering 503 for " + secs + " s, then ending the job");
   std::this_thread::sleep_for(std::chrono::duration<double>(grace));
   o.log("expert parallel: ending the job (exit status 1)");
   if (runtime_ending) {
