@@ -150,8 +150,9 @@ def check_metrics(port):
 
 
 def long_request(port, results):
-    """A request that runs for many steps (to the context limit), in the background."""
-    body = {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
+    """A request that runs for many steps, in the background: 4 choices of 240 tokens (near
+    the 256-token context) on 2 slots are about 480 steps, seconds even on a fast machine."""
+    body = {"prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True, "n": 4}
     t = threading.Thread(target=lambda: results.append(outcome(lambda: post(port, body))))
     t.start()
     # In flight once the engine runs it (its first tokens are out).
