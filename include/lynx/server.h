@@ -63,6 +63,9 @@ struct ServerOptions {
   // per step); null = none.
   std::function<std::unique_ptr<Model>(const std::string& path, const LoadOptions&)> load_model;
   std::function<void(ContextOptions&)> configure_options;
+  // Text appended to /metrics (Prometheus exposition lines; expert parallelism's per-rank
+  // figures); called on an HTTP thread, so it must be thread-safe. null = none.
+  std::function<std::string()> extra_metrics;
   // One line per event worth an operator's attention (start, errors, shutdown); null = none.
   std::function<void(const std::string&)> log;
 
@@ -104,6 +107,10 @@ class Server {
   // the clients do. Idempotent; safe from any thread but the HTTP handlers.
   static constexpr double kShutdownSlack_s = 8;
   void stop();
+  // The engine cannot go on (expert parallelism: a peer rank hangs or died): from now on
+  // requests, queued, running or new, are answered 503 with `reason`, and /health says
+  // "failed". The caller then ends the process. Idempotent; any thread.
+  void fail(const std::string& reason);
   // Blocks until stop() has completed (from another thread).
   void wait();
   int port() const;  // the bound port (meaningful after start)

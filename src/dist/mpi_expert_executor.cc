@@ -81,9 +81,11 @@ void MpiExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x
   const int il = layer_index(layer);
   local_plan(plan, il);
   const uint64_t digest = plan_digest(plan);
-  stats_.tokens += local_.rows();
-  stats_.experts += local_.n_active();
-  stats_.bytes += uint64_t(local_.n_active()) * model_.expert_bytes(il);
+  RankStats d;
+  d.tokens = local_.rows();
+  d.experts = local_.n_active();
+  d.bytes = uint64_t(local_.n_active()) * model_.expert_bytes(il);
+  add(d);
   if (combine_ == Combine::kAllReduce) {
     combine_reduce(plan, x, layer, digest, il, out);
   } else {
@@ -91,7 +93,43 @@ void MpiExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x
   }
 }
 
-// Partial sums, reduce-scatter, all-gather of the reduced chunks with the digests. Each chunk
+void MpiExpertExecutor::add(const RankStats& d) {
+  for (RankStats* s : {&stats_, &total_}) {
+    s->tokens += d.tokens;
+    s->experts += d.experts;
+    s->bytes += d.bytes;
+    s->comm_bytes += d.comm_bytes;
+    s->compute_s += d.compute_s;
+    s->comm_s += d.comm_s;
+  }
+}
+
+std::vector<RankStats> MpiExpertExecutor::totals() const {
+  std::lock_guard lk(totals_mu_);
+  return totals_;
+}
+
+// The head of every rank's combine message: the plan's digest and the rank's totals.
+size_t MpiExpertExecutor::pack_head(uint8_t* dst, uint64_t digest) const {
+  std::memcpy(dst, &digest, sizeof digest);
+  std::memcpy(dst + sizeof digest, &total_, sizeof total_);
+  return kHead;
+}
+
+void MpiExpertExecutor::unpack_heads(const uint8_t* base, const std::vector<size_t>& at, int il) {
+  const size_t R = at.size();
+  std::vector<uint64_t> digests(R);
+  std::vector<RankStats> totals(R);
+  for (size_t r = 0; r < R; ++r) {
+    std::memcpy(&digests[r], base + at[r], sizeof(uint64_t));
+    std::memcpy(&totals[r], base + at[r] + sizeof(uint64_t), sizeof(RankStats));
+  }
+  check_digests(digests, il);
+  std::lock_guard lk(totals_mu_);
+  totals_ = std::move(totals);
+}
+
+// Partial sums, reduce-scatter, all-gather of the reduced chunks with the heads. Each chunk
 // is reduced once, on one rank, so every rank ends with the same bits (a plain MPI_Allreduce
 // does not promise that, and ranks whose hidden states drift apart would route apart).
 void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels::ActRows& x,
@@ -109,33 +147,33 @@ void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels:
   }
   std::fill(partial_.begin() + ptrdiff_t(n), partial_.end(), 0.f);
   const double t1 = util::now_seconds();
+  add({0, 0, 0, uint64_t(chunk * sizeof(float)) * uint64_t(R - 1) * 2, t1 - t0, 0});
   chunk_.resize(chunk);
-  Mpi::check(MPI_Reduce_scatter_block(partial_.data(), chunk_.data(), int(chunk), MPI_FLOAT,
-                                      MPI_SUM, mpi_.comm()),
-             "MPI_Reduce_scatter_block");
-  const size_t slot = sizeof(uint64_t) + chunk * sizeof(float);
+  MPI_Request req;
+  Mpi::check(MPI_Ireduce_scatter_block(partial_.data(), chunk_.data(), int(chunk), MPI_FLOAT,
+                                       MPI_SUM, mpi_.comm(), &req),
+             "MPI_Ireduce_scatter_block");
+  mpi_.wait(req, "the combine (MPI_Ireduce_scatter_block)");
+  const size_t slot = kHead + chunk * sizeof(float);
   send_.resize(slot);
-  std::memcpy(send_.data(), &digest, sizeof digest);
-  std::memcpy(send_.data() + sizeof digest, chunk_.data(), chunk * sizeof(float));
+  pack_head(send_.data(), digest);
+  std::memcpy(send_.data() + kHead, chunk_.data(), chunk * sizeof(float));
   recv_.resize(slot * size_t(R));
-  Mpi::check(MPI_Allgather(send_.data(), int(slot), MPI_BYTE, recv_.data(), int(slot), MPI_BYTE,
-                           mpi_.comm()),
-             "MPI_Allgather");
+  Mpi::check(MPI_Iallgather(send_.data(), int(slot), MPI_BYTE, recv_.data(), int(slot), MPI_BYTE,
+                            mpi_.comm(), &req),
+             "MPI_Iallgather");
+  mpi_.wait(req, "the combine (MPI_Iallgather)");
   const double t2 = util::now_seconds();
-  std::vector<uint64_t> digests(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    std::memcpy(&digests[size_t(r)], recv_.data() + size_t(r) * slot, sizeof(uint64_t));
-  }
-  check_digests(digests, il);
+  std::vector<size_t> at(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) at[size_t(r)] = size_t(r) * slot;
+  unpack_heads(recv_.data(), at, il);
   for (int r = 0; r < R; ++r) {
     const size_t begin = size_t(r) * chunk;
     if (begin >= n) break;
-    std::memcpy(out + begin, recv_.data() + size_t(r) * slot + sizeof(uint64_t),
+    std::memcpy(out + begin, recv_.data() + size_t(r) * slot + kHead,
                 std::min(chunk, n - begin) * sizeof(float));
   }
-  stats_.compute_s += t1 - t0;
-  stats_.comm_s += t2 - t1;
-  stats_.comm_bytes += uint64_t(chunk * sizeof(float)) * uint64_t(R - 1) + recv_.size() - slot;
+  add({0, 0, 0, 0, 0, t2 - t1});
 }
 
 // Expert output rows all-gathered into the global plan's order, then mixed in slot order
@@ -149,32 +187,32 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
   const float* mine = local_.rows() > 0 ? cpu_.rows(local_, x, layer) : nullptr;
   const double t1 = util::now_seconds();
   // Every rank knows every rank's row count from the plan: no size exchange.
-  counts_.assign(size_t(R), int(sizeof(uint64_t)));
+  counts_.assign(size_t(R), int(kHead));
   for (int e : plan.active) {
     counts_[size_t(placement_.rank_of(il, e))] += int(size_t(plan.count[size_t(e)]) * row_bytes);
   }
   displs_.assign(size_t(R), 0);
   for (int r = 1; r < R; ++r) displs_[size_t(r)] = displs_[size_t(r) - 1] + counts_[size_t(r) - 1];
   const int me = mpi_.rank();
+  const size_t total = size_t(displs_[size_t(R) - 1] + counts_[size_t(R) - 1]);
+  add({0, 0, 0, uint64_t(total) - uint64_t(counts_[size_t(me)]), t1 - t0, 0});
   send_.resize(size_t(counts_[size_t(me)]));
-  std::memcpy(send_.data(), &digest, sizeof digest);
-  if (mine) std::memcpy(send_.data() + sizeof digest, mine, size_t(local_.rows()) * row_bytes);
-  recv_.resize(size_t(displs_[size_t(R) - 1] + counts_[size_t(R) - 1]));
-  Mpi::check(MPI_Allgatherv(send_.data(), counts_[size_t(me)], MPI_BYTE, recv_.data(),
-                            counts_.data(), displs_.data(), MPI_BYTE, mpi_.comm()),
-             "MPI_Allgatherv");
+  pack_head(send_.data(), digest);
+  if (mine) std::memcpy(send_.data() + kHead, mine, size_t(local_.rows()) * row_bytes);
+  recv_.resize(total);
+  MPI_Request req;
+  Mpi::check(MPI_Iallgatherv(send_.data(), counts_[size_t(me)], MPI_BYTE, recv_.data(),
+                             counts_.data(), displs_.data(), MPI_BYTE, mpi_.comm(), &req),
+             "MPI_Iallgatherv");
+  mpi_.wait(req, "the combine (MPI_Iallgatherv)");
   const double t2 = util::now_seconds();
-  std::vector<uint64_t> digests(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    std::memcpy(&digests[size_t(r)], recv_.data() + size_t(displs_[size_t(r)]), sizeof(uint64_t));
-  }
-  check_digests(digests, il);
+  std::vector<size_t> at(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) at[size_t(r)] = size_t(displs_[size_t(r)]);
+  unpack_heads(recv_.data(), at, il);
   // Rank r's rows: its experts ascending, each expert's rows in plan order.
   rows_.resize(size_t(plan.rows()) * E);
   std::vector<const uint8_t*> next(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    next[size_t(r)] = recv_.data() + size_t(displs_[size_t(r)]) + sizeof(uint64_t);
-  }
+  for (int r = 0; r < R; ++r) next[size_t(r)] = recv_.data() + at[size_t(r)] + kHead;
   for (int e : plan.active) {
     const uint8_t*& src = next[size_t(placement_.rank_of(il, e))];
     const size_t bytes = size_t(plan.count[size_t(e)]) * row_bytes;
@@ -183,9 +221,7 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
   }
   kernels::mix_id(plan, rows_.data(), int64_t(E), out);
   const double t3 = util::now_seconds();
-  stats_.compute_s += (t1 - t0) + (t3 - t2);
-  stats_.comm_s += t2 - t1;
-  stats_.comm_bytes += recv_.size() - send_.size();
+  add({0, 0, 0, 0, t3 - t2, t2 - t1});
 }
 
 }  // namespace lynx::dist

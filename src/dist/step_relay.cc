@@ -16,19 +16,24 @@ struct Header {
 
 }  // namespace
 
+void StepRelay::bcast(void* data, size_t bytes, bool deadline) {
+  MPI_Request req;
+  Mpi::check(MPI_Ibcast(data, int(bytes), MPI_BYTE, 0, mpi_.comm(), &req), "MPI_Ibcast");
+  mpi_.wait(req, "the step relay (MPI_Ibcast)", deadline);
+}
+
 void StepRelay::send(const std::string& routing, std::span<const BatchToken> batch) {
   Header h{int64_t(batch.size()), int64_t(routing.size())};
-  Mpi::check(MPI_Bcast(&h, sizeof h, MPI_BYTE, 0, mpi_.comm()), "MPI_Bcast");
+  bcast(&h, sizeof h, true);
   std::string r = routing;
-  Mpi::check(MPI_Bcast(r.data(), int(r.size()), MPI_CHAR, 0, mpi_.comm()), "MPI_Bcast");
+  bcast(r.data(), r.size(), true);
   std::vector<BatchToken> b(batch.begin(), batch.end());
-  Mpi::check(MPI_Bcast(b.data(), int(b.size() * sizeof(BatchToken)), MPI_BYTE, 0, mpi_.comm()),
-             "MPI_Bcast");
+  bcast(b.data(), b.size() * sizeof(BatchToken), true);
 }
 
 void StepRelay::send_stop() {
   Header h{-1, 0};
-  Mpi::check(MPI_Bcast(&h, sizeof h, MPI_BYTE, 0, mpi_.comm()), "MPI_Bcast");
+  bcast(&h, sizeof h, true);
 }
 
 void StepRelay::follow(Context& ctx) {
@@ -36,16 +41,15 @@ void StepRelay::follow(Context& ctx) {
   std::vector<BatchToken> batch;
   std::string routing;
   for (;;) {
+    // Between requests the server is idle for as long as it likes: no deadline here. Within a
+    // step there is one (rank 0 hanging mid-step ends the job from this side).
     Header h;
-    Mpi::check(MPI_Bcast(&h, sizeof h, MPI_BYTE, 0, mpi_.comm()), "MPI_Bcast");
+    bcast(&h, sizeof h, false);
     if (h.n_tokens < 0) return;
     routing.resize(size_t(h.routing_len));
-    Mpi::check(MPI_Bcast(routing.data(), int(h.routing_len), MPI_CHAR, 0, mpi_.comm()),
-               "MPI_Bcast");
+    bcast(routing.data(), routing.size(), true);
     batch.resize(size_t(h.n_tokens));
-    Mpi::check(
-        MPI_Bcast(batch.data(), int(batch.size() * sizeof(BatchToken)), MPI_BYTE, 0, mpi_.comm()),
-        "MPI_Bcast");
+    bcast(batch.data(), batch.size() * sizeof(BatchToken), true);
     if (routing != ctx.routing()) ctx.set_routing(routing);
     {
       // The first token of each sequence in the step says where the sequence stands.

@@ -3,7 +3,9 @@
 // meet in each MoE layer's combine) on the same batch. Rank 0 sends each validated batch
 // with the context's routing spec before running it (ContextOptions::before_eval); the
 // followers map rank 0's sequence ids to their own (a position 0 starts a sequence afresh, a
-// position below the sequence's length truncates it), and stop when rank 0 says so.
+// position below the sequence's length truncates it), and stop when rank 0 says so. Every
+// wait is Mpi::wait (deadline, interrupt: PeerFailure), except a follower's wait for the next
+// step, which has no deadline (an idle server sends nothing).
 #pragma once
 #include <span>
 #include <string>
@@ -28,6 +30,9 @@ class StepRelay {
   void follow(Context& ctx);
 
  private:
+  // MPI_Ibcast from rank 0, waited for under the deadline when `deadline`.
+  void bcast(void* data, size_t bytes, bool deadline);
+
   const Mpi& mpi_;
 };
 

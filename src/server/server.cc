@@ -103,6 +103,9 @@ struct Server::Impl {
   std::condition_variable streams_cv;
   int open_streams = 0;
 
+  std::mutex fail_mu;
+  std::string failure;  // guarded by fail_mu: why fail() was called
+
   std::mutex stop_mu;
   std::condition_variable stopped_cv;
   bool started = false, stopping = false, stopped = false;
@@ -176,6 +179,8 @@ void Server::Impl::route(const server::HttpRequest& req, server::HttpResponse& r
   if (get && path == "/health") {
     if (draining) res.status = 503;
     res.body = draining ? R"({"status":"shutting down"})" : R"({"status":"ok"})";
+    std::lock_guard lk(fail_mu);
+    if (!failure.empty()) res.body = dump(json{{"status", "failed"}, {"error", failure}});
   } else if (get && path == "/v1/models") {
     res.body = dump(json{{"object", "list"}, {"data", json::array({model_json()})}});
   } else if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
@@ -188,6 +193,7 @@ void Server::Impl::route(const server::HttpRequest& req, server::HttpResponse& r
     res.body = dump(model_json());
   } else if (get && path == "/metrics") {
     res.body = metrics.render(engine->routing()) + engine->routing_control().render();
+    if (opts.extra_metrics) res.body += opts.extra_metrics();
     res.content_type = "text/plain; version=0.0.4";
   } else if (req.method == "POST" && path == "/v1/completions") {
     generate(req, res, false);
@@ -227,14 +233,19 @@ bool Server::Impl::admit(const std::shared_ptr<server::Task>& task, server::Http
   const server::Admission adm = engine->submit(task);
   if (adm == server::Admission::kAccepted) return true;
   res.set_header("Retry-After", std::to_string(opts.retry_after_s));
+  std::string failed;
+  {
+    std::lock_guard lk(fail_mu);
+    failed = failure;
+  }
   send_error(res, adm == server::Admission::kFull
                       ? ApiError(429,
                                  "The server is at capacity (" + std::to_string(opts.max_batch) +
                                      " running, " + std::to_string(opts.max_queue) +
                                      " queued); retry later",
                                  "", "rate_limit_exceeded", "rate_limit_error")
-                      : ApiError(503, "The server is shutting down", "", "service_unavailable",
-                                 "server_error"));
+                      : ApiError(503, failed.empty() ? "The server is shutting down" : failed, "",
+                                 "service_unavailable", "server_error"));
   return false;
 }
 
@@ -493,6 +504,20 @@ void Server::stop() {
   s.stopped_cv.notify_all();
 }
 
+void Server::fail(const std::string& reason) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lk(s.fail_mu);
+    if (!s.failure.empty()) return;
+    s.failure = reason.empty() ? "the engine failed" : reason;
+  }
+  s.log("engine failed: " + reason);
+  // draining first: a handler that sees its request fail answers 503 (not 500).
+  s.draining = true;
+  s.engine->drain();
+  s.engine->cancel_all(reason);
+}
+
 void Server::wait() {
   std::unique_lock lk(impl_->stop_mu);
   impl_->stopped_cv.wait(lk, [&] { return impl_->stopped || !impl_->started; });
@@ -511,8 +536,10 @@ void Server::set_paused(bool paused) {
 }
 
 std::string Server::metrics_text() const {
-  return impl_->metrics.render(impl_->engine->routing()) +
-         impl_->engine->routing_control().render();
+  std::string text =
+      impl_->metrics.render(impl_->engine->routing()) + impl_->engine->routing_control().render();
+  if (impl_->opts.extra_metrics) text += impl_->opts.extra_metrics();
+  return text;
 }
 
 }  // namespace lynx

@@ -9,6 +9,9 @@
 //                                 parser's refusals
 //   test_dist_ep die MODEL        rank 1 kills itself (SIGKILL) inside a step: the job must end
 //                                 non-zero (run with a timeout, tests/dist/expect_fail.sh)
+//   test_dist_ep hang MODEL       rank 1 stops itself (SIGSTOP) inside a step: rank 0 must give
+//                                 up at its deadline (PeerFailure, the failure hook) and end
+//                                 the job
 // Exit status 0 when every check holds; each failure is printed with its rank.
 #include <cmath>
 #include <csignal>
@@ -228,13 +231,68 @@ void die_mid_step(Session& session, const std::string& path) {
   fail(session.mpi(), "rank 1 did not die, or the job went on without it");
 }
 
+// Rank 1 stops (SIGSTOP) inside the second step; rank 0, with a 2 s deadline, must give up
+// in that layer's combine with a PeerFailure naming the deadline, after the failure hook ran
+// once with the same reason; a later step fails at once with the same reason, without a
+// second call of the hook. Rank 0 then prints "ok hang" and ends the job (MPI_Abort, which
+// also ends the stopped rank): the test expects a non-zero status and that line.
+void hang_mid_step(Session& session, const std::string& path) {
+  auto shard = session.load(path, {});
+  Mpi& mpi = session.mpi();
+  mpi.set_timeout(2);
+  int hook_calls = 0;
+  std::string hook_why;
+  mpi.set_failure_hook([&](const std::string& why) {
+    ++hook_calls;
+    hook_why = why;
+  });
+  ContextOptions co;
+  co.make_experts = session.executor_factory();
+  co.n_threads = 1;
+  Context ctx(*shard, co);
+  int steps = 0;
+  ctx.set_router_override([&](int layer, std::span<const BatchToken>, float*) {
+    if (mpi.rank() == 1 && steps == 1 && layer == 1) std::raise(SIGSTOP);
+  });
+  const int32_t s = ctx.new_sequence();
+  auto step = [&] {
+    const BatchToken t{1, s, steps, kTokenDecode, true};
+    ctx.eval(std::span(&t, 1));
+    ++steps;
+  };
+  step();
+  std::string first;
+  try {
+    step();
+    fail(mpi, "the step with a stopped rank succeeded");
+  } catch (const PeerFailure& e) {
+    first = e.what();
+  }
+  if (first.find("--ep-timeout") == std::string::npos) {
+    fail(mpi, "the failure does not name the deadline: " + first);
+  }
+  if (hook_calls != 1 || hook_why != first) {
+    fail(mpi,
+         "the failure hook ran " + std::to_string(hook_calls) + " times with '" + hook_why + "'");
+  }
+  try {
+    step();
+    fail(mpi, "a step after the failure succeeded");
+  } catch (const PeerFailure& e) {
+    if (e.what() != first) fail(mpi, std::string("a later step failed otherwise: ") + e.what());
+  }
+  if (hook_calls != 1) fail(mpi, "the failure hook ran again");
+  if (g_failures == 0) std::fprintf(stderr, "ok hang: %s\n", first.c_str());
+  mpi.abort(1);
+}
+
 }  // namespace
 }  // namespace lynx::dist
 
 int main(int argc, char** argv) {
   using namespace lynx::dist;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s equal|handshake|die MODEL...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s equal|handshake|die|hang MODEL...\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -249,6 +307,7 @@ int main(int argc, char** argv) {
           check_placement(session.mpi());
         }
         if (mode == "die") die_mid_step(session, argv[i]);
+        if (mode == "hang") hang_mid_step(session, argv[i]);
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "FAIL (rank %d): %s\n", session.mpi().rank(), e.what());

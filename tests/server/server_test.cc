@@ -432,5 +432,33 @@ TEST(Server, ShutdownFinishesOrCancelsInFlightRequests) {
   srv->server->stop();  // idempotent
 }
 
+// Server::fail (expert parallelism: a peer rank hung or died): queued and new requests are
+// answered 503 with the reason, /health says "failed"; extra_metrics is appended to /metrics.
+TEST(Server, FailAnswers503WithTheReasonAndExtraMetricsAreServed) {
+  ServerOptions o = tiny_options();
+  o.extra_metrics = [] { return std::string("lynx_test_extra{rank=\"1\"} 7\n"); };
+  Running srv(o);
+  EXPECT_EQ(metric(get(srv, "/metrics").body, "lynx_test_extra{rank=\"1\"}"), 7);
+  srv.server->set_paused(true);  // the request stays queued until the failure
+  Reply queued;
+  std::thread client(
+      [&] { queued = post(srv, "/v1/completions", R"({"prompt":"x","max_tokens":5})"); });
+  ASSERT_TRUE(
+      eventually([&] { return metric(get(srv, "/metrics").body, "lynx_requests_waiting") == 1; }));
+  srv.server->fail("rank 1 did not answer");
+  client.join();
+  expect_error(queued, 503, "");
+  EXPECT_NE(queued.body.find("rank 1 did not answer"), std::string::npos) << queued.body;
+  const Reply fresh = post(srv, "/v1/completions", R"({"prompt":"x","max_tokens":5})");
+  expect_error(fresh, 503, "service_unavailable");
+  EXPECT_NE(fresh.body.find("rank 1 did not answer"), std::string::npos) << fresh.body;
+  const Reply health = get(srv, "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(health.j()["status"], "failed");
+  EXPECT_EQ(health.j()["error"], "rank 1 did not answer");
+  srv.server->fail("again");  // idempotent: the first reason stays
+  EXPECT_EQ(get(srv, "/health").j()["error"], "rank 1 did not answer");
+}
+
 }  // namespace
 }  // namespace lynx::test

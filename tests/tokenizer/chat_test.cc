@@ -203,43 +203,45 @@ TEST(ChatRender, Glm45) {
   EXPECT_EQ(render_chat(f, blank, false), "[gMASK]<sop><|user|>\nQ<|assistant|>\n<think></think>");
   const std::vector<ChatMessage> tool = {{"tool", "{}"}};
   EXPECT_THROW(render_chat(f, tool, false), Error);
-  // gpt-oss's template (chat_template.jinja of the releases; llama.cpp's
-  // models/templates/openai-gpt-oss-120b.jinja) written out by hand for these turns.
-  TEST(ChatRender, HarmonyForGptOss) {
-    ChatFormat f = chat_format_from_name("gpt-oss");
-    EXPECT_EQ(f.family, ChatFamily::kHarmony);
-    f.date = "2026-12-01";
-    const std::string sys =
-        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-        "Knowledge cutoff: 2024-06\nCurrent date: 2026-12-01\n\nReasoning: medium\n\n"
-        "# Valid channels: analysis, commentary, final. Channel must be included for every "
-        "message.<|end|>";
-    EXPECT_EQ(render_chat(f, kConv, true),
-              sys +
-                  "<|start|>developer<|message|># Instructions\n\nYou are terse.\n\n<|end|>"
-                  "<|start|>user<|message|>Hi<|end|>"
-                  "<|start|>assistant<|channel|>final<|message|>Hello.<|end|>"
-                  "<|start|>user<|message|>2+2?<|end|><|start|>assistant");
-    // Without a system message there is no developer message; a last assistant turn without a
-    // generation prompt ends with <|return|>.
-    const std::vector<ChatMessage> m = {{"user", "Hi"}, {"assistant", "Hello."}};
-    EXPECT_EQ(render_chat(f, m, false),
-              sys +
-                  "<|start|>user<|message|>Hi<|end|>"
-                  "<|start|>assistant<|channel|>final<|message|>Hello.<|return|>");
-    EXPECT_FALSE(f.renders_bos());
-    // Today's date (UTC) when none is set: YYYY-MM-DD after "Current date: ".
-    f.date.clear();
-    const std::string today = render_chat(f, m, true);
-    const size_t at = today.find("Current date: ");
-    ASSERT_NE(at, std::string::npos);
-    const std::string d = today.substr(at + 14, 10);
-    EXPECT_EQ(d.size(), 10u);
-    EXPECT_EQ(d[4], '-');
-    EXPECT_EQ(d[7], '-');
-    const std::vector<ChatMessage> tool = {{"tool", "{}"}};
-    EXPECT_THROW(render_chat(f, tool, true), Error);
-  }
+}
+
+// gpt-oss's template (chat_template.jinja of the releases; llama.cpp's
+// models/templates/openai-gpt-oss-120b.jinja) written out by hand for these turns.
+TEST(ChatRender, HarmonyForGptOss) {
+  ChatFormat f = chat_format_from_name("gpt-oss");
+  EXPECT_EQ(f.family, ChatFamily::kHarmony);
+  f.date = "2026-12-01";
+  const std::string sys =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: 2026-12-01\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  EXPECT_EQ(render_chat(f, kConv, true),
+            sys +
+                "<|start|>developer<|message|># Instructions\n\nYou are terse.\n\n<|end|>"
+                "<|start|>user<|message|>Hi<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hello.<|end|>"
+                "<|start|>user<|message|>2+2?<|end|><|start|>assistant");
+  // Without a system message there is no developer message; a last assistant turn without a
+  // generation prompt ends with <|return|>.
+  const std::vector<ChatMessage> m = {{"user", "Hi"}, {"assistant", "Hello."}};
+  EXPECT_EQ(render_chat(f, m, false),
+            sys +
+                "<|start|>user<|message|>Hi<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Hello.<|return|>");
+  EXPECT_FALSE(f.renders_bos());
+  // Today's date (UTC) when none is set: YYYY-MM-DD after "Current date: ".
+  f.date.clear();
+  const std::string today = render_chat(f, m, true);
+  const size_t at = today.find("Current date: ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string d = today.substr(at + 14, 10);
+  EXPECT_EQ(d.size(), 10u);
+  EXPECT_EQ(d[4], '-');
+  EXPECT_EQ(d[7], '-');
+  const std::vector<ChatMessage> tool = {{"tool", "{}"}};
+  EXPECT_THROW(render_chat(f, tool, true), Error);
+}
 
 }  // namespace
 }  // namespace lynx

@@ -92,6 +92,29 @@ void follow_steps(const ServerOptions& o, ExpertParallel& ep) {
   ep.follow(ctx);
 }
 
+// After a failed collective (expert parallelism): the server answers 503 for `grace` seconds
+// (the requests in flight get their answer, a load balancer sees /health fail), then the job
+// ends with a non-zero status on every rank (MPI_Abort). Never returns.
+constexpr double kEpFailGrace_s = 2;
+// When the MPI runtime is already ending the job: it kills this process 1 s after its SIGTERM.
+constexpr double kEpKilledGrace_s = 0.5;
+
+[[noreturn]] void end_after_failure(ExpertParallel& ep, const ServerOptions& o, double grace,
+                                    bool runtime_ending = false) {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", grace);
+  o.log(std::string("expert parallel: ") +
+        (runtime_ending ? "the MPI runtime ends the job" : "a collective failed") +
+        "; answering 503 for " + secs + " s, then ending the job");
+  std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+  o.log("expert parallel: ending the job (exit status 1)");
+  if (runtime_ending) {
+    std::fflush(nullptr);
+    std::_Exit(1);  // the runtime ends the others already; MPI_Abort would race it
+  }
+  ep.abort(1);
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -163,6 +186,9 @@ void register_serve(CLI::App& app) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    // Under expert parallelism, SIGUSR1 is how a failed collective (any thread) wakes the
+    // wait below.
+    if (ep_flags->on) sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     ExpertParallel::run(*ep_flags, [&](ExpertParallel& ep) {
       const char* env_key = std::getenv("LYNX_API_KEY");
@@ -201,6 +227,8 @@ void register_serve(CLI::App& app) {
           *engine_ctx = &ctx;
           if (inner) inner(ctx);
         };
+        // The engine's context is the first one configured (id 0).
+        o->extra_metrics = [&ep] { return ep_metrics_text(ep.totals(0)); };
       }
       o->log = [](const std::string& s) {
         std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
@@ -220,9 +248,35 @@ void register_serve(CLI::App& app) {
                std::to_string(o->max_connections) + " may not all be accepted");
       }
       Server srv(*o);
+      std::atomic<bool> ep_failed{false};
+      // A collective that failed (deadline, dead transport, interrupt): from the engine
+      // thread, before the step's exception; every request is answered 503 from now on, and
+      // the wait below ends the job.
+      ep.set_failure_hook([&srv, &ep_failed](const std::string& why) {
+        srv.fail(why);
+        ep_failed = true;
+        kill(getpid(), SIGUSR1);
+      });
       srv.start();
+      siginfo_t info{};
       int sig = 0;
-      sigwait(&sigs, &sig);
+      for (;;) {
+        sig = sigwaitinfo(&sigs, &info);
+        if (sig == SIGINT || sig == SIGTERM || (sig == SIGUSR1 && ep_failed)) break;
+      }
+      if (sig == SIGUSR1) end_after_failure(ep, *o, kEpFailGrace_s);
+      if (ep.on() && info.si_code == SI_USER && info.si_pid == getppid()) {
+        // From the MPI launcher (mpirun or orted): OpenMPI is ending the job, because a rank
+        // died or mpirun itself was signalled, and kills this process odls_base_sigkill_timeout
+        // (1 s) later. No graceful stop fits in that: stop waiting for the peers now, so the
+        // requests in flight are answered 503, and exit first.
+        const std::string why =
+            "expert parallel: the MPI runtime is ending the job (a rank died, or mpirun was "
+            "signalled)";
+        srv.fail(why);
+        ep.interrupt(why);
+        end_after_failure(ep, *o, kEpKilledGrace_s, true);
+      }
       o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
              ", shutting down (a second signal exits at once)");
       // The graceful stop runs beside this thread, which keeps listening: a second signal, or
@@ -237,6 +291,11 @@ void register_serve(CLI::App& app) {
       timespec ts{time_t(bound), long((bound - double(time_t(bound))) * 1e9)};
       int again;
       while ((again = sigtimedwait(&sigs, nullptr, &ts)) < 0 && errno == EINTR) {
+      }
+      if (again == SIGUSR1 && ep_failed) {
+        // A peer failed during the graceful stop: the stop cannot finish (the steps cannot).
+        stopper.detach();
+        end_after_failure(ep, *o, kEpFailGrace_s);
       }
       if (!done) {
         o->log(again > 0 ? "second signal: exiting now"

@@ -1,5 +1,6 @@
 #include "ep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -22,9 +23,74 @@ void add_ep_flags(CLI::App* cmd, EpFlags* f) {
                   "traffic) or gather (rows, bit-identical to one process)")
       ->check(CLI::IsMember({"allreduce", "gather"}))
       ->needs(ep);
+  cmd->add_option("--ep-timeout", f->timeout_s,
+                  "Seconds a rank waits in a step's collectives before it declares a peer "
+                  "hung or dead and the job ends (serve answers 503 first); default 30")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->needs(ep);
+}
+
+std::string ep_metrics_text(const std::vector<RankShare>& ranks) {
+  if (ranks.empty()) return {};
+  std::string o;
+  auto num = [](double v) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    return std::string(b);
+  };
+  auto metric = [&](const char* name, const char* type, const char* help,
+                    double (*get)(const RankShare&)) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      o += std::string(name) + "{rank=\"" + std::to_string(r) + "\"} " + num(get(ranks[r])) + "\n";
+    }
+  };
+  metric("lynx_ep_rank_routed_tokens_total", "counter",
+         "Token-expert assignments routed to the rank's experts, summed over MoE layers.",
+         [](const RankShare& s) { return double(s.tokens); });
+  metric("lynx_ep_rank_local_experts_total", "counter",
+         "Distinct local experts the rank computed, summed over MoE layers and steps.",
+         [](const RankShare& s) { return double(s.experts); });
+  metric("lynx_ep_rank_expert_bytes_total", "counter", "Expert weight bytes the rank streamed.",
+         [](const RankShare& s) { return double(s.bytes); });
+  metric("lynx_ep_rank_received_bytes_total", "counter",
+         "Bytes the rank received in the combine collectives.",
+         [](const RankShare& s) { return double(s.comm_bytes); });
+  metric("lynx_ep_rank_compute_seconds_total", "counter",
+         "Seconds the rank spent computing its experts (and mixing).",
+         [](const RankShare& s) { return s.compute_s; });
+  metric("lynx_ep_rank_comm_seconds_total", "counter",
+         "Seconds the rank spent in the combine collectives (includes waiting for the slowest "
+         "rank).",
+         [](const RankShare& s) { return s.comm_s; });
+  double sum = 0, busiest = 0;
+  for (const RankShare& s : ranks) {
+    sum += double(s.tokens);
+    busiest = std::max(busiest, double(s.tokens));
+  }
+  const double share = sum > 0 ? busiest / sum : 0;
+  o += "# HELP lynx_ep_ranks Ranks of the expert-parallel job.\n# TYPE lynx_ep_ranks gauge\n";
+  o += "lynx_ep_ranks " + std::to_string(ranks.size()) + "\n";
+  o += "# HELP lynx_ep_busiest_rank_share The busiest rank's share of the routed assignments "
+       "since the start (1/ranks is balanced).\n# TYPE lynx_ep_busiest_rank_share gauge\n";
+  o += "lynx_ep_busiest_rank_share " + num(share) + "\n";
+  o += "# HELP lynx_ep_imbalance Busiest rank's routed assignments over the mean since the "
+       "start (1 is balanced).\n# TYPE lynx_ep_imbalance gauge\n";
+  o += "lynx_ep_imbalance " + num(share * double(ranks.size())) + "\n";
+  return o;
 }
 
 #ifdef LYNX_HAVE_MPI
+
+namespace {
+std::vector<RankShare> shares(const std::vector<dist::RankStats>& all) {
+  std::vector<RankShare> out;
+  for (const dist::RankStats& s : all) {
+    out.push_back({s.tokens, s.experts, s.bytes, s.comm_bytes, s.compute_s, s.comm_s});
+  }
+  return out;
+}
+}  // namespace
 
 struct ExpertParallel::Impl {
   std::unique_ptr<dist::Session> session;
@@ -38,6 +104,7 @@ ExpertParallel::ExpertParallel(const EpFlags& f) : impl_(std::make_unique<Impl>(
   o.combine = f.combine == "gather" ? dist::Combine::kGather : dist::Combine::kAllReduce;
   o.version = std::string("lynx-moe 0.1.0 (") + LYNX_GIT_COMMIT + ")";
   impl_->session = std::make_unique<dist::Session>(std::move(o));
+  impl_->session->mpi().set_timeout(f.timeout_s);
   // Every rank computes the same results: only rank 0 prints them.
   if (rank() != 0 && !std::freopen("/dev/null", "w", stdout)) {
     throw Error("cannot silence stdout on rank " + std::to_string(rank()));
@@ -106,11 +173,26 @@ std::vector<RankShare> ExpertParallel::gather(int id) {
   if (!on() || id < 0 || size_t(id) >= impl_->made.size() || !*impl_->made[size_t(id)]) {
     return {};
   }
-  std::vector<RankShare> out;
-  for (const dist::RankStats& s : impl_->session->gather(**impl_->made[size_t(id)])) {
-    out.push_back({s.tokens, s.experts, s.bytes, s.comm_bytes, s.compute_s, s.comm_s});
+  return shares(impl_->session->gather(**impl_->made[size_t(id)]));
+}
+
+std::vector<RankShare> ExpertParallel::totals(int id) const {
+  if (!on() || id < 0 || size_t(id) >= impl_->made.size() || !*impl_->made[size_t(id)]) {
+    return {};
   }
-  return out;
+  return shares((*impl_->made[size_t(id)])->totals());
+}
+
+void ExpertParallel::set_failure_hook(std::function<void(const std::string&)> hook) {
+  if (on()) impl_->session->mpi().set_failure_hook(std::move(hook));
+}
+void ExpertParallel::interrupt(const std::string& why) {
+  if (on()) impl_->session->mpi().interrupt(why);
+}
+void ExpertParallel::abort(int code) {
+  std::fflush(nullptr);
+  if (on()) impl_->session->mpi().abort(code);
+  std::_Exit(code);
 }
 
 void ExpertParallel::send_step(const std::string& routing, std::span<const BatchToken> batch) {
@@ -156,6 +238,15 @@ int ExpertParallel::configure(ContextOptions&) {
 }
 std::vector<RankShare> ExpertParallel::gather(int) {
   return {};
+}
+std::vector<RankShare> ExpertParallel::totals(int) const {
+  return {};
+}
+void ExpertParallel::set_failure_hook(std::function<void(const std::string&)>) {}
+void ExpertParallel::interrupt(const std::string&) {}
+void ExpertParallel::abort(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 void ExpertParallel::send_step(const std::string&, std::span<const BatchToken>) {}
 void ExpertParallel::send_stop() {}

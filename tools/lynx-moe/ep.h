@@ -18,6 +18,7 @@ struct EpFlags {
   bool on = false;
   std::string placement;              // JSON from `lynx-moe place`; empty: contiguous
   std::string combine = "allreduce";  // allreduce | gather
+  double timeout_s = 30;              // --ep-timeout: deadline of a step's collectives
 };
 void add_ep_flags(CLI::App* cmd, EpFlags* flags);
 
@@ -27,6 +28,10 @@ struct RankShare {
   uint64_t bytes = 0, comm_bytes = 0;
   double compute_s = 0, comm_s = 0;
 };
+
+// The per-rank lines of serve's /metrics (Prometheus text, label `rank`): each rank's totals
+// and the busiest rank's share of the routed tokens. Empty when `ranks` is.
+std::string ep_metrics_text(const std::vector<RankShare>& ranks);
 
 class ExpertParallel {
  public:
@@ -48,6 +53,16 @@ class ExpertParallel {
   int configure(ContextOptions& co);
   // Every rank's share of the context's steps since the last call (collective).
   std::vector<RankShare> gather(int id);
+  // Every rank's totals since the start, as the context's last MoE layer received them
+  // (not collective; any thread). Empty when off or before the first step.
+  std::vector<RankShare> totals(int id) const;
+
+  // Failures (dist/comm.h): `hook` runs once, on the thread whose wait failed, before that
+  // wait throws dist::PeerFailure (a lynx::Error). interrupt() makes the wait in progress and
+  // every later one fail with `why` (any thread). abort() ends every rank (MPI_Abort).
+  void set_failure_hook(std::function<void(const std::string&)> hook);
+  void interrupt(const std::string& why);
+  [[noreturn]] void abort(int code);
 
   // serve (dist/step_relay.h): rank 0 sends each step of its engine's context to the other
   // ranks and, once the server stopped, tells them to stop; the other ranks follow.
