@@ -59,11 +59,16 @@ struct MatmulKJob {
 #include "hwy/highway.h"
 
 #include "hwy/cache_control.h"
+#include "kernels/int_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using icommon::FmaExact;
+using icommon::LoadI32;
+using icommon::StoreLanes;
+using icommon::WithTokenCount;
 
 #undef LYNX_KI_X86
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
@@ -300,12 +305,6 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   }
 }
 
-HWY_INLINE int32_t LoadI32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 #if LYNX_KI_X86
 #if HWY_TARGET == HWY_AVX2
 HWY_INLINE VI MaddUbs(VI w, VI x) {
@@ -429,21 +428,6 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
 }
 #endif
 
-// acc + a * b rounded once, as std::fma in the scalar twin.
-HWY_INLINE VF FmaExact(VF a, VF b, VF acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  const DF df;
-  HWY_ALIGN float fa[kNR], fb[kNR], fc[kNR];
-  hn::Store(a, df, fa);
-  hn::Store(b, df, fb);
-  hn::Store(acc, df, fc);
-  for (int i = 0; i < kNR; ++i) fc[i] = std::fma(fa[i], fb[i], fc[i]);
-  return hn::Load(df, fc);
-#endif
-}
-
 // Adds block b of NT tokens (from token `tok` of the job) into acc.
 template <TensorType kType, int NT>
 HWY_INLINE void AddBlock(const MatmulKJob& j, const KBlock& k, int64_t tok, int64_t b,
@@ -455,31 +439,10 @@ HWY_INLINE void AddBlock(const MatmulKJob& j, const KBlock& k, int64_t tok, int6
     BlockSums<kType>(k, j.q + (tok + t) * j.cols + b * 256, j.gpair + tb * 8, j.spair + tb * 4,
                      isum, msum);
     const VF dx = hn::Set(df, j.d[tb]);
-    acc[t] = FmaExact(hn::Mul(k.d, dx), hn::ConvertTo(df, isum), acc[t]);
+    acc[t] = FmaExact(DF(), hn::Mul(k.d, dx), hn::ConvertTo(df, isum), acc[t]);
     if constexpr (kHasMin<kType>) {
-      acc[t] = FmaExact(hn::Neg(hn::Mul(k.dmin, dx)), hn::ConvertTo(df, msum), acc[t]);
+      acc[t] = FmaExact(DF(), hn::Neg(hn::Mul(k.dmin, dx)), hn::ConvertTo(df, msum), acc[t]);
     }
-  }
-}
-
-// Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
-template <int NT, class F>
-HWY_INLINE void WithTokenCount(int n, F&& f) {
-  if constexpr (NT >= 1) {
-    if (n == NT) {
-      f.template operator()<NT>();
-    } else {
-      WithTokenCount<NT - 1>(n, f);
-    }
-  }
-}
-
-// Stores lanes [lo, hi) of acc (kNR floats) to out[lo..hi).
-HWY_INLINE void StoreLanes(const float* acc, int lo, int hi, float* out) {
-  if (lo == 0 && hi == kNR) {
-    hn::StoreU(hn::Load(DF(), acc), DF(), out);
-  } else {
-    std::memcpy(out + lo, acc + lo, static_cast<size_t>(hi - lo) * sizeof(float));
   }
 }
 
@@ -544,7 +507,7 @@ HWY_NOINLINE void RunSlice(const MatmulKJob& j, const Slice& s) {
       }
     }
     for (int t = 0; t < ns; ++t) {
-      StoreLanes(accbuf + t * kNR, s.lo, s.hi, j.y + (s0 + t) * j.ldy + s.row0);
+      StoreLanes(DF(), accbuf + t * kNR, s.lo, s.hi, j.y + (s0 + t) * j.ldy + s.row0);
     }
   }
 }

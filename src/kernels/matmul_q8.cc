@@ -85,11 +85,16 @@ struct MatmulQ8Job {
 #include "hwy/highway.h"
 
 #include "hwy/cache_control.h"
+#include "kernels/int_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using icommon::FmaExact;
+using icommon::LoadI32;
+using icommon::StoreLanes;
+using icommon::WithTokenCount;
 
 // ------------------------------------------------------------------ activation quantizer
 
@@ -202,12 +207,6 @@ constexpr int kPlanes = 32;
 template <TensorType kType>
 constexpr int32_t kOffset = 0;
 #endif
-
-HWY_INLINE int32_t LoadI32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // One unpacked 32-column block of kNR rows: the planes and the rows' scales.
 template <TensorType kType>
@@ -477,21 +476,6 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 
 #endif  // LYNX_Q8_X86
 
-// acc + a * b rounded once, as std::fma in the scalar twin.
-HWY_INLINE VF FmaExact(VF a, VF b, VF acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  const DF df;
-  HWY_ALIGN float fa[kNR], fb[kNR], fc[kNR];
-  hn::Store(a, df, fa);
-  hn::Store(b, df, fb);
-  hn::Store(acc, df, fc);
-  for (int i = 0; i < kNR; ++i) fc[i] = std::fma(fa[i], fb[i], fc[i]);
-  return hn::Load(df, fc);
-#endif
-}
-
 // Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
 template <TensorType kType, int NT>
 HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t tok, int64_t b,
@@ -503,28 +487,7 @@ HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t 
   for (int t = 0; t < NT; ++t) {
     const VI isum = DotBlock<kType>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
     const VF sc = hn::Mul(blk.dw, hn::Set(df, xd[t * j.ldb]));  // exact: 11 x 11 bits
-    acc[t] = FmaExact(sc, hn::ConvertTo(df, isum), acc[t]);
-  }
-}
-
-// Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
-template <int NT, class F>
-HWY_INLINE void WithTokenCount(int n, F&& f) {
-  if constexpr (NT >= 1) {
-    if (n == NT) {
-      f.template operator()<NT>();
-    } else {
-      WithTokenCount<NT - 1>(n, f);
-    }
-  }
-}
-
-// Stores lanes [lo, hi) of acc (kNR floats) to out[lo..hi).
-HWY_INLINE void StoreLanes(const float* acc, int lo, int hi, float* out) {
-  if (lo == 0 && hi == kNR) {
-    hn::StoreU(hn::Load(DF(), acc), DF(), out);
-  } else {
-    std::memcpy(out + lo, acc + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    acc[t] = FmaExact(DF(), sc, hn::ConvertTo(df, isum), acc[t]);
   }
 }
 
@@ -618,7 +581,7 @@ HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, const Source& src) {
   for (int t = 0; t < NT; ++t) {
     HWY_ALIGN float out[kNR];
     hn::Store(acc[t], df, out);
-    StoreLanes(out, src.lo, src.hi, j.y + t * j.ldy + src.row0);
+    StoreLanes(DF(), out, src.lo, src.hi, j.y + t * j.ldy + src.row0);
   }
 }
 
@@ -653,7 +616,7 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
       }
     }
     for (int t = 0; t < ns; ++t) {
-      StoreLanes(accbuf + t * kNR, src.lo, src.hi, j.y + (s0 + t) * j.ldy + src.row0);
+      StoreLanes(DF(), accbuf + t * kNR, src.lo, src.hi, j.y + (s0 + t) * j.ldy + src.row0);
     }
   }
 }
