@@ -22,9 +22,11 @@
 // The integer sums are exact, so they equal the scalar twin's whatever the order; the float
 // update is matmul_k.h's, per block in order, with an exact FMA on every target, so all
 // targets and the twin (ref::matmul_rows_k) agree bit for bit. IQ4_XS levels are signed
-// (-127..113): as ggml does, |level| x (q with level's sign) keeps vpmaddubsw exact. AVX3_DL (VNNI)
-// runs the AVX-512 code: vpdpbusd would replace the pair of vpmaddubsw/vpmaddwd only where no scale
-// follows.
+// (-127..113): as ggml does, |level| x (q with level's sign) keeps vpmaddubsw exact.
+//   AVX3_DL (AVX-512 VNNI): per sub-block one vpdpbusd per plane into int32, then one vpmulld by
+//        the lane's scale (Q4_K 8 + 2 uops per 32 elements instead of 8 vpmaddubsw, 7 adds and a
+//        vpmaddwd); IQ4_XS levels biased to unsigned (+128) with the offset taken out through the
+//        32-element activation sums, instead of a sign fix-up and a vpmaddwd per plane.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -71,10 +73,21 @@ using icommon::StoreLanes;
 using icommon::WithTokenCount;
 
 #undef LYNX_KI_X86
+#undef LYNX_KI_VNNI
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 #define LYNX_KI_X86 1
 #else
 #define LYNX_KI_X86 0
+#endif
+// AVX-512 VNNI (Highway's AVX3_DL target): vpdpbusd sums a sub-block's u8 x s8 products
+// straight into int32, then one int32 multiply applies the lane's scale.
+#if HWY_TARGET == HWY_AVX3_DL
+#define LYNX_KI_VNNI 1
+// As in matmul_q8.cc: Highway 1.0.3's AVX3_DL target string lacks "avx512vnni", which
+// _mm512_dpbusd_epi32 needs; its runtime check of AVX3_DL does require AVX512_VNNI.
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#else
+#define LYNX_KI_VNNI 0
 #endif
 
 #if LYNX_KI_X86
@@ -159,6 +172,16 @@ HWY_INLINE VI Pair(VI lo, VI hi) {
   return hn::Or(hn::And(lo, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hi));
 }
 
+// A sub-block scale as BlockSums takes it: the int32 value where it multiplies int32 dot
+// products (VNNI, portable targets), else the value in both int16 halves for vpmaddwd.
+HWY_INLINE VI ScaleLanes(VI sc) {
+#if LYNX_KI_X86 && !LYNX_KI_VNNI
+  return Pair(sc, sc);
+#else
+  return sc;
+#endif
+}
+
 HWY_INLINE VI Byte(hn::Vec<DU> v, int k) {
   return hn::BitCast(DI(), hn::And(hn::ShiftRightSame(v, 8 * k), hn::Set(DU(), 0xFFu)));
 }
@@ -175,19 +198,39 @@ HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
   const auto sh =
       hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
   const auto sl = Plane<kType>(gb, sub, 0);
+  VI scv[8];
   for (int ib = 0; ib < 8; ++ib) {
     const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
     const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
     const VI sc = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
-#if LYNX_KI_X86
-    k.sc[ib] = Pair(sc, sc);
-#else
-    k.sc[ib] = sc;
-#endif
+    k.sc[ib] = ScaleLanes(sc);
+    scv[ib] = sc;
   }
+#if LYNX_KI_VNNI
+  // The 128 offset of the biased levels comes back out with the 32-element activation sums.
+  for (int p = 0; p < 4; ++p) k.aux[p] = Pair(scv[2 * p], scv[2 * p + 1]);
+#else
+  (void)scv;
+#endif
   HWY_ALIGN static constexpr int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
-#if LYNX_KI_X86
+#if LYNX_KI_VNNI
+  // Levels biased to unsigned (grid + 128: 1..241) for vpdpbusd.
+  HWY_ALIGN static constexpr uint8_t kGridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                   129, 141, 153, 166, 181, 197, 217, 241};
+  const hn::Repartition<uint8_t, DI> du8;
+  const auto gridu = hn::LoadDup128(du8, kGridU);
+  const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int w = 0; w < 4; ++w) {
+      const auto v = Plane<kType>(gb, sub, 1 + 4 * ib + w);
+      const int p = 8 * ib + w;
+      k.lv[p] = hn::BitCast(di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(v, m4))));
+      k.lv[p + 4] = hn::BitCast(
+          di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(hn::ShiftRight<4>(v), m4))));
+    }
+  }
+#elif LYNX_KI_X86
   const hn::Repartition<int8_t, DI> d8;
   const auto grid = hn::LoadDup128(d8, kGrid);
   const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
@@ -246,7 +289,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       mn[j + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, j))));
     }
 #if LYNX_KI_X86
-    for (int s = 0; s < 8; ++s) k.sc[s] = Pair(sc[s], sc[s]);
+    for (int s = 0; s < 8; ++s) k.sc[s] = ScaleLanes(sc[s]);
     for (int p = 0; p < 4; ++p) k.aux[p] = Pair(mn[2 * p], mn[2 * p + 1]);
 #else
     for (int s = 0; s < 8; ++s) {
@@ -280,7 +323,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       sc[g] = hn::ShiftRightSame(hn::ShiftLeftSame(v, 24 - 8 * (g % 4)), 24);
     }
 #if LYNX_KI_X86
-    for (int g = 0; g < 16; ++g) k.sc[g] = Pair(sc[g], sc[g]);
+    for (int g = 0; g < 16; ++g) k.sc[g] = ScaleLanes(sc[g]);
     for (int p = 0; p < 8; ++p) k.aux[p] = Pair(sc[2 * p], sc[2 * p + 1]);
 #else
     for (int g = 0; g < 16; ++g) k.sc[g] = sc[g];
@@ -337,6 +380,44 @@ HWY_INLINE VI SignBytes(VI x, VI w) {
 #endif
 }
 
+#if LYNX_KI_VNNI
+HWY_INLINE VI Dpbusd(VI acc, VI u8, VI s8) {
+  return VI{_mm512_dpbusd_epi32(acc.raw, u8.raw, s8.raw)};
+}
+
+// The block's integer sums for one token with VNNI: per sub-block, its planes' u8 x s8
+// products summed into int32 by vpdpbusd, times the lane's scale (vpmulld: |dot x scale| <
+// 2^25); the level offsets (Q6_K 32, IQ4_XS 128) and the mins come from the activation sums
+// as in the vpmaddubsw code below.
+template <TensorType kType>
+HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, const int32_t* sp,
+                          VI& isum, VI& msum) {
+  const DI di;
+  auto X = [&](int p) { return hn::Set(di, LoadI32(xq + 4 * p)); };
+  constexpr int kPer = kSubPlanes<kType>;
+  VI acc = hn::Zero(di);
+  for (int s = 0; s < 64 / kPer; ++s) {
+    VI dot = Dpbusd(hn::Zero(di), k.lv[kPer * s], X(kPer * s));
+    for (int p = 1; p < kPer; ++p) dot = Dpbusd(dot, k.lv[kPer * s + p], X(kPer * s + p));
+    acc = hn::Add(acc, hn::Mul(dot, k.sc[s]));
+  }
+  msum = hn::Zero(di);
+  if constexpr (kType == TensorType::IQ4_XS) {
+    VI corr = Madd(k.aux[0], hn::Set(di, sp[0]));
+    for (int p = 1; p < 4; ++p) corr = hn::Add(corr, Madd(k.aux[p], hn::Set(di, sp[p])));
+    isum = hn::Sub(acc, hn::ShiftLeft<7>(corr));
+  } else if constexpr (kHasMin<kType>) {
+    VI m = Madd(k.aux[0], hn::Set(di, sp[0]));
+    for (int p = 1; p < 4; ++p) m = hn::Add(m, Madd(k.aux[p], hn::Set(di, sp[p])));
+    isum = acc;
+    msum = m;
+  } else {
+    VI corr = Madd(k.aux[0], hn::Set(di, gp[0]));
+    for (int p = 1; p < 8; ++p) corr = hn::Add(corr, Madd(k.aux[p], hn::Set(di, gp[p])));
+    isum = hn::Sub(acc, hn::ShiftLeft<5>(corr));
+  }
+}
+#else
 // The block's integer sums for one token: isum (scale x level x q) and, with mins, msum.
 template <TensorType kType>
 HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, const int32_t* sp,
@@ -378,6 +459,7 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
     msum = hn::Zero(di);
   }
 }
+#endif  // LYNX_KI_VNNI
 #else
 // Generic: each plane's 4 bytes (signed for IQ4_XS) times the 4 activation values, in int32
 // lanes.
@@ -528,6 +610,10 @@ void MatmulKI16T(const MatmulKJob& j) {
     }
   }
 }
+
+#if LYNX_KI_VNNI
+HWY_POP_ATTRIBUTES
+#endif
 
 }  // namespace HWY_NAMESPACE
 }  // namespace lynx::kernels
