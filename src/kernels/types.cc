@@ -14,7 +14,7 @@ namespace ty = types;
 // vec_dot_type of each type's CPU dot product.
 // The interleaved layouts: {scalar fields, their bytes, at the block's end} (types.h).
 constexpr InterleaveSpec kScaleFirst{1, 2, false}, kTwoScalesFirst{2, 2, false},
-    kScaleLast{1, 2, true};
+    kScaleLast{1, 2, true}, kTwoScalesLast{2, 2, true};
 
 //   type      elems bytes decode            encode            act     int    simd  layout
 constexpr TypeTraits kTraits[] = {
@@ -25,8 +25,8 @@ constexpr TypeTraits kTraits[] = {
     {T::Q5_0, 32, 22, ty::decode_q5_0, ty::encode_q5_0, T::Q8_0, false, false},
     {T::Q5_1, 32, 24, ty::decode_q5_1, ty::encode_q5_1, T::Q8_1, false, false},
     {T::Q8_0, 32, 34, ty::decode_q8_0, ty::encode_q8_0, T::Q8_0, true, true, kScaleFirst},
-    {T::Q2_K, 256, 84, ty::decode_q2_k, ty::encode_q2_k, T::Q8_K, false, false},
-    {T::Q3_K, 256, 110, ty::decode_q3_k, ty::encode_q3_k, T::Q8_K, false, false},
+    {T::Q2_K, 256, 84, ty::decode_q2_k, ty::encode_q2_k, T::Q8_K, true, false, kTwoScalesLast},
+    {T::Q3_K, 256, 110, ty::decode_q3_k, ty::encode_q3_k, T::Q8_K, true, false, kScaleLast},
     {T::Q4_K, 256, 144, ty::decode_q4_k, ty::encode_q4_k, T::Q8_K, true, false, kTwoScalesFirst},
     {T::Q5_K, 256, 176, ty::decode_q5_k, ty::encode_q5_k, T::Q8_K, true, false, kTwoScalesFirst},
     {T::Q6_K, 256, 210, ty::decode_q6_k, ty::encode_q6_k, T::Q8_K, true, false, kScaleLast},

@@ -191,7 +191,7 @@ def main(argv):
         "about_logits_file": "exact: float64 forward of the decoded weights",
         "about_logits_actq_file": "the same with the activations of products with weight types "
                                   "the engine has integer kernels for rounded as ggml does "
-                                  "(reference.VEC_DOT_TYPE: Q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS)",
+                                  "(reference.VEC_DOT_TYPE: Q8_K for the K-quants and IQ4_XS)",
         "fixtures": entries,
     }
     text = json.dumps(manifest, indent=1) + "\n"
