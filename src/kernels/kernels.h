@@ -148,7 +148,9 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
 // finite.
 
 // True for the weight types that have the integer path against Q8_0 activation blocks in
-// matmul_q8.cc (Q8_0, Q4_0).
+// matmul_q8.cc: Q8_0, Q4_0 and the other 32-element types (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4).
+// Q4_1 / Q5_1 (ggml's Q8_1 products) add acc = fma(m_w * dx, sum of the block's q, acc) after
+// the scale term; MXFP4's scale is its E8M0 power of two.
 bool has_int8_path(TensorType t);
 // True for every weight type with an integer kernel (the type table's int_kernel: the Q8_0
 // ones above and the Q8_K ones of matmul_k.h). matmul_rows_q8 takes them all; which form of

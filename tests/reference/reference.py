@@ -57,6 +57,12 @@ GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_K = 10, 11, 12, 1
 GGML_IQ4_XS = 23
 VEC_DOT_TYPE.update({GGML_Q2_K: GGML_Q8_K, GGML_Q3_K: GGML_Q8_K, GGML_Q4_K: GGML_Q8_K,
                      GGML_Q5_K: GGML_Q8_K, GGML_Q6_K: GGML_Q8_K, GGML_IQ4_XS: GGML_Q8_K})
+# Q4_1 / Q5_1 -> Q8_1 and Q5_0 / IQ4_NL / MXFP4 -> Q8_0 (ids 3, 7 and 6, 20, 39). Q8_1 rounds
+# the activations exactly as Q8_0 does (same d, same q; it adds the block sum for the min
+# term), so both are Q8_0 here.
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4 = 3, 6, 7, 20, 39
+VEC_DOT_TYPE.update({t: gguf_np.GGML_Q8_0
+                     for t in (GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4)})
 
 
 def round_q8_k(x32):
