@@ -50,8 +50,8 @@ size_t weight_row_bytes(TensorType t, int64_t n);
 // 4p..4p+3 of row i's block:
 //   Q4_0: 4 planes (the 16 nibble bytes, packed as in kRows), 32 + 256 = 288 = 16 * 18 bytes
 //   Q8_0: 8 planes (the 32 int8 quants),                      32 + 512 = 544 = 16 * 34 bytes
-// The other types with an integer kernel on this layout (Q4_K, Q5_K, Q6_K, IQ4_XS;
-// can_interleave) follow
+// The other types with an integer kernel on this layout (the K-quants, IQ4_XS; can_interleave)
+// follow
 // the same rule with their own block (kernels/types.h, TypeTraits::interleave): per block, the
 // 16 rows' scalar fields (fp16 scales; each field as 16 values, row 0 first) and then the rest
 // of the block as planes of 64 bytes, plane p holding in lane i the 4 bytes 4p..4p+3 of row
@@ -59,11 +59,14 @@ size_t weight_row_bytes(TensorType t, int64_t n);
 // and mins, 32 of nibbles); Q5_K the same with 8 planes of high bits before the nibbles (43);
 // Q6_K: d (32 bytes), then 52 planes (32 of ql, 16 of qh, 4 of int8
 // scales); IQ4_XS: d and the scales' high bits (64 bytes), then 33 planes (1 of low scale
-// nibbles, 32 of nibbles). Same size as kRows, so a matrix and its experts keep their offsets.
-// That is the "rows in lanes" form the integer kernels compute in (matmul_q8.cc): one
-// contiguous load per plane and one for the scales, instead of a transpose of 16 row loads
-// and 16 scalar scale loads per block. The grouping is 16 rows whatever the instruction set;
-// a kernel with fewer lanes reads the lane slices of each plane it needs.
+// nibbles, 32 of nibbles); Q2_K: d, dmin (64 bytes; the block's last 4 bytes), then 20 planes
+// (4 of scale | min << 4 bytes, 16 of 2-bit quants); Q3_K: d (32 bytes; its last 2), then 27
+// planes (8 of the high-bit mask, 16 of 2-bit quants, 3 of packed 6-bit scales). Same size as
+// kRows, so a matrix and its experts keep their offsets. That is the "rows in lanes" form the
+// integer kernels compute in (matmul_q8.cc): one contiguous load per plane and one for the scales,
+// instead of a transpose of 16 row loads and 16 scalar scale loads per block. The grouping is 16
+// rows whatever the instruction set; a kernel with fewer lanes reads the lane slices of each plane
+// it needs.
 //
 // kPanel16 (F32 / F16 / BF16, rows a multiple of 16): rows grouped 16 at a time, group g
 // starting where its first row starts in kRows (g * 16 * row bytes, so the matrix keeps its
@@ -78,8 +81,8 @@ constexpr int64_t kInterleaveRows = 16;
 constexpr int64_t kPanelRows = 16;
 
 // True when a [rows x cols] matrix of type t can be stored kInterleaved16: a type with an
-// interleaved layout (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS), rows a positive multiple of 16, cols a
-// positive multiple of the type's block.
+// interleaved layout (types.h: every type with an integer kernel), rows a positive multiple of 16,
+// cols a positive multiple of the type's block.
 bool can_interleave(TensorType t, int64_t rows, int64_t cols);
 // Repacks the 16-row groups [g0, g1) of the matrix at w from kRows to kInterleaved16 in
 // place (16 rows of scratch per call), or back (deinterleave16). Groups are independent:
@@ -145,7 +148,9 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
 // finite.
 
 // True for the weight types that have the integer path against Q8_0 activation blocks in
-// matmul_q8.cc (Q8_0, Q4_0).
+// matmul_q8.cc: Q8_0, Q4_0 and the other 32-element types (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4).
+// Q4_1 / Q5_1 (ggml's Q8_1 products) add acc = fma(m_w * dx, sum of the block's q, acc) after
+// the scale term; MXFP4's scale is its E8M0 power of two.
 bool has_int8_path(TensorType t);
 // True for every weight type with an integer kernel (the type table's int_kernel: the Q8_0
 // ones above and the Q8_K ones of matmul_k.h). matmul_rows_q8 takes them all; which form of

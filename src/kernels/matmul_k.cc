@@ -316,8 +316,7 @@ bool has_k_int_path(TensorType t) {
 }
 
 bool has_k_interleaved_kernel(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
-         t == TensorType::IQ4_XS;
+  return has_k_int_path(t);  // all of them
 }
 
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
@@ -391,16 +390,18 @@ Elem element(TensorType t, const uint8_t* b, int e) {
     }
   }
 }
-// Block b of row r of a kInterleaved16 Q4_K / Q5_K / Q6_K matrix, gathered into kRows order
-// by this file's own reading of the layout (kernels.h): Q4_K / Q5_K keep d, dmin (16 values
-// each) and then 35 / 43 planes; Q6_K keeps d and then 52 planes; plane p, lane i = bytes of
-// row i.
+// Block b of row r of a kInterleaved16 matrix, gathered into kRows order by this file's own
+// reading of the layout (kernels.h): the fp16 fields (16 values each; at the block's start for
+// Q4_K / Q5_K / IQ4_XS: d, dmin or d, scales_h; at its end for Q2_K: d, dmin, Q3_K / Q6_K: d)
+// and then the planes of the rest; plane p, lane i = bytes of row i.
 void interleaved_block(TensorType t, const uint8_t* w, int64_t nb, int64_t r, int64_t b,
                        uint8_t* out) {
-  const bool q4 = t != TensorType::Q6_K;  // Q4_K / Q5_K / IQ4_XS: two fields first
+  const bool first = t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::IQ4_XS;
+  const int n_fields = t == TensorType::Q6_K || t == TensorType::Q3_K ? 1 : 2;
   const int64_t bb = block_bytes(t), i = r % 16;
   const uint8_t* gb = w + (r - i) * nb * bb + b * 16 * bb;
-  const int n_fields = q4 ? 2 : 1, words_at = q4 ? 4 : 0, field_at = q4 ? 0 : 208;
+  const int words_at = first ? 2 * n_fields : 0;
+  const int64_t field_at = first ? 0 : bb - 2 * n_fields;
   for (int f = 0; f < n_fields; ++f) std::memcpy(out + field_at + 2 * f, gb + 32 * f + 2 * i, 2);
   const int64_t planes = (bb - 2 * n_fields) / 4;
   for (int64_t p = 0; p < planes; ++p) {

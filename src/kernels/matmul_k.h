@@ -17,9 +17,9 @@
 // with d_w, dmin_w the block's fp16 scales (widened) and dx_b the activation block's f32 scale.
 //
 // Two kernels compute this: the rows kernel (any of these types, kRows: each row unpacked to
-// int16 levels, then int16 dot products) and the interleaved kernel of matmul_k_i16.cc (Q4_K,
-// Q5_K, Q6_K, IQ4_XS in kInterleaved16: 16 rows in vector lanes, u8 x s8 products, the layout the
-// loader repacks these matrices to).
+// int16 levels, then int16 dot products) and the interleaved kernel of matmul_k_i16.cc (all of
+// them in kInterleaved16: 16 rows in vector lanes, u8 x s8 products, the layout the loader
+// repacks these matrices to).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,7 +36,7 @@ void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, Quantized
 // True for the types with this integer path: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool has_k_int_path(TensorType t);
 
-// True for the types the interleaved kernel takes (Q4_K, Q5_K, Q6_K, IQ4_XS).
+// True for the types the interleaved kernel takes (all of has_k_int_path's).
 bool has_k_interleaved_kernel(TensorType t);
 
 // y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok); W in `layout` (kRows,

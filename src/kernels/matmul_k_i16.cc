@@ -1,4 +1,4 @@
-// The interleaved Q8_K kernel (matmul_k.h): Q4_K, Q5_K, Q6_K and IQ4_XS weights stored
+// The interleaved Q8_K kernel (matmul_k.h): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights stored
 // kInterleaved16
 // times activations quantized to Q8_K blocks. Highway with dynamic dispatch, like
 // matmul_q8.cc, whose "rows in lanes" scheme it follows: a block of kNR weight rows (16 with
@@ -22,9 +22,11 @@
 // The integer sums are exact, so they equal the scalar twin's whatever the order; the float
 // update is matmul_k.h's, per block in order, with an exact FMA on every target, so all
 // targets and the twin (ref::matmul_rows_k) agree bit for bit. IQ4_XS levels are signed
-// (-127..113): as ggml does, |level| x (q with level's sign) keeps vpmaddubsw exact. AVX3_DL (VNNI)
-// runs the AVX-512 code: vpdpbusd would replace the pair of vpmaddubsw/vpmaddwd only where no scale
-// follows.
+// (-127..113): as ggml does, |level| x (q with level's sign) keeps vpmaddubsw exact.
+//   AVX3_DL (AVX-512 VNNI): per sub-block one vpdpbusd per plane into int32, then one vpmulld by
+//        the lane's scale (Q4_K 8 + 2 uops per 32 elements instead of 8 vpmaddubsw, 7 adds and a
+//        vpmaddwd); IQ4_XS levels biased to unsigned (+128) with the offset taken out through the
+//        32-element activation sums, instead of a sign fix-up and a vpmaddwd per plane.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -59,17 +61,33 @@ struct MatmulKJob {
 #include "hwy/highway.h"
 
 #include "hwy/cache_control.h"
+#include "kernels/int_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using icommon::FmaExact;
+using icommon::LoadI32;
+using icommon::StoreLanes;
+using icommon::WithTokenCount;
 
 #undef LYNX_KI_X86
+#undef LYNX_KI_VNNI
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 #define LYNX_KI_X86 1
 #else
 #define LYNX_KI_X86 0
+#endif
+// AVX-512 VNNI (Highway's AVX3_DL target): vpdpbusd sums a sub-block's u8 x s8 products
+// straight into int32, then one int32 multiply applies the lane's scale.
+#if HWY_TARGET == HWY_AVX3_DL
+#define LYNX_KI_VNNI 1
+// As in matmul_q8.cc: Highway 1.0.3's AVX3_DL target string lacks "avx512vnni", which
+// _mm512_dpbusd_epi32 needs; its runtime check of AVX3_DL does require AVX512_VNNI.
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#else
+#define LYNX_KI_VNNI 0
 #endif
 
 #if LYNX_KI_X86
@@ -92,22 +110,34 @@ constexpr int64_t kG = kInterleaveRows;
 
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  return kType == TensorType::Q4_K   ? 144
+  return kType == TensorType::Q2_K   ? 84
+         : kType == TensorType::Q3_K ? 110
+         : kType == TensorType::Q4_K ? 144
          : kType == TensorType::Q5_K ? 176
          : kType == TensorType::Q6_K ? 210
                                      : 136;  // IQ4_XS
 }
-// Bytes of the scalar fields before the planes in an interleaved group-block.
+// Bytes of the scalar fields before the planes in an interleaved group-block (one fp16 field:
+// Q3_K, Q6_K; two: the others).
 template <TensorType kType>
 constexpr int64_t PlanesAt() {
-  return kType == TensorType::Q6_K ? 32 : 64;
+  return kType == TensorType::Q6_K || kType == TensorType::Q3_K ? 32 : 64;
 }
-// Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q6_K: int8 scales per 16, no mins;
-// IQ4_XS: 6-bit signed scales per 32 and signed levels from the IQ4_NL grid, no mins.
+// Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q2_K: 4-bit scales and mins per 16;
+// Q6_K: int8 scales per 16, no mins; Q3_K: 6-bit signed scales per 16, no mins; IQ4_XS: 6-bit
+// signed scales per 32 and signed levels from the IQ4_NL grid, no mins.
 template <TensorType kType>
-constexpr bool kHasMin = kType == TensorType::Q4_K || kType == TensorType::Q5_K;
+constexpr bool kHasMin =
+    kType == TensorType::Q2_K || kType == TensorType::Q4_K || kType == TensorType::Q5_K;
 template <TensorType kType>
-constexpr int kSubPlanes = kType == TensorType::Q6_K ? 4 : 8;  // planes per scale
+constexpr bool kPer16 =
+    kType == TensorType::Q2_K || kType == TensorType::Q3_K || kType == TensorType::Q6_K;
+template <TensorType kType>
+constexpr int kSubPlanes = kPer16<kType> ? 4 : 8;  // planes per scale
+// Q6_K and Q3_K levels are stored unsigned, offset by 32 and 4: isum takes out
+// offset x scale x (16-element activation sum), offset = 1 << kOffsetShift.
+template <TensorType kType>
+constexpr int kOffsetShift = kType == TensorType::Q6_K ? 5 : 2;
 template <TensorType kType>
 constexpr int kSumPlanes = kType == TensorType::Q4_K   ? 8
                            : kType == TensorType::Q5_K ? 4
@@ -115,10 +145,11 @@ constexpr int kSumPlanes = kType == TensorType::Q4_K   ? 8
 
 // A 256-element block of kNR rows in levels form (see the top of the file).
 struct KBlock {
-  VI lv[64];  // level planes, plane p = elements 4p..4p+3 (u8 quads; IQ4_XS |level| on x86)
-  VI sg[64];  // IQ4_XS on x86: the signed levels (their signs move onto the activations)
-  VI sc[16];  // sub-block scales (x86: the value in both int16 halves; else int32)
-  VI aux[8];  // x86: Q4_K/Q5_K (m_2k, m_2k+1) int16 pairs, Q6_K (s_2k, s_2k+1); else mins
+  VI lv[64];   // level planes, plane p = elements 4p..4p+3 (u8 quads; IQ4_XS |level| on x86)
+  VI sg[64];   // IQ4_XS on x86: the signed levels (their signs move onto the activations)
+  VI sc[16];   // sub-block scales (x86 without VNNI: the value in both int16 halves; else int32)
+  VI aux[16];  // x86: Q4_K/Q5_K/Q2_K (m_2k, m_2k+1) int16 pairs, Q6_K/Q3_K (s_2k, s_2k+1);
+               // else the mins
   VF d, dmin;
 };
 
@@ -154,6 +185,21 @@ HWY_INLINE VI Pair(VI lo, VI hi) {
   return hn::Or(hn::And(lo, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hi));
 }
 
+// The types whose VNNI code (BlockSumsIq4XsVnni) is faster than their vpmaddubsw code: IQ4_XS only.
+// For the others VNNI does not save work on the multiply port: Q4_K needs 8 vpmaddubsw and
+// one vpmaddwd per 32 elements (the adds run on another port) against 8 vpdpbusd and a vpmulld
+// (2 uops); measured 3-10% slower at 4-16 tokens (docs/benchmarks.md).
+template <TensorType kType>
+constexpr bool kVnni = LYNX_KI_VNNI&& kType == TensorType::IQ4_XS;
+
+// A sub-block scale as BlockSums takes it: the int32 value where it multiplies int32 dot
+// products (VNNI, portable targets), else the value in both int16 halves for vpmaddwd.
+template <TensorType kType>
+HWY_INLINE VI ScaleLanes(VI sc) {
+  if constexpr (LYNX_KI_X86 && !kVnni<kType>) return Pair(sc, sc);
+  return sc;
+}
+
 HWY_INLINE VI Byte(hn::Vec<DU> v, int k) {
   return hn::BitCast(DI(), hn::And(hn::ShiftRightSame(v, 8 * k), hn::Set(DU(), 0xFFu)));
 }
@@ -170,19 +216,39 @@ HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
   const auto sh =
       hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
   const auto sl = Plane<kType>(gb, sub, 0);
+  VI scv[8];
   for (int ib = 0; ib < 8; ++ib) {
     const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
     const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
     const VI sc = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
-#if LYNX_KI_X86
-    k.sc[ib] = Pair(sc, sc);
-#else
-    k.sc[ib] = sc;
-#endif
+    k.sc[ib] = ScaleLanes<kType>(sc);
+    scv[ib] = sc;
   }
+#if LYNX_KI_VNNI
+  // The 128 offset of the biased levels comes back out with the 32-element activation sums.
+  for (int p = 0; p < 4 && kVnni<kType>; ++p) k.aux[p] = Pair(scv[2 * p], scv[2 * p + 1]);
+#else
+  (void)scv;
+#endif
   HWY_ALIGN static constexpr int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
-#if LYNX_KI_X86
+#if LYNX_KI_VNNI
+  // Levels biased to unsigned (grid + 128: 1..241) for vpdpbusd.
+  HWY_ALIGN static constexpr uint8_t kGridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                   129, 141, 153, 166, 181, 197, 217, 241};
+  const hn::Repartition<uint8_t, DI> du8;
+  const auto gridu = hn::LoadDup128(du8, kGridU);
+  const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int w = 0; w < 4; ++w) {
+      const auto v = Plane<kType>(gb, sub, 1 + 4 * ib + w);
+      const int p = 8 * ib + w;
+      k.lv[p] = hn::BitCast(di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(v, m4))));
+      k.lv[p + 4] = hn::BitCast(
+          di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(hn::ShiftRight<4>(v), m4))));
+    }
+  }
+#elif LYNX_KI_X86
   const hn::Repartition<int8_t, DI> d8;
   const auto grid = hn::LoadDup128(d8, kGrid);
   const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
@@ -220,12 +286,72 @@ HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
 #endif
 }
 
+// Q2_K (fields d, dmin; planes 0-3 the scale | min << 4 bytes of the 16 sub-blocks, 4-19 the
+// 2-bit quants) and Q3_K (field d; planes 0-7 the high-bit mask, 8-23 the 2-bit quants,
+// 24-26 the packed 6-bit scales). Quant word w (bytes 4 (w % 8).. of 32-byte half h = w / 8)
+// holds at bits 2j the elements 128h + 32j + 4 (w % 8)..: plane 32h + 8j + w % 8. Q3_K's
+// high bit of that element is bit 4h + j of mask word w % 8; its level q + 4 hbit (0..7) is
+// the value + 4.
+template <TensorType kType>
+HWY_INLINE void UnpackQ2Q3(const uint8_t* gb, int sub, KBlock& k) {
+  const DI di;
+  const DU du;
+  constexpr bool kQ3 = kType == TensorType::Q3_K;
+  k.d = LoadF16(gb, sub);
+  VI sc[16], mn[16];
+  if constexpr (kQ3) {
+    const auto s0 = Plane<kType>(gb, sub, 24), s1 = Plane<kType>(gb, sub, 25),
+               s2 = Plane<kType>(gb, sub, 26);
+    for (int i = 0; i < 16; ++i) {
+      const VI b = Byte((i % 8) < 4 ? s0 : s1, i % 4);
+      const VI lo = i < 8 ? hn::And(b, hn::Set(di, 0x0F)) : hn::ShiftRight<4>(b);
+      const VI hi = hn::And(hn::ShiftRightSame(Byte(s2, i % 4), 2 * (i / 4)), hn::Set(di, 3));
+      sc[i] = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di, 32));
+    }
+  } else {
+    k.dmin = LoadF16(gb + 32, sub);
+    for (int g = 0; g < 16; ++g) {
+      const VI b = Byte(Plane<kType>(gb, sub, g / 4), g % 4);
+      sc[g] = hn::And(b, hn::Set(di, 0x0F));
+      mn[g] = hn::ShiftRight<4>(b);
+    }
+  }
+  for (int g = 0; g < 16; ++g) k.sc[g] = ScaleLanes<kType>(sc[g]);
+#if LYNX_KI_X86
+  // Q2_K: (m_2k, m_2k+1) pairs for the mins; Q3_K: (s_2k, s_2k+1) for the offset.
+  for (int p = 0; p < 8; ++p) {
+    k.aux[p] = kQ3 ? Pair(sc[2 * p], sc[2 * p + 1]) : Pair(mn[2 * p], mn[2 * p + 1]);
+  }
+#else
+  if constexpr (!kQ3) {
+    for (int g = 0; g < 16; ++g) k.aux[g] = mn[g];
+  }
+#endif
+  constexpr int kQs = kQ3 ? 8 : 4;
+  const auto m3 = hn::Set(du, 0x03030303u), m1 = hn::Set(du, 0x01010101u);
+  for (int w = 0; w < 16; ++w) {
+    const auto v = Plane<kType>(gb, sub, kQs + w);
+    const int h = w / 8;
+    [[maybe_unused]] hn::Vec<DU> hm;
+    if constexpr (kQ3) hm = Plane<kType>(gb, sub, w % 8);
+    for (int j = 0; j < 4; ++j) {
+      auto lv = hn::And(hn::ShiftRightSame(v, 2 * j), m3);
+      if constexpr (kQ3) {
+        lv = hn::Or(lv, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hm, 4 * h + j), m1)));
+      }
+      k.lv[32 * h + 8 * j + w % 8] = hn::BitCast(di, lv);
+    }
+  }
+}
+
 template <TensorType kType>
 HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   const DI di;
   const DU du;
   if constexpr (kType == TensorType::IQ4_XS) {
     UnpackIq4Xs(gb, sub, k);
+  } else if constexpr (kType == TensorType::Q2_K || kType == TensorType::Q3_K) {
+    UnpackQ2Q3<kType>(gb, sub, k);
   } else if constexpr (kHasMin<kType>) {
     k.d = LoadF16(gb, sub);
     k.dmin = LoadF16(gb + 32, sub);
@@ -241,7 +367,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       mn[j + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, j))));
     }
 #if LYNX_KI_X86
-    for (int s = 0; s < 8; ++s) k.sc[s] = Pair(sc[s], sc[s]);
+    for (int s = 0; s < 8; ++s) k.sc[s] = ScaleLanes<kType>(sc[s]);
     for (int p = 0; p < 4; ++p) k.aux[p] = Pair(mn[2 * p], mn[2 * p + 1]);
 #else
     for (int s = 0; s < 8; ++s) {
@@ -275,7 +401,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       sc[g] = hn::ShiftRightSame(hn::ShiftLeftSame(v, 24 - 8 * (g % 4)), 24);
     }
 #if LYNX_KI_X86
-    for (int g = 0; g < 16; ++g) k.sc[g] = Pair(sc[g], sc[g]);
+    for (int g = 0; g < 16; ++g) k.sc[g] = ScaleLanes<kType>(sc[g]);
     for (int p = 0; p < 8; ++p) k.aux[p] = Pair(sc[2 * p], sc[2 * p + 1]);
 #else
     for (int g = 0; g < 16; ++g) k.sc[g] = sc[g];
@@ -298,12 +424,6 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       }
     }
   }
-}
-
-HWY_INLINE int32_t LoadI32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 #if LYNX_KI_X86
@@ -338,6 +458,31 @@ HWY_INLINE VI SignBytes(VI x, VI w) {
 #endif
 }
 
+#if LYNX_KI_VNNI
+HWY_INLINE VI Dpbusd(VI acc, VI u8, VI s8) {
+  return VI{_mm512_dpbusd_epi32(acc.raw, u8.raw, s8.raw)};
+}
+
+// IQ4_XS's integer sums for one token with VNNI: per sub-block, its planes' biased levels
+// (u8) x q summed into int32 by vpdpbusd, times the lane's scale (vpmulld: |dot x scale| <
+// 2^25); the 128 offset out with the 32-element activation sums.
+HWY_INLINE void BlockSumsIq4XsVnni(const KBlock& k, const int8_t* xq, const int32_t* sp, VI& isum,
+                                   VI& msum) {
+  const DI di;
+  auto X = [&](int p) { return hn::Set(di, LoadI32(xq + 4 * p)); };
+  VI acc = hn::Zero(di);
+  for (int s = 0; s < 8; ++s) {
+    VI dot = Dpbusd(hn::Zero(di), k.lv[8 * s], X(8 * s));
+    for (int p = 1; p < 8; ++p) dot = Dpbusd(dot, k.lv[8 * s + p], X(8 * s + p));
+    acc = hn::Add(acc, hn::Mul(dot, k.sc[s]));
+  }
+  VI corr = Madd(k.aux[0], hn::Set(di, sp[0]));
+  for (int p = 1; p < 4; ++p) corr = hn::Add(corr, Madd(k.aux[p], hn::Set(di, sp[p])));
+  isum = hn::Sub(acc, hn::ShiftLeft<7>(corr));
+  msum = hn::Zero(di);
+}
+#endif  // LYNX_KI_VNNI
+
 // The block's integer sums for one token: isum (scale x level x q) and, with mins, msum.
 template <TensorType kType>
 HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, const int32_t* sp,
@@ -345,6 +490,12 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   const DI di;
   auto X = [&](int p) { return hn::Set(di, LoadI32(xq + 4 * p)); };
   VI acc = hn::Zero(di);
+#if LYNX_KI_VNNI
+  if constexpr (kVnni<kType>) {
+    BlockSumsIq4XsVnni(k, xq, sp, isum, msum);
+    return;
+  }
+#endif
   if constexpr (kType == TensorType::IQ4_XS) {
     // |level| x |q| pairs stay below 2 x 127 x 127 < 2^15: one plane per vpmaddwd.
     for (int p = 0; p < 64; ++p) {
@@ -352,6 +503,22 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
     }
     isum = acc;
     msum = hn::Zero(di);
+  } else if constexpr (kType == TensorType::Q2_K || kType == TensorType::Q3_K) {
+    // Levels <= 7: the 4 planes of a sub-block summed in int16 (<= 4 x 2 x 7 x 127).
+    for (int g = 0; g < 16; ++g) {
+      VI s16 = MaddUbs(k.lv[4 * g], X(4 * g));
+      for (int p = 1; p < 4; ++p) s16 = Add16(s16, MaddUbs(k.lv[4 * g + p], X(4 * g + p)));
+      acc = hn::Add(acc, Madd(s16, k.sc[g]));
+    }
+    VI m = Madd(k.aux[0], hn::Set(di, gp[0]));
+    for (int p = 1; p < 8; ++p) m = hn::Add(m, Madd(k.aux[p], hn::Set(di, gp[p])));
+    if constexpr (kType == TensorType::Q2_K) {
+      isum = acc;
+      msum = m;
+    } else {
+      isum = hn::Sub(acc, hn::ShiftLeft<kOffsetShift<kType>>(m));
+      msum = hn::Zero(di);
+    }
   } else if constexpr (kHasMin<kType>) {
     constexpr int kSum = kSumPlanes<kType>;
     for (int s = 0; s < 8; ++s) {
@@ -375,7 +542,7 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
     }
     VI corr = Madd(k.aux[0], hn::Set(di, gp[0]));
     for (int p = 1; p < 8; ++p) corr = hn::Add(corr, Madd(k.aux[p], hn::Set(di, gp[p])));
-    isum = hn::Sub(acc, hn::ShiftLeft<5>(corr));
+    isum = hn::Sub(acc, hn::ShiftLeft<kOffsetShift<kType>>(corr));
     msum = hn::Zero(di);
   }
 }
@@ -415,6 +582,11 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   if constexpr (kType == TensorType::IQ4_XS) {
     isum = acc;
     msum = m;
+  } else if constexpr (kType == TensorType::Q2_K) {
+    for (int g = 0; g < 16; ++g)
+      m = hn::Add(m, hn::Mul(k.aux[g], hn::Set(di, half(gp[g / 2], g % 2))));
+    isum = acc;
+    msum = m;
   } else if constexpr (kHasMin<kType>) {
     for (int s = 0; s < 8; ++s)
       m = hn::Add(m, hn::Mul(k.aux[s], hn::Set(di, half(sp[s / 2], s % 2))));
@@ -423,26 +595,11 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
   } else {
     for (int g = 0; g < 16; ++g)
       m = hn::Add(m, hn::Mul(k.sc[g], hn::Set(di, half(gp[g / 2], g % 2))));
-    isum = hn::Sub(acc, hn::ShiftLeft<5>(m));
+    isum = hn::Sub(acc, hn::ShiftLeft<kOffsetShift<kType>>(m));
     msum = hn::Zero(di);
   }
 }
 #endif
-
-// acc + a * b rounded once, as std::fma in the scalar twin.
-HWY_INLINE VF FmaExact(VF a, VF b, VF acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  const DF df;
-  HWY_ALIGN float fa[kNR], fb[kNR], fc[kNR];
-  hn::Store(a, df, fa);
-  hn::Store(b, df, fb);
-  hn::Store(acc, df, fc);
-  for (int i = 0; i < kNR; ++i) fc[i] = std::fma(fa[i], fb[i], fc[i]);
-  return hn::Load(df, fc);
-#endif
-}
 
 // Adds block b of NT tokens (from token `tok` of the job) into acc.
 template <TensorType kType, int NT>
@@ -455,31 +612,10 @@ HWY_INLINE void AddBlock(const MatmulKJob& j, const KBlock& k, int64_t tok, int6
     BlockSums<kType>(k, j.q + (tok + t) * j.cols + b * 256, j.gpair + tb * 8, j.spair + tb * 4,
                      isum, msum);
     const VF dx = hn::Set(df, j.d[tb]);
-    acc[t] = FmaExact(hn::Mul(k.d, dx), hn::ConvertTo(df, isum), acc[t]);
+    acc[t] = FmaExact(DF(), hn::Mul(k.d, dx), hn::ConvertTo(df, isum), acc[t]);
     if constexpr (kHasMin<kType>) {
-      acc[t] = FmaExact(hn::Neg(hn::Mul(k.dmin, dx)), hn::ConvertTo(df, msum), acc[t]);
+      acc[t] = FmaExact(DF(), hn::Neg(hn::Mul(k.dmin, dx)), hn::ConvertTo(df, msum), acc[t]);
     }
-  }
-}
-
-// Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
-template <int NT, class F>
-HWY_INLINE void WithTokenCount(int n, F&& f) {
-  if constexpr (NT >= 1) {
-    if (n == NT) {
-      f.template operator()<NT>();
-    } else {
-      WithTokenCount<NT - 1>(n, f);
-    }
-  }
-}
-
-// Stores lanes [lo, hi) of acc (kNR floats) to out[lo..hi).
-HWY_INLINE void StoreLanes(const float* acc, int lo, int hi, float* out) {
-  if (lo == 0 && hi == kNR) {
-    hn::StoreU(hn::Load(DF(), acc), DF(), out);
-  } else {
-    std::memcpy(out + lo, acc + lo, static_cast<size_t>(hi - lo) * sizeof(float));
   }
 }
 
@@ -544,7 +680,7 @@ HWY_NOINLINE void RunSlice(const MatmulKJob& j, const Slice& s) {
       }
     }
     for (int t = 0; t < ns; ++t) {
-      StoreLanes(accbuf + t * kNR, s.lo, s.hi, j.y + (s0 + t) * j.ldy + s.row0);
+      StoreLanes(DF(), accbuf + t * kNR, s.lo, s.hi, j.y + (s0 + t) * j.ldy + s.row0);
     }
   }
 }
@@ -554,7 +690,11 @@ void MatmulKI16T(const MatmulKJob& j) {
   static_assert(kG % kNR == 0);
   for (int64_t r = j.r0 - j.r0 % kNR; r < j.r1; r += kNR) {
     const Slice s(j, r);
-    if (j.type == TensorType::Q4_K) {
+    if (j.type == TensorType::Q2_K) {
+      RunSlice<TensorType::Q2_K>(j, s);
+    } else if (j.type == TensorType::Q3_K) {
+      RunSlice<TensorType::Q3_K>(j, s);
+    } else if (j.type == TensorType::Q4_K) {
       RunSlice<TensorType::Q4_K>(j, s);
     } else if (j.type == TensorType::Q5_K) {
       RunSlice<TensorType::Q5_K>(j, s);
@@ -565,6 +705,10 @@ void MatmulKI16T(const MatmulKJob& j) {
     }
   }
 }
+
+#if LYNX_KI_VNNI
+HWY_POP_ATTRIBUTES
+#endif
 
 }  // namespace HWY_NAMESPACE
 }  // namespace lynx::kernels

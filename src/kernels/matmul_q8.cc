@@ -1,5 +1,6 @@
-// The integer path for Q8_0 / Q4_0 weights (see kernels.h for the arithmetic): the SIMD
-// activation quantizer and the int8 matmul. Highway with dynamic dispatch, compiled once per
+// The integer path for Q8_0 / Q4_0 weights and the other 32-element types (Q4_1, Q5_0, Q5_1,
+// IQ4_NL, MXFP4; see kernels.h for the arithmetic): the SIMD activation quantizer and the int8
+// matmul. Highway with dynamic dispatch, compiled once per
 // instruction set like matmul.cc.
 //
 // Computation, "rows in lanes": a block of kNR weight rows (the int32 lanes of a vector: 16
@@ -54,6 +55,7 @@
 #include "kernels/kernels.h"
 #include "kernels/matmul_k.h"
 #include "kernels/types.h"
+#include "kernels/types/blocks.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_Q8_JOB
@@ -85,11 +87,16 @@ struct MatmulQ8Job {
 #include "hwy/highway.h"
 
 #include "hwy/cache_control.h"
+#include "kernels/int_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using icommon::FmaExact;
+using icommon::LoadI32;
+using icommon::StoreLanes;
+using icommon::WithTokenCount;
 
 // ------------------------------------------------------------------ activation quantizer
 
@@ -178,23 +185,63 @@ constexpr int kNT = kNR >= 16 ? 8 : 4;                     // tokens per group
 constexpr int64_t kChunkBlocks = 16;  // 512 columns unpacked at a time (8-16 KiB of planes)
 constexpr int kSuperTokens = 64;      // token groups sharing one unpacked chunk
 
+// The legacy 32-element types beside Q8_0 / Q4_0 (types/*.cc): Q4_1 / Q5_1 add a min
+// (value = level d + m, ggml's Q8_1 products: the min times the activation block's sum),
+// Q5_0 / Q5_1 a fifth bit per element (a 32-bit word qh, bit e for element e), IQ4_NL / MXFP4
+// look the nibble up in a grid of signed bytes (then computed as Q8_0 weights are), MXFP4's
+// scale is an E8M0 byte.
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  return kType == TensorType::Q8_0 ? 34 : 18;
+  switch (kType) {
+    case TensorType::Q8_0:
+      return 34;
+    case TensorType::Q4_1:
+      return 20;
+    case TensorType::Q5_0:
+      return 22;
+    case TensorType::Q5_1:
+      return 24;
+    case TensorType::MXFP4:
+      return 17;
+    default:
+      return 18;  // Q4_0, IQ4_NL
+  }
 }
+template <TensorType kType>
+constexpr bool kHasMin = kType == TensorType::Q4_1 || kType == TensorType::Q5_1;
+template <TensorType kType>
+constexpr bool kHi5 = kType == TensorType::Q5_0 || kType == TensorType::Q5_1;
+template <TensorType kType>
+constexpr bool kGrid = kType == TensorType::IQ4_NL || kType == TensorType::MXFP4;
+// Signed weight bytes (Q8_0, the grids): the |w| x sign(w) q products without VNNI.
+template <TensorType kType>
+constexpr bool kSignedW = kType == TensorType::Q8_0 || kGrid<kType>;
+// Bytes of the scalar fields at the block's start (the interleaved layout keeps them as 16
+// values each before the planes), and of each field.
+template <TensorType kType>
+constexpr int64_t kFieldBytes = kType == TensorType::MXFP4 ? 1 : 2;
+template <TensorType kType>
+constexpr int64_t kFields = kHasMin<kType> ? 2 : 1;
+// The unsigned level's offset for the types stored biased (Q4_0 8, Q5_0 16).
+template <TensorType kType>
+constexpr int32_t kLevelOffset = kType == TensorType::Q4_0   ? 8
+                                 : kType == TensorType::Q5_0 ? 16
+                                                             : 0;
 
 #if HWY_TARGET == HWY_AVX3_DL
-// VNNI: unsigned weights (Q8_0 biased by 128), dot = vpdpbusd, offset from the block sum.
+// VNNI: unsigned weights (Q8_0 and the grids biased by 128), dot = vpdpbusd, offset from the
+// block sum.
 template <TensorType kType>
 constexpr int kPlanes = 8;
 template <TensorType kType>
-constexpr int32_t kOffset = kType == TensorType::Q8_0 ? 128 : 8;
+constexpr int32_t kOffset = kSignedW<kType> ? 128 : kLevelOffset<kType>;
 #elif LYNX_Q8_X86
-// vpmaddubsw: Q4_0 nibbles with the offset; Q8_0 as |w| (planes 0-7) and w (planes 8-15).
+// vpmaddubsw: nibble levels with their offset; Q8_0 and the grids as |w| (planes 0-7) and w
+// (planes 8-15).
 template <TensorType kType>
-constexpr int kPlanes = kType == TensorType::Q8_0 ? 16 : 8;
+constexpr int kPlanes = kSignedW<kType> ? 16 : 8;
 template <TensorType kType>
-constexpr int32_t kOffset = kType == TensorType::Q8_0 ? 0 : 8;
+constexpr int32_t kOffset = kSignedW<kType> ? 0 : kLevelOffset<kType>;
 #else
 // Generic: one int32 plane per column holding the signed weight value.
 template <TensorType kType>
@@ -203,26 +250,70 @@ template <TensorType kType>
 constexpr int32_t kOffset = 0;
 #endif
 
-HWY_INLINE int32_t LoadI32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // One unpacked 32-column block of kNR rows: the planes and the rows' scales.
 template <TensorType kType>
 struct Block {
   VI pl[kPlanes<kType>];
   VF dw;
+  VF mw;  // Q4_1 / Q5_1: the rows' mins
 };
+
+// kNR fp16 values widened. x86 converts with F16C; the portable targets with the scalar
+// conversion, because Highway's emulated one does not keep Inf and NaN (a block with such a
+// scale must give the scalar twin's NaN).
+HWY_INLINE VF F16ToF32(const void* p) {
+#if LYNX_Q8_X86
+  const hn::Rebind<hwy::float16_t, DI> df16;
+  return hn::PromoteTo(DF(), hn::LoadU(df16, static_cast<const hwy::float16_t*>(p)));
+#else
+  HWY_ALIGN float f[kNR];
+  for (int i = 0; i < kNR; ++i) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
+    f[i] = fp16_to_fp32(h);
+  }
+  return hn::Load(DF(), f);
+#endif
+}
 
 // The fp16 block scales of the kNR rows, read with scalar loads: a gather costs more on the
 // vector side (measured on Zen 5), and these run on the integer ports next to the vector work.
 HWY_INLINE VF LoadScales(const uint8_t* const* rows, int64_t boff) {
   HWY_ALIGN uint16_t h[kNR];
   for (int i = 0; i < kNR; ++i) std::memcpy(&h[i], rows[i] + boff, 2);
-  const hn::Rebind<hwy::float16_t, DI> df16;
-  return hn::PromoteTo(DF(), hn::Load(df16, reinterpret_cast<const hwy::float16_t*>(h)));
+  return F16ToF32(h);
+}
+
+// MXFP4's E8M0 scale bytes at p[0], p[step], ... (kNR of them), as floats.
+HWY_INLINE VF LoadE8m0(const uint8_t* p, int64_t step) {
+  HWY_ALIGN float f[kNR];
+  for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(p[i * step]);
+  return hn::Load(DF(), f);
+}
+
+// The block's scale (and min) from field 0 (and 1) of every row's block at boff.
+template <TensorType kType>
+HWY_INLINE void LoadFieldsRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
+  if constexpr (kType == TensorType::MXFP4) {
+    HWY_ALIGN float f[kNR];
+    for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(rows[i][boff]);
+    blk.dw = hn::Load(DF(), f);
+  } else {
+    blk.dw = LoadScales(rows, boff);
+  }
+  if constexpr (kHasMin<kType>) blk.mw = LoadScales(rows, boff + 2);
+}
+
+// The same from an interleaved group-block (16 values per field, row 0 first), slice `sub`.
+template <TensorType kType>
+HWY_INLINE void LoadFieldsI16(const uint8_t* gb, int sub, Block<kType>& blk) {
+  auto f16 = [&](const uint8_t* p) { return F16ToF32(p + 2 * sub * kNR); };
+  if constexpr (kType == TensorType::MXFP4) {
+    blk.dw = LoadE8m0(gb + sub * kNR, 1);
+  } else {
+    blk.dw = f16(gb);
+  }
+  if constexpr (kHasMin<kType>) blk.mw = f16(gb + 32);
 }
 
 #if LYNX_Q8_X86
@@ -313,17 +404,61 @@ HWY_INLINE void LoadPlanesQ8(const uint8_t* const* rows, int64_t off, VI* pl) {
   }
 }
 
-// Q4_0: the 4 planes of nibble bytes v into the 8 planes of the block. Byte j holds column
-// j (low nibble) and column j + 16 (high nibble).
+// Bits 0-3 of every lane of t into bit 0 of its bytes 0-3: t x 0x00204081 puts bit k at bit
+// 8k (the four shifted copies never overlap, so no carries).
+HWY_INLINE VI SpreadBits4(VI t) {
+  const DI di;
+  return hn::And(hn::Mul(hn::And(t, hn::Set(di, 0xF)), hn::Set(di, 0x00204081)),
+                 hn::Set(di, 0x01010101));
+}
+
+// The 4 planes of nibble bytes v into the 8 planes of the block (byte j holds column j in its
+// low nibble and column j + 16 in its high nibble); Q5_0 / Q5_1 add the fifth bits from qh
+// (lane i: row i's 32-bit qh); IQ4_NL / MXFP4 map the nibbles through their grid.
 template <TensorType kType>
-HWY_INLINE void SplitNibbles(const VI* v, Block<kType>& blk) {
+HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
   const DI di;
   const hn::RebindToUnsigned<DI> du;
   const VI mask = hn::Set(di, 0x0F0F0F0F);
   for (int g = 0; g < 4; ++g) {
     blk.pl[g] = hn::And(v[g], mask);
     blk.pl[g + 4] = hn::And(hn::BitCast(di, hn::ShiftRight<4>(hn::BitCast(du, v[g]))), mask);
+    if constexpr (kHi5<kType>) {
+      const VI lo = hn::BitCast(di, hn::ShiftRightSame(hn::BitCast(du, qh), 4 * g));
+      const VI hi = hn::BitCast(di, hn::ShiftRightSame(hn::BitCast(du, qh), 16 + 4 * g));
+      blk.pl[g] = hn::Or(blk.pl[g], hn::ShiftLeft<4>(SpreadBits4(lo)));
+      blk.pl[g + 4] = hn::Or(blk.pl[g + 4], hn::ShiftLeft<4>(SpreadBits4(hi)));
+    }
   }
+  if constexpr (kGrid<kType>) {
+    const int8_t* grid = kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
+    const hn::Repartition<int8_t, DI> d8;
+#if HWY_TARGET == HWY_AVX3_DL
+    // Biased to unsigned for vpdpbusd (kOffset 128).
+    HWY_ALIGN int8_t biased[16];
+    for (int k = 0; k < 16; ++k) biased[k] = static_cast<int8_t>(grid[k] ^ 0x80);
+    const auto tbl = hn::LoadDup128(d8, biased);
+    for (int g = 0; g < 8; ++g) {
+      blk.pl[g] = hn::BitCast(di, hn::TableLookupBytes(tbl, hn::BitCast(d8, blk.pl[g])));
+    }
+#else
+    HWY_ALIGN int8_t copy[16];
+    std::memcpy(copy, grid, 16);
+    const auto tbl = hn::LoadDup128(d8, copy);
+    for (int g = 0; g < 8; ++g) {
+      const auto w = hn::TableLookupBytes(tbl, hn::BitCast(d8, blk.pl[g]));
+      blk.pl[8 + g] = hn::BitCast(di, w);
+      blk.pl[g] = hn::BitCast(di, hn::Abs(w));
+    }
+#endif
+  }
+}
+
+// Row i's 32-bit word at byte offset off of its block, in lane i.
+HWY_INLINE VI LoadWordRows(const uint8_t* const* rows, int64_t off) {
+  HWY_ALIGN int32_t h[kNR];
+  for (int i = 0; i < kNR; ++i) std::memcpy(&h[i], rows[i] + off, 4);
+  return hn::Load(DI(), h);
 }
 
 // Q8_0: the 8 planes of signed quants in blk.pl[0..8) into what DotBlock takes.
@@ -344,11 +479,13 @@ HWY_INLINE void FinishQ8Planes(Block<kType>& blk) {
 // kRows: block at byte offset boff of each of the kNR rows.
 template <TensorType kType>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  blk.dw = LoadScales(rows, boff);
-  if constexpr (kType == TensorType::Q4_0) {
+  LoadFieldsRows(rows, boff, blk);
+  constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
+  if constexpr (kType != TensorType::Q8_0) {
     VI v[4];
-    LoadPlanes4(rows, boff + 2, v);
-    SplitNibbles(v, blk);
+    LoadPlanes4(rows, boff + kWords + (kHi5<kType> ? 4 : 0), v);
+    const VI qh = kHi5<kType> ? LoadWordRows(rows, boff + kWords) : hn::Zero(DI());
+    SplitNibbles(v, qh, blk);
   } else {
     LoadPlanesQ8(rows, boff + 2, blk.pl);
     FinishQ8Planes(blk);
@@ -360,14 +497,16 @@ HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType
 template <TensorType kType>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   const DI di;
-  const hn::Rebind<hwy::float16_t, DI> df16;
-  blk.dw =
-      hn::PromoteTo(DF(), hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(gb) + sub * kNR));
-  const int32_t* q = reinterpret_cast<const int32_t*>(gb + 32) + sub * kNR;
-  if constexpr (kType == TensorType::Q4_0) {
+  LoadFieldsI16(gb, sub, blk);
+  const int32_t* q =
+      reinterpret_cast<const int32_t*>(gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType>) +
+      sub * kNR;
+  if constexpr (kType != TensorType::Q8_0) {
+    // Q5_0 / Q5_1: plane 0 is qh, the nibbles follow.
+    constexpr int kQs = kHi5<kType> ? 1 : 0;
     VI v[4];
-    for (int g = 0; g < 4; ++g) v[g] = hn::LoadU(di, q + 16 * g);
-    SplitNibbles(v, blk);
+    for (int g = 0; g < 4; ++g) v[g] = hn::LoadU(di, q + 16 * (kQs + g));
+    SplitNibbles(v, kHi5<kType> ? hn::LoadU(di, q) : hn::Zero(di), blk);
   } else {
     for (int g = 0; g < 8; ++g) blk.pl[g] = hn::LoadU(di, q + 16 * g);
     FinishQ8Planes(blk);
@@ -415,12 +554,19 @@ HWY_INLINE __m512i SignBytes(__m512i x, __m512i w) {  // no vpsignb in AVX-512: 
 template <TensorType kType>
 HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
   const DI di;
-  if constexpr (kType == TensorType::Q4_0) {
-    auto acc16 = MaddUbs(pl[0].raw, hn::Set(di, LoadI32(xq)).raw);
-    for (int g = 1; g < 8; ++g) {
-      acc16 = Add16(acc16, MaddUbs(pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw));
+  if constexpr (!kSignedW<kType>) {
+    // int16 pair sums of 4-bit levels stay below 2^15 over 8 planes (8 x 2 x 15 x 127), of
+    // 5-bit levels over 4 (4 x 2 x 31 x 127).
+    constexpr int kRun = kHi5<kType> ? 4 : 8;
+    VI acc = hn::Set(di, init);
+    for (int g0 = 0; g0 < 8; g0 += kRun) {
+      auto acc16 = MaddUbs(pl[g0].raw, hn::Set(di, LoadI32(xq + 4 * g0)).raw);
+      for (int g = g0 + 1; g < g0 + kRun; ++g) {
+        acc16 = Add16(acc16, MaddUbs(pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw));
+      }
+      acc = hn::Add(acc, VI{MaddOnes(acc16)});
     }
-    return hn::Add(VI{MaddOnes(acc16)}, hn::Set(di, init));
+    return acc;
   } else {
     VI acc = hn::Set(di, init);
     for (int g = 0; g < 8; ++g) {
@@ -435,16 +581,31 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 #else  // generic Highway
 
 // Column e's signed weight in lane i; byte(i, k) is quant byte k of lane i's block.
+// byte(i, k): byte k of row i's block after its fields (Q5_0 / Q5_1: qh, then the nibbles).
+// Min types keep their unsigned level (the min term is separate); the others the value.
 template <TensorType kType, class ByteAt>
 HWY_INLINE void UnpackColumns(ByteAt byte, Block<kType>& blk) {
   const DI di;
   HWY_ALIGN int32_t w[32][kNR];
+  constexpr int kQs = kHi5<kType> ? 4 : 0;
   for (int i = 0; i < kNR; ++i) {
+    uint32_t qh = 0;
+    if constexpr (kHi5<kType>) {
+      for (int k = 0; k < 4; ++k) qh |= uint32_t(byte(i, k)) << (8 * k);
+    }
     for (int e = 0; e < 32; ++e) {
       if constexpr (kType == TensorType::Q8_0) {
         w[e][i] = static_cast<int8_t>(byte(i, e));
       } else {
-        w[e][i] = (e < 16 ? (byte(i, e) & 0x0F) : (byte(i, e - 16) >> 4)) - 8;
+        int nib = e < 16 ? (byte(i, kQs + e) & 0x0F) : (byte(i, kQs + e - 16) >> 4);
+        if constexpr (kType == TensorType::IQ4_NL) {
+          w[e][i] = types::kIq4nlValues[nib];
+        } else if constexpr (kType == TensorType::MXFP4) {
+          w[e][i] = types::kMxfp4Values[nib];
+        } else {
+          if constexpr (kHi5<kType>) nib |= int((qh >> e) & 1) << 4;
+          w[e][i] = nib - kLevelOffset<kType>;
+        }
       }
     }
   }
@@ -453,17 +614,16 @@ HWY_INLINE void UnpackColumns(ByteAt byte, Block<kType>& blk) {
 
 template <TensorType kType>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  blk.dw = LoadScales(rows, boff);
-  UnpackColumns<kType>([&](int i, int k) { return rows[i][boff + 2 + k]; }, blk);
+  LoadFieldsRows(rows, boff, blk);
+  constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
+  UnpackColumns<kType>([&](int i, int k) { return rows[i][boff + kWords + k]; }, blk);
 }
 
 // kInterleaved16: lane i = row sub * kNR + i of the 16-row group-block `gb`.
 template <TensorType kType>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
-  const hn::Rebind<hwy::float16_t, DI> df16;
-  blk.dw =
-      hn::PromoteTo(DF(), hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(gb) + sub * kNR));
-  const uint8_t* q = gb + 32 + 4 * sub * kNR;
+  LoadFieldsI16(gb, sub, blk);
+  const uint8_t* q = gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType> + 4 * sub * kNR;
   UnpackColumns<kType>([&](int i, int k) { return q[64 * (k / 4) + 4 * i + k % 4]; }, blk);
 }
 
@@ -477,21 +637,6 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 
 #endif  // LYNX_Q8_X86
 
-// acc + a * b rounded once, as std::fma in the scalar twin.
-HWY_INLINE VF FmaExact(VF a, VF b, VF acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  const DF df;
-  HWY_ALIGN float fa[kNR], fb[kNR], fc[kNR];
-  hn::Store(a, df, fa);
-  hn::Store(b, df, fb);
-  hn::Store(acc, df, fc);
-  for (int i = 0; i < kNR; ++i) fc[i] = std::fma(fa[i], fb[i], fc[i]);
-  return hn::Load(df, fc);
-#endif
-}
-
 // Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
 template <TensorType kType, int NT>
 HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t tok, int64_t b,
@@ -502,29 +647,13 @@ HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t 
   const int32_t* xs = j.s + tok * j.ldb + b;
   for (int t = 0; t < NT; ++t) {
     const VI isum = DotBlock<kType>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
-    const VF sc = hn::Mul(blk.dw, hn::Set(df, xd[t * j.ldb]));  // exact: 11 x 11 bits
-    acc[t] = FmaExact(sc, hn::ConvertTo(df, isum), acc[t]);
-  }
-}
-
-// Calls f.template operator()<NT>() with NT == n, for n in [1, kNT].
-template <int NT, class F>
-HWY_INLINE void WithTokenCount(int n, F&& f) {
-  if constexpr (NT >= 1) {
-    if (n == NT) {
-      f.template operator()<NT>();
-    } else {
-      WithTokenCount<NT - 1>(n, f);
+    const VF dx = hn::Set(df, xd[t * j.ldb]);
+    acc[t] = FmaExact(DF(), hn::Mul(blk.dw, dx), hn::ConvertTo(df, isum), acc[t]);
+    if constexpr (kHasMin<kType>) {
+      // m x (dx x sum q): ggml's Q8_1 term, with the activation sum kept exact.
+      const VF qsum = hn::Set(df, static_cast<float>(xs[t * j.ldb]));
+      acc[t] = FmaExact(DF(), hn::Mul(blk.mw, dx), qsum, acc[t]);
     }
-  }
-}
-
-// Stores lanes [lo, hi) of acc (kNR floats) to out[lo..hi).
-HWY_INLINE void StoreLanes(const float* acc, int lo, int hi, float* out) {
-  if (lo == 0 && hi == kNR) {
-    hn::StoreU(hn::Load(DF(), acc), DF(), out);
-  } else {
-    std::memcpy(out + lo, acc + lo, static_cast<size_t>(hi - lo) * sizeof(float));
   }
 }
 
@@ -618,7 +747,7 @@ HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, const Source& src) {
   for (int t = 0; t < NT; ++t) {
     HWY_ALIGN float out[kNR];
     hn::Store(acc[t], df, out);
-    StoreLanes(out, src.lo, src.hi, j.y + t * j.ldy + src.row0);
+    StoreLanes(DF(), out, src.lo, src.hi, j.y + t * j.ldy + src.row0);
   }
 }
 
@@ -653,7 +782,7 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
       }
     }
     for (int t = 0; t < ns; ++t) {
-      StoreLanes(accbuf + t * kNR, src.lo, src.hi, j.y + (s0 + t) * j.ldy + src.row0);
+      StoreLanes(DF(), accbuf + t * kNR, src.lo, src.hi, j.y + (s0 + t) * j.ldy + src.row0);
     }
   }
 }
@@ -682,10 +811,21 @@ void RunQ8(const MatmulQ8Job& j) {
 }
 
 void MatmulQ8T(const MatmulQ8Job& j) {
-  if (j.type == TensorType::Q8_0) {
-    RunQ8<TensorType::Q8_0>(j);
-  } else {
-    RunQ8<TensorType::Q4_0>(j);
+  switch (j.type) {
+    case TensorType::Q8_0:
+      return RunQ8<TensorType::Q8_0>(j);
+    case TensorType::Q4_1:
+      return RunQ8<TensorType::Q4_1>(j);
+    case TensorType::Q5_0:
+      return RunQ8<TensorType::Q5_0>(j);
+    case TensorType::Q5_1:
+      return RunQ8<TensorType::Q5_1>(j);
+    case TensorType::IQ4_NL:
+      return RunQ8<TensorType::IQ4_NL>(j);
+    case TensorType::MXFP4:
+      return RunQ8<TensorType::MXFP4>(j);
+    default:
+      return RunQ8<TensorType::Q4_0>(j);
   }
 }
 
@@ -704,7 +844,18 @@ HWY_EXPORT(MatmulQ8T);
 HWY_EXPORT(QuantizeActsT);
 
 bool has_int8_path(TensorType t) {
-  return t == TensorType::Q8_0 || t == TensorType::Q4_0;
+  switch (t) {
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::IQ4_NL:
+    case TensorType::MXFP4:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void QuantizedActs::resize(int n, int64_t c) {

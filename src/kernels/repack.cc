@@ -1,8 +1,7 @@
-// Repacking block-type matrices (Q8_0, Q4_0, Q4_K, Q6_K: the types with an interleaved
-// layout in the type table) between the file's row layout and the 16-row interleaved layout
-// the integer kernels read with whole-vector loads, and F32/F16/BF16 matrices into the 16-row
-// panels of the float kernels (kernels.h describes the layouts). Byte moves only: the values
-// themselves are never changed.
+// Repacking block-type matrices (the types with an interleaved layout in the type table) between
+// the file's row layout and the 16-row interleaved layout the integer kernels read with
+// whole-vector loads, and F32/F16/BF16 matrices into the 16-row panels of the float kernels
+// (kernels.h describes the layouts). Byte moves only: the values themselves are never changed.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -48,7 +47,7 @@ void check(TensorType t, int64_t cols, const char* what) {
   if (!has_layout(t) || cols <= 0 || cols % type_traits(t).block_elems != 0) {
     throw Error(std::string(what) + ": cannot interleave a " + gguf::tensor_type_name(t) +
                 " matrix of " + std::to_string(cols) +
-                " columns (Q8_0, Q4_0, Q4_K or Q6_K, columns a positive multiple of the "
+                " columns (a type with an integer kernel, columns a positive multiple of the "
                 "block)");
   }
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/types.h"
+#include "kernels/types/blocks.h"
 #include "lynx/error.h"
 
 namespace lynx::kernels {
@@ -52,6 +53,52 @@ int64_t block_byte(WeightLayout layout, int64_t bb, int64_t nb, int64_t r, int64
   const int64_t i = r % kInterleaveRows;
   const int64_t blk = (r - i) * nb * bb + b * kInterleaveRows * bb;
   return k < 0 ? blk + 2 * i : blk + 32 + 64 * (k / 4) + 4 * i + k % 4;
+}
+
+// Byte k (kRows order) of block b of row r of a matrix of one of the 32-element types with the
+// integer path, in either layout, read by this file's own indexing of kInterleaved16
+// (kernels.h): the scalar fields (16 values each, row 0 first), then the 4-byte words of the
+// rest as planes of 64 bytes (lane i = row i).
+int64_t legacy_block_byte(TensorType t, WeightLayout layout, int64_t nb, int64_t r, int64_t b,
+                          int64_t k) {
+  const TypeTraits& tr = type_traits(t);
+  const int64_t bb = tr.block_bytes;
+  if (layout == WeightLayout::kRows) return (r * nb + b) * bb + k;
+  const int64_t fb = t == TensorType::MXFP4 ? 1 : 2;
+  const int64_t nf = t == TensorType::Q4_1 || t == TensorType::Q5_1 ? 2 : 1;
+  const int64_t i = r % kInterleaveRows;
+  const int64_t blk = (r - i) * nb * bb + b * kInterleaveRows * bb;
+  if (k < nf * fb) return blk + kInterleaveRows * fb * (k / fb) + fb * i + k % fb;
+  const int64_t kw = k - nf * fb;
+  return blk + kInterleaveRows * nf * fb + 64 * (kw / 4) + 4 * i + kw % 4;
+}
+
+// The integer level of element e of a 32-element block in kRows order (its value is level x
+// scale, plus the min for Q4_1 / Q5_1), from the ggml layouts (kernels.h, types/*.cc).
+int legacy_level(TensorType t, const uint8_t* blk, int e) {
+  if (t == TensorType::Q8_0) return static_cast<int8_t>(blk[2 + e]);
+  const int qs = t == TensorType::Q4_1    ? 4
+                 : t == TensorType::Q5_0  ? 6
+                 : t == TensorType::Q5_1  ? 8
+                 : t == TensorType::MXFP4 ? 1
+                                          : 2;  // Q4_0, IQ4_NL
+  const int nib = e < 16 ? (blk[qs + e] & 0x0F) : (blk[qs + e - 16] >> 4);
+  switch (t) {
+    case TensorType::Q4_0:
+      return nib - 8;
+    case TensorType::Q4_1:
+      return nib;
+    case TensorType::IQ4_NL:
+      return types::kIq4nlValues[nib];
+    case TensorType::MXFP4:
+      return types::kMxfp4Values[nib];
+    default: {  // Q5_0, Q5_1: qh before the nibbles, bit e for element e
+      uint32_t qh;
+      std::memcpy(&qh, blk + qs - 4, 4);
+      const int level = nib | static_cast<int>(((qh >> e) & 1) << 4);
+      return t == TensorType::Q5_0 ? level - 16 : level;
+    }
+  }
 }
 
 void check_layout(TensorType t, WeightLayout layout, const char* what) {
@@ -261,27 +308,28 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
   }
   weight_row_bytes(t, cols);  // validates cols
   const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t nb = cols / kQK;
-  const int64_t bb = t == TensorType::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes;
+  const int64_t nb = cols / kQK, bb = type_traits(t).block_bytes;
   for (int64_t r = r0; r < r1; ++r) {
     for (int j = 0; j < n_tok; ++j) {
       const int tok = t0 + j;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
+        uint8_t blk[kQ8BlockBytes];
+        for (int64_t k = 0; k < bb; ++k) blk[k] = wb[legacy_block_byte(t, layout, nb, r, b, k)];
         const int8_t* q = &x.q[static_cast<size_t>(tok * x.cols + b * kQK)];
-        auto qbyte = [&](int64_t k) { return wb[block_byte(layout, bb, nb, r, b, k)]; };
-        const float dw = fp16_to_fp32(load_u16(wb + block_byte(layout, bb, nb, r, b, -1)));
+        const size_t xb = static_cast<size_t>(tok * nb + b);
         int32_t isum = 0;
-        if (t == TensorType::Q8_0) {
-          for (int e = 0; e < kQK; ++e) isum += static_cast<int8_t>(qbyte(e)) * q[e];
-        } else {
-          for (int e = 0; e < 16; ++e) {
-            const int v = qbyte(e);
-            isum += ((v & 0x0F) - 8) * q[e] + ((v >> 4) - 8) * q[e + 16];
-          }
+        for (int e = 0; e < kQK; ++e) isum += legacy_level(t, blk, e) * q[e];
+        const float dx = x.d[xb];
+        // dw * dx is exact (two 11-bit significands, or a power of two for MXFP4); one
+        // rounding per block, and per min term for Q4_1 / Q5_1 (ggml's Q8_1 products).
+        const float dw =
+            t == TensorType::MXFP4 ? types::e8m0_half(blk[0]) : fp16_to_fp32(load_u16(blk));
+        acc = std::fma(dw * dx, static_cast<float>(isum), acc);
+        if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
+          const float mw = fp16_to_fp32(load_u16(blk + 2));
+          acc = std::fma(mw * dx, static_cast<float>(x.sum[xb]), acc);
         }
-        // dw * dx is exact (two 11-bit significands); one rounding per block.
-        acc = std::fma(dw * x.d[static_cast<size_t>(tok * nb + b)], static_cast<float>(isum), acc);
       }
       y[j * ldy + r] = acc;
     }

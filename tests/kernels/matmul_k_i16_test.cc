@@ -1,4 +1,5 @@
-// The interleaved Q8_K kernel (matmul_k_i16.cc, Q4_K / Q5_K / Q6_K / IQ4_XS in kInterleaved16): bit
+// The interleaved Q8_K kernel (matmul_k_i16.cc, Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS in
+// kInterleaved16): bit
 // for bit the scalar twin (ref::matmul_rows_k on the kRows matrix, and on the interleaved one read
 // in place) on every SIMD target, over odd row splits, 1-70 tokens and token offsets; the layout's
 // round trip; the float path on the interleaved matrix; random bytes with NaN/Inf scales.
@@ -20,8 +21,8 @@ namespace {
 
 using testing::random_floats;
 
-const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
-                             TensorType::IQ4_XS};
+const TensorType kTypes[] = {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                             TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -186,13 +187,13 @@ TEST(MatmulKI16, RejectsTypesWithoutTheKernel) {
   quantize_acts_k(x.data(), 256, 1, 256, q);
   std::vector<uint8_t> w(16 * 176);
   std::vector<float> y(16);
-  EXPECT_THROW(matmul_rows_k(TensorType::Q3_K, w.data(), 256, 0, 16, q, 0, 1, y.data(), 16,
+  EXPECT_THROW(matmul_rows_k(TensorType::Q8_K, w.data(), 256, 0, 16, q, 0, 1, y.data(), 16,
                              WeightLayout::kInterleaved16),
                Error);
   EXPECT_THROW(matmul_rows_k(TensorType::Q4_K, w.data(), 256, 0, 16, q, 0, 1, y.data(), 16,
                              WeightLayout::kPanel16),
                Error);
-  EXPECT_THROW(interleave16(TensorType::Q3_K, w.data(), 256, 0, 1), Error);
+  EXPECT_THROW(interleave16(TensorType::Q8_K, w.data(), 256, 0, 1), Error);
 }
 
 }  // namespace

@@ -50,9 +50,14 @@ TEST(TypeTraits, RowsAgreeWithTheGgufTable) {
     EXPECT_TRUE(is_compute_type(tr.type));
     EXPECT_EQ(weight_row_bytes(tr.type, 4 * tr.block_elems), size_t(4 * bb));
     EXPECT_EQ(has_int_path(tr.type), tr.int_kernel);
-    // An integer kernel reads Q8_0 (matmul_q8.cc) or Q8_K (matmul_k.h) activations.
-    if (has_int8_path(tr.type)) EXPECT_EQ(tr.act_type, TensorType::Q8_0);
-    if (tr.int_kernel && !has_int8_path(tr.type)) EXPECT_EQ(tr.act_type, TensorType::Q8_K);
+    // An integer kernel reads Q8_0 blocks (matmul_q8.cc; with their sums for ggml's Q8_1
+    // types) or Q8_K blocks (matmul_k.h).
+    if (has_int8_path(tr.type)) {
+      EXPECT_TRUE(tr.act_type == TensorType::Q8_0 || tr.act_type == TensorType::Q8_1);
+    }
+    if (tr.int_kernel && !has_int8_path(tr.type)) {
+      EXPECT_EQ(tr.act_type, TensorType::Q8_K);
+    }
   }
   for (TensorType t :
        {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,

@@ -13,9 +13,10 @@ blocks.gguf: per type T, a tensor "T" of 8 rows of random blocks (random bytes: 
   that the 256-element super-blocks fit) whose matrices are random blocks of the type scaled
   to the std of a float model's matrices. Matrices whose row length is not a multiple of
   the type's block take a 32-element fallback type, as llama.cpp's quantizer falls back
-  (never Q8_0/Q4_0, whose integer path would round the activations: every product of these
-  fixtures is then exact in both of the engine's modes). The logits are reference.py's
-  float64 forward pass of the decoded weights; tests/model/types_golden_test.cc compares.
+  (never Q8_0/Q4_0). The logits are reference.py's float64 forward pass of the decoded
+  weights, and the actq logits the same with the activations of every product rounded as
+  ggml's vec_dot_type of its weight type (reference.VEC_DOT_TYPE), what the engine's integer
+  path computes; tests/model/types_golden_test.cc compares.
 """
 
 import argparse
@@ -191,7 +192,8 @@ def main(argv):
         "about_logits_file": "exact: float64 forward of the decoded weights",
         "about_logits_actq_file": "the same with the activations of products with weight types "
                                   "the engine has integer kernels for rounded as ggml does "
-                                  "(reference.VEC_DOT_TYPE: Q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS)",
+                                  "(reference.VEC_DOT_TYPE: Q8_K for the K-quants and IQ4_XS, "
+                                  "Q8_0 for the 32-element types)",
         "fixtures": entries,
     }
     text = json.dumps(manifest, indent=1) + "\n"

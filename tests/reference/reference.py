@@ -49,13 +49,20 @@ class Model:
 # the goldens an engine with ggml-style kernels should match closely.
 VEC_DOT_TYPE = {gguf_np.GGML_F16: gguf_np.GGML_F16, gguf_np.GGML_BF16: gguf_np.GGML_BF16,
                 gguf_np.GGML_Q8_0: gguf_np.GGML_Q8_0, gguf_np.GGML_Q4_0: gguf_np.GGML_Q8_0}
-# Q4_K / Q5_K / Q6_K / IQ4_XS -> Q8_K (ggml type ids 12, 13, 14, 23 -> 15). ggml converts for every K-quant and IQ4_XS;
-# the table lists the block types the engine has integer kernels for (its type table's
-# int_kernel), so that the actq goldens are what its default path computes.
-GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_K = 12, 13, 14, 15
+# Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS -> Q8_K (ggml type ids 10, 11, 12, 13, 14, 23 -> 15).
+# ggml converts for every K-quant and IQ4_XS; the table lists the block types the engine has
+# integer kernels for (its type table's int_kernel), so that the actq goldens are what its
+# default path computes.
+GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_K = 10, 11, 12, 13, 14, 15
 GGML_IQ4_XS = 23
-VEC_DOT_TYPE.update({GGML_Q4_K: GGML_Q8_K, GGML_Q5_K: GGML_Q8_K, GGML_Q6_K: GGML_Q8_K,
-                     GGML_IQ4_XS: GGML_Q8_K})
+VEC_DOT_TYPE.update({GGML_Q2_K: GGML_Q8_K, GGML_Q3_K: GGML_Q8_K, GGML_Q4_K: GGML_Q8_K,
+                     GGML_Q5_K: GGML_Q8_K, GGML_Q6_K: GGML_Q8_K, GGML_IQ4_XS: GGML_Q8_K})
+# Q4_1 / Q5_1 -> Q8_1 and Q5_0 / IQ4_NL / MXFP4 -> Q8_0 (ids 3, 7 and 6, 20, 39). Q8_1 rounds
+# the activations exactly as Q8_0 does (same d, same q; it adds the block sum for the min
+# term), so both are Q8_0 here.
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4 = 3, 6, 7, 20, 39
+VEC_DOT_TYPE.update({t: gguf_np.GGML_Q8_0
+                     for t in (GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4)})
 
 
 def round_q8_k(x32):

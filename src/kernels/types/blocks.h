@@ -41,6 +41,18 @@ inline void store_f16(uint8_t* p, float v) {
   store_u16(p, fp32_to_fp16(v));
 }
 
+// MXFP4's E8M0 block scale, halved as ggml keeps it (its grid kMxfp4Values holds the E2M1 values
+// doubled): 2^(e - 128), e = 0 and 1 the subnormals 2^-128 and 2^-127.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+// MXFP4's 16 E2M1 values, doubled to integers (ggml's kvalues_mxfp4).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
 // The 16 values of the 4-bit non-linear grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};

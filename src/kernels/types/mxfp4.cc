@@ -9,17 +9,6 @@
 
 namespace lynx::kernels::types {
 
-namespace {
-constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-float e8m0_half(uint8_t e) {
-  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-}  // namespace
-
 void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, src += 17, dst += 32) {
     const float d = e8m0_half(src[0]);
