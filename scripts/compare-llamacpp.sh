@@ -23,7 +23,8 @@
 # IK_LLAMA_LIB / LLAMA_CPP_LIB to its directory). The script compiles scripts/peer-decode.cc,
 # a small client of each engine's library, into a temporary directory. An engine whose
 # directory is not set is skipped; one that cannot load a file (an architecture it lacks) shows
-# "-" for that file. lynx-moe: build/release/bin/lynx-moe, or LYNX_MOE.
+# "-" for that file. lynx-moe: build/release/bin/lynx-moe, or LYNX_MOE; LYNX_ARGS adds flags to
+# its bench runs (e.g. LYNX_ARGS=--bf16-acts for the BF16 fast mode, ik_llama.cpp's arithmetic).
 #
 # -w sets OMP_WAIT_POLICY for the peers (OpenMP threads; default passive): with the default
 # active policy their barriers spin, and on a machine whose cores are shared with other work a
@@ -135,16 +136,19 @@ run_engine() {  # engine file pass
   local e=$1 f=$2 pass=$3 out=$work/out
   case $e in
     lynx)
+      # shellcheck disable=SC2086  # LYNX_ARGS: extra bench flags, word-split on purpose
       if "$lynx" bench -m "$f" --batch "$batches" --threads "$threads" --prompt "$prompt" \
-        --gen "$gen" -r 1 --prompt-file "$work/prompts" -o json >"$out" 2>"$work/err"; then
+        --gen "$gen" -r 1 --prompt-file "$work/prompts" ${LYNX_ARGS:-} -o json >"$out" \
+        2>"$work/err"; then
         jq -r --arg f "$f" --arg p "$pass" '.rows[] |
           "\($f) lynx \($p) \(.batch) \(.decode_tps) \(.bytes_per_step)"' "$out" >>"$raw"
         jq -r ".peak_read_bandwidth_gbps[\"$threads\"]" "$out" >>"$work/bw"
       else
         echo "lynx-moe failed on $f: $(tail -1 "$work/err")" >&2
       fi
+      # shellcheck disable=SC2086
       if "$lynx" bench -m "$f" --batch 1 --threads "$threads" --prompt "$prefill" --gen 1 -r 1 \
-        --prompt-file "$work/prompts" --bandwidth 1 -o json >"$out" 2>"$work/err"; then
+        --prompt-file "$work/prompts" --bandwidth 1 ${LYNX_ARGS:-} -o json >"$out" 2>"$work/err"; then
         jq -r --arg f "$f" --arg p "$pass" '.rows[] | "\($f) lynx \($p) prefill \(.prefill_tps)"' \
           "$out" >>"$raw"
       fi
