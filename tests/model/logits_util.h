@@ -2,10 +2,16 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "lynx/context.h"
 
 namespace lynx::testing_util {
 
@@ -26,6 +32,37 @@ inline std::vector<float> read_logits(const std::string& path, size_t n) {
   f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
   EXPECT_TRUE(f.good()) << path;
   return v;
+}
+
+// The comma-separated token ids of a fixture's tokens.txt (its first line).
+inline std::vector<int32_t> read_tokens(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  EXPECT_FALSE(out.empty()) << path;
+  return out;
+}
+
+// Largest |a - b| relative to the golden row's largest magnitude.
+inline double rel_err(std::span<const float> a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+// F32 activations (the reference's arithmetic), a 64-token context, 2 threads.
+inline ContextOptions exact_ctx() {
+  ContextOptions o;
+  o.n_ctx = 64;
+  o.n_threads = 2;
+  o.exact_activations = true;
+  return o;
 }
 
 }  // namespace lynx::testing_util

@@ -12,6 +12,7 @@
 
 #include "../scratch.h"
 #include "kernels/kernels.h"
+#include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -24,40 +25,15 @@ const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtur
 const char* const kShapes[] = {"tiny-deepseek-v2", "tiny-deepseek-v3"};
 
 std::vector<int32_t> tokens() {
-  std::ifstream f(kDir + "tokens.txt");
-  std::string s;
-  std::getline(f, s);
-  std::vector<int32_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
+  return testing_util::read_tokens(kDir + "tokens.txt");
 }
 
 std::vector<float> golden(const std::string& shape, size_t n) {
-  std::vector<float> v(n);
-  std::ifstream f(kDir + shape + ".logits.f32", std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
-  EXPECT_TRUE(f.good()) << shape;
-  return v;
+  return testing_util::read_logits(kDir + shape + ".logits.f32", n);
 }
 
-// Largest |a - b| relative to the golden row's largest magnitude.
-double rel_err(std::span<const float> a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num = std::max(num, double(std::fabs(a[i] - b[i])));
-    den = std::max(den, double(std::fabs(b[i])));
-  }
-  return num / den;
-}
-
-ContextOptions exact_ctx() {
-  ContextOptions o;
-  o.n_ctx = 64;
-  o.n_threads = 2;
-  o.exact_activations = true;  // F32 activations: the reference's arithmetic
-  return o;
-}
+using testing_util::exact_ctx;
+using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;  // measured: at most 5e-7
 
