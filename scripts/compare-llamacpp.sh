@@ -14,7 +14,7 @@
 #
 #   IK_LLAMA_DIR=/path/to/ik_llama.cpp LLAMA_CPP_DIR=/path/to/llama.cpp \
 #     bash scripts/compare-llamacpp.sh [-p PASSES] [-b 1,2,4,8,16,32] [-t THREADS] [-g TOKENS]
-#       [-P PROMPT] [-q PREFILL] [-e lynx,ik,llama] [-V VOCAB] [-w passive|active] FILE.gguf...
+#       [-P PROMPT] [-q PREFILL] [-e lynx,lynx2,ik,llama] [-V VOCAB] [-w passive|active] FILE.gguf...
 #
 # The reference engines are not part of this project and this script does not build them:
 # build each beside the project (CPU backend, native instructions, Release; libllama as a
@@ -25,6 +25,8 @@
 # directory is not set is skipped; one that cannot load a file (an architecture it lacks) shows
 # "-" for that file. lynx-moe: build/release/bin/lynx-moe, or LYNX_MOE; LYNX_ARGS adds flags to
 # its bench runs (e.g. LYNX_ARGS=--bf16-acts for the BF16 fast mode, ik_llama.cpp's arithmetic).
+# Engine lynx2 is a second lynx-moe run with LYNX2_ARGS instead (default --bf16-acts), so that
+# two modes of lynx-moe are measured interleaved in the same passes: -e lynx,lynx2,ik.
 #
 # -w sets OMP_WAIT_POLICY for the peers (OpenMP threads; default passive): with the default
 # active policy their barriers spin, and on a machine whose cores are shared with other work a
@@ -96,7 +98,7 @@ compile_client() {  # name source-dir lib-dir-override extra-flags
 active=()
 for e in ${engines//,/ }; do
   case $e in
-    lynx) active+=(lynx) ;;
+    lynx | lynx2) active+=("$e") ;;
     ik)
       if [[ -n ${IK_LLAMA_DIR:-} ]]; then
         compile_client ik "$IK_LLAMA_DIR" "${IK_LLAMA_LIB:-}" -DPEER_IK && active+=(ik)
@@ -111,7 +113,7 @@ for e in ${engines//,/ }; do
         echo "LLAMA_CPP_DIR not set: llama.cpp skipped" >&2
       fi
       ;;
-    *) echo "unknown engine $e (lynx, ik, llama)" >&2; exit 2 ;;
+    *) echo "unknown engine $e (lynx, lynx2, ik, llama)" >&2; exit 2 ;;
   esac
 done
 
@@ -135,21 +137,23 @@ probe_bw() {  # the peak over buffer sizes of lynx-moe's segment-best read probe
 run_engine() {  # engine file pass
   local e=$1 f=$2 pass=$3 out=$work/out
   case $e in
-    lynx)
-      # shellcheck disable=SC2086  # LYNX_ARGS: extra bench flags, word-split on purpose
+    lynx | lynx2)
+      local args=${LYNX_ARGS:-}
+      [[ $e == lynx2 ]] && args=${LYNX2_ARGS:---bf16-acts}
+      # shellcheck disable=SC2086  # extra bench flags, word-split on purpose
       if "$lynx" bench -m "$f" --batch "$batches" --threads "$threads" --prompt "$prompt" \
-        --gen "$gen" -r 1 --prompt-file "$work/prompts" ${LYNX_ARGS:-} -o json >"$out" \
+        --gen "$gen" -r 1 --prompt-file "$work/prompts" $args -o json >"$out" \
         2>"$work/err"; then
-        jq -r --arg f "$f" --arg p "$pass" '.rows[] |
-          "\($f) lynx \($p) \(.batch) \(.decode_tps) \(.bytes_per_step)"' "$out" >>"$raw"
+        jq -r --arg f "$f" --arg e "$e" --arg p "$pass" '.rows[] |
+          "\($f) \($e) \($p) \(.batch) \(.decode_tps) \(.bytes_per_step)"' "$out" >>"$raw"
         jq -r ".peak_read_bandwidth_gbps[\"$threads\"]" "$out" >>"$work/bw"
       else
         echo "lynx-moe failed on $f: $(tail -1 "$work/err")" >&2
       fi
       # shellcheck disable=SC2086
       if "$lynx" bench -m "$f" --batch 1 --threads "$threads" --prompt "$prefill" --gen 1 -r 1 \
-        --prompt-file "$work/prompts" --bandwidth 1 ${LYNX_ARGS:-} -o json >"$out" 2>"$work/err"; then
-        jq -r --arg f "$f" --arg p "$pass" '.rows[] | "\($f) lynx \($p) prefill \(.prefill_tps)"' \
+        --prompt-file "$work/prompts" --bandwidth 1 $args -o json >"$out" 2>"$work/err"; then
+        jq -r --arg f "$f" --arg e "$e" --arg p "$pass" '.rows[] | "\($f) \($e) \($p) prefill \(.prefill_tps)"' \
           "$out" >>"$raw"
       fi
       ;;
@@ -189,7 +193,7 @@ echo "read bandwidth probes (GB/s): $(sort -g "$work/bw" | tr '\n' ' ')" >&2
 
 # One table per file: per engine the median tok/s and its range over passes; per peer the
 # median of lynx-moe's per-pass ratios and their range; the limit from the peak bandwidth.
-awk -v peak="$peak" -v engines="${active[*]}" -v passes="$passes" -v gen="$gen" '
+awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-acts}" -v passes="$passes" -v gen="$gen" '
   function median(s,   a, n, i, j, t) {
     n = split(s, a, " ")
     for (i = 2; i <= n; ++i) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) {
@@ -208,51 +212,55 @@ awk -v peak="$peak" -v engines="${active[*]}" -v passes="$passes" -v gen="$gen" 
     tps[k] = tps[k] (tps[k] == "" ? "" : " ") $5
     val[f SUBSEP e SUBSEP b SUBSEP p] = $5
     if (b != "prefill" && !((f SUBSEP b) in bseen)) { bseen[f SUBSEP b] = 1; bl[f] = bl[f] " " b }
-    if (e == "lynx" && b != "prefill") bytes[f SUBSEP b] = bytes[f SUBSEP b] " " $6
-    if (e != "lynx" && b != "prefill") dist[f SUBSEP e SUBSEP b] = dist[f SUBSEP e SUBSEP b] " " $6 }
+    if (e ~ /^lynx/ && b != "prefill") bytes[f SUBSEP e SUBSEP b] = bytes[f SUBSEP e SUBSEP b] " " $6
+    if (e !~ /^lynx/ && b != "prefill") dist[f SUBSEP e SUBSEP b] = dist[f SUBSEP e SUBSEP b] " " $6 }
   END {
     ne = split(engines, en, " ")
-    name["lynx"] = "lynx-moe"; name["ik"] = "ik_llama.cpp -rtr"; name["llama"] = "llama.cpp"
+    name["lynx"] = "lynx-moe"; name["lynx2"] = "lynx-moe " lynx2; name["ik"] = "ik_llama.cpp -rtr"; name["llama"] = "llama.cpp"
     for (fi = 1; fi <= nf; ++fi) {
       f = files[fi]; short = f; sub(".*/", "", short)
       printf "\n%s: decode tok/s, median (min-max) over %d passes; limit at %.1f GB/s\n\n", \
         short, passes, peak
       hdr = "| B |"; sep = "|--:|"
       for (i = 1; i <= ne; ++i) { hdr = hdr " " name[en[i]] " |"; sep = sep "--:|" }
-      for (i = 1; i <= ne; ++i) if (en[i] != "lynx") {
-        hdr = hdr " lynx-moe / " name[en[i]] " |"; sep = sep "--:|" }
+      for (l = 1; l <= ne; ++l) if (en[l] ~ /^lynx/)
+        for (i = 1; i <= ne; ++i) if (en[i] !~ /^lynx/) {
+          hdr = hdr " " name[en[l]] " / " name[en[i]] " |"; sep = sep "--:|" }
       hdr = hdr " limit tok/s |"; sep = sep "--:|"
       print hdr; print sep
       nb = split(bl[f], bs, " ")
       for (j = 1; j <= nb; ++j) {
         b = bs[j]; row = "| " b " |"
         for (i = 1; i <= ne; ++i) row = row " " cell(tps[f SUBSEP en[i] SUBSEP b]) " |"
-        for (i = 1; i <= ne; ++i) if (en[i] != "lynx") {
-          r = ""
-          for (p = 1; p <= passes; ++p) {
-            y = val[f SUBSEP "lynx" SUBSEP b SUBSEP p]; x = val[f SUBSEP en[i] SUBSEP b SUBSEP p]
-            if (y != "" && x != "" && x > 0) r = r (r == "" ? "" : " ") y / x
+        for (l = 1; l <= ne; ++l) if (en[l] ~ /^lynx/)
+          for (i = 1; i <= ne; ++i) if (en[i] !~ /^lynx/) {
+            r = ""
+            for (p = 1; p <= passes; ++p) {
+              y = val[f SUBSEP en[l] SUBSEP b SUBSEP p]; x = val[f SUBSEP en[i] SUBSEP b SUBSEP p]
+              if (y != "" && x != "" && x > 0) r = r (r == "" ? "" : " ") y / x
+            }
+            row = row " " rcell(r) " |"
           }
-          row = row " " rcell(r) " |"
-        }
-        by = bytes[f SUBSEP b]
+        by = bytes[f SUBSEP "lynx" SUBSEP b]
+        if (by == "") by = bytes[f SUBSEP "lynx2" SUBSEP b]
         lim = by == "" ? "-" : sprintf("%.1f", b * peak * 1e9 / median(by))
         row = row " " lim " |"
         print row
       }
       row = "| prefill " "'"$prefill"'" " |"
       for (i = 1; i <= ne; ++i) row = row " " cell(tps[f SUBSEP en[i] SUBSEP "prefill"]) " |"
-      for (i = 1; i <= ne; ++i) if (en[i] != "lynx") {
-        r = ""
-        for (p = 1; p <= passes; ++p) {
-          y = val[f SUBSEP "lynx" SUBSEP "prefill" SUBSEP p]
-          x = val[f SUBSEP en[i] SUBSEP "prefill" SUBSEP p]
-          if (y != "" && x != "" && x > 0) r = r (r == "" ? "" : " ") y / x
+      for (l = 1; l <= ne; ++l) if (en[l] ~ /^lynx/)
+        for (i = 1; i <= ne; ++i) if (en[i] !~ /^lynx/) {
+          r = ""
+          for (p = 1; p <= passes; ++p) {
+            y = val[f SUBSEP en[l] SUBSEP "prefill" SUBSEP p]
+            x = val[f SUBSEP en[i] SUBSEP "prefill" SUBSEP p]
+            if (y != "" && x != "" && x > 0) r = r (r == "" ? "" : " ") y / x
+          }
+          row = row " " rcell(r) " |"
         }
-        row = row " " rcell(r) " |"
-      }
       print row " |"
-      for (i = 1; i <= ne; ++i) if (en[i] != "lynx") {
+      for (i = 1; i <= ne; ++i) if (en[i] !~ /^lynx/) {
         line = ""
         for (j = 1; j <= nb; ++j) {
           d = dist[f SUBSEP en[i] SUBSEP bs[j]]
