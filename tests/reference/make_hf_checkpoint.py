@@ -15,15 +15,24 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
     (Mixtral w1 = gate, w3 = up, w2 = down; the others gate_proj / up_proj / down_proj);
   - DeepSeek: attn_k_b [head, kv_lora, nope] and attn_v_b [head, v, kv_lora] joined into
     kv_b_proj [head * (nope + v), kv_lora] (per head: k_b^T rows, then v_b rows).
+  - glm4moe (fixtures/glm4moe, with q/k norms or without): the NextN block blk.N becomes
+    model.layers.N.* with eh_proj / enorm / hnorm / shared_head.norm, num_hidden_layers the
+    trunk;
+  - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
+    (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
+    as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
+    interleaved into gate_up_proj; the F16-experts fixture in the dequantized layout
+    ([n_expert, in, out], F16).
 Converting the checkpoint must then reproduce the fixture's golden logits (the goldens come
-from reference.py / deepseek2_ref.py on the fixture), so the C++ converter's permutation,
-stacking and naming are checked against independent code.
+from reference.py / deepseek2_ref.py / glm4moe_ref.py / gpt_oss_ref.py on the fixture), so
+the C++ converter's permutation, stacking and naming are checked against independent code.
 
 qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF16 values, to
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe is written as two shards with model.safetensors.index.json, deepseek_v2 as three;
+qwen2moe, glm4_moe and gpt_oss are written as two shards with model.safetensors.index.json,
+deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
 """
