@@ -32,13 +32,17 @@ using gguf::TensorType;
 // One GGUF tensor: its sources (one, or one per expert, stacked) and how rows map.
 struct Planned {
   std::string name;
-  std::vector<const StTensor*> parts;
+  std::vector<StTensor> parts;   // views: a fused expert tensor is cut into one per expert
+  std::vector<StTensor> scales;  // MXFP4 sources: each part's E8M0 scales ([rows, cols / 32])
   Transform transform = Transform::kNone;
   int64_t heads = 0;           // permutation groups (kPermuteQ / kPermuteK), MLA heads
   int64_t nope = 0, vdim = 0;  // MLA split: per-head key (no-rope) and value rows of kv_b
   int64_t rows = 1, cols = 1;  // of each part; a vector is one row
+  int64_t step = 1, off = 0;   // de-interleaving: output row (kFused*) or column (k*Cols) i
+                               // comes from source row / column i * step + off
   std::vector<int64_t> ne;     // GGUF order
   TensorType type = TensorType::F32;
+  bool mxfp4_src() const { return !scales.empty(); }
 };
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -70,8 +74,47 @@ float* row_to_f32(const StTensor& t, int64_t row, int64_t cols, float* out) {
         out[c] = t.dtype == DType::kF16 ? kernels::fp16_to_fp32(h) : kernels::bf16_to_fp32(h);
       }
       break;
+    case DType::kU8:  // the planner lets U8 through only as MXFP4 blocks / scales
+      throw Error("tensor '" + t.name + "': U8 is not a float type");
   }
   return out;
+}
+
+void store_row(TensorType type, const float* buf, uint8_t* out, int64_t cols) {
+  if (type == TensorType::F32) {
+    std::memcpy(out, buf, size_t(cols) * 4);
+  } else {
+    kernels::quantize_row(type, buf, out, cols);
+  }
+}
+
+// MXFP4 (OCP microscaling FP4): 32 E2M1 codes (sign bit 3, then a 2-bit exponent and a 1-bit
+// mantissa) sharing one E8M0 scale 2^(e - 127). OpenAI's checkpoints (and transformers'
+// dequantizer) pack element 2k in the low nibble of byte k and element 2k + 1 in the high one;
+// ggml's block_mxfp4 is the scale byte then 16 bytes with element j in the low nibble of byte j
+// and element j + 16 in the high one. The codes and the scale byte are the same, so the
+// conversion is a nibble shuffle, bit-exact (convert_hf_to_gguf.py's GptOssModel does the same).
+constexpr float kE2M1[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
+                             -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+void mxfp4_to_ggml(const uint8_t* blocks, const uint8_t* scales, int64_t n_blocks, uint8_t* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* q = blocks + 16 * b;
+    uint8_t* o = out + 17 * b;
+    o[0] = scales[b];
+    auto code = [&](int k) { return (k % 2 == 0 ? q[k / 2] : q[k / 2] >> 4) & 0x0F; };
+    for (int j = 0; j < 16; ++j) o[1 + j] = uint8_t(code(j) | code(j + 16) << 4);
+  }
+}
+
+void mxfp4_to_f32(const uint8_t* blocks, const uint8_t* scales, int64_t n_blocks, float* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int e = int(scales[b]) - 127;
+    for (int k = 0; k < 32; ++k) {
+      const uint8_t byte = blocks[16 * b + k / 2];
+      out[32 * b + k] = std::ldexp(kE2M1[(k % 2 == 0 ? byte : byte >> 4) & 0x0F], e);
+    }
+  }
 }
 
 bool same_encoding(DType d, TensorType t) {
@@ -83,10 +126,10 @@ bool same_encoding(DType d, TensorType t) {
 // h*(nope+v) .. +nope are the key rows (written transposed: GGUF row l holds column l of them)
 // and the next v rows the value rows (written as they are).
 void fill_kv_split(const Planned& p, uint8_t* dst) {
-  const StTensor& t = *p.parts[0];
+  const StTensor& t = p.parts[0];
   const int64_t lora = t.shape[1], per_head = p.nope + p.vdim;
   const size_t row_bytes = gguf::row_size(p.type, p.cols);
-  std::vector<float> src(size_t(lora)), buf(size_t(p.cols));
+  std::vector<float> buf(static_cast<size_t>(p.cols));
   std::vector<float> head;  // the key rows of one head, [nope x lora]
   for (int64_t h = 0; h < p.heads; ++h) {
     uint8_t* out0 = dst + size_t(h) * size_t(p.rows) * row_bytes;
@@ -101,14 +144,68 @@ void fill_kv_split(const Planned& p, uint8_t* dst) {
       } else {
         row_to_f32(t, h * per_head + p.nope + r, lora, buf.data());
       }
-      uint8_t* out = out0 + size_t(r) * row_bytes;
-      if (p.type == TensorType::F32) {
-        std::memcpy(out, buf.data(), row_bytes);
-      } else {
-        kernels::quantize_row(p.type, buf.data(), out, p.cols);
-      }
+      store_row(p.type, buf.data(), out0 + size_t(r) * row_bytes, p.cols);
     }
   }
+}
+
+// Runs work(r0, r1) over [0, rows) on up to n_threads threads.
+void parallel_rows(int64_t rows, int n_threads, const std::function<void(int64_t, int64_t)>& work) {
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(n_threads, rows));
+  if (n == 1) return work(0, rows);
+  std::vector<std::thread> pool;
+  for (int64_t i = 0; i < n; ++i) pool.emplace_back(work, rows * i / n, rows * (i + 1) / n);
+  for (auto& th : pool) th.join();
+}
+
+// gpt-oss's fused experts (Transform::kFused*), one expert (part) at a time: MXFP4 rows
+// reshuffled into ggml blocks or decoded, or the dequantized [cols, rows] matrix transposed.
+void fill_fused(const Planned& p, uint8_t* dst, int n_threads) {
+  const size_t row_bytes = gguf::row_size(p.type, p.cols);
+  const int64_t n_blocks = p.cols / 32;
+  for (size_t e = 0; e < p.parts.size(); ++e) {
+    const StTensor& t = p.parts[e];
+    uint8_t* out0 = dst + e * size_t(p.rows) * row_bytes;
+    if (p.mxfp4_src()) {
+      const StTensor& sc = p.scales[e];
+      parallel_rows(p.rows, n_threads, [&](int64_t r0, int64_t r1) {
+        std::vector<float> buf(size_t(p.cols));
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t src = r * p.step + p.off;
+          const uint8_t* blocks = t.data + size_t(src * n_blocks * 16);
+          const uint8_t* scales = sc.data + size_t(src * n_blocks);
+          uint8_t* out = out0 + size_t(r) * row_bytes;
+          if (p.type == TensorType::MXFP4) {
+            mxfp4_to_ggml(blocks, scales, n_blocks, out);
+          } else {
+            mxfp4_to_f32(blocks, scales, n_blocks, buf.data());
+            store_row(p.type, buf.data(), out, p.cols);
+          }
+        }
+      });
+      release_pages(sc);
+    } else {
+      // Source [cols, rows * step]: gather the output rows (one expert's matrix in F32).
+      const int64_t src_cols = t.shape[1];
+      std::vector<float> m(static_cast<size_t>(p.rows * p.cols));
+      std::vector<float> tmp(static_cast<size_t>(src_cols));
+      for (int64_t i = 0; i < p.cols; ++i) {
+        row_to_f32(t, i, src_cols, tmp.data());
+        for (int64_t r = 0; r < p.rows; ++r)
+          m[size_t(r * p.cols + i)] = tmp[size_t(r * p.step + p.off)];
+      }
+      parallel_rows(p.rows, n_threads, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          store_row(p.type, &m[size_t(r * p.cols)], out0 + size_t(r) * row_bytes, p.cols);
+        }
+      });
+    }
+    release_pages(t);
+  }
+}
+
+bool fused(Transform t) {
+  return t == Transform::kFusedGate || t == Transform::kFusedUp || t == Transform::kFusedDown;
 }
 
 // Fills the bytes of one planned tensor (rows of every part, in order), `threads` at a time.
@@ -118,45 +215,39 @@ void fill(const Planned& p, uint8_t* dst, int n_threads) {
   if (p.transform == Transform::kKvBToKB || p.transform == Transform::kKvBToVB) {
     return fill_kv_split(p, dst);
   }
+  if (fused(p.transform)) return fill_fused(p, dst, n_threads);
   const size_t row_bytes = gguf::row_size(p.type, p.cols);
-  const bool vec_permute = p.transform != Transform::kNone && p.rows == 1;
-  auto work = [&](const StTensor& t, uint8_t* out0, int64_t r0, int64_t r1) {
-    std::vector<float> buf(size_t(p.cols)), tmp;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t src =
-          p.transform != Transform::kNone && !vec_permute ? permuted_source(r, p.rows, p.heads) : r;
-      uint8_t* out = out0 + size_t(r) * row_bytes;
-      if (!vec_permute && same_encoding(t.dtype, p.type)) {  // F32/F16/BF16 kept: a copy
-        std::memcpy(out, t.data + size_t(src) * row_bytes, row_bytes);
-        continue;
-      }
-      row_to_f32(t, src, p.cols, buf.data());
-      if (vec_permute) {
-        tmp = buf;
-        for (int64_t i = 0; i < p.cols; ++i) {
-          buf[size_t(i)] = tmp[size_t(permuted_source(i, p.cols, p.heads))];
-        }
-      }
-      if (p.type == TensorType::F32) {
-        std::memcpy(out, buf.data(), row_bytes);
-      } else {
-        kernels::quantize_row(p.type, buf.data(), out, p.cols);
-      }
-    }
-  };
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(n_threads, p.rows));
+  const bool strided = p.transform == Transform::kEvenCols || p.transform == Transform::kOddCols;
+  const bool permute = p.transform == Transform::kPermuteQ || p.transform == Transform::kPermuteK;
+  const bool vec_permute = permute && p.rows == 1;
   for (size_t part = 0; part < p.parts.size(); ++part) {
-    const StTensor& t = *p.parts[part];
+    const StTensor& t = p.parts[part];
     uint8_t* out0 = dst + part * size_t(p.rows) * row_bytes;
-    if (n == 1) {
-      work(t, out0, 0, p.rows);
-    } else {
-      std::vector<std::thread> pool;
-      for (int64_t i = 0; i < n; ++i) {
-        pool.emplace_back(work, std::cref(t), out0, p.rows * i / n, p.rows * (i + 1) / n);
+    parallel_rows(p.rows, n_threads, [&](int64_t r0, int64_t r1) {
+      std::vector<float> buf(size_t(p.cols)), tmp;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t src = permute && !vec_permute ? permuted_source(r, p.rows, p.heads) : r;
+        uint8_t* out = out0 + size_t(r) * row_bytes;
+        if (!vec_permute && !strided && same_encoding(t.dtype, p.type)) {  // kept: a copy
+          std::memcpy(out, t.data + size_t(src) * row_bytes, row_bytes);
+          continue;
+        }
+        if (strided) {
+          tmp.resize(size_t(p.cols * p.step));
+          row_to_f32(t, src, p.cols * p.step, tmp.data());
+          for (int64_t i = 0; i < p.cols; ++i) buf[size_t(i)] = tmp[size_t(i * p.step + p.off)];
+        } else {
+          row_to_f32(t, src, p.cols, buf.data());
+        }
+        if (vec_permute) {
+          tmp = buf;
+          for (int64_t i = 0; i < p.cols; ++i) {
+            buf[size_t(i)] = tmp[size_t(permuted_source(i, p.cols, p.heads))];
+          }
+        }
+        store_row(p.type, buf.data(), out, p.cols);
       }
-      for (auto& th : pool) th.join();
-    }
+    });
     release_pages(t);
   }
 }
@@ -178,6 +269,13 @@ class Planner {
     q_lora_ = c.get_int("q_lora_rank", 0) > 0;
     n_head_ = c.get_int("num_attention_heads");
     n_head_kv_ = c.get_int("num_key_value_heads", n_head_);
+    qk_norm_ = c.get_bool("use_qk_norm", false);
+    n_trunk_ = n_layer_;
+    if (f.nextn_key) {
+      const int64_t nextn = c.get_int(f.nextn_key, 0);
+      if (nextn > 16) c.fail(std::string(f.nextn_key) + " must be at most 16");
+      n_layer_ += nextn;
+    }
   }
 
   Plan run() {
@@ -197,7 +295,7 @@ class Planner {
     return std::move(plan_);
   }
 
-  int64_t n_layer() const { return n_layer_; }
+  int64_t n_layer() const { return n_layer_; }  // with the next-token-prediction layers
   int64_t n_expert() const { return n_expert_; }
   int64_t n_gqa() const { return n_head_kv_ > 0 ? n_head_ / n_head_kv_ : 1; }
 
@@ -206,7 +304,7 @@ class Planner {
     return n_expert_ > 0 && (f_.moe_layer ? f_.moe_layer(c_, int(il)) : true);
   }
 
-  // Rotary caches and layers past num_hidden_layers (DeepSeek-V3's multi-token prediction
+  // Rotary caches and layers past the converted ones (DeepSeek-V3's multi-token prediction
   // module), which llama.cpp's converter drops too.
   bool ignored(const std::string& name) const {
     if (name.ends_with("rotary_emb.inv_freq")) return true;
@@ -237,8 +335,81 @@ class Planner {
         return !mla_split_;
       case When::kKvBSplit:
         return mla_split_;
+      case When::kQkNorm:
+        return qk_norm_;
+      case When::kNextn:
+      case When::kNextnOptional:
+        return il >= n_trunk_;
     }
     return false;
+  }
+
+  const StTensor& need(const std::string& name, const std::string& gguf_name) {
+    const StTensor* t = ck_.find(name);
+    if (!t) {
+      throw Error("tensor '" + name + "' is missing from the checkpoint (" + f_.model_type +
+                  " needs it for " + gguf_name + ")");
+    }
+    plan_.used.insert(name);
+    return *t;
+  }
+
+  [[noreturn]] void bad_shape(const StTensor& t, const std::string& want) const {
+    throw Error("tensor '" + t.name + "' has shape " + t.shape_string() + " (" +
+                dtype_name(t.dtype) + "), expected " + want);
+  }
+
+  // One expert's slice of a fused [n_expert, ...] tensor, as a 2-D [rows, cols] view.
+  static StTensor slice(const StTensor& t, int64_t e, int64_t rows, int64_t cols) {
+    StTensor v = t;
+    v.shape = {rows, cols};
+    v.n_bytes = size_t(rows * cols) * dtype_size(t.dtype);
+    v.data = t.data + size_t(e) * v.n_bytes;
+    return v;
+  }
+
+  // gpt-oss's experts (Transform::kFused*): MXFP4 blocks + scales, or the dequantized tensor.
+  // Output per expert: rows x cols = (ff x hidden) for gate / up, (hidden x ff) for down.
+  void add_fused(const TensorRule& r, Planned& p, const std::string& hf) {
+    const int64_t hidden = c_.get_int("hidden_size"), ff = c_.get_int("intermediate_size");
+    const bool down = r.transform == Transform::kFusedDown;
+    p.rows = down ? hidden : ff;
+    p.cols = down ? ff : hidden;
+    p.step = down ? 1 : 2;
+    p.off = r.transform == Transform::kFusedUp ? 1 : 0;
+    const int64_t src_rows = p.rows * p.step, E = n_expert_;
+    const std::string rows_s = std::to_string(src_rows), cols_s = std::to_string(p.cols);
+    const std::string what = down ? "" : " (gate and up rows interleaved)";
+    if (ck_.find(hf + "_blocks") || ck_.find(hf + "_scales")) {
+      const StTensor& b = need(hf + "_blocks", p.name);
+      const StTensor& s = need(hf + "_scales", p.name);
+      if (p.cols % 32 != 0) bad_shape(b, "MXFP4 rows of a multiple of 32 values, not " + cols_s);
+      const int64_t nb = p.cols / 32;
+      const std::vector<int64_t> want_b = {E, src_rows, nb, 16}, want_s = {E, src_rows, nb};
+      const std::string e_s = std::to_string(E), nb_s = std::to_string(nb);
+      if (b.dtype != DType::kU8 || b.shape != want_b) {
+        bad_shape(b, "U8 [" + e_s + ", " + rows_s + ", " + nb_s + ", 16]" + what);
+      }
+      if (s.dtype != DType::kU8 || s.shape != want_s) {
+        bad_shape(s, "U8 [" + e_s + ", " + rows_s + ", " + nb_s + "]" + what);
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        p.parts.push_back(slice(b, e, src_rows, nb * 16));
+        p.scales.push_back(slice(s, e, src_rows, nb));
+      }
+    } else {
+      if (!ck_.find(hf)) {
+        throw Error("tensor '" + hf + "_blocks' (MXFP4) or '" + hf +
+                    "' (dequantized) is missing from the checkpoint (" + f_.model_type +
+                    " needs it for " + p.name + ")");
+      }
+      const StTensor& t = need(hf, p.name);
+      if (t.dtype == DType::kU8 || t.shape != std::vector<int64_t>{E, p.cols, src_rows}) {
+        bad_shape(t, "a float [" + std::to_string(E) + ", " + cols_s + ", " + rows_s + "]" + what);
+      }
+      for (int64_t e = 0; e < E; ++e) p.parts.push_back(slice(t, e, p.cols, src_rows));
+    }
+    p.ne = {p.cols, p.rows, E};
   }
 
   void add(const TensorRule& r, int64_t il) {
@@ -247,23 +418,28 @@ class Planner {
     Planned p;
     p.name = replace_all(r.gguf, "{L}", L);
     const std::string hf = replace_all(r.hf, "{L}", L);
+    p.transform = r.transform;
+    if (fused(r.transform)) {
+      add_fused(r, p, hf);
+      plan_.tensors.push_back(std::move(p));
+      return;
+    }
     const bool stacked = hf.find("{E}") != std::string::npos;
     const int64_t n_parts = stacked ? n_expert_ : 1;
+    const bool optional = r.when == When::kOptional || r.when == When::kNextnOptional;
     for (int64_t e = 0; e < n_parts; ++e) {
       const std::string name = stacked ? replace_all(hf, "{E}", std::to_string(e)) : hf;
-      const StTensor* t = ck_.find(name);
-      if (!t) {
-        if (r.when == When::kOptional) return;
-        throw Error("tensor '" + name + "' is missing from the checkpoint (" + f_.model_type +
-                    " needs it for " + p.name + ")");
-      }
-      p.parts.push_back(t);
+      if (optional && !ck_.find(name)) return;
+      p.parts.push_back(need(name, p.name));
     }
-    const StTensor& t0 = *p.parts[0];
-    for (const StTensor* t : p.parts) {
-      plan_.used.insert(t->name);
-      if (t->shape != t0.shape) {
-        throw Error("tensor '" + t->name + "' has shape " + t->shape_string() + " but '" + t0.name +
+    const StTensor& t0 = p.parts[0];
+    for (const StTensor& t : p.parts) {
+      if (t.dtype == DType::kU8) {
+        throw Error("tensor '" + t.name + "' is U8, which only MXFP4 expert blocks and scales " +
+                    "may be (" + p.name + " needs floats)");
+      }
+      if (t.shape != t0.shape) {
+        throw Error("tensor '" + t.name + "' has shape " + t.shape_string() + " but '" + t0.name +
                     "' has " + t0.shape_string() + " (stacked into " + p.name + ")");
       }
     }
@@ -281,10 +457,20 @@ class Planner {
     }
     p.rows = shape.size() == 2 ? shape[0] : 1;
     p.cols = shape.back();
+    if (r.transform == Transform::kEvenCols || r.transform == Transform::kOddCols) {
+      // [n_expert, 2n] interleaved gate / up biases (gpt-oss).
+      if (shape.size() != 2 || shape[0] != n_expert_ || p.cols % 2 != 0) {
+        throw Error("tensor '" + t0.name + "' has shape " + t0.shape_string() + ", expected [" +
+                    std::to_string(n_expert_) +
+                    ", 2 x intermediate_size] (gate and up interleaved)");
+      }
+      p.step = 2;
+      p.off = r.transform == Transform::kOddCols ? 1 : 0;
+      p.cols /= 2;
+    }
     p.ne = {p.cols};
     if (shape.size() == 2) p.ne.push_back(p.rows);
     if (stacked) p.ne.push_back(n_parts);
-    p.transform = r.transform;
     if (r.transform == Transform::kKvBToKB || r.transform == Transform::kKvBToVB) {
       p.heads = n_head_;
       p.nope = c_.get_int("qk_nope_head_dim");
@@ -298,7 +484,7 @@ class Planner {
       p.rows = r.transform == Transform::kKvBToKB ? lora : p.vdim;
       p.cols = r.transform == Transform::kKvBToKB ? p.nope : lora;
       p.ne = {p.cols, p.rows, p.heads};
-    } else if (r.transform != Transform::kNone) {
+    } else if (r.transform == Transform::kPermuteQ || r.transform == Transform::kPermuteK) {
       p.heads = r.transform == Transform::kPermuteQ ? n_head_ : n_head_kv_;
       const int64_t n = p.rows == 1 ? p.cols : p.rows;
       if (p.heads < 1 || n % (2 * p.heads) != 0) {
@@ -313,8 +499,8 @@ class Planner {
   const HfConfig& c_;
   const Family& f_;
   const Checkpoint& ck_;
-  int64_t n_layer_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
-  bool shared_ = false, q_lora_ = false, mla_split_ = false;
+  int64_t n_layer_ = 0, n_trunk_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
+  bool shared_ = false, q_lora_ = false, mla_split_ = false, qk_norm_ = false;
   Plan plan_;
 };
 
@@ -350,9 +536,9 @@ std::string auto_type(const Plan& plan) {
   bool f32 = false, bf16 = false;
   for (const Planned& p : plan.tensors) {
     if (p.ne.size() < 2) continue;
-    for (const StTensor* t : p.parts) {
-      f32 |= t->dtype == DType::kF32;
-      bf16 |= t->dtype == DType::kBF16;
+    for (const StTensor& t : p.parts) {
+      f32 |= t.dtype == DType::kF32;
+      bf16 |= t.dtype == DType::kBF16;
     }
   }
   return f32 ? "F32" : bf16 ? "BF16" : "F16";
@@ -430,8 +616,12 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
     info.has_output |= p.name == "output.weight";
     info.n_attention_wv += p.name.find("attn_v.weight") != std::string::npos;
   }
+  // MXFP4 experts (gpt-oss) stay MXFP4, bit for bit, unless a float type is asked for (then
+  // they are decoded, exactly): requantizing 4-bit weights would only lose.
+  const bool keep_mxfp4 = opts.type.empty() || opts.type == "auto" || !quant_mix_is_float(res.type);
   int i_wv = 0;
   int64_t n_vocab = 0;
+  std::set<const uint8_t*> counted;  // gate and up read the same fused tensor
   for (Planned& p : plan.tensors) {
     gguf::TensorInfo ti;
     ti.name = p.name;
@@ -439,9 +629,14 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
     ti.n_dims = int(p.ne.size());
     for (size_t d = 0; d < p.ne.size(); ++d) ti.ne[d] = p.ne[d];
     p.type = quant_tensor_type(res.type, info, ti, i_wv);
+    if (p.mxfp4_src() && keep_mxfp4) p.type = TensorType::MXFP4;
     if (p.name.find("attn_v.weight") != std::string::npos) ++i_wv;
     if (p.name == "token_embd.weight") n_vocab = p.rows;
-    for (const StTensor* t : p.parts) res.bytes_in += t->n_bytes;
+    for (const auto* parts : {&p.parts, &p.scales}) {
+      for (const StTensor& t : *parts) {
+        if (counted.insert(t.data).second) res.bytes_in += t.n_bytes;
+      }
+    }
   }
   if (n_vocab == 0) throw Error(hf_dir + ": no token embedding (model.embed_tokens.weight)");
 

@@ -9,9 +9,22 @@
 // - deepseek_v2 / deepseek_v3 -> `deepseek2`: kv_b_proj kept whole as attn_kv_b (the loader
 //   splits it per head), e_score_correction_bias -> exp_probs_b.bias, the first
 //   first_k_dense_replace layers dense, scoring_func -> expert_gating_func, YaRN keys.
+// - gpt_oss -> `gpt-oss` (GptOssModel): experts as one tensor per layer, MXFP4
+//   (*_blocks / *_scales, repacked into ggml's block_mxfp4) or dequantized ([n_expert, in, out],
+//   transposed); gate_up_proj's rows (and gate_up_proj_bias's columns) interleave gate (even)
+//   and up (odd); self_attn.sinks -> attn_sinks.weight, mlp.router -> ffn_gate_inp (with a
+//   bias), post_attention_layernorm -> post_attention_norm; intermediate_size is also the
+//   expert width; sliding_window and YaRN keys;
+// - glm4_moe -> `glm4moe` (Glm4MoeModel): rope.dimension_count = head_dim x
+//   partial_rotary_factor, sigmoid gating (expert_gating_func 2), e_score_correction_bias ->
+//   exp_probs_b.bias, shared_experts -> *_shexp, the first first_k_dense_replace layers dense,
+//   and the num_nextn_predict_layers next-token-prediction layers after the trunk converted as
+//   blk.N with nextn.* tensors (eh_proj, enorm, hnorm, shared_head.norm / .head,
+//   embed_tokens), block_count counting them.
 // Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
-// DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe").
+// DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
+// "glm4").
 #include "convert/family.h"
 #include "lynx/error.h"
 
@@ -59,6 +72,25 @@ constexpr KeyRule kDeepseekKeys[] = {
     {"kv_lora_rank", "attention.kv_lora_rank", K::kU32, true},
     {"qk_rope_head_dim", "rope.dimension_count", K::kU32, true},
     {"first_k_dense_replace", "leading_dense_block_count", K::kU32, true},
+};
+
+constexpr KeyRule kGptOssKeys[] = {
+    {"num_local_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"intermediate_size", "expert_feed_forward_length", K::kU32, true},
+    {"sliding_window", "attention.sliding_window", K::kU32, true},
+};
+constexpr KeyRule kGlmKeys[] = {
+    {"n_routed_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"moe_intermediate_size", "expert_feed_forward_length", K::kU32, true},
+    {"n_shared_experts", "expert_shared_count", K::kU32, true},
+    {"first_k_dense_replace", "leading_dense_block_count"},
+    {"routed_scaling_factor", "expert_weights_scale", K::kF32},
+    {"norm_topk_prob", "expert_weights_norm", K::kBool},
+    {"num_nextn_predict_layers", "nextn_predict_layers"},
+    {"n_group", "expert_group_count"},
+    {"topk_group", "expert_group_used_count"},
 };
 
 constexpr TensorRule kGlobal[] = {
@@ -157,6 +189,59 @@ constexpr TensorRule kDeepseekExperts[] = {
      When::kShared},
 };
 
+// Attention whose FFN norm is named post_attention_norm (gpt-oss, glm4moe).
+constexpr TensorRule kGqaAttnPostNorm[] = {
+    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"blk.{L}.post_attention_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+};
+constexpr TensorRule kGptOssLayer[] = {
+    {"blk.{L}.attn_output.bias", "model.layers.{L}.self_attn.o_proj.bias"},
+    {"blk.{L}.attn_sinks.weight", "model.layers.{L}.self_attn.sinks"},
+    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.mlp.router.weight"},
+    {"blk.{L}.ffn_gate_inp.bias", "model.layers.{L}.mlp.router.bias"},
+    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+     Transform::kFusedGate},
+    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+     Transform::kFusedUp},
+    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.mlp.experts.down_proj", When::kAlways,
+     Transform::kFusedDown},
+    {"blk.{L}.ffn_gate_exps.bias", "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
+     Transform::kEvenCols},
+    {"blk.{L}.ffn_up_exps.bias", "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
+     Transform::kOddCols},
+    {"blk.{L}.ffn_down_exps.bias", "model.layers.{L}.mlp.experts.down_proj_bias"},
+};
+constexpr TensorRule kGlmQkNorm[] = {
+    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight", When::kQkNorm},
+    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight", When::kQkNorm},
+};
+constexpr TensorRule kGlmExperts[] = {
+    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.e_score_correction_bias",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
+     When::kShared},
+    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
+     When::kShared},
+};
+// The next-token-prediction layer's own tensors (gguf-py tensor_mapping.py NEXTN_*).
+constexpr TensorRule kNextn[] = {
+    {"blk.{L}.nextn.eh_proj.weight", "model.layers.{L}.eh_proj.weight", When::kNextn},
+    {"blk.{L}.nextn.enorm.weight", "model.layers.{L}.enorm.weight", When::kNextn},
+    {"blk.{L}.nextn.hnorm.weight", "model.layers.{L}.hnorm.weight", When::kNextn},
+    {"blk.{L}.nextn.shared_head_norm.weight", "model.layers.{L}.shared_head.norm.weight",
+     When::kNextnOptional},
+    {"blk.{L}.nextn.shared_head_head.weight", "model.layers.{L}.shared_head.head.weight",
+     When::kNextnOptional},
+    {"blk.{L}.nextn.embed_tokens.weight", "model.layers.{L}.embed_tokens.weight",
+     When::kNextnOptional},
+};
+
 // The groups each family is made of.
 constexpr Keys kLlamaK[] = {kBaseKeys, kHeadDimKeys, kLlamaKeys};
 constexpr Keys kQwenMoeK[] = {kBaseKeys, kHeadDimKeys, kQwenMoeKeys};
@@ -168,6 +253,11 @@ constexpr Rules kQkNormMoeL[] = {kGqaAttn, kQkNorm, kExperts};
 constexpr Rules kQwen2L[] = {kGqaAttn, kQkvBias, kDenseFfn};
 constexpr Rules kQwen3L[] = {kGqaAttn, kQkNorm, kDenseFfn};
 constexpr Rules kDeepseekL[] = {kMlaAttn, kDenseFfn, kExperts, kDeepseekExperts};
+constexpr Keys kGptOssK[] = {kBaseKeys, kHeadDimKeys, kGptOssKeys};
+constexpr Rules kGptOssL[] = {kGqaAttnPostNorm, kQkvBias, kGptOssLayer};
+constexpr Keys kGlmK[] = {kBaseKeys, kHeadDimKeys, kGlmKeys};
+constexpr Rules kGlmL[] = {kGqaAttnPostNorm, kQkvBias,    kGlmQkNorm, kDenseFfn,
+                           kExperts,         kGlmExperts, kNextn};
 
 std::string key(const char* arch, const char* k) {
   return std::string(arch) + "." + k;
@@ -255,6 +345,89 @@ void deepseek_split_keys(const HfConfig& c, gguf::Writer& w) {
 
 bool deepseek_moe_layer(const HfConfig& c, int il) {
   return il >= c.get_int("first_k_dense_replace") && il % c.get_int("moe_layer_freq", 1) == 0;
+}
+
+// rope_scaling as {"rope_type" or "type": "yarn", "factor", "original_max_position_embeddings",
+// "beta_fast", "beta_slow"} -> the keys the base converter writes (TextModel
+// set_gguf_parameters); anything else is refused.
+void yarn_keys(const HfConfig& c, gguf::Writer& w, const char* a) {
+  if (!c.has("rope_scaling")) return;
+  const nlohmann::json& r = c.json()["rope_scaling"];
+  auto str = [&](const char* k) {
+    return r.is_object() && r.contains(k) && r[k].is_string() ? r[k].get<std::string>()
+                                                              : std::string();
+  };
+  auto num = [&](const char* k) { return r.is_object() && r.contains(k) && r[k].is_number(); };
+  const std::string type = str("rope_type").empty() ? str("type") : str("rope_type");
+  if (type != "yarn" || !num("factor") || !num("original_max_position_embeddings")) {
+    c.fail(std::string("rope_scaling must be of type yarn with a factor and "
+                       "original_max_position_embeddings for ") +
+           a);
+  }
+  w.set(key(a, "rope.scaling.type"), gguf::Value::str("yarn"));
+  w.set(key(a, "rope.scaling.factor"), gguf::Value::f32(r["factor"].get<float>()));
+  const double orig = r["original_max_position_embeddings"].get<double>();
+  if (!(orig >= 1 && orig <= 4294967295.0))
+    c.fail("rope_scaling.original_max_position_embeddings is out of range");
+  w.set(key(a, "rope.scaling.original_context_length"), gguf::Value::u32(uint32_t(orig)));
+  if (num("beta_fast")) {
+    w.set(key(a, "rope.scaling.yarn_beta_fast"), gguf::Value::f32(r["beta_fast"].get<float>()));
+  }
+  if (num("beta_slow")) {
+    w.set(key(a, "rope.scaling.yarn_beta_slow"), gguf::Value::f32(r["beta_slow"].get<float>()));
+  }
+}
+
+// What llama.cpp's gpt-oss graph fixes and the file cannot say: sliding-window attention on
+// the even layers and full attention on the odd ones (set_swa_pattern(2)), the SwiGLU clamp at
+// 7. A checkpoint that differs is refused rather than converted into a file that runs wrong.
+void gpt_oss_extra(const HfConfig& c, gguf::Writer& w) {
+  if (c.has("layer_types")) {
+    const nlohmann::json& lt = c.json()["layer_types"];
+    if (!lt.is_array() || int64_t(lt.size()) != c.get_int("num_hidden_layers")) {
+      c.fail("layer_types must list num_hidden_layers entries");
+    }
+    for (size_t i = 0; i < lt.size(); ++i) {
+      const char* want = i % 2 == 0 ? "sliding_attention" : "full_attention";
+      if (!lt[i].is_string() || lt[i].get<std::string>() != want) {
+        c.fail("layer_types[" + std::to_string(i) + "] is " + lt[i].dump() + ", expected \"" +
+               want +
+               "\" (gpt-oss runs sliding-window attention on the even layers and full "
+               "attention on the odd ones)");
+      }
+    }
+  }
+  if (c.get_float("swiglu_limit", 7.0) != 7.0) {
+    c.fail("swiglu_limit must be 7 (the clamp llama.cpp's gpt-oss graph fixes)");
+  }
+  yarn_keys(c, w, "gpt-oss");
+}
+
+void glm4moe_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "glm4moe";
+  no_rope_scaling(c);
+  if (!c.get_bool("attention_bias", true)) {
+    c.fail("attention_bias is false, but glm4moe (llama.cpp's and lynx-moe's) needs q/k/v biases");
+  }
+  const int64_t head = c.has("head_dim")
+                           ? c.get_int("head_dim")
+                           : c.get_int("hidden_size") / c.get_int("num_attention_heads");
+  const double prf = c.get_float("partial_rotary_factor", 0.5);
+  const int64_t rot = int64_t(double(head) * prf);
+  if (!(prf > 0 && prf <= 1) || rot < 2 || rot % 2 != 0) {
+    c.fail("partial_rotary_factor " + std::to_string(prf) + " x head dimension " +
+           std::to_string(head) + " must give an even number of rotated dimensions");
+  }
+  w.set(key(a, "rope.dimension_count"), gguf::Value::u32(uint32_t(rot)));
+  w.set(key(a, "expert_gating_func"), gguf::Value::u32(2));  // sigmoid
+  // block_count counts the next-token-prediction layers (Glm4MoeModel's block_count).
+  w.set(key(a, "block_count"),
+        gguf::Value::u32(
+            uint32_t(c.get_int("num_hidden_layers") + c.get_int("num_nextn_predict_layers", 0))));
+}
+
+bool glm4moe_moe_layer(const HfConfig& c, int il) {
+  return il >= c.get_int("first_k_dense_replace", 0);
 }
 
 constexpr Family kLlama = {
@@ -363,8 +536,33 @@ constexpr Family kDeepseekV3 = {
     .shared_key = "n_shared_experts",
 };
 
-constexpr const Family* kFamilies[] = {&kMixtral, &kLlama, &kMistral, &kQwen2Moe,   &kQwen3Moe,
-                                       &kOlmoe,   &kQwen2, &kQwen3,   &kDeepseekV2, &kDeepseekV3};
+constexpr Family kGptOss = {
+    .model_type = "gpt_oss",
+    .arch = "gpt-oss",
+    .keys = kGptOssK,
+    .global = kGlobal,
+    .layer = kGptOssL,
+    .tokenizer_pre = "gpt-4o",
+    .extra_keys = gpt_oss_extra,
+    .n_expert_key = "num_local_experts",
+};
+constexpr Family kGlm4Moe = {
+    .model_type = "glm4_moe",
+    .arch = "glm4moe",
+    .keys = kGlmK,
+    .global = kGlobal,
+    .layer = kGlmL,
+    .tokenizer_pre = "glm4",
+    .extra_keys = glm4moe_extra,
+    .moe_layer = glm4moe_moe_layer,
+    .n_expert_key = "n_routed_experts",
+    .shared_key = "n_shared_experts",
+    .nextn_key = "num_nextn_predict_layers",
+};
+
+constexpr const Family* kFamilies[] = {&kMixtral,    &kLlama,      &kMistral, &kQwen2Moe,
+                                       &kQwen3Moe,   &kOlmoe,      &kQwen2,   &kQwen3,
+                                       &kDeepseekV2, &kDeepseekV3, &kGptOss,  &kGlm4Moe};
 
 }  // namespace
 

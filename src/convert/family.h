@@ -50,9 +50,12 @@ enum class When : uint8_t {
   kShared,      // MoE layer of a model with a shared expert
   kQLora,       // q through a low-rank projection (q_lora_rank set)
   kNoQLora,
-  kKvBWhole,  // MLA key/value up-projection kept as one attn_kv_b (the default)
-  kKvBSplit,  // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
-  kOptional,  // converted when the checkpoint has it (lm_head of tied models, biases)
+  kKvBWhole,       // MLA key/value up-projection kept as one attn_kv_b (the default)
+  kKvBSplit,       // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
+  kOptional,       // converted when the checkpoint has it (lm_head of tied models, biases)
+  kQkNorm,         // config use_qk_norm is true (GLM-4.5; GLM-4.5-Air has none)
+  kNextn,          // a next-token-prediction layer (Family::nextn_key), required there
+  kNextnOptional,  // ... optional there
 };
 
 // Per-tensor transforms.
@@ -65,6 +68,16 @@ enum class Transform : uint8_t {
   // n_head]), the layout newer llama.cpp writes.
   kKvBToKB,
   kKvBToVB,
+  // gpt-oss's experts, one HF tensor per layer for all experts: "<hf>_blocks" / "<hf>_scales"
+  // (MXFP4, [n_expert, rows, cols / 32, 16] and [n_expert, rows, cols / 32] uint8, rows are
+  // outputs) or the dequantized "<hf>" ([n_expert, cols, rows], inputs first). gate_up_proj
+  // interleaves gate and up rows: gate the even ones, up the odd ones.
+  kFusedGate,
+  kFusedUp,
+  kFusedDown,  // every row
+  // [n_expert, 2n] interleaved gate / up biases: the even or odd columns.
+  kEvenCols,
+  kOddCols,
 };
 
 // One GGUF tensor from the checkpoint. "{L}" is the layer; an hf name with "{E}" is read once
@@ -91,6 +104,10 @@ struct Family {
   bool (*moe_layer)(const HfConfig& c, int il) = nullptr;
   const char* n_expert_key = nullptr;  // config field with the routed expert count
   const char* shared_key = nullptr;    // config field > 0 when there is a shared expert
+  // config field counting next-token-prediction layers after num_hidden_layers that are
+  // converted (kNextn rules; block_count includes them, as llama.cpp writes it); null: such
+  // layers are dropped.
+  const char* nextn_key = nullptr;
 };
 
 std::span<const Family* const> families();

@@ -34,6 +34,8 @@ bool parse_dtype(const std::string& s, DType* d) {
     *d = DType::kF16;
   else if (s == "BF16")
     *d = DType::kBF16;
+  else if (s == "U8")
+    *d = DType::kU8;
   else
     return false;
   return true;
@@ -49,12 +51,14 @@ const char* dtype_name(DType d) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
 
 size_t dtype_size(DType d) {
-  return d == DType::kF32 ? 4 : 2;
+  return d == DType::kF32 ? 4 : d == DType::kU8 ? 1 : 2;
 }
 
 int64_t StTensor::n_elements() const {
@@ -127,8 +131,8 @@ std::unique_ptr<StFile> StFile::open(const std::string& path) {
     const std::string dt = v["dtype"].get<std::string>();
     if (!parse_dtype(dt, &t.dtype)) {
       throw Error(where + ": dtype " + gguf::printable(dt) +
-                  " is not supported (F32, F16 and BF16 are; quantized or FP8 checkpoints must "
-                  "be dequantized first)");
+                  " is not supported (F32, F16, BF16, and U8 for MXFP4 experts are; other "
+                  "quantized or FP8 checkpoints must be dequantized first)");
     }
     uint64_t n = 1;
     for (const json& d : v["shape"]) {

@@ -19,7 +19,8 @@
 
 namespace lynx::convert {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+// kU8: raw bytes, which only MXFP4 expert blocks / scales (gpt-oss) may be.
+enum class DType : uint8_t { kF32, kF16, kBF16, kU8 };
 const char* dtype_name(DType d);
 size_t dtype_size(DType d);
 

@@ -96,16 +96,13 @@ Golden golden_of(const std::string& fixture_name) {
   return {};
 }
 
-Golden mla_golden(const std::string& shape) {
+// A family suite's golden: fixtures/<dir>/<shape>.gguf, .logits.f32 and tokens.txt.
+Golden dir_golden(const std::string& dir, const std::string& shape) {
   Golden g;
-  g.fixture_gguf = kFixtures + "mla/" + shape + ".gguf";
-  std::ifstream f(kFixtures + "mla/tokens.txt");
-  std::string s, item;
-  std::getline(f, s);
-  std::stringstream ss(s);
-  while (std::getline(ss, item, ',')) g.tokens.push_back(std::stoi(item));
+  g.fixture_gguf = kFixtures + dir + "/" + shape + ".gguf";
+  g.tokens = testing_util::read_tokens(kFixtures + dir + "/tokens.txt");
   const auto m = Model::load(g.fixture_gguf);
-  g.logits = testing_util::read_logits(kFixtures + "mla/" + shape + ".logits.f32",
+  g.logits = testing_util::read_logits(kFixtures + dir + "/" + shape + ".logits.f32",
                                        g.tokens.size() * size_t(m->config().n_vocab));
   return g;
 }
@@ -122,8 +119,9 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 struct Case {
   const char* checkpoint;
-  const char* golden;  // goldens.json fixture, or "mla:<shape>"
+  const char* golden;  // goldens.json fixture, or "<fixture dir>:<shape>"
   const char* arch;
+  const char* type = "f32";
 };
 const Case kCases[] = {
     {"mixtral", "llama-moe-f32", "llama"},
@@ -133,6 +131,12 @@ const Case kCases[] = {
     {"olmoe", "olmoe-f32", "olmoe"},
     {"deepseek_v2", "mla:tiny-deepseek-v2", "deepseek2"},
     {"deepseek_v3", "mla:tiny-deepseek-v3", "deepseek2"},
+    // MXFP4 experts kept ("auto": F32 elsewhere, the checkpoint's type) and the dequantized
+    // (F16 experts) layout.
+    {"gpt_oss", "gpt-oss:tiny-gpt-oss", "gpt-oss", "auto"},
+    {"gpt_oss_dequant", "gpt-oss:tiny-gpt-oss-f16-experts", "gpt-oss"},
+    {"glm4_moe", "glm4moe:tiny-glm4moe", "glm4moe"},
+    {"glm4_moe_qknorm", "glm4moe:tiny-glm4moe-qknorm", "glm4moe"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -147,14 +151,16 @@ TEST_P(ConvertGolden, LogitsMatchReference) {
   REQUIRE_CHECKPOINTS();
   const Case& c = GetParam();
   const std::string g_name = c.golden;
-  const bool mla = g_name.rfind("mla:", 0) == 0;
-  const Golden g = mla ? mla_golden(g_name.substr(4)) : golden_of(g_name);
-  const std::string out = convert_to(hf(c.checkpoint), "f32", c.checkpoint);
+  const size_t colon = g_name.find(':');
+  const bool in_dir = colon != std::string::npos;
+  const Golden g =
+      in_dir ? dir_golden(g_name.substr(0, colon), g_name.substr(colon + 1)) : golden_of(g_name);
+  const std::string out = convert_to(hf(c.checkpoint), c.type, c.checkpoint);
   const auto model = Model::load(out);
   EXPECT_EQ(model->config().arch, c.arch);
   const auto got = logits_of(*model, g.tokens);
   ASSERT_EQ(got.size(), g.logits.size());
-  if (mla) {
+  if (in_dir) {
     EXPECT_LT(rel_err(got, g.logits), 1e-5) << c.checkpoint;
   } else {
     EXPECT_LT(testing_util::nmse(got, g.logits), 1e-5) << c.checkpoint;
@@ -181,7 +187,7 @@ TEST(Convert, DeepseekSplitLayout) {
     o.type = "f32";
     o.mla_split = true;
     convert_hf(hf(name), out, o);
-    const Golden g = mla_golden(shape);
+    const Golden g = dir_golden("mla", shape);
     {
       const auto got = gguf::File::open(out);
       const auto want = gguf::File::open(g.fixture_gguf);

@@ -61,7 +61,7 @@ void write_st(const std::string& p, const St& st) {
 }
 
 // Converts `dir`, expecting a lynx::Error containing every one of `parts`; no output left.
-void expect_error(const std::string& dir, std::initializer_list<const char*> parts) {
+void expect_error(const std::string& dir, std::initializer_list<std::string> parts) {
   const std::string out = test::scratch_path("out.gguf");
   ConvertOptions o;
   o.type = "f32";
@@ -69,7 +69,7 @@ void expect_error(const std::string& dir, std::initializer_list<const char*> par
     convert_hf(dir, out, o);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    for (const char* p : parts)
+    for (const std::string& p : parts)
       EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(out));
@@ -275,6 +275,132 @@ TEST(ConvertErrors, RopeScalingRefusedWhereUnsupported) {
   c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
   write_json(d + "/config.json", c);
   expect_error(d, {"rope_scaling"});
+}
+
+// The shard of a sharded checkpoint that holds `tensor`.
+std::string shard_of(const std::string& dir, const std::string& tensor) {
+  const json idx = read_json(dir + "/model.safetensors.index.json");
+  return dir + "/" + idx["weight_map"][tensor].get<std::string>();
+}
+
+TEST(ConvertErrors, GptOssMissingScales) {
+  CHECKPOINT(d, "gpt_oss");
+  const std::string name = "model.layers.1.mlp.experts.gate_up_proj_scales";
+  const std::string p = shard_of(d, name);
+  St st = read_st(p);
+  st.header.erase(name);
+  write_st(p, st);
+  json idx = read_json(d + "/model.safetensors.index.json");
+  idx["weight_map"].erase(name);
+  write_json(d + "/model.safetensors.index.json", idx);
+  expect_error(d, {"'" + name + "' is missing", "blk.1.ffn_gate_exps.weight"});
+}
+
+TEST(ConvertErrors, GptOssBlocksWrongShape) {
+  CHECKPOINT(d, "gpt_oss");
+  const std::string name = "model.layers.0.mlp.experts.down_proj_blocks";
+  const std::string p = shard_of(d, name);
+  St st = read_st(p);
+  st.header[name]["shape"] = {16, 64, 6, 16};  // same bytes, rows and blocks per row swapped
+  write_st(p, st);
+  expect_error(d, {name, "[16, 64, 6, 16]", "expected U8 [16, 128, 3, 16]"});
+}
+
+TEST(ConvertErrors, GptOssDequantizedWrongShape) {
+  CHECKPOINT(d, "gpt_oss_dequant");
+  const std::string name = "model.layers.1.mlp.experts.gate_up_proj";
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header[name]["shape"] = {8, 192, 128};  // transposed: the [E, out, in] a reader might expect
+  write_st(p, st);
+  expect_error(d, {name, "[8, 192, 128]", "expected a float [8, 128, 192]", "interleaved"});
+}
+
+TEST(ConvertErrors, GptOssOddBiasWidth) {
+  CHECKPOINT(d, "gpt_oss_dequant");
+  const std::string name = "model.layers.0.mlp.experts.gate_up_proj_bias";
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header[name]["shape"] = {16, 96};  // [8, 192] read as 16 rows
+  write_st(p, st);
+  expect_error(d, {name, "[16, 96]", "interleaved"});
+}
+
+TEST(ConvertErrors, U8OutsideTheExperts) {
+  CHECKPOINT(d, "gpt_oss_dequant");
+  const std::string name = "model.layers.0.self_attn.sinks";
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header[name]["dtype"] = "U8";
+  st.header[name]["shape"] = {16};  // the 4 F32 values' bytes
+  write_st(p, st);
+  expect_error(d, {name, "is U8", "blk.0.attn_sinks.weight"});
+}
+
+TEST(ConvertErrors, GptOssLayerPatternAndClamp) {
+  CHECKPOINT(d, "gpt_oss");
+  json c = read_json(d + "/config.json");
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  write_json(d + "/config.json", c);
+  expect_error(d, {"layer_types[0]", "full_attention", "even layers"});
+  c = read_json(d + "/config.json");
+  c.erase("layer_types");
+  c["swiglu_limit"] = 10.0;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"swiglu_limit"});
+  c["swiglu_limit"] = 7.0;
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  write_json(d + "/config.json", c);
+  expect_error(d, {"rope_scaling", "yarn", "gpt-oss"});
+}
+
+TEST(ConvertErrors, GlmMissingSelectionBias) {
+  CHECKPOINT(d, "glm4_moe_qknorm");
+  const std::string name = "model.layers.1.mlp.gate.e_score_correction_bias";
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header.erase(name);
+  write_st(p, st);
+  expect_error(d, {"'" + name + "' is missing", "blk.1.exp_probs_b.bias"});
+}
+
+TEST(ConvertErrors, GlmMissingNextnTensor) {
+  CHECKPOINT(d, "glm4_moe_qknorm");
+  const std::string name = "model.layers.2.eh_proj.weight";
+  const std::string p = d + "/model.safetensors";
+  St st = read_st(p);
+  st.header.erase(name);
+  write_st(p, st);
+  expect_error(d, {"'" + name + "' is missing", "blk.2.nextn.eh_proj.weight"});
+  // Without the NextN count, layer 2 is not converted and its tensors are left over: dropped
+  // as DeepSeek-V3's are (the trunk converts).
+  json c = read_json(d + "/config.json");
+  c["num_nextn_predict_layers"] = 0;
+  write_json(d + "/config.json", c);
+  const std::string out = test::scratch_path("trunk.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  convert_hf(d, out, o);
+  const auto f = gguf::File::open(out);
+  EXPECT_EQ(f.get_int("glm4moe.block_count"), 2);
+  EXPECT_FALSE(f.find_tensor("blk.2.attn_q.weight"));
+  fs::remove(out);
+}
+
+TEST(ConvertErrors, GlmQkNormFlagWithoutTensors) {
+  CHECKPOINT(d, "glm4_moe");
+  json c = read_json(d + "/config.json");
+  c["use_qk_norm"] = true;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"self_attn.q_norm.weight", "missing", "attn_q_norm"});
+  c["use_qk_norm"] = false;
+  c["partial_rotary_factor"] = 0.3;  // 19.2 of 64 dimensions
+  write_json(d + "/config.json", c);
+  expect_error(d, {"partial_rotary_factor"});
+  c["partial_rotary_factor"] = 0.5;
+  c["attention_bias"] = false;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"attention_bias"});
 }
 
 }  // namespace

@@ -15,15 +15,24 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
     (Mixtral w1 = gate, w3 = up, w2 = down; the others gate_proj / up_proj / down_proj);
   - DeepSeek: attn_k_b [head, kv_lora, nope] and attn_v_b [head, v, kv_lora] joined into
     kv_b_proj [head * (nope + v), kv_lora] (per head: k_b^T rows, then v_b rows).
+  - glm4moe (fixtures/glm4moe, with q/k norms or without): the NextN block blk.N becomes
+    model.layers.N.* with eh_proj / enorm / hnorm / shared_head.norm, num_hidden_layers the
+    trunk;
+  - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
+    (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
+    as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
+    interleaved into gate_up_proj; the F16-experts fixture in the dequantized layout
+    ([n_expert, in, out], F16).
 Converting the checkpoint must then reproduce the fixture's golden logits (the goldens come
-from reference.py / deepseek2_ref.py on the fixture), so the C++ converter's permutation,
-stacking and naming are checked against independent code.
+from reference.py / deepseek2_ref.py / glm4moe_ref.py / gpt_oss_ref.py on the fixture), so
+the C++ converter's permutation, stacking and naming are checked against independent code.
 
 qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF16 values, to
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe is written as two shards with model.safetensors.index.json, deepseek_v2 as three;
+qwen2moe, glm4_moe and gpt_oss are written as two shards with model.safetensors.index.json,
+deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
 """
@@ -48,6 +57,8 @@ FIX = os.path.join(HERE, "fixtures")
 # ---------------------------------------------------------------------------------------
 
 def tensor_bytes(x, dtype):
+    if dtype == "U8":  # raw bytes (MXFP4 blocks and scales)
+        return np.ascontiguousarray(x, dtype=np.uint8).tobytes()
     x = np.ascontiguousarray(x, dtype=np.float32)
     if dtype == "BF16":
         return G.f32_to_bf16_bits(x).astype("<u2").tobytes()
@@ -55,11 +66,13 @@ def tensor_bytes(x, dtype):
 
 
 def write_safetensors(path, tensors, dtype):
-    """tensors: list of (name, numpy array) in file order, all written as `dtype`."""
+    """tensors: list of (name, numpy array) or (name, numpy array, dtype) in file order, written
+    as their own dtype or else `dtype`."""
     header, blobs, off = {}, [], 0
-    for name, x in tensors:
-        raw = tensor_bytes(x, dtype)
-        header[name] = {"dtype": dtype, "shape": list(x.shape),
+    for t in tensors:
+        name, x, dt = t if len(t) == 3 else (t[0], t[1], dtype)
+        raw = tensor_bytes(x, dt)
+        header[name] = {"dtype": dt, "shape": list(x.shape),
                         "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
@@ -86,8 +99,8 @@ def write_checkpoint(d, config, tensors, dtype="F32", shards=1, tokenizer=None):
             name = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
             part = tensors[s * per:(s + 1) * per]
             write_safetensors(os.path.join(d, name), part, dtype)
-            for n, _ in part:
-                weight_map[n] = name
+            for t in part:
+                weight_map[t[0]] = name
         with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=1)
     tok, tok_cfg = tokenizer
@@ -225,6 +238,7 @@ GQA_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
     "attn_q_norm.weight": "self_attn.q_norm.weight",
     "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_norm.weight": "post_attention_layernorm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",  # gpt-oss, glm4moe
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
@@ -240,6 +254,11 @@ GQA_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
     "attn_kv_a_mqa.weight": "self_attn.kv_a_proj_with_mqa.weight",
     "attn_kv_a_norm.weight": "self_attn.kv_a_layernorm.weight",
     "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
+    # GLM-4.5's next-token-prediction layer
+    "nextn.eh_proj.weight": "eh_proj.weight",
+    "nextn.enorm.weight": "enorm.weight",
+    "nextn.hnorm.weight": "hnorm.weight",
+    "nextn.shared_head_norm.weight": "shared_head.norm.weight",
 }
 EXPERT_NAMES = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
                 "ffn_down_exps.weight": "down_proj"}
@@ -281,7 +300,7 @@ def hf_tensors(g, arch, config):
         if arch == "llama" and rest == "ffn_gate_inp.weight":
             out.append((p + "block_sparse_moe.gate.weight", x))
             continue
-        if arch == "deepseek2" and rest.startswith("ffn_") and "shexp" in rest:
+        if arch in ("deepseek2", "glm4moe") and rest.startswith("ffn_") and "shexp" in rest:
             out.append((p + GQA_NAMES[rest].replace("shared_expert.", "shared_experts."), x))
             continue
         if rest in ("attn_k_b.weight", "attn_v_b.weight"):
@@ -363,6 +382,145 @@ def deepseek_extra(g, arch):
         "num_key_value_heads": k("attention.head_count"),
     }
     return c
+
+
+def glm4moe_extra(g, arch):
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    nextn = k("nextn_predict_layers", 0)
+    head = k("attention.key_length")
+    return {
+        "num_hidden_layers": k("block_count") - nextn,  # the trunk; block_count counts NextN
+        "num_nextn_predict_layers": nextn,
+        "head_dim": head,
+        "partial_rotary_factor": k("rope.dimension_count") / head,
+        "attention_bias": True,
+        "use_qk_norm": "blk.0.attn_q_norm.weight" in g.tensors,
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "n_routed_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "n_shared_experts": k("expert_shared_count"),
+        "first_k_dense_replace": k("leading_dense_block_count"),
+        "routed_scaling_factor": float(k("expert_weights_scale")),
+        "norm_topk_prob": bool(k("expert_weights_norm")),
+        "n_group": 1,
+        "topk_group": 1,
+        "rope_scaling": None,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# gpt-oss: experts fused per layer, MXFP4 (OpenAI's layout) or dequantized
+# ---------------------------------------------------------------------------------------
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def ggml_mxfp4_to_openai(raw, n_mat, rows, cols):
+    """ggml block_mxfp4 bytes (per 32 values: E8M0 byte, then 16 bytes holding element j in
+    the low nibble of byte j and element j + 16 in the high one) -> OpenAI's *_blocks
+    [n_mat, rows, cols/32, 16] (element 2k in the low nibble of byte k, 2k + 1 in the high
+    one) and *_scales [n_mat, rows, cols/32]; the codes and the E8M0 byte are the same."""
+    nb = cols // 32
+    b = np.frombuffer(bytes(raw), dtype=np.uint8).reshape(n_mat, rows, nb, 17)
+    qs = b[..., 1:]
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # element order 0..31
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, np.ascontiguousarray(b[..., 0])
+
+
+def openai_mxfp4_decode(blocks, scales):
+    """transformers' dequantization of OpenAI's layout (convert_moe_packed_tensors): value =
+    E2M1[nibble] * 2^(scale - 127), low nibble first."""
+    v = np.empty(blocks.shape[:-1] + (32,), np.float32)
+    v[..., 0::2] = E2M1[blocks & 0x0F]
+    v[..., 1::2] = E2M1[blocks >> 4]
+    v = v * np.ldexp(np.float32(1), scales.astype(np.int32) - 127)[..., None].astype(np.float32)
+    return v.reshape(blocks.shape[0], blocks.shape[1], -1)
+
+
+def gpt_oss_from_fixture(out_dir, name, gguf_path, mxfp4):
+    g = G.read_gguf(gguf_path)
+    a = "gpt-oss"
+    k = lambda key, d=None: gguf_kv(g, a, key, d)  # noqa: E731
+    L, E, F, D = k("block_count"), k("expert_count"), k("expert_feed_forward_length"), \
+        k("embedding_length")
+    config = common_config(g, a, "gpt_oss")
+    config.update({
+        "head_dim": k("attention.key_length"),
+        "intermediate_size": F,
+        "num_local_experts": E,
+        "num_experts_per_tok": k("expert_used_count"),
+        "experts_per_token": k("expert_used_count"),
+        "sliding_window": k("attention.sliding_window"),
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
+                        for i in range(L)],
+        "rope_scaling": {"rope_type": "yarn", "factor": float(k("rope.scaling.factor")),
+                         "original_max_position_embeddings":
+                             k("rope.scaling.original_context_length"),
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+        "swiglu_limit": 7.0,
+        "attention_bias": True,
+        "hidden_act": "silu",
+    })
+    if mxfp4:
+        config["quantization_config"] = {"quant_method": "mxfp4",
+                                         "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                    "model.layers.*.mlp.router",
+                                                                    "model.embed_tokens",
+                                                                    "lm_head"]}
+    names = {"token_embd.weight": "model.embed_tokens.weight",
+             "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+    layer_names = dict(GQA_NAMES, **{"attn_output.bias": "self_attn.o_proj.bias",
+                                      "attn_sinks.weight": "self_attn.sinks",
+                                      "ffn_gate_inp.weight": "mlp.router.weight",
+                                      "ffn_gate_inp.bias": "mlp.router.bias"})
+    out = []
+    for i in range(-1, L):
+        if i < 0:
+            for n, hn in names.items():
+                out.append((hn, g.tensors[n].to_numpy()))
+            continue
+        b, p = "blk.%d." % i, "model.layers.%d." % i
+        for n, t_ in g.tensors.items():
+            rest = n[len(b):]
+            if n.startswith(b) and "_exps." not in rest:
+                out.append((p + layer_names[rest], t_.to_numpy()))
+        t = {x: g.tensors[b + "ffn_%s_exps.weight" % x] for x in ("gate", "up", "down")}
+        if mxfp4:
+            assert all(v.type == 39 for v in t.values())
+            gb, gs = ggml_mxfp4_to_openai(t["gate"].raw, E, F, D)
+            ub, us = ggml_mxfp4_to_openai(t["up"].raw, E, F, D)
+            db, ds = ggml_mxfp4_to_openai(t["down"].raw, E, D, F)
+            # The OpenAI layout must decode (as transformers does) to the fixture's values.
+            for (bl, sc), x in (((gb, gs), "gate"), ((db, ds), "down")):
+                assert np.array_equal(openai_mxfp4_decode(bl, sc), t[x].to_numpy()), x
+            fb = np.empty((E, 2 * F) + gb.shape[2:], np.uint8)
+            fb[:, 0::2], fb[:, 1::2] = gb, ub
+            fs = np.empty((E, 2 * F) + gs.shape[2:], np.uint8)
+            fs[:, 0::2], fs[:, 1::2] = gs, us
+            out += [(p + "mlp.experts.gate_up_proj_blocks", fb, "U8"),
+                    (p + "mlp.experts.gate_up_proj_scales", fs, "U8"),
+                    (p + "mlp.experts.down_proj_blocks", db, "U8"),
+                    (p + "mlp.experts.down_proj_scales", ds, "U8")]
+        else:  # dequantized: [E, in, out], gate and up columns interleaved
+            gt, ut, dt = (t[x].to_numpy() for x in ("gate", "up", "down"))
+            gu = np.empty((E, D, 2 * F), np.float32)
+            gu[:, :, 0::2], gu[:, :, 1::2] = gt.transpose(0, 2, 1), ut.transpose(0, 2, 1)
+            out += [(p + "mlp.experts.gate_up_proj", gu, "F16"),
+                    (p + "mlp.experts.down_proj", dt.transpose(0, 2, 1), "F16")]
+        gb_ = g.tensors[b + "ffn_gate_exps.bias"].to_numpy()
+        ub_ = g.tensors[b + "ffn_up_exps.bias"].to_numpy()
+        gub = np.empty((E, 2 * F), np.float32)
+        gub[:, 0::2], gub[:, 1::2] = gb_, ub_
+        out += [(p + "mlp.experts.gate_up_proj_bias", gub),
+                (p + "mlp.experts.down_proj_bias", g.tensors[b + "ffn_down_exps.bias"].to_numpy())]
+    d = os.path.join(out_dir, name)
+    tok, tok_cfg = make_tokenizer(config["vocab_size"], True)
+    del tok_cfg["chat_template"]  # shipped as chat_template.jinja, as openai/gpt-oss-* do
+    write_checkpoint(d, config, out, "F32", 2 if mxfp4 else 1, (tok, tok_cfg))
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write("{% for m in messages %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}"
+                "<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -449,8 +607,14 @@ def main(argv):
     from_fixture(out, "deepseek_v2", f("mla/tiny-deepseek-v2.gguf"), "deepseek_v2", deepseek_extra,
                  shards=3)
     from_fixture(out, "deepseek_v3", f("mla/tiny-deepseek-v3.gguf"), "deepseek_v3", deepseek_extra)
+    from_fixture(out, "glm4_moe", f("glm4moe/tiny-glm4moe.gguf"), "glm4_moe", glm4moe_extra,
+                 shards=2)
+    from_fixture(out, "glm4_moe_qknorm", f("glm4moe/tiny-glm4moe-qknorm.gguf"), "glm4_moe",
+                 glm4moe_extra)
+    gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
+    gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
-    dense_qwen(out, "qwen3", "qwen3", "qwen3", "BF16", 2002)
+    dense_qwen(out, "qwen3", "qwen3", "qwen3", "BF16", 2002)  # last: hf_fixtures.h looks for it
     print("wrote HF checkpoints under", out)
     return 0
 

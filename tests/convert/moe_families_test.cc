@@ -1,0 +1,255 @@
+// `convert` for gpt-oss and GLM-4.5 beyond the golden logits (convert_test.cc): the MXFP4
+// experts kept bit for bit or decoded by --type, the nibble layouts stated by hand, the NextN
+// layer written as llama.cpp writes it and skipped by the loader, the keys of each family.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../model/logits_util.h"
+#include "../scratch.h"
+#include "hf_fixtures.h"
+#include "kernels/kernels.h"
+#include "lynx/context.h"
+#include "lynx/convert.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+
+namespace lynx {
+namespace {
+
+namespace fs = std::filesystem;
+using gguf::TensorType;
+using nlohmann::json;
+
+const std::string kFixtures = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/";
+
+#define REQUIRE_CHECKPOINTS()                                                                \
+  if (test::hf_checkpoints().empty()) GTEST_SKIP() << "python3 with numpy is not available"; \
+  static_assert(true)
+
+std::string hf(const std::string& name) {
+  return test::hf_checkpoints() + "/" + name;
+}
+
+std::string convert_to(const std::string& name, const std::string& type) {
+  const std::string out = test::scratch_path(name + "-" + type + ".gguf");
+  ConvertOptions o;
+  o.type = type;
+  convert_hf(hf(name), out, o);
+  return out;
+}
+
+std::vector<float> values(const gguf::TensorInfo& t) {
+  std::vector<float> v(size_t(t.n_elements()));
+  kernels::ref::dequantize_row(t.type, t.data, v.data(), t.n_elements());
+  return v;
+}
+
+std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& toks) {
+  Context ctx(m, testing_util::exact_ctx());
+  const int32_t s = ctx.new_sequence();
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    batch.push_back({toks[i], s, int32_t(i), kTokenPrefill, true});
+  }
+  ctx.eval(batch);
+  std::vector<float> out;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    auto l = ctx.logits(int(i));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+// The bytes of one tensor of a (possibly sharded) safetensors checkpoint, read here without
+// the converter's reader.
+std::string st_bytes(const std::string& dir, const std::string& name) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string h(n, '\0');
+    f.read(h.data(), std::streamsize(n));
+    const json j = json::parse(h);
+    if (!j.contains(name)) continue;
+    const auto off = j[name]["data_offsets"].get<std::vector<uint64_t>>();
+    std::string data(off[1] - off[0], '\0');
+    f.seekg(std::streamoff(8 + n + off[0]));
+    f.read(data.data(), std::streamsize(data.size()));
+    return data;
+  }
+  ADD_FAILURE() << "no tensor " << name << " in " << dir;
+  return {};
+}
+
+const char* const kExpertTensors[] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
+                                      "blk.0.ffn_down_exps.weight", "blk.1.ffn_gate_exps.weight",
+                                      "blk.1.ffn_up_exps.weight",   "blk.1.ffn_down_exps.weight"};
+
+// "auto" keeps the MXFP4 experts: every expert tensor equals the fixture's byte for byte (the
+// fixture the HF checkpoint was made from), everything else its values; the keys are
+// convert_hf_to_gguf.py's for gpt-oss.
+TEST(ConvertGptOss, Mxfp4ExpertsKeptBitExact) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("gpt_oss", "auto");
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "gpt-oss/tiny-gpt-oss.gguf");
+    ASSERT_EQ(got.tensors().size(), want.tensors().size());
+    for (const char* name : kExpertTensors) {
+      const gguf::TensorInfo& a = got.tensor(name);
+      const gguf::TensorInfo& b = want.tensor(name);
+      EXPECT_EQ(a.type, TensorType::MXFP4) << name;
+      EXPECT_EQ(a.shape_string(), b.shape_string()) << name;
+      ASSERT_EQ(a.n_bytes, b.n_bytes) << name;
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << name;
+    }
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* a = got.find_tensor(b.name);
+      ASSERT_NE(a, nullptr) << b.name;
+      ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*a), values(b)) << b.name;
+    }
+    const char* p = "gpt-oss.";
+    EXPECT_EQ(got.get_string("general.architecture"), "gpt-oss");
+    for (const char* k :
+         {"attention.sliding_window", "expert_feed_forward_length", "feed_forward_length",
+          "expert_count", "expert_used_count", "attention.key_length", "attention.value_length",
+          "rope.scaling.original_context_length", "block_count"}) {
+      EXPECT_EQ(got.get_int(std::string(p) + k), want.get_int(std::string(p) + k)) << k;
+    }
+    EXPECT_EQ(got.get_string("gpt-oss.rope.scaling.type"), "yarn");
+    EXPECT_EQ(got.get_float("gpt-oss.rope.scaling.factor"), 32.0);
+    EXPECT_EQ(got.get_float("gpt-oss.rope.scaling.yarn_beta_fast"), 32.0);
+    EXPECT_EQ(got.get_float("gpt-oss.rope.scaling.yarn_beta_slow"), 1.0);
+    EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "gpt-4o");
+    // chat_template.jinja (the file openai/gpt-oss-* ship) becomes the chat template.
+    EXPECT_NE(got.get_string("tokenizer.chat_template").find("<|start|>"), std::string::npos);
+    EXPECT_EQ(got.tensor("blk.0.attn_sinks.weight").type, TensorType::F32);
+    EXPECT_EQ(got.tensor("blk.0.ffn_gate_exps.bias").shape_string(),
+              want.tensor("blk.0.ffn_gate_exps.bias").shape_string());
+  }
+  fs::remove(out);
+}
+
+// The two MXFP4 layouts, stated by hand: OpenAI's byte k holds elements 2k (low nibble) and
+// 2k + 1 (high); ggml's block is the E8M0 byte, then byte j holding elements j (low) and
+// j + 16 (high). gate_up_proj's row 0 is gate row 0, row 1 up row 0 (interleaved).
+TEST(ConvertGptOss, Mxfp4NibbleLayout) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("gpt_oss", "auto");
+  const auto f = gguf::File::open(out);
+  const std::string blocks =
+      st_bytes(hf("gpt_oss"), "model.layers.0.mlp.experts.gate_up_proj_blocks");
+  const std::string scales =
+      st_bytes(hf("gpt_oss"), "model.layers.0.mlp.experts.gate_up_proj_scales");
+  const int64_t nb = 128 / 32;  // blocks per row (hidden_size 128)
+  ASSERT_EQ(blocks.size(), size_t(16 * 192 * nb * 16));
+  auto hf_code = [&](int64_t row, int64_t k) {  // element k of HF row `row` (expert 0)
+    const uint8_t b = uint8_t(blocks[size_t(row * nb * 16 + k / 2)]);
+    return k % 2 == 0 ? b & 0x0F : b >> 4;
+  };
+  for (const char* name : {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"}) {
+    const int64_t hf_row = std::string(name).find("up") != std::string::npos ? 1 : 0;
+    const uint8_t* g = f.tensor(name).data;  // expert 0, row 0
+    for (int64_t b = 0; b < nb; ++b) {
+      EXPECT_EQ(g[17 * b], uint8_t(scales[size_t(hf_row * nb + b)])) << name;
+      for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(g[17 * b + 1 + j] & 0x0F, hf_code(hf_row, 32 * b + j)) << name << " " << j;
+        EXPECT_EQ(g[17 * b + 1 + j] >> 4, hf_code(hf_row, 32 * b + j + 16)) << name << " " << j;
+      }
+    }
+  }
+  fs::remove(out);
+}
+
+// A float --type decodes the experts (exactly: E2M1 times a power of two fits F32 and BF16),
+// a quantized one keeps them MXFP4.
+TEST(ConvertGptOss, TypeDecidesTheExperts) {
+  REQUIRE_CHECKPOINTS();
+  const auto want = gguf::File::open(kFixtures + "gpt-oss/tiny-gpt-oss.gguf");
+  const auto tokens = testing_util::read_tokens(kFixtures + "gpt-oss/tokens.txt");
+  const int64_t V = want.tensor("token_embd.weight").ne[1];
+  const auto golden = testing_util::read_logits(kFixtures + "gpt-oss/tiny-gpt-oss.logits.f32",
+                                                tokens.size() * size_t(V));
+  const struct {
+    const char* type;
+    TensorType experts, attn;
+    double max_nmse;
+  } cases[] = {
+      {"f32", TensorType::F32, TensorType::F32, 1e-9},
+      {"bf16", TensorType::BF16, TensorType::BF16, 1e-3},
+      {"q8_0", TensorType::MXFP4, TensorType::Q8_0, 1e-3},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.type);
+    const std::string out = convert_to("gpt_oss", c.type);
+    {
+      const auto got = gguf::File::open(out);
+      EXPECT_EQ(got.tensor("blk.1.attn_q.weight").type, c.attn);
+      for (const char* name : kExpertTensors) {
+        const gguf::TensorInfo& a = got.tensor(name);
+        EXPECT_EQ(a.type, c.experts) << name;
+        EXPECT_EQ(values(a), values(want.tensor(name))) << name;
+      }
+    }
+    const auto m = Model::load(out);
+    EXPECT_LT(testing_util::nmse(logits_of(*m, tokens), golden), c.max_nmse);
+    fs::remove(out);
+  }
+}
+
+// GLM-4.5: the NextN layer is written as llama.cpp writes it (blk.N after the trunk, nextn.*
+// tensors, block_count counting it) and the loader skips it; the family's keys.
+TEST(ConvertGlm4Moe, NextnLayerAndKeys) {
+  REQUIRE_CHECKPOINTS();
+  for (const char* name : {"glm4_moe", "glm4_moe_qknorm"}) {
+    SCOPED_TRACE(name);
+    const std::string out = convert_to(name, "f32");
+    const bool qk = std::string(name) == "glm4_moe_qknorm";
+    {
+      const auto got = gguf::File::open(out);
+      const auto want = gguf::File::open(kFixtures + "glm4moe/" +
+                                         (qk ? "tiny-glm4moe-qknorm" : "tiny-glm4moe") + ".gguf");
+      ASSERT_EQ(got.tensors().size(), want.tensors().size());
+      for (const auto& b : want.tensors()) {
+        const gguf::TensorInfo* a = got.find_tensor(b.name);
+        ASSERT_NE(a, nullptr) << b.name;
+        ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+        EXPECT_EQ(values(*a), values(b)) << b.name;
+      }
+      for (const char* k :
+           {"block_count", "nextn_predict_layers", "rope.dimension_count",
+            "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+            "expert_feed_forward_length", "attention.key_length"}) {
+        const std::string key = std::string("glm4moe.") + k;
+        EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+      }
+      EXPECT_EQ(got.get_int("glm4moe.block_count"), 3);
+      EXPECT_EQ(got.get_float("glm4moe.expert_weights_scale"),
+                want.get_float("glm4moe.expert_weights_scale"));
+      EXPECT_TRUE(got.get_bool("glm4moe.expert_weights_norm"));
+      EXPECT_NE(got.find_tensor("blk.2.nextn.eh_proj.weight"), nullptr);
+      EXPECT_EQ(got.find_tensor("blk.0.attn_q_norm.weight") != nullptr, qk);
+      EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "glm4");
+    }
+    const auto m = Model::load(out);
+    EXPECT_EQ(m->config().n_layer, 2);
+    EXPECT_EQ(m->config().n_layer_nextn, 1);
+    fs::remove(out);
+  }
+}
+
+TEST(ConvertMoeFamilies, Listed) {
+  const auto types = convert_model_types();
+  for (const char* t : {"gpt_oss", "glm4_moe"}) {
+    EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
+  }
+}
+
+}  // namespace
+}  // namespace lynx
