@@ -63,5 +63,6 @@ std::unique_ptr<RoutingPolicy> make_budget_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_ser_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_static_k_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o);
+std::unique_ptr<RoutingPolicy> make_subst_policy(SpecOptions& o);
 
 }  // namespace lynx::routing

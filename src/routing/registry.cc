@@ -29,9 +29,10 @@ struct Registered {
 };
 // Order = the order --help lists them in: the baseline, the method, its peers, then ours.
 constexpr Registered kPolicies[] = {
-    {"topk", make_topk_policy},     {"lynx", make_lynx_policy}, {"oea", make_oea_policy},
-    {"budget", make_budget_policy}, {"ser", make_ser_policy},   {"static-k", make_static_k_policy},
-    {"cover", make_cover_policy},
+    {"topk", make_topk_policy},   {"lynx", make_lynx_policy},
+    {"oea", make_oea_policy},     {"budget", make_budget_policy},
+    {"ser", make_ser_policy},     {"static-k", make_static_k_policy},
+    {"cover", make_cover_policy}, {"subst", make_subst_policy},
 };
 
 }  // namespace
