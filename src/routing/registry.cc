@@ -155,6 +155,16 @@ int SpecOptions::get_int(const std::string& key, int def, int lo, int hi) {
   return v;
 }
 
+std::string SpecOptions::get_string(const std::string& key, const std::string& def) {
+  const Entry* e = take(key);
+  if (!e) return def;
+  if (!e->has_value) {
+    throw Error("routing spec '" + policy_ + "': option '" + key + "' needs a value (" + key +
+                "=...)");
+  }
+  return e->value;
+}
+
 bool SpecOptions::get_bool(const std::string& key, bool def) {
   const Entry* e = take(key);
   if (!e) return def;

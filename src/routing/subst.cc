@@ -30,7 +30,9 @@
 // Prefill and exact tokens keep exact top-k. tau = 1 or lambda = 0 routes a layer exactly.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "routing/gating.h"
 #include "routing/policies.h"
@@ -46,16 +48,56 @@ constexpr const char* kValueNames[] = {"mass", "exact"};
 enum class Weights : int { kRenorm, kInherit, kOwn, kDrop, kDropRenorm };
 constexpr const char* kWeightNames[] = {"renorm", "inherit", "own", "drop", "drop-renorm"};
 
+// Per MoE layer, an [N x N] similarity of experts (row d: how well each expert stands in for
+// d), read from the file `lynx-moe expert-sim` writes:
+//   lynx-moe-expert-similarity 1
+//   layers L experts N
+//   L * N * N numbers, layer by layer, row-major
+struct ExpertSimilarity {
+  std::string path;
+  int n_expert = 0;
+  std::vector<std::vector<float>> layers;
+};
+
+std::shared_ptr<const ExpertSimilarity> read_similarity(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("routing spec 'subst': cannot open similarity file '" + path + "'");
+  std::string magic, w_layers, w_experts;
+  int version = 0, n_layer = 0, n = 0;
+  f >> magic >> version >> w_layers >> n_layer >> w_experts >> n;
+  if (!f || magic != "lynx-moe-expert-similarity" || version != 1 || w_layers != "layers" ||
+      w_experts != "experts" || n_layer < 1 || n_layer > 4096 || n < 1 || n > 65536) {
+    throw Error("routing spec 'subst': '" + path +
+                "' is not an expert similarity file (lynx-moe expert-sim writes them)");
+  }
+  auto sim = std::make_shared<ExpertSimilarity>();
+  sim->path = path;
+  sim->n_expert = n;
+  sim->layers.assign(size_t(n_layer), std::vector<float>(size_t(n) * n));
+  for (auto& layer : sim->layers) {
+    for (float& v : layer) {
+      if (!(f >> v) || !std::isfinite(v)) {
+        throw Error("routing spec 'subst': '" + path + "' is truncated or holds a non-number");
+      }
+    }
+  }
+  std::string extra;
+  if (f >> extra) throw Error("routing spec 'subst': '" + path + "' has data after its last layer");
+  return sim;
+}
+
 class SubstPolicy final : public RoutingPolicy {
  public:
   SubstPolicy(float tau, std::vector<float> lambda, bool piggyback, float growth, Value value,
-              Weights weights)
+              Weights weights, std::shared_ptr<const ExpertSimilarity> sim, float beta)
       : tau_(tau),
         lambda_(std::move(lambda)),
         piggyback_(piggyback),
         growth_(growth),
         value_(value),
-        weights_(weights) {}
+        weights_(weights),
+        sim_(std::move(sim)),
+        beta_(beta) {}
 
   std::string spec() const override {
     std::string opts;
@@ -71,6 +113,10 @@ class SubstPolicy final : public RoutingPolicy {
     if (value_ != Value::kMass) add(std::string("value=").append(kValueNames[int(value_)]));
     if (weights_ != Weights::kRenorm)
       add(std::string("weights=").append(kWeightNames[int(weights_)]));
+    if (sim_) {
+      add("sim=" + sim_->path);
+      add("beta=" + fmt_float(beta_));
+    }
     return opts.empty() ? "subst" : "subst:" + opts;
   }
 
@@ -173,69 +219,145 @@ class SubstPolicy final : public RoutingPolicy {
     }
   }
 
-  void remap(const RoutingInput& in, RoutingOutput& out) {
+  // The similarity rows of `layer` ([N x N], row d = the dropped expert), or nullptr when the
+  // policy has none for it.
+  const float* sim_rows(int layer, int n) const {
+    if (!sim_ || beta_ <= 0.f || sim_->n_expert != n || layer < 0 ||
+        layer >= int(sim_->layers.size())) {
+      return nullptr;
+    }
+    return sim_->layers[size_t(layer)].data();
+  }
+
+  // Fills chosen_[0..k) for token t (kept exact experts and substitutes, in key order) with
+  // inh_ = the exact weight a substitute inherits (a kept expert: its own) and kept_ flags.
+  // Returns false when the token keeps its exact top-k.
+  bool choose(const RoutingInput& in, const RoutingOutput& out, int t, const float* sim) {
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
-    chosen_.resize(k);
-    exact_.resize(k);
-    exact_w_.resize(k);
-    dropped_w_.resize(k);
-    for (int t : rows_) {
-      const float* z = in.logits + size_t(t) * n;
-      int32_t* ids = out.ids + size_t(t) * k;
-      float* w = out.weights + size_t(t) * k;
+    const int32_t* ids = out.ids + size_t(t) * k;
+    const float* w = out.weights + size_t(t) * k;
+    const float* key = key_row(in, t);
+    if (sim == nullptr) {
       // Every exact expert in U is among the token's top-k by selection key within U (it
       // beats every non-exact expert), so this keeps them, in front, and fills the rest with
       // the best substitutes; the group limit, if any, puts exact experts back for
       // substitutes outside the token's groups.
-      const float* key = key_row(in, t);
       topk_among(key, u_.data(), int(u_.size()), k, chosen_.data());
       keep_group_limit(g, key, ids, k, chosen_.data());
-      if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
+      if (std::equal(chosen_.begin(), chosen_.end(), ids)) return false;
+      // Substitutes (in key order) inherit the dropped experts' weights (in exact order).
+      int d = 0;
+      for (int j = 0; j < k; ++j) {
+        const int32_t* at = std::find(ids, ids + k, chosen_[j]);
+        kept_[j] = at != ids + k;
+        if (kept_[j]) {
+          inh_[j] = w[at - ids];
+          continue;
+        }
+        while (d < k && std::find(chosen_.begin(), chosen_.end(), ids[d]) != chosen_.end()) ++d;
+        inh_[j] = d < k ? w[d++] : 0.f;
+      }
+      return true;
+    }
+    // With similarities: each dropped expert d (exact order) takes the free expert c of U
+    // with the largest q[c] + beta * sim[d][c], q the router probability over the top-k mass.
+    int c_n = 0;
+    for (int j = 0; j < k; ++j) {
+      if (!in_u_[ids[j]]) continue;
+      chosen_[c_n] = ids[j];
+      inh_[c_n] = w[j];
+      kept_[c_n++] = 1;
+      taken_[ids[j]] = 1;
+    }
+    if (c_n == k) {
+      for (int j = 0; j < k; ++j) taken_[ids[j]] = 0;
+      return false;
+    }
+    const RowGate& rg = gates_[t];
+    const float* z = in.logits + size_t(t) * n;
+    const float m = prob_mass(z, rg, g.func, ids, k);
+    const float inv = m > 0.f ? 1.f / m : 0.f;
+    for (int j = 0; j < k; ++j) {
+      const int32_t d = ids[j];
+      if (in_u_[d]) continue;
+      const float* srow = sim + size_t(d) * n;
+      int32_t best = -1;
+      float best_s = 0.f;
+      for (int32_t c : u_) {
+        if (taken_[c] || key[c] == -INFINITY) continue;  // -inf: outside the token's groups
+        const float sc = gate_prob(z[c], rg, g.func) * inv + beta_ * srow[c];
+        if (best < 0 || sc > best_s) {
+          best = c;
+          best_s = sc;
+        }
+      }
+      if (best < 0) best = d;  // no free expert of U: keep the exact one (costs an expert)
+      chosen_[c_n] = best;
+      inh_[c_n] = w[j];
+      kept_[c_n++] = best == d;
+      taken_[best] = 1;
+    }
+    for (int j = 0; j < k; ++j) taken_[chosen_[j]] = 0;
+    // Key order, carrying the inherited weights and flags along.
+    for (int i = 1; i < k; ++i) {
+      const int32_t e = chosen_[i];
+      const float we = inh_[i];
+      const uint8_t ke = kept_[i];
+      int j = i;
+      for (; j > 0 && logit_before(key, e, chosen_[j - 1]); --j) {
+        chosen_[j] = chosen_[j - 1];
+        inh_[j] = inh_[j - 1];
+        kept_[j] = kept_[j - 1];
+      }
+      chosen_[j] = e;
+      inh_[j] = we;
+      kept_[j] = ke;
+    }
+    return true;
+  }
+
+  void remap(const RoutingInput& in, RoutingOutput& out) {
+    const GatingConfig& g = *in.gating;
+    const int n = g.n_expert, k = g.n_expert_used;
+    chosen_.resize(k);
+    inh_.resize(k);
+    kept_.resize(k);
+    exact_.resize(k);
+    taken_.assign(n, 0);
+    const float* sim = sim_rows(in.layer, n);
+    for (int t : rows_) {
+      if (!choose(in, out, t, sim)) continue;
+      const float* z = in.logits + size_t(t) * n;
+      int32_t* ids = out.ids + size_t(t) * k;
+      float* w = out.weights + size_t(t) * k;
       const RowGate& rg = gates_[t];
-      std::copy(ids, ids + k, exact_.begin());
-      std::copy(w, w + k, exact_w_.begin());
       if (weights_ == Weights::kRenorm) {
         const float target = g.norm_topk ? 0.f : prob_mass(z, rg, g.func, ids, k);
         std::copy(chosen_.begin(), chosen_.end(), ids);
         set_weights(z, rg, g, ids, k, target, w);
         continue;
       }
-      auto exact_weight = [&](int32_t e) {
-        for (int j = 0; j < k; ++j) {
-          if (exact_[j] == e) return exact_w_[j];
-        }
-        return -1.f;  // a substitute
-      };
-      // The dropped experts' exact weights in exact (descending logit) order.
-      int n_drop = 0;
-      for (int j = 0; j < k; ++j) {
-        if (std::find(chosen_.begin(), chosen_.end(), exact_[j]) == chosen_.end()) {
-          dropped_w_[n_drop++] = exact_w_[j];
-        }
-      }
+      std::copy(ids, ids + k, exact_.begin());
       const float m_exact = prob_mass(z, rg, g.func, exact_.data(), k);
       const float scale_own = m_exact > 0.f ? g.weights_scale / m_exact : 0.f;
       float kept_sum = 0.f, exact_sum = 0.f;
-      for (int j = 0; j < k; ++j) exact_sum += exact_w_[j];
-      // chosen_ is in key order with the kept experts in front; active ones first, then
-      // inactive substitutes with weight 0 (modes drop and drop-renorm).
+      for (int j = 0; j < k; ++j) exact_sum += w[j];
+      // Active experts first, in key order; substitutes of the drop modes after them with
+      // weight 0 (inactive).
       const bool sub_active = weights_ == Weights::kInherit || weights_ == Weights::kOwn;
-      int a = 0, sub_rank = 0;
+      int a = 0;
       for (int pass = 0; pass < 2; ++pass) {
         for (int j = 0; j < k; ++j) {
-          const int32_t e = chosen_[j];
-          const float we = exact_weight(e);
-          const bool kept = we >= 0.f;
-          const bool active = kept || sub_active;
+          const bool active = kept_[j] || sub_active;
           if ((pass == 0) != active) continue;
+          const int32_t e = chosen_[j];
           ids[a] = e;
-          if (kept) {
-            w[a] = we;
-            kept_sum += we;
+          if (kept_[j]) {
+            w[a] = inh_[j];
+            kept_sum += inh_[j];
           } else if (weights_ == Weights::kInherit) {
-            w[a] = sub_rank < n_drop ? dropped_w_[sub_rank] : 0.f;
-            ++sub_rank;
+            w[a] = inh_[j];
           } else if (weights_ == Weights::kOwn) {
             w[a] = gate_prob(z[e], rg, g.func) * scale_own;
           } else {
@@ -259,8 +381,11 @@ class SubstPolicy final : public RoutingPolicy {
   Weights weights_;
   std::vector<int> rows_, n_best_;
   std::vector<uint8_t> in_u_;
-  std::vector<float> q_, best_, exact_w_, dropped_w_;
+  std::shared_ptr<const ExpertSimilarity> sim_;
+  float beta_;
+  std::vector<float> q_, best_, inh_;
   std::vector<int32_t> u_, chosen_, exact_;
+  std::vector<uint8_t> kept_, taken_;
   std::vector<RowGate> gates_;
 };
 
@@ -277,7 +402,15 @@ std::unique_ptr<RoutingPolicy> make_subst_policy(SpecOptions& o) {
       "value", 0, std::vector<std::string>(std::begin(kValueNames), std::end(kValueNames))));
   const auto weights = Weights(o.get_choice(
       "weights", 0, std::vector<std::string>(std::begin(kWeightNames), std::end(kWeightNames))));
-  return std::make_unique<SubstPolicy>(tau, std::move(lambda), piggyback, growth, value, weights);
+  const std::string path = o.get_string("sim", "");
+  bool beta_default = false;
+  const float beta = float(o.get_number("beta", 1, 0, 1e6, &beta_default));
+  if (path.empty() && !beta_default) {
+    throw Error("routing spec 'subst': option 'beta' needs a similarity file (sim=PATH)");
+  }
+  auto sim = path.empty() ? nullptr : read_similarity(path);
+  return std::make_unique<SubstPolicy>(tau, std::move(lambda), piggyback, growth, value, weights,
+                                       std::move(sim), beta);
 }
 
 }  // namespace lynx::routing

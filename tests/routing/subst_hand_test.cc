@@ -18,6 +18,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "helpers.h"
@@ -136,6 +139,62 @@ TEST(SubstHand, SpecRoundTripAndErrors) {
   EXPECT_THROW(make_routing_policy("subst:value=logit"), Error);
   EXPECT_THROW(make_routing_policy("subst:lambda=-1"), Error);
   EXPECT_THROW(make_routing_policy("subst:sigma=1"), Error);
+}
+
+// A similarity file for the 6 experts: only sim[e1][e4] = 1 (row = the dropped expert).
+std::string write_sim(const std::string& name, const std::string& body) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << body;
+  return path.string();
+}
+
+std::string sim_e1_e4() {
+  std::string body = "lynx-moe-expert-similarity 1\nlayers 1 experts 6\n";
+  for (int d = 0; d < 6; ++d) {
+    for (int c = 0; c < 6; ++c) body += (d == 1 && c == 4) ? "1 " : "0 ";
+    body += "\n";
+  }
+  return write_sim("lynx_subst_sim_test.txt", body);
+}
+
+// lambda = 0.8, U = {e0, e2, e4}. A dropped expert d takes the free expert c of U with the
+// largest q[c] + beta * sim[d][c] (q = p / M):
+//   t0 drops e1: e2 .12/.8 = .150, e4 .03/.8 = .0375 + beta
+//   t1 drops e1: e0 .05/.7 = .0714, e4 .03/.7 = .0429 + beta
+//   t2 drops e3 (no similar expert): e0 .0714, e2 .0429 -> e0
+// beta = 0.2: e4 wins for t0 (.2375) and t1 (.2429); beta = 0.1: only for t1 (.1429 > .0714;
+// t0's .1375 < .150). Weights inherited from the dropped expert.
+TEST(SubstHand, SimilarExpertSubstitutes) {
+  const std::string sim = sim_e1_e4();
+  test::Step s = run("subst:tau=0.5,lambda=0.8,weights=inherit,sim=" + sim + ",beta=0.2");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 2, 4, 4, 0}));
+  expect_w(s, 0, .6, .4);
+  expect_w(s, 1, .45 / .7, .25 / .7);
+  expect_w(s, 2, .40 / .7, .30 / .7);
+  test::Step weak = run("subst:tau=0.5,lambda=0.8,sim=" + sim + ",beta=0.1");
+  EXPECT_EQ(weak.ids, (std::vector<int32_t>{0, 2, 2, 4, 4, 0}));
+  expect_w(weak, 1, .45 / .48, .03 / .48);  // renorm over {e2, e4}
+  // beta = 0: the router's order, as without a file.
+  test::Step zero = run("subst:tau=0.5,lambda=0.8,sim=" + sim + ",beta=0");
+  EXPECT_EQ(zero.ids, (std::vector<int32_t>{0, 2, 2, 0, 4, 0}));
+  std::filesystem::remove(sim);
+}
+
+TEST(SubstHand, SimilarityFileErrors) {
+  EXPECT_THROW(make_routing_policy("subst:sim=/nonexistent/lynx_sim.txt"), Error);
+  EXPECT_THROW(make_routing_policy("subst:beta=0.5"), Error);  // beta without a file
+  const std::string bad = write_sim("lynx_subst_bad.txt", "not-a-sim 1\nlayers 1 experts 2\n");
+  EXPECT_THROW(make_routing_policy("subst:sim=" + bad), Error);
+  const std::string cut =
+      write_sim("lynx_subst_cut.txt", "lynx-moe-expert-similarity 1\nlayers 1 experts 2\n1 0 0\n");
+  EXPECT_THROW(make_routing_policy("subst:sim=" + cut), Error);
+  const std::string nan = write_sim(
+      "lynx_subst_nan.txt", "lynx-moe-expert-similarity 1\nlayers 1 experts 2\n1 0 nan 1\n");
+  EXPECT_THROW(make_routing_policy("subst:sim=" + nan), Error);
+  const std::string ok =
+      write_sim("lynx_subst_ok.txt", "lynx-moe-expert-similarity 1\nlayers 1 experts 2\n1 0 0 1\n");
+  EXPECT_EQ(make_routing_policy("subst:sim=" + ok)->spec(), "subst:sim=" + ok + ",beta=1");
+  for (const auto& p : {bad, cut, nan, ok}) std::filesystem::remove(p);
 }
 
 }  // namespace
