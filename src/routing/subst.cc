@@ -120,6 +120,14 @@ class SubstPolicy final : public RoutingPolicy {
     return opts.empty() ? "subst" : "subst:" + opts;
   }
 
+  void check(const GatingConfig& g) const override {
+    if (sim_ && sim_->n_expert != g.n_expert) {
+      throw Error("routing spec '" + spec() + "': the similarity file has " +
+                  std::to_string(sim_->n_expert) + " experts, the model " +
+                  std::to_string(g.n_expert));
+    }
+  }
+
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk_keep_gates(in, out, gates_);
     const GatingConfig& g = *in.gating;

@@ -194,6 +194,9 @@ TEST(SubstHand, SimilarityFileErrors) {
   const std::string ok =
       write_sim("lynx_subst_ok.txt", "lynx-moe-expert-similarity 1\nlayers 1 experts 2\n1 0 0 1\n");
   EXPECT_EQ(make_routing_policy("subst:sim=" + ok)->spec(), "subst:sim=" + ok + ",beta=1");
+  // Two experts in the file, six in the model.
+  EXPECT_THROW(make_routing_policy("subst:sim=" + ok, GatingConfig{6, 2}), Error);
+  EXPECT_NO_THROW(make_routing_policy("subst:sim=" + ok, GatingConfig{2, 1}));
   for (const auto& p : {bad, cut, nan, ok}) std::filesystem::remove(p);
 }
 
