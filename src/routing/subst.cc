@@ -16,7 +16,9 @@
 //        exact: the q of its exact top-k experts that are in U (a substitute is worth 0).
 //   3. remap: the token keeps its exact experts that are in U and fills its other slots with
 //      its best experts of U by selection key (the logit, for gatings without a bias or
-//      group limit): the substitutes; ids in that order, active ones first.
+//      group limit): the substitutes; ids in that order, active ones first. With sim=FILE
+//      (per-layer expert similarities, `lynx-moe expert-sim`), each dropped expert d takes
+//      instead the free expert c of U with the largest q[c] + beta * sim[d][c].
 //      Weights, by `weights`:
 //        renorm  (cover's): the gating over the k chosen, renormalized (gating.h);
 //        inherit: kept experts keep their exact weight, each substitute takes the exact
