@@ -19,7 +19,7 @@ for f in srcs[1:]:
     rows += [r for r in json.load(open(f))["rows"] if r["policy"] != "topk"]
 src = ", ".join(srcs)
 colors = {"lynx": "#1f77b4", "oea": "#2ca02c", "budget": "#ff7f0e", "ser": "#9467bd",
-          "static-k": "#8c564b", "cover": "#d62728"}
+          "static-k": "#8c564b", "cover": "#d62728", "subst": "#17becf"}
 
 
 def family(p):

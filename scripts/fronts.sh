@@ -5,7 +5,11 @@
 # validation documents (data/eval-valid) at B = 16 for a +0.5% perplexity budget, as it is and
 # with growth=0.75.
 #
-#   bash scripts/fronts.sh   # build/fronts/<model>{-sweep,-calib,-growth}.json, .md, .svg, -calib.txt
+# Then subst (docs/evaluation.md "subst"): value=exact with lambda fitted per layer on the
+# validation documents, and substitutes by expert similarity at cover's calibrated lambda.
+#
+#   bash scripts/fronts.sh   # build/fronts/<model>{-sweep,-calib,-growth,-subst}.json, .md, .svg,
+#                            # -calib.txt, -subst-calib.txt, -sim.txt
 # LYNX_FRONTS_MODELS="64x8" restricts the models, LYNX_FRONTS_TOKENS the tokens per document
 # (128), LYNX_EVAL_THREADS the threads (2). Steps whose output exists are skipped (delete
 # build/fronts to redo them).
@@ -45,8 +49,21 @@ for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
   [[ -s $out/$m-growth.json ]] ||
     $bin eval -m "$model" --data data/eval "${common[@]}" --batch 4,32 \
       --routing "topk;$(cat "$out/$m-calib.txt"),growth=0.75" >"$out/$m-growth.json"
+  # subst: the exact-mass gain (value=exact) calibrated like cover (its gains are larger than
+  # cover's, so its ladder is higher), and substitutes chosen by similarity of the experts'
+  # outputs on random inputs, at cover's calibrated lambda.
+  [[ -s $out/$m-sim.txt ]] || $bin expert-sim -m "$model" -o "$out/$m-sim.txt" >/dev/null
+  [[ -s $out/$m-subst-calib.txt ]] ||
+    $bin calibrate -m "$model" --data data/eval-valid --budget 0.5% --batch 16 -t "$t" \
+      --max-tokens "${LYNX_FRONTS_TOKENS:-128}" --policy subst --options value=exact \
+      --ladder 0.1/0.15/0.2/0.3/0.5 -o "$out/$m-subst-calib.txt" >"$out/$m-subst-calib.log"
+  cover_fit=$(cat "$out/$m-calib.txt")
+  [[ -s $out/$m-subst.json ]] ||
+    $bin eval -m "$model" --data data/eval "${common[@]}" \
+      --routing "topk;$(cat "$out/$m-subst-calib.txt");subst:${cover_fit#cover:},sim=$out/$m-sim.txt,beta=0.3" \
+      >"$out/$m-subst.json"
   /usr/bin/python3 scripts/fronts-plot.py "lynx-moe-$m" "$out/$m.svg" "$out/$m-sweep.json" \
-    "$out/$m-calib.json" "$out/$m-growth.json" >"$out/$m.md"
+    "$out/$m-calib.json" "$out/$m-growth.json" "$out/$m-subst.json" >"$out/$m.md"
   echo "== $m (cover calibrated on data/eval-valid: $(cat "$out/$m-calib.txt"))"
   cat "$out/$m.md"
 done

@@ -28,6 +28,8 @@ class SpecOptions {
   // the key is absent.
   std::vector<double> get_number_list(const std::string& key, double lo, double hi, size_t max_n);
   int get_int(const std::string& key, int def, int lo, int hi);
+  // Any non-empty text (a file path); `def` when the key is absent.
+  std::string get_string(const std::string& key, const std::string& def);
   // "1/0/true/false/on/off/yes/no"; a bare key ("protect-top1") means true.
   bool get_bool(const std::string& key, bool def);
   // One of `choices`; returns its index.
@@ -63,5 +65,6 @@ std::unique_ptr<RoutingPolicy> make_budget_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_ser_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_static_k_policy(SpecOptions& o);
 std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o);
+std::unique_ptr<RoutingPolicy> make_subst_policy(SpecOptions& o);
 
 }  // namespace lynx::routing

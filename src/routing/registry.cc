@@ -29,9 +29,10 @@ struct Registered {
 };
 // Order = the order --help lists them in: the baseline, the method, its peers, then ours.
 constexpr Registered kPolicies[] = {
-    {"topk", make_topk_policy},     {"lynx", make_lynx_policy}, {"oea", make_oea_policy},
-    {"budget", make_budget_policy}, {"ser", make_ser_policy},   {"static-k", make_static_k_policy},
-    {"cover", make_cover_policy},
+    {"topk", make_topk_policy},   {"lynx", make_lynx_policy},
+    {"oea", make_oea_policy},     {"budget", make_budget_policy},
+    {"ser", make_ser_policy},     {"static-k", make_static_k_policy},
+    {"cover", make_cover_policy}, {"subst", make_subst_policy},
 };
 
 }  // namespace
@@ -152,6 +153,16 @@ int SpecOptions::get_int(const std::string& key, int def, int lo, int hi) {
                 std::to_string(hi) + "]");
   }
   return v;
+}
+
+std::string SpecOptions::get_string(const std::string& key, const std::string& def) {
+  const Entry* e = take(key);
+  if (!e) return def;
+  if (!e->has_value) {
+    throw Error("routing spec '" + policy_ + "': option '" + key + "' needs a value (" + key +
+                "=...)");
+  }
+  return e->value;
 }
 
 bool SpecOptions::get_bool(const std::string& key, bool def) {

@@ -34,6 +34,10 @@ const std::vector<std::string> kSpecs = {
     "cover",
     "cover:tau=0,lambda=0.05",
     "cover:tau=0.7,lambda=2/0.3,piggyback-prefill=0",
+    "subst",
+    "subst:tau=0,lambda=0.1,weights=inherit",
+    "subst:lambda=0.3/0.05,weights=drop-renorm,growth=0.75",
+    "subst:tau=0.3,value=exact,piggyback-prefill=0",
 };
 
 bool reduces_k(const std::string& spec) {

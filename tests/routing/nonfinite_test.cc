@@ -33,7 +33,10 @@ const std::vector<std::string> kSpecs = {"topk",
                                          "ser:kmin=2,t=0",
                                          "static-k:k=1",
                                          "cover",
-                                         "cover:tau=0,lambda=0.05"};
+                                         "cover:tau=0,lambda=0.05",
+                                         "subst:tau=0,weights=inherit",
+                                         "subst:weights=drop",
+                                         "subst:value=exact,weights=own"};
 
 // Random logits with a share of NaN, +inf and -inf, plus whole rows of one kind.
 std::vector<float> hostile_logits(std::mt19937_64& rng, int T, int N) {

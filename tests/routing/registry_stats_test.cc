@@ -10,8 +10,9 @@ namespace lynx {
 namespace {
 
 TEST(Registry, NamesAndCanonicalSpecs) {
-  EXPECT_EQ(routing_policy_names(), (std::vector<std::string>{"topk", "lynx", "oea", "budget",
-                                                              "ser", "static-k", "cover"}));
+  EXPECT_EQ(routing_policy_names(),
+            (std::vector<std::string>{"topk", "lynx", "oea", "budget", "ser", "static-k", "cover",
+                                      "subst"}));
   const std::pair<const char*, const char*> cases[] = {
       {"topk", "topk"},
       {" lynx ", "lynx"},

@@ -15,11 +15,15 @@
 #include <sys/stat.h>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <random>
 
 #include "commands.h"
 #include "common.h"
+#include "kernels/kernels.h"
 #include "lynx/eval.h"
+#include "lynx/routing.h"
 
 namespace lynx::cli {
 namespace {
@@ -33,15 +37,48 @@ struct Ladder {
   bool per_k = false;          // values are for k = 8 and scale as 8 / k (below)
 };
 
-Ladder ladder_for(const std::string& policy, double tau) {
-  if (policy == "cover") {
+// `options` (cover, subst: more key=val options of the policy, kept fixed) and `values` (a
+// '/' list overriding the default levels, for k = 8) are the --options and --ladder flags.
+Ladder ladder_for(const std::string& policy, double tau, const std::string& options,
+                  const std::string& values) {
+  Ladder lad;
+  if (policy == "cover" || policy == "subst") {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "cover:tau=%g,lambda=", tau);
-    return {buf, {0, 0.03, 0.06, 0.1, 0.2, 0.4}, true};
+    std::snprintf(buf, sizeof buf, "%s:tau=%g,", policy.c_str(), tau);
+    lad = {buf + (options.empty() ? "" : options + ",") + "lambda=",
+           {0, 0.03, 0.06, 0.1, 0.2, 0.4},
+           true};
+  } else if (policy == "lynx") {
+    if (!options.empty()) throw UsageError("--options: only for cover and subst");
+    lad = {"lynx:alpha=3,window=", {0, 2, 1.33, 1, 0.67, 0.5}};
+  } else {
+    throw UsageError("--policy: '" + policy +
+                     "' has no per-layer ladder to calibrate (supported: cover, subst, lynx)");
   }
-  if (policy == "lynx") return {"lynx:alpha=3,window=", {0, 2, 1.33, 1, 0.67, 0.5}};
-  throw UsageError("--policy: '" + policy +
-                   "' has no per-layer ladder to calibrate (supported: cover, lynx)");
+  if (!values.empty()) {
+    lad.values = {0};
+    size_t pos = 0;
+    while (pos <= values.size()) {
+      size_t slash = values.find('/', pos);
+      if (slash == std::string::npos) slash = values.size();
+      const std::string item = values.substr(pos, slash - pos);
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v) || v <= 0) {
+        throw UsageError("--ladder: '" + item + "' is not a positive number");
+      }
+      if (lad.values.size() == 17) throw UsageError("--ladder: at most 16 levels");
+      lad.values.push_back(v);
+      pos = slash + 1;
+    }
+  }
+  // Probe the spec once so that a bad --options fails before the model loads.
+  try {
+    make_routing_policy(lad.prefix + "0.1");
+  } catch (const Error& e) {
+    throw UsageError(std::string("--options: ") + e.what());
+  }
+  return lad;
 }
 
 std::string spec_of(const Ladder& lad, const std::vector<int>& level) {
@@ -112,11 +149,134 @@ std::vector<int> fit(const std::vector<std::vector<Measure>>& probe, double budg
   }
 }
 
+// `lynx-moe expert-sim`: per MoE layer, how alike the experts are (docs/routing.md, "subst"),
+// written for subst's sim= option. --probe output: the cosine similarity of two experts'
+// outputs over P random inputs x = g * ffn_norm, g ~ N(0, 1) per element (the scale the FFN
+// sees after its RMS norm); --probe router: the cosine of their router rows.
+std::vector<float> dequant_matrix(const Weight& w, int64_t mat) {
+  std::vector<float> out(size_t(w.rows * w.cols));
+  std::vector<uint8_t> row(w.row_bytes);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    kernels::read_row(w.type, w.layout, w.mat(mat), w.cols, r, row.data());
+    kernels::dequantize_row(w.type, row.data(), out.data() + r * w.cols, w.cols);
+  }
+  return out;
+}
+
+// Cosine similarities of the rows of a [n x d] matrix.
+std::vector<float> row_cosines(const std::vector<float>& m, int n, size_t d) {
+  std::vector<double> norm(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    double s = 0;
+    for (size_t j = 0; j < d; ++j) s += double(m[i * d + j]) * m[i * d + j];
+    norm[size_t(i)] = std::sqrt(s);
+  }
+  std::vector<float> sim(size_t(n) * n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      double s = 0;
+      for (size_t j = 0; j < d; ++j) s += double(m[a * d + j]) * m[b * d + j];
+      const double den = norm[size_t(a)] * norm[size_t(b)];
+      sim[size_t(a) * n + b] = den > 0 ? float(s / den) : 0.f;
+    }
+  }
+  return sim;
+}
+
+std::vector<float> output_similarity(const Model& model, int il, int n_probe, uint64_t seed) {
+  const LayerWeights& L = model.layer(il);
+  const ModelConfig& c = model.config();
+  const int n = c.n_expert, d = c.n_embd, f = int(L.gate_exps.rows);
+  std::mt19937_64 rng(seed + uint64_t(il));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(n_probe) * d);
+  for (int p = 0; p < n_probe; ++p) {
+    for (int j = 0; j < d; ++j) x[size_t(p) * d + j] = nd(rng) * (L.ffn_norm ? L.ffn_norm[j] : 1.f);
+  }
+  std::vector<float> y(size_t(n) * n_probe * d), h(static_cast<size_t>(f));
+  for (int e = 0; e < n; ++e) {
+    const auto gate = dequant_matrix(L.gate_exps, e), up = dequant_matrix(L.up_exps, e),
+               down = dequant_matrix(L.down_exps, e);
+    for (int p = 0; p < n_probe; ++p) {
+      const float* xp = x.data() + size_t(p) * d;
+      for (int i = 0; i < f; ++i) {
+        const float a = kernels::dot(gate.data() + size_t(i) * d, xp, d);
+        const float b = kernels::dot(up.data() + size_t(i) * d, xp, d);
+        h[size_t(i)] = a / (1.f + std::exp(-a)) * b;
+      }
+      float* yp = y.data() + (size_t(e) * n_probe + p) * d;
+      for (int j = 0; j < d; ++j) yp[j] = kernels::dot(down.data() + size_t(j) * f, h.data(), f);
+    }
+  }
+  return row_cosines(y, n, size_t(n_probe) * d);
+}
+
+void register_expert_sim(CLI::App& app) {
+  struct Args {
+    std::string model, output, probe = "output";
+    int probes = 64;
+    uint64_t seed = 1;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "expert-sim", "Write each MoE layer's expert similarity matrix for subst's sim= option");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-o,--output", a->output, "Similarity file to write")->required();
+  cmd->add_option("--probe", a->probe, "output (experts' outputs on random inputs) or router");
+  cmd->add_option("--probes", a->probes, "Random inputs for --probe output")
+      ->check(int_in(1, 4096));
+  cmd->add_option("--seed", a->seed, "Seed of the random inputs");
+  cmd->callback([a] {
+    if (a->probe != "output" && a->probe != "router") {
+      throw UsageError("--probe must be output or router");
+    }
+    auto model = load_model(a->model, false, false);
+    const ModelConfig& c = model->config();
+    if (!c.is_moe()) throw UsageError("-m: '" + a->model + "' has no MoE layers");
+    if (a->probe == "output" && c.expert_act != ExpertAct::kSwiglu) {
+      throw UsageError("--probe output: only SwiGLU experts (use --probe router)");
+    }
+    int n_moe = 0;
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (model->layer(l).gate_exps.present()) n_moe = l + 1;
+    }
+    std::ofstream f(a->output);
+    f << "lynx-moe-expert-similarity 1\nlayers " << n_moe << " experts " << c.n_expert << "\n";
+    for (int l = 0; l < n_moe; ++l) {
+      std::vector<float> sim;
+      if (!model->layer(l).gate_exps.present()) {
+        sim.assign(size_t(c.n_expert) * c.n_expert, 0.f);  // a dense layer: never read
+      } else if (a->probe == "router") {
+        sim = row_cosines(dequant_matrix(model->layer(l).router, 0), c.n_expert,
+                          size_t(model->layer(l).router.cols));
+      } else {
+        sim = output_similarity(*model, l, a->probes, a->seed);
+      }
+      double off = 0, mx = -1;
+      for (int i = 0; i < c.n_expert; ++i) {
+        for (int j = 0; j < c.n_expert; ++j) {
+          f << sim[size_t(i) * c.n_expert + j] << (j + 1 < c.n_expert ? ' ' : '\n');
+          if (i != j) {
+            off += sim[size_t(i) * c.n_expert + j];
+            mx = std::max(mx, double(sim[size_t(i) * c.n_expert + j]));
+          }
+        }
+      }
+      std::printf("layer %d: mean off-diagonal similarity %.3f, max %.3f\n", l,
+                  off / (double(c.n_expert) * (c.n_expert - 1)), mx);
+    }
+    f.close();
+    if (!f) throw Error("cannot write '" + a->output + "'");
+    std::printf("wrote %s\n", a->output.c_str());
+  });
+}
+
 }  // namespace
 
 void register_calibrate(CLI::App& app) {
+  register_expert_sim(app);
   struct Args {
-    std::string model, data, budget, policy = "cover", metric = "ppl", output;
+    std::string model, data, budget, policy = "cover", metric = "ppl", output, options, ladder;
     int batch = 16;
     double tau = 0.5;
     EvalOptions opts;
@@ -132,8 +292,13 @@ void register_calibrate(CLI::App& app) {
                   "with --metric kl")
       ->required();
   cmd->add_option("--policy", a->policy,
-                  "Policy to calibrate: cover (lambda per layer) or lynx "
+                  "Policy to calibrate: cover or subst (lambda per layer) or lynx "
                   "(window per layer, alpha 3)");
+  cmd->add_option("--options", a->options,
+                  "cover/subst: further options kept fixed, e.g. weights=inherit,growth=0.75");
+  cmd->add_option("--ladder", a->ladder,
+                  "Strength levels to probe per layer, '/'-separated (for k = 8; cover/subst "
+                  "scale them by 8/k)");
   cmd->add_option("--tau", a->tau, "cover: confidence mass tau, kept fixed")
       ->check(number_in(0, 1));
   cmd->add_option("--metric", a->metric, "ppl or kl");
@@ -151,7 +316,7 @@ void register_calibrate(CLI::App& app) {
     const bool kl = a->metric == "kl";
     const double budget_frac = parse_budget(a->budget, kl);
     const double budget = kl ? budget_frac : std::log1p(budget_frac);
-    const Ladder lad0 = ladder_for(a->policy, a->tau);
+    const Ladder lad0 = ladder_for(a->policy, a->tau, a->options, a->ladder);
     struct stat st {};
     if (stat(a->output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
       throw UsageError("-o: '" + a->output + "' is not a regular file");
@@ -198,7 +363,7 @@ void register_calibrate(CLI::App& app) {
     std::printf("Per-layer probes (one layer at the level, the others exact):\n\n");
     std::printf(
         "| layer | %s | PPL change | KL | experts saved/layer |\n|---:|---:|---:|---:|---:|\n",
-        a->policy == "cover" ? "lambda" : "window");
+        a->policy == "lynx" ? "window" : "lambda");
     for (size_t l = 0; l < L; ++l) {
       for (size_t j = 1; j < J; ++j) {
         probe[l][j] = measure(rows[1 + l * (J - 1) + (j - 1)], base, kl);
