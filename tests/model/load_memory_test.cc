@@ -66,15 +66,16 @@ class PageMap {
 };
 
 // A one-layer Qwen3-MoE-like model whose matrices are all `type` (256 columns everywhere, so
-// the 256-element super-blocks of the K-quants and IQ4_XS fit every matrix; 16 experts of
-// 256, a vocabulary of 1024 so token_embd and output span many pages in every type).
+// the 256-element super-blocks of the K-quants and IQ4_XS fit every matrix; 8 experts of
+// 256, a vocabulary of 512 so token_embd and output span several pages in every type). Small,
+// as it is written and loaded 16 times on machines that may be busy.
 std::string write_model(TensorType type) {
   SynthShape s = synth_shape("tiny-moe");
   s.arch = "qwen3moe";
   s.n_layer = 1;
-  s.n_vocab = 1024;
-  s.n_expert = 16;
-  s.n_expert_used = 4;
+  s.n_vocab = 512;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
   s.n_ff_exp = 256;
   SynthOptions o;
   o.shape = s;
