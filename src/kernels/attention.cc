@@ -117,7 +117,9 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   const DF df;
   const int G = a.n_head, hd = a.hd;
   const int64_t R = int64_t(a.n_tok) * G;
-  const int64_t rp = (R + kN - 1) / kN * kN;
+  // Rows padded to whole vectors and to the 4-row blocks of PvBlock.
+  constexpr int64_t kStep = kN > 4 ? kN : 4;
+  const int64_t rp = (R + kStep - 1) / kStep * kStep;
   const int64_t hdp = (hd + kN - 1) / kN * kN;
   const size_t need = size_t(hd * rp + kKeys * rp + kKeys * hdp + rp * hdp + 5 * rp);
   if (scratch.size() < need) scratch.resize(need);
