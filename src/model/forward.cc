@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
 #include "model/finite.h"
@@ -96,6 +97,40 @@ void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::ve
   }
 }
 
+// The step's tokens grouped by sequence into attention tiles (B.attn_tok / attn_pos hold the
+// batch rows and positions, sequence by sequence in batch order): a sequence with one token
+// is one unblocked tile; one with several is cut into tiles of attention_tile_tokens, the
+// latest (longest key range) first so the pool's chunks end on short ones.
+void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers& B) {
+  const int T = int(batch.size());
+  B.attn_tok.clear();
+  B.attn_pos.clear();
+  B.attn_tiles.clear();
+  B.attn_order.resize(size_t(T));
+  for (int t = 0; t < T; ++t) B.attn_order[size_t(t)] = t;
+  std::stable_sort(B.attn_order.begin(), B.attn_order.end(), [&](int32_t x, int32_t y) {
+    return batch[size_t(x)].seq < batch[size_t(y)].seq;
+  });
+  for (int32_t t : B.attn_order) {
+    B.attn_tok.push_back(t);
+    B.attn_pos.push_back(batch[size_t(t)].pos);
+  }
+  const int tile = kernels::attention_tile_tokens(group);
+  for (int b = 0; b < T;) {
+    int e = b;
+    while (e < T &&
+           batch[size_t(B.attn_tok[size_t(e)])].seq == batch[size_t(B.attn_tok[size_t(b)])].seq) {
+      ++e;
+    }
+    if (e - b == 1) {
+      B.attn_tiles.push_back({b, e, false});
+    } else {
+      for (int x = e; x > b; x -= tile) B.attn_tiles.push_back({std::max(b, x - tile), x, true});
+    }
+    b = e;
+  }
+}
+
 // Self-attention block of layer il: B.x += Wo · attn(norm(B.x)); the batch's K/V go into
 // the cache at their positions.
 void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
@@ -143,32 +178,63 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = c.n_head / c.n_head_kv;
-  cp.pool.parallel_for(int64_t(T) * c.n_head, [&](int64_t b, int64_t e, int tid) {
+  // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
+  // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
+  // per-head dot/axpy loop, which reads each K/V row once per head but needs no transpose.
+  group_by_sequence(batch, group, B);
+  const int64_t n_tiles = int64_t(B.attn_tiles.size());
+  cp.pool.parallel_for(n_tiles * c.n_head_kv, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
-    ensure(sc, size_t(kv.n_ctx));
     for (int64_t job = b; job < e; ++job) {
-      const int t = int(job / c.n_head), h = int(job % c.n_head), kvh = h / group;
-      const BatchToken& bt = batch[size_t(t)];
-      const SequenceLayer& sl = kv.layer(bt.seq, il);
-      const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
-      // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
-      const Sequence& seq = kv.sequence(bt.seq);
-      const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
+      const AttnTile& tile = B.attn_tiles[size_t(job / c.n_head_kv)];
+      const int kvh = int(job % c.n_head_kv);
+      const int32_t seq_id = batch[size_t(B.attn_tok[size_t(tile.begin)])].seq;
+      const SequenceLayer& sl = kv.layer(seq_id, il);
+      const Sequence& seq = kv.sequence(seq_id);
       const size_t head = size_t(kvh) * hd;
-      for (int j = 0; j < n; ++j) {
-        const size_t row = cache_row(seq, window, j0 + j);
-        sc[size_t(j)] = kernels::dot(q, &sl.k[row * KV + head], hd) * scale;
+      if (tile.blocked) {
+        kernels::AttentionGroup a;
+        a.q = &B.q[size_t(kvh) * group * hd];
+        a.q_stride = Q;
+        a.out = &B.attn[size_t(kvh) * group * hd];
+        a.out_stride = Q;
+        a.tok = &B.attn_tok[size_t(tile.begin)];
+        a.pos = &B.attn_pos[size_t(tile.begin)];
+        a.n_tok = tile.end - tile.begin;
+        a.n_head = group;
+        a.hd = hd;
+        a.k = &sl.k[head];
+        a.v = &sl.v[head];
+        a.kv_stride = KV;
+        a.ring = window > 0 ? seq.ring : 0;
+        a.window = window;
+        a.scale = scale;
+        a.sinks = L.attn_sinks ? L.attn_sinks + size_t(kvh) * group : nullptr;
+        kernels::attention_group(a, sc);
+        continue;
       }
-      if (L.attn_sinks) {
-        softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
-      } else {
-        kernels::softmax_inplace(sc.data(), n);
-      }
-      float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
-      std::fill(out, out + hd, 0.f);
-      for (int j = 0; j < n; ++j) {
-        const size_t row = cache_row(seq, window, j0 + j);
-        kernels::axpy(sc[size_t(j)], &sl.v[row * KV + head], out, hd);
+      ensure(sc, size_t(kv.n_ctx));
+      const int t = B.attn_tok[size_t(tile.begin)];
+      const BatchToken& bt = batch[size_t(t)];
+      // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
+      const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
+        for (int j = 0; j < n; ++j) {
+          const size_t row = cache_row(seq, window, j0 + j);
+          sc[size_t(j)] = kernels::dot(q, &sl.k[row * KV + head], hd) * scale;
+        }
+        if (L.attn_sinks) {
+          softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
+        } else {
+          kernels::softmax_inplace(sc.data(), n);
+        }
+        float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
+        std::fill(out, out + hd, 0.f);
+        for (int j = 0; j < n; ++j) {
+          const size_t row = cache_row(seq, window, j0 + j);
+          kernels::axpy(sc[size_t(j)], &sl.v[row * KV + head], out, hd);
+        }
       }
     }
   });

@@ -49,6 +49,13 @@ struct KvCache {
   const Sequence& sequence(int32_t seq) const { return seqs[size_t(seq)]; }
 };
 
+// A run of attn_tok entries [begin, end) of one sequence that attention processes together:
+// blocked (several tokens, kernels/attention.h) or one decode token.
+struct AttnTile {
+  int begin = 0, end = 0;
+  bool blocked = false;
+};
+
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
 // steady state).
 struct StepBuffers {
@@ -69,6 +76,9 @@ struct StepBuffers {
   std::vector<float> out_in;               // normed rows needing logits
   std::vector<int32_t> out_rows;           // token index of each logits row
   std::vector<std::vector<float>> scores;  // attention scores, one per pool worker
+  // The step's tokens grouped by sequence for attention: batch rows, positions, tiles.
+  std::vector<int32_t> attn_tok, attn_pos, attn_order;
+  std::vector<AttnTile> attn_tiles;
   // Activations quantized for the integer path (types with an integer kernel, exact_activations
   // off): a block's input (xq_in: normed x; xq_mid: attention output or FFN hidden).
   kernels::QuantizedActs xq_in, xq_mid;

@@ -1,0 +1,303 @@
+// Blocked GQA attention (attention.h). Layout of one call, R = n_tok * n_head rows (row
+// r = i * n_head + g: token i, head g), padded to Rp, a multiple of the vector width:
+//   qt [hd x Rp]   the queries transposed, so a score vector holds one key's scores for
+//                  kN rows and no horizontal sum is needed;
+//   s  [kKeys x Rp] one key tile's scores, then their exp (the P of flash attention);
+//   vt [kKeys x hdp] the tile's value rows, zero-padded to hdp (a multiple of the width);
+//   o  [Rp x hdp]  the unnormalized outputs; m, l, corr, lo, hi [Rp]: running max, running
+//                  sum, this tile's rescale factor, and each row's visible key positions.
+// Keys are read straight from the cache rows (broadcast scalars), values through vt.
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "lynx/error.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cc"
+// Order matters: foreach_target.h re-includes this file once per target.
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lynx::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
+// Keys per tile: the tile's scores and values stay in L1 next to the queries' vectors.
+constexpr int kKeys = 32;
+
+// Scores of NK keys (rows krow) for NR vectors of query rows starting at column c of qt:
+// s[key * rp + c ...] = (q . k) * scale, -inf where the key's position is outside the row's
+// [lo, hi].
+template <int NK, int NR>
+HWY_INLINE void ScoreBlock(const float* const* krow, const float* pk, const float* qt, int64_t rp,
+                           int hd, int64_t c, float scale, const float* lo, const float* hi,
+                           float* s) {
+  const DF df;
+  VF acc[NK][NR];
+  for (int a = 0; a < NK; ++a)
+    for (int b = 0; b < NR; ++b) acc[a][b] = hn::Zero(df);
+  for (int d = 0; d < hd; ++d) {
+    VF qv[NR];
+    for (int b = 0; b < NR; ++b) qv[b] = hn::LoadU(df, qt + d * rp + c + b * kN);
+    for (int a = 0; a < NK; ++a) {
+      const VF kb = hn::Set(df, krow[a][d]);
+      for (int b = 0; b < NR; ++b) acc[a][b] = hn::MulAdd(kb, qv[b], acc[a][b]);
+    }
+  }
+  const VF vs = hn::Set(df, scale), ninf = hn::Set(df, -INFINITY);
+  for (int a = 0; a < NK; ++a) {
+    const VF p = hn::Set(df, pk[a]);
+    for (int b = 0; b < NR; ++b) {
+      const int64_t col = c + b * kN;
+      const auto vis =
+          hn::And(hn::Le(hn::LoadU(df, lo + col), p), hn::Le(p, hn::LoadU(df, hi + col)));
+      hn::StoreU(hn::IfThenElse(vis, hn::Mul(acc[a][b], vs), ninf), df, s + a * rp + col);
+    }
+  }
+}
+
+template <int NK>
+HWY_INLINE void ScoreKeys(const float* const* krow, const float* pk, const float* qt, int64_t rp,
+                          int hd, float scale, const float* lo, const float* hi, float* s) {
+  const int64_t nv = rp / kN;
+  int64_t b = 0;
+  for (; b + 4 <= nv; b += 4) ScoreBlock<NK, 4>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
+  switch (nv - b) {
+    case 3:
+      ScoreBlock<NK, 3>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
+      break;
+    case 2:
+      ScoreBlock<NK, 2>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
+      break;
+    case 1:
+      ScoreBlock<NK, 1>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
+      break;
+    default:
+      break;
+  }
+}
+
+// o[r0..r0+4) columns [d0, d0 + NC kN) = o * corr + sum_j p[j][r] vt[j].
+template <int NC>
+HWY_INLINE void PvBlock(const float* p, int64_t rp, const float* vt, int64_t hdp, int nk,
+                        const float* corr, int64_t r0, int64_t d0, float* o) {
+  const DF df;
+  VF acc[4][NC];
+  for (int i = 0; i < 4; ++i) {
+    const VF cr = hn::Set(df, corr[r0 + i]);
+    for (int c = 0; c < NC; ++c) {
+      acc[i][c] = hn::Mul(hn::LoadU(df, o + (r0 + i) * hdp + d0 + c * kN), cr);
+    }
+  }
+  for (int j = 0; j < nk; ++j) {
+    VF vv[NC];
+    for (int c = 0; c < NC; ++c) vv[c] = hn::LoadU(df, vt + j * hdp + d0 + c * kN);
+    for (int i = 0; i < 4; ++i) {
+      const VF pj = hn::Set(df, p[j * rp + r0 + i]);
+      for (int c = 0; c < NC; ++c) acc[i][c] = hn::MulAdd(pj, vv[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    for (int c = 0; c < NC; ++c) hn::StoreU(acc[i][c], df, o + (r0 + i) * hdp + d0 + c * kN);
+  }
+}
+
+void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
+  const DF df;
+  const int G = a.n_head, hd = a.hd;
+  const int64_t R = int64_t(a.n_tok) * G;
+  // Rows padded to whole vectors and to the 4-row blocks of PvBlock.
+  constexpr int64_t kStep = kN > 4 ? kN : 4;
+  const int64_t rp = (R + kStep - 1) / kStep * kStep;
+  const int64_t hdp = (hd + kN - 1) / kN * kN;
+  const size_t need = size_t(hd * rp + kKeys * rp + kKeys * hdp + rp * hdp + 5 * rp);
+  if (scratch.size() < need) scratch.resize(need);
+  float* qt = scratch.data();
+  float* s = qt + hd * rp;
+  float* vt = s + kKeys * rp;
+  float* o = vt + kKeys * hdp;
+  float* m = o + rp * hdp;
+  float* l = m + rp;
+  float* corr = l + rp;
+  float* lo = corr + rp;
+  float* hi = lo + rp;
+
+  int32_t kmin = INT32_MAX, kmax = -1;
+  for (int64_t r = 0; r < rp; ++r) {
+    if (r < R) {
+      const int i = int(r / G), g = int(r % G);
+      const float* q = a.q + int64_t(a.tok[i]) * a.q_stride + int64_t(g) * hd;
+      for (int d = 0; d < hd; ++d) qt[d * rp + r] = q[d];
+      const int32_t p = a.pos[i];
+      const int32_t first = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+      lo[r] = float(first);
+      hi[r] = float(p);
+      kmin = std::min(kmin, first);
+      kmax = std::max(kmax, p);
+      // Online softmax state; a sink starts the sum at exp(sink - sink) = 1.
+      m[r] = a.sinks ? a.sinks[g] : -INFINITY;
+      l[r] = a.sinks ? 1.f : 0.f;
+    } else {  // padding rows see no key
+      for (int d = 0; d < hd; ++d) qt[d * rp + r] = 0.f;
+      lo[r] = 1.f;
+      hi[r] = 0.f;
+      m[r] = -INFINITY;
+      l[r] = 0.f;
+    }
+  }
+  std::fill(o, o + rp * hdp, 0.f);
+
+  const float* krow[kKeys];
+  float pk[kKeys];
+  const VF ninf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
+  for (int32_t kb = kmin; kb <= kmax; kb += kKeys) {
+    const int nk = int(std::min<int64_t>(kKeys, int64_t(kmax) + 1 - kb));
+    for (int j = 0; j < nk; ++j) {
+      const int32_t p = kb + j;
+      const int64_t row = a.ring > 0 ? p % a.ring : p;
+      krow[j] = a.k + row * a.kv_stride;
+      pk[j] = float(p);
+      const float* vr = a.v + row * a.kv_stride;
+      std::memcpy(vt + j * hdp, vr, sizeof(float) * size_t(hd));
+      std::fill(vt + j * hdp + hd, vt + (j + 1) * hdp, 0.f);
+    }
+    int j = 0;
+    for (; j + 4 <= nk; j += 4)
+      ScoreKeys<4>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
+    switch (nk - j) {
+      case 3:
+        ScoreKeys<3>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
+        break;
+      case 2:
+        ScoreKeys<2>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
+        break;
+      case 1:
+        ScoreKeys<1>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
+        break;
+      default:
+        break;
+    }
+    // Online softmax, kN rows at a time: the new max, the old sums rescaled by
+    // exp(m_old - m_new), the tile's scores replaced by exp(s - m_new). A row that has seen
+    // only masked keys keeps max -inf; exp is then taken against 0, so its terms stay 0.
+    for (int64_t c = 0; c < rp; c += kN) {
+      const VF mo = hn::LoadU(df, m + c);
+      VF mx = mo;
+      for (int jj = 0; jj < nk; ++jj) mx = hn::Max(mx, hn::LoadU(df, s + jj * rp + c));
+      const VF ms = hn::IfThenElse(hn::Eq(mx, ninf), zero, mx);
+      const VF cr = hn::Exp(df, hn::Sub(mo, ms));
+      VF sum = zero;
+      for (int jj = 0; jj < nk; ++jj) {
+        const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + jj * rp + c), ms));
+        hn::StoreU(e, df, s + jj * rp + c);
+        sum = hn::Add(sum, e);
+      }
+      hn::StoreU(mx, df, m + c);
+      hn::StoreU(hn::MulAdd(hn::LoadU(df, l + c), cr, sum), df, l + c);
+      hn::StoreU(cr, df, corr + c);
+    }
+    const int64_t nv = hdp / kN;
+    for (int64_t r0 = 0; r0 < rp; r0 += 4) {
+      int64_t c = 0;
+      for (; c + 4 <= nv; c += 4) PvBlock<4>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+      switch (nv - c) {
+        case 3:
+          PvBlock<3>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+          break;
+        case 2:
+          PvBlock<2>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+          break;
+        case 1:
+          PvBlock<1>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const int i = int(r / G), g = int(r % G);
+    float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * hd;
+    const float inv = 1.f / l[r];
+    for (int d = 0; d < hd; ++d) out[d] = o[r * hdp + d] * inv;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lynx::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lynx::kernels {
+
+HWY_EXPORT(AttentionGroupT);
+
+namespace {
+constexpr int kRowsPerTile = 64;
+}  // namespace
+
+int attention_tile_tokens(int n_head) {
+  return std::max(1, kRowsPerTile / std::max(1, n_head));
+}
+
+void attention_group(const AttentionGroup& a, std::vector<float>& scratch) {
+  if (a.n_tok <= 0) return;
+  for (int i = 0; i < a.n_tok; ++i) {
+    if (a.pos[i] < 0 || a.pos[i] >= (1 << 24)) {
+      throw Error("attention_group: position " + std::to_string(a.pos[i]) + " outside [0, 2^24)");
+    }
+  }
+  HWY_DYNAMIC_DISPATCH(AttentionGroupT)(a, scratch);
+}
+
+namespace ref {
+
+void attention_group(const AttentionGroup& a) {
+  std::vector<float> sc;
+  for (int i = 0; i < a.n_tok; ++i) {
+    const int32_t p = a.pos[i];
+    const int32_t j0 = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+    const int n = p + 1 - j0;
+    sc.assign(size_t(n), 0.f);
+    for (int g = 0; g < a.n_head; ++g) {
+      const float* q = a.q + int64_t(a.tok[i]) * a.q_stride + int64_t(g) * a.hd;
+      auto row = [&](int j) { return a.ring > 0 ? (j0 + j) % a.ring : j0 + j; };
+      for (int j = 0; j < n; ++j) {
+        const float* k = a.k + int64_t(row(j)) * a.kv_stride;
+        double d = 0;
+        for (int e = 0; e < a.hd; ++e) d += double(q[e]) * k[e];
+        sc[size_t(j)] = float(d) * a.scale;
+      }
+      float mx = a.sinks ? a.sinks[g] : -INFINITY;
+      for (int j = 0; j < n; ++j) mx = std::max(mx, sc[size_t(j)]);
+      double sum = a.sinks ? std::exp(double(a.sinks[g]) - mx) : 0.0;
+      for (int j = 0; j < n; ++j) {
+        sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
+        sum += sc[size_t(j)];
+      }
+      float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * a.hd;
+      for (int e = 0; e < a.hd; ++e) {
+        double acc = 0;
+        for (int j = 0; j < n; ++j) {
+          acc += double(sc[size_t(j)]) * a.v[int64_t(row(j)) * a.kv_stride + e];
+        }
+        out[e] = float(acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace lynx::kernels
+#endif  // HWY_ONCE
