@@ -126,7 +126,8 @@ int run(int argc, char** argv) {
   app.add_option("--threads", o.threads, "thread counts");
   app.add_option("--paths", o.paths,
                  "float (exact activations), int (types with an integer kernel), bf16 (BF16/F16 on "
-                 "AMX, the --bf16-acts mode)");
+                 "AMX or AVX512_BF16, the --bf16-acts mode; LYNX_BF16_KERNEL=amx|avx512bf16 "
+                 "picks the kernel)");
   app.add_option("--shapes", o.shapes, "matrix shapes ROWSxCOLS (cols a multiple of 32)");
   app.add_option("--rows", o.rows, "rows per expert matrix (with --cols: replaces --shapes)")
       ->check(CLI::PositiveNumber);

@@ -1,4 +1,5 @@
-// The BF16 fast mode (matmul_bf16.h) on AMX tiles.
+// The BF16 fast mode (matmul_bf16.h): the kernel dispatch, the activation rounding, the scalar
+// twin and the AMX kernel (the VDPBF16PS kernel is matmul_bf16_avx512.cc).
 //
 // Not compiled through Highway: Highway 1.0.3 (Debian 12) has no target with AVX512_BF16 or
 // AMX, so the functions below carry their own target attributes and run only after a CPUID
@@ -16,8 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "kernels/thread_pool.h"
 #include "lynx/error.h"
@@ -145,15 +148,7 @@ LYNX_TARGET_AMX void configure(int m0, int m1) {
   _tile_loadconfig(&cfg);
 }
 
-struct AmxJob {
-  bool f16;
-  const uint8_t* w;
-  int64_t cols, r0, r1;
-  const Bf16Acts* x;
-  int t0, n_tok;
-  float* y;
-  int64_t ldy;
-};
+using AmxJob = detail::Bf16RowsJob;
 
 // Stores C tile rows (m tokens of 16 outputs, rows b0..b0+15 of W) for the rows in [r0, r1).
 void store_c(const AmxJob& j, const float* c, int m, int tok, int64_t b0) {
@@ -227,12 +222,21 @@ LYNX_TARGET_AMX void amx_rows(const AmxJob& j) {
 }
 #endif  // LYNX_BF16_X86
 
-bool has_bf16_kernel() {
-#if LYNX_BF16_X86
-  return cpu().amx;
-#else
-  return false;
-#endif
+Bf16Kernel pick_kernel() {
+  const char* env = std::getenv("LYNX_BF16_KERNEL");
+  if (env == nullptr || *env == '\0') {
+    if (bf16_kernel_available(Bf16Kernel::kAmx)) return Bf16Kernel::kAmx;
+    if (bf16_kernel_available(Bf16Kernel::kAvx512Bf16)) return Bf16Kernel::kAvx512Bf16;
+    return Bf16Kernel::kNone;
+  }
+  for (Bf16Kernel k : {Bf16Kernel::kNone, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx}) {
+    if (std::string_view(env) != bf16_kernel_name(k)) continue;
+    if (!bf16_kernel_available(k)) {
+      throw Error(std::string("LYNX_BF16_KERNEL=") + env + ": this CPU cannot run that kernel");
+    }
+    return k;
+  }
+  throw Error(std::string("LYNX_BF16_KERNEL=") + env + ": not a kernel (amx, avx512bf16, none)");
 }
 
 bool is_half(TensorType t) {
@@ -268,43 +272,82 @@ void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16A
   }
 }
 
+const char* bf16_kernel_name(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kAmx:
+      return "amx";
+    case Bf16Kernel::kAvx512Bf16:
+      return "avx512bf16";
+    case Bf16Kernel::kNone:
+      break;
+  }
+  return "none";
+}
+
+bool bf16_kernel_available(Bf16Kernel k) {
+#if LYNX_BF16_X86
+  if (k == Bf16Kernel::kAmx) return cpu().amx;
+  if (k == Bf16Kernel::kAvx512Bf16) return cpu().avx512_bf16;
+#endif
+  return k == Bf16Kernel::kNone;
+}
+
+Bf16Kernel bf16_kernel() {
+  static const Bf16Kernel k = pick_kernel();  // CPUID and the environment, once
+  return k;
+}
+
 bool has_bf16_path(TensorType t, WeightLayout layout) {
-  return is_half(t) && layout == WeightLayout::kPanel16 && has_bf16_kernel();
+  return is_half(t) && layout == WeightLayout::kPanel16 && bf16_kernel() != Bf16Kernel::kNone;
 }
 
 void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                       const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy) {
-  if (!has_bf16_path(t, WeightLayout::kPanel16)) {
-    throw Error(std::string("matmul_rows_bf16: no BF16 kernel for ") + gguf::tensor_type_name(t) +
-                " on this machine");
+  matmul_rows_bf16(bf16_kernel(), t, w, cols, r0, r1, x, t0, n_tok, y, ldy);
+}
+
+void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, int64_t r0,
+                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy) {
+  if (!is_half(t) || k == Bf16Kernel::kNone || !bf16_kernel_available(k)) {
+    throw Error(std::string("matmul_rows_bf16: no ") + bf16_kernel_name(k) + " BF16 kernel for " +
+                gguf::tensor_type_name(t) + " on this machine");
   }
   if (cols != x.cols || r0 < 0 || r1 < r0 || t0 < 0 || n_tok < 0 || t0 + n_tok > x.n_tok) {
     throw Error("matmul_rows_bf16: shapes disagree (" + std::to_string(cols) + " columns, " +
                 std::to_string(x.cols) + " in the activations)");
   }
   if (r0 == r1 || n_tok == 0) return;
+  const detail::Bf16RowsJob job{
+      t == TensorType::F16, static_cast<const uint8_t*>(w), cols, r0, r1, &x, t0, n_tok, y, ldy};
 #if LYNX_BF16_X86
-  amx_rows(
-      {t == TensorType::F16, static_cast<const uint8_t*>(w), cols, r0, r1, &x, t0, n_tok, y, ldy});
+  if (k == Bf16Kernel::kAmx) return amx_rows(job);
 #endif
+  detail::dpbf16_rows(job);
 }
 
 void matmul_bf16(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
                  const Bf16Acts& x, float* y, int64_t ldy) {
+  matmul_bf16(bf16_kernel(), pool, t, w, rows, cols, x, y, ldy);
+}
+
+void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, int64_t rows,
+                 int64_t cols, const Bf16Acts& x, float* y, int64_t ldy) {
   struct Args {
+    Bf16Kernel k;
     TensorType t;
     const void* w;
     int64_t cols;
     const Bf16Acts* x;
     float* y;
     int64_t ldy;
-  } a{t, w, cols, &x, y, ldy};
+  } a{k, t, w, cols, &x, y, ldy};
   const Args* pa = &a;
   // 32-row chunks: whole panel pairs, the unit of the tile plan.
   pool.parallel_for(
       rows,
       [pa](int64_t r0, int64_t r1, int) {
-        matmul_rows_bf16(pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, pa->x->n_tok, pa->y, pa->ldy);
+        matmul_rows_bf16(pa->k, pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, pa->x->n_tok, pa->y,
+                         pa->ldy);
       },
       32);
 }

@@ -1,13 +1,14 @@
 // The BF16 fast mode of BF16 and F16 weights (ContextOptions::bf16_activations, the command
 // line's --bf16-acts): activations rounded to BF16 once per matmul input, products of BF16
-// pairs accumulated in F32 by the CPU's BF16 instructions (AMX tiles, TDPBF16PS). This is what
+// pairs accumulated in F32 by the CPU's BF16 instructions (AMX tiles' TDPBF16PS, else
+// AVX512_BF16's VDPBF16PS). This is what
 // ik_llama.cpp computes on CPUs with AVX512_BF16 (docs/benchmarks.md): BF16 weights times BF16
 // activations, F16 weights first rounded to BF16. It is not the exact path: each activation
 // keeps 8 significant bits instead of 24 (F16 weights 8 instead of 11); the measured effect on
 // logits and perplexity is in docs/benchmarks.md. Off by default.
 //
-// The kernel reads the kPanel16 layout the loader gives F32/F16/BF16 matrices (kernels.h); the
-// rows layout and machines without AMX-BF16 keep the exact F32 path (has_bf16_path).
+// The kernels read the kPanel16 layout the loader gives F32/F16/BF16 matrices (kernels.h); the
+// rows layout and machines without AVX512_BF16 keep the exact F32 path (has_bf16_path).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,14 +35,28 @@ void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16A
 // the weights' bandwidth, which the F32 panels already reach, so BF16 would only cost accuracy
 // (bench_kernels, 2048 x 2048 BF16, 2 threads, docs/benchmarks.md: the AMX kernel is several
 // times faster from 16 tokens; at 1-4 tokens two runs on the loaded machine disagreed on
-// which path was faster). The engine's callers (project, matmul_id) apply it per product, so an
-// expert's product in a batch takes the BF16 path only when enough of the batch's rows chose
-// that expert.
+// which path was faster; the VDPBF16PS kernel ties with the F32 panels at 1-2 tokens and is
+// slower from 4 on that machine, so a lower threshold for it gains nothing). The engine's callers
+// (project, matmul_id) apply it per product, so an expert's product in a batch takes the BF16 path
+// only when enough of the batch's rows chose that expert.
 constexpr int kBf16MinTokens = 8;
 
-// True when a weight of type t stored in `layout` has the BF16 kernel on this machine: BF16 or
-// F16, kPanel16, and a CPU with AMX-BF16 whose tile state the OS grants (Linux: the
-// ARCH_REQ_XCOMP_PERM request, made once here).
+// The BF16 kernels, best first (runtime dispatch): AMX tiles (matmul_bf16.cc) on a CPU with
+// AMX-BF16 whose tile state the OS grants (Linux: the ARCH_REQ_XCOMP_PERM request, made once
+// here); VDPBF16PS (matmul_bf16_avx512.cc) on a CPU with AVX512_BF16; none: the exact F32 path.
+enum class Bf16Kernel { kNone, kAvx512Bf16, kAmx };
+// "none", "avx512bf16", "amx" (the values of LYNX_BF16_KERNEL).
+const char* bf16_kernel_name(Bf16Kernel k);
+// True when this machine can run k (kNone always).
+bool bf16_kernel_available(Bf16Kernel k);
+// The kernel of this process: the best the machine has, or the one the environment variable
+// LYNX_BF16_KERNEL names (amx, avx512bf16 or none; read once), so that the benchmarks can time
+// the AVX512_BF16 kernel on a machine with AMX. Throws lynx::Error when the variable names a
+// kernel that is unknown or that this machine cannot run.
+Bf16Kernel bf16_kernel();
+
+// True when a weight of type t stored in `layout` takes the BF16 fast mode on this machine:
+// BF16 or F16, kPanel16, and bf16_kernel() is not kNone.
 bool has_bf16_path(TensorType t, WeightLayout layout);
 
 // y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok), with W [rows x cols]
@@ -51,12 +66,19 @@ bool has_bf16_path(TensorType t, WeightLayout layout);
 // (ref::matmul_rows_bf16) to F32 summation tolerance, not bit for bit. Each output depends
 // only on its row and token. Whole 16-row panels that [r0, r1) touches are read. Throws
 // lynx::Error when has_bf16_path(t, kPanel16) is false or the shapes disagree.
+// Runs bf16_kernel().
 void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                       const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy);
+// The same on kernel k (the tests run every kernel the machine has); throws lynx::Error when
+// k is kNone or not available here.
+void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, int64_t r0,
+                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy);
 
 // matmul_rows_bf16 over all rows of W, split across the pool (all x.n_tok tokens).
 void matmul_bf16(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
                  const Bf16Acts& x, float* y, int64_t ldy);
+void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, int64_t rows,
+                 int64_t cols, const Bf16Acts& x, float* y, int64_t ldy);
 
 namespace ref {
 // The scalar twin: the same BF16 operands (x already rounded; an F16 weight rounded to BF16),
@@ -65,5 +87,20 @@ void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int
                       const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy,
                       WeightLayout layout = WeightLayout::kPanel16);
 }  // namespace ref
+
+namespace detail {
+// One call of a kernel, its arguments checked (matmul_rows_bf16).
+struct Bf16RowsJob {
+  bool f16;
+  const uint8_t* w;
+  int64_t cols, r0, r1;
+  const Bf16Acts* x;
+  int t0, n_tok;
+  float* y;
+  int64_t ldy;
+};
+// The VDPBF16PS kernel (matmul_bf16_avx512.cc); only when the CPU has AVX512_BF16.
+void dpbf16_rows(const Bf16RowsJob& j);
+}  // namespace detail
 
 }  // namespace lynx::kernels

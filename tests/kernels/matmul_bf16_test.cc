@@ -1,11 +1,13 @@
 // The BF16 fast mode (matmul_bf16.h): the activation rounding against its scalar twin (bit for
-// bit), the AMX kernel against the scalar twin (F32 summation tolerance: the hardware picks its
-// own order) over odd sizes, 1-70 tokens and partial row ranges, and its promise that an output
-// depends only on its row and token. The kernel tests skip on machines without AMX-BF16, where
-// has_bf16_path is false and the engine keeps the exact path.
+// bit), every BF16 kernel this machine can run (AMX tiles, VDPBF16PS) against the scalar twin
+// (F32 summation tolerance: the hardware picks its own order) over odd sizes, 1-70 tokens and
+// partial row ranges, and their promise that an output depends only on its row and token. The
+// kernel tests skip on machines without AVX512_BF16, where has_bf16_path is false and the
+// engine keeps the exact path.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +25,15 @@ using testing::dot_tolerance;
 using testing::random_floats;
 
 const TensorType kHalfTypes[] = {TensorType::BF16, TensorType::F16};
+
+// The BF16 kernels this machine can run, each tested whatever bf16_kernel() chose.
+std::vector<Bf16Kernel> kernels_here() {
+  std::vector<Bf16Kernel> ks;
+  for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
+    if (bf16_kernel_available(k)) ks.push_back(k);
+  }
+  return ks;
+}
 
 // A [rows x cols] BF16/F16 matrix in kPanel16 (misaligned by `offset`), with its rows.
 struct HalfPanels {
@@ -102,11 +113,11 @@ TEST(Bf16Acts, TwinIsBf16NotExact) {
 }
 
 // The kernel against the twin over rows [r0, r1) of an n_tok-token call starting at token t0.
-void check_kernel(const HalfPanels& m, const Bf16Acts& a, int64_t r0, int64_t r1, int t0,
-                  int n_tok) {
+void check_kernel(Bf16Kernel k, const HalfPanels& m, const Bf16Acts& a, int64_t r0, int64_t r1,
+                  int t0, int n_tok) {
   const int64_t ldy = m.rows + 3;
   std::vector<float> got(size_t(n_tok * ldy), -7.0f), want(size_t(n_tok * ldy), -7.0f);
-  matmul_rows_bf16(m.type, m.panel.data(), m.cols, r0, r1, a, t0, n_tok, got.data(), ldy);
+  matmul_rows_bf16(k, m.type, m.panel.data(), m.cols, r0, r1, a, t0, n_tok, got.data(), ldy);
   ref::matmul_rows_bf16(m.type, m.panel.data(), m.cols, r0, r1, a, t0, n_tok, want.data(), ldy);
   for (int j = 0; j < n_tok; ++j) {
     for (int64_t r = 0; r < ldy; ++r) {
@@ -116,51 +127,76 @@ void check_kernel(const HalfPanels& m, const Bf16Acts& a, int64_t r0, int64_t r1
         continue;
       }
       const double tol = dot_tolerance(m.cols, m.abs_sum(r, &a.v[size_t((t0 + j) * a.ld)]), w);
-      ASSERT_NEAR(g, w, tol) << gguf::tensor_type_name(m.type) << " cols " << m.cols << " row " << r
-                             << " token " << j << " of " << n_tok;
+      ASSERT_NEAR(g, w, tol) << bf16_kernel_name(k) << " " << gguf::tensor_type_name(m.type)
+                             << " cols " << m.cols << " row " << r << " token " << j << " of "
+                             << n_tok;
     }
   }
 }
 
 TEST(MatmulBf16, KernelMatchesTwinOverOddSizesAndEveryTokenCount) {
-  if (!has_bf16_path(TensorType::BF16, WeightLayout::kPanel16)) {
-    GTEST_SKIP() << "no AMX-BF16 on this machine: the engine keeps the exact path";
+  if (kernels_here().empty()) {
+    GTEST_SKIP() << "no AVX512_BF16 on this machine: the engine keeps the exact path";
   }
-  for (TensorType t : kHalfTypes) {
-    for (int64_t cols : {1, 2, 31, 33, 64, 95, 130}) {
-      const HalfPanels m(t, 48, cols, size_t(cols % 3) * 2, uint32_t(cols));
-      const auto x = random_floats(size_t(70 * cols), uint32_t(cols + 1));
-      Bf16Acts a;
-      round_acts_bf16(x.data(), cols, 70, cols, a);
-      for (int n = 1; n <= 70; n += (cols == 33 ? 1 : 7)) check_kernel(m, a, 0, 48, 0, n);
-      check_kernel(m, a, 5, 43, 3, 33);  // partial panels at both ends, tokens from 3
-      check_kernel(m, a, 16, 32, 69, 1);
-      check_kernel(m, a, 17, 18, 0, 2);
+  for (Bf16Kernel k : kernels_here()) {
+    for (TensorType t : kHalfTypes) {
+      for (int64_t cols : {1, 2, 31, 33, 64, 95, 130}) {
+        const HalfPanels m(t, 48, cols, size_t(cols % 3) * 2, uint32_t(cols));
+        const auto x = random_floats(size_t(70 * cols), uint32_t(cols + 1));
+        Bf16Acts a;
+        round_acts_bf16(x.data(), cols, 70, cols, a);
+        for (int n = 1; n <= 70; n += (cols == 33 || cols == 95 ? 1 : 7)) {
+          check_kernel(k, m, a, 0, 48, 0, n);
+        }
+        check_kernel(k, m, a, 5, 43, 3, 33);  // partial panels at both ends, tokens from 3
+        check_kernel(k, m, a, 16, 32, 69, 1);
+        check_kernel(k, m, a, 17, 18, 0, 2);
+        check_kernel(k, m, a, 33, 48, 60, 10);  // one panel, partial at its start
+      }
     }
   }
 }
 
 TEST(MatmulBf16, OutputsDependOnlyOnRowAndToken) {
-  if (!has_bf16_path(TensorType::F16, WeightLayout::kPanel16)) GTEST_SKIP() << "no AMX-BF16";
+  if (kernels_here().empty()) GTEST_SKIP() << "no AVX512_BF16";
   const HalfPanels m(TensorType::F16, 96, 200, 0, 9);
   const auto x = random_floats(40 * 200, 10);
   Bf16Acts a;
   round_acts_bf16(x.data(), 200, 40, 200, a);
-  std::vector<float> whole(40 * 96), split(40 * 96, 0.0f), pooled(40 * 96, 0.0f);
-  matmul_rows_bf16(TensorType::F16, m.panel.data(), 200, 0, 96, a, 0, 40, whole.data(), 96);
-  // Rows split unevenly, tokens in calls of 7 (the expert path's grouped rows).
-  for (int t0 = 0; t0 < 40; t0 += 7) {
-    const int n = std::min(7, 40 - t0);
-    for (int64_t r0 : {0, 13, 50}) {
-      const int64_t r1 = r0 == 0 ? 13 : r0 == 13 ? 50 : 96;
-      matmul_rows_bf16(TensorType::F16, m.panel.data(), 200, r0, r1, a, t0, n,
-                       split.data() + t0 * 96, 96);
+  for (Bf16Kernel k : kernels_here()) {
+    std::vector<float> whole(40 * 96), split(40 * 96, 0.0f), pooled(40 * 96, 0.0f);
+    matmul_rows_bf16(k, TensorType::F16, m.panel.data(), 200, 0, 96, a, 0, 40, whole.data(), 96);
+    // Rows split unevenly, tokens in calls of 7 (the expert path's grouped rows).
+    for (int t0 = 0; t0 < 40; t0 += 7) {
+      const int n = std::min(7, 40 - t0);
+      for (int64_t r0 : {0, 13, 50}) {
+        const int64_t r1 = r0 == 0 ? 13 : r0 == 13 ? 50 : 96;
+        matmul_rows_bf16(k, TensorType::F16, m.panel.data(), 200, r0, r1, a, t0, n,
+                         split.data() + t0 * 96, 96);
+      }
     }
+    ThreadPool pool(3);
+    matmul_bf16(k, pool, TensorType::F16, m.panel.data(), 96, 200, a, pooled.data(), 96);
+    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * 4)) << bf16_kernel_name(k);
+    EXPECT_EQ(0, std::memcmp(whole.data(), pooled.data(), whole.size() * 4)) << bf16_kernel_name(k);
   }
-  ThreadPool pool(3);
-  matmul_bf16(pool, TensorType::F16, m.panel.data(), 96, 200, a, pooled.data(), 96);
-  EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * 4));
-  EXPECT_EQ(0, std::memcmp(whole.data(), pooled.data(), whole.size() * 4));
+}
+
+TEST(MatmulBf16, DispatchPicksTheBestKernelOrTheEnvironments) {
+  // bf16_kernel() is the best kernel here unless LYNX_BF16_KERNEL names one (ctest does not set
+  // it; a run that does checks that the choice took).
+  const Bf16Kernel k = bf16_kernel();
+  EXPECT_TRUE(bf16_kernel_available(k));
+  const char* env = std::getenv("LYNX_BF16_KERNEL");
+  if (env != nullptr && *env != '\0') {
+    EXPECT_STREQ(bf16_kernel_name(k), env);
+  } else {
+    const auto here = kernels_here();
+    EXPECT_EQ(k, here.empty() ? Bf16Kernel::kNone : here.front());
+  }
+  EXPECT_EQ(has_bf16_path(TensorType::BF16, WeightLayout::kPanel16), k != Bf16Kernel::kNone);
+  EXPECT_TRUE(bf16_kernel_available(Bf16Kernel::kNone));
+  EXPECT_STREQ(bf16_kernel_name(Bf16Kernel::kAvx512Bf16), "avx512bf16");
 }
 
 TEST(MatmulBf16, RejectsWhatItCannotCompute) {
@@ -174,6 +210,14 @@ TEST(MatmulBf16, RejectsWhatItCannotCompute) {
   std::vector<float> y(16);
   EXPECT_THROW(matmul_rows_bf16(TensorType::F32, w.data(), 64, 0, 16, a, 0, 1, y.data(), 16),
                Error);
+  EXPECT_THROW(matmul_rows_bf16(Bf16Kernel::kNone, TensorType::BF16, w.data(), 64, 0, 16, a, 0, 1,
+                                y.data(), 16),
+               Error);  // kNone is the exact path, not a kernel
+  for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
+    if (bf16_kernel_available(k)) continue;
+    EXPECT_THROW(matmul_rows_bf16(k, TensorType::BF16, w.data(), 64, 0, 16, a, 0, 1, y.data(), 16),
+                 Error);
+  }
   if (has_bf16_path(TensorType::BF16, WeightLayout::kPanel16)) {
     EXPECT_THROW(matmul_rows_bf16(TensorType::BF16, w.data(), 32, 0, 16, a, 0, 1, y.data(), 16),
                  Error);  // 64 activation columns against 32 weight columns

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "common.h"
 #include "ep.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/thread_pool.h"
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
@@ -580,8 +581,11 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   const std::string commit = LYNX_GIT_COMMIT;
   std::string acts = a.exact_acts ? "f32 (--exact-acts)"
                                   : "q8_0 for Q8_0/Q4_0 weights, q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS";
-  if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)";
-  if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights";
+  // The BF16 kernel (LYNX_BF16_KERNEL picks another than the best for comparisons).
+  const std::string bf16_on =
+      std::string(" on kernel ") + kernels::bf16_kernel_name(kernels::bf16_kernel());
+  if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)" + bf16_on;
+  if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights" + bf16_on;
   const char* layout = a.no_repack ? "rows"
                        : a.exact_acts
                            ? "f32/f16/bf16 in 16-row panels, quantized rows"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "bf16_acts.h"
 #include "commands.h"
 #include "common.h"
 #include "ep.h"
@@ -21,6 +22,7 @@ struct Args {
   uint64_t seed = 1;
   float temp = 0.f, top_p = 1.f;
   bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
+  bool bf16_acts = false;
   std::string chat_format, system;
   EpFlags ep;
 };
@@ -48,6 +50,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   co.routing = spec;
   co.record_trace = trace != nullptr;
   co.exact_activations = a.exact_acts;
+  co.bf16_activations = a.bf16_acts;
   Context ctx(model, co);
   SchedulerOptions so;
   so.max_batch = a.parallel;
@@ -152,8 +155,10 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a->exact_acts);
+  add_bf16_acts_flag(cmd, &a->bf16_acts);
   add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {
+    check_bf16_acts_combo(a->bf16_acts, a->ep.on);
     ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
       const std::vector<std::string> specs = routing_specs(a->routing, "--routing");
       std::vector<std::string> base;
@@ -176,6 +181,7 @@ void register_generate(CLI::App& app) {
       std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
                   c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used,
                   a->parallel, a->n_predict);
+      if (a->bf16_acts) std::printf("%s\n", bf16_acts_summary(*model).c_str());
       std::vector<PolicyRun> runs;
       std::unique_ptr<routing::TraceWriter> trace;
       // Under --expert-parallel every rank computes the same trace: rank 0 writes it.

@@ -13,9 +13,11 @@
 #include <ctime>
 #include <thread>
 
+#include "bf16_acts.h"
 #include "commands.h"
 #include "common.h"
 #include "ep.h"
+#include "kernels/matmul_bf16.h"
 #include "lynx/context.h"
 #include "lynx/server.h"
 #include "trace_replay.h"
@@ -138,6 +140,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key-file", *key_file, "Read the API key from the first line of FILE");
   cmd->add_option("-t,--threads", o->n_threads, "Compute threads (default: all cores)");
   add_exact_acts_flag(cmd, &o->exact_activations);
+  auto bf16_acts = std::make_shared<bool>(false);
+  add_bf16_acts_flag(cmd, bf16_acts.get());
   cmd->add_option("--http-threads", o->http_threads,
                   "HTTP worker threads (default max-batch + max-queue + 4)");
   cmd->add_option("--model-name", o->model_name, "Model id served (default: general.name)");
@@ -177,7 +181,7 @@ void register_serve(CLI::App& app) {
                   "Seconds a keep-alive connection may wait for its next request");
   auto ep_flags = std::make_shared<EpFlags>();
   add_ep_flags(cmd, ep_flags.get());
-  cmd->callback([o, trace, key_file, ep_flags, tpot_ms] {
+  cmd->callback([o, trace, key_file, ep_flags, tpot_ms, bf16_acts] {
     o->tpot_slo_s = *tpot_ms / 1e3;
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
     // starts threads of its own) and taken synchronously with sigwait below: no handler, no
@@ -190,6 +194,14 @@ void register_serve(CLI::App& app) {
     // wait below.
     if (ep_flags->on) sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    check_bf16_acts_combo(*bf16_acts, ep_flags->on);
+    // The mode reaches the engine's context through the options hook (expert parallelism,
+    // the hook's other user, is refused with it just above) and /metrics through the extra
+    // lines, which expert parallelism replaces with its own.
+    if (*bf16_acts) {
+      o->configure_options = [](ContextOptions& co) { co.bf16_activations = true; };
+    }
+    o->extra_metrics = [on = *bf16_acts] { return bf16_acts_metrics(on); };
     ExpertParallel::run(*ep_flags, [&](ExpertParallel& ep) {
       const char* env_key = std::getenv("LYNX_API_KEY");
       const bool has_env = env_key && *env_key;
@@ -248,6 +260,10 @@ void register_serve(CLI::App& app) {
                std::to_string(o->max_connections) + " may not all be accepted");
       }
       Server srv(*o);
+      if (*bf16_acts) {
+        o->log("bf16-acts: BF16/F16 products on kernel " +
+               std::string(kernels::bf16_kernel_name(kernels::bf16_kernel())));
+      }
       std::atomic<bool> ep_failed{false};
       // A collective that failed (deadline, dead transport, interrupt): from the engine
       // thread, before the step's exception; every request is answered 503 from now on, and

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include "bf16_acts.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kernels/matmul_bf16.h"
 #include "lynx/error.h"
 #include "routing/policies.h"
 
@@ -105,9 +108,49 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
 void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations) {
   cmd->add_flag("--bf16-acts", *bf16_activations,
                 "Fast mode for BF16/F16 weights: round their activations to BF16 and use BF16 "
-                "products (AMX), F16 weights rounded to BF16, as ik_llama.cpp does with "
-                "AVX512_BF16. Not exact: see docs/benchmarks.md for its logit error and "
-                "perplexity. Without AMX-BF16 the products stay exact");
+                "products (AMX, else AVX512_BF16), F16 weights rounded to BF16, as ik_llama.cpp "
+                "does with AVX512_BF16. Not exact: see docs/benchmarks.md for its logit error "
+                "and perplexity. Without AVX512_BF16 the products stay exact. Off by default");
+}
+
+void check_bf16_acts_combo(bool bf16_acts, bool expert_parallel) {
+  if (bf16_acts && expert_parallel) {
+    throw UsageError(
+        "--bf16-acts cannot be combined with --expert-parallel: the other ranks compute their "
+        "experts exactly (drop one of the two)");
+  }
+}
+
+std::string bf16_acts_summary(const Model& model) {
+  int fast = 0, all = 0;
+  auto count = [&](const Weight& w) {
+    if (!w.present()) return;
+    ++all;
+    fast += kernels::has_bf16_path(w.type, w.layout);
+  };
+  count(model.output());
+  for (int il = 0; il < model.config().n_layer; ++il) {
+    const LayerWeights& l = model.layer(il);
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
+                            &l.ffn_up, &l.ffn_down, &l.gate_exps, &l.up_exps, &l.down_exps,
+                            &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+      count(*w);
+    }
+  }
+  return std::string("bf16-acts: kernel ") + kernels::bf16_kernel_name(kernels::bf16_kernel()) +
+         ", " + std::to_string(fast) + " of " + std::to_string(all) +
+         " weight matrices take it (BF16/F16 in panels; products of at least " +
+         std::to_string(kernels::kBf16MinTokens) + " tokens), the rest stay exact";
+}
+
+std::string bf16_acts_metrics(bool on) {
+  const char* kernel = on ? kernels::bf16_kernel_name(kernels::bf16_kernel()) : "none";
+  return std::string(
+             "# HELP lynx_bf16_activations BF16 fast mode of BF16/F16 weights (--bf16-acts): 1 "
+             "when on; kernel: the one running it (none: the products stay exact).\n"
+             "# TYPE lynx_bf16_activations gauge\n"
+             "lynx_bf16_activations{kernel=\"") +
+         kernel + "\"} " + (on ? "1" : "0") + "\n";
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool repack_float) {
