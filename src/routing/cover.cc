@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "routing/cover_greedy.h"
 #include "routing/gating.h"
 #include "routing/policies.h"
 
@@ -96,51 +97,7 @@ class CoverPolicy final : public RoutingPolicy {
         cum += q[ids[j]];
       }
     }
-    // best_: per row, the q of its (up to) k best experts in U, descending; the k-th is the
-    // value a newcomer must beat.
-    best_.assign(size_t(B) * k, 0.f);
-    n_best_.assign(B, 0);
-    auto offer = [&](int r, float v) {
-      float* b = best_.data() + size_t(r) * k;
-      int& c = n_best_[r];
-      if (c == k && v <= b[k - 1]) return;
-      int j = c < k ? c++ : k - 1;
-      for (; j > 0 && b[j - 1] < v; --j) b[j] = b[j - 1];
-      b[j] = v;
-    };
-    for (int r = 0; r < B; ++r) {
-      const float* q = q_.data() + size_t(r) * n;
-      for (int32_t e = 0; e < n; ++e) {
-        if (in_u_[e]) offer(r, q[e]);
-      }
-    }
-    // Greedy cover: one expert per round, O(B * N) a round, at most N rounds.
-    for (;;) {
-      int32_t best_e = -1;
-      float best_g = -1.f;
-      for (int32_t e = 0; e < n; ++e) {
-        if (in_u_[e]) continue;
-        float gain = 0.f;
-        for (int r = 0; r < B; ++r) {
-          const float v = q_[size_t(r) * n + e];
-          const float floor = n_best_[r] < k ? 0.f : best_[size_t(r) * k + k - 1];
-          if (v > floor) gain += v - floor;
-        }
-        if (gain > best_g) {
-          best_g = gain;
-          best_e = e;
-        }
-      }
-      if (best_e < 0) break;
-      if (n_u >= k && !(best_g >= lambda && best_g > 0.f)) break;
-      join(best_e);
-      for (int r = 0; r < B; ++r) offer(r, q_[size_t(r) * n + best_e]);
-    }
-
-    u_.clear();
-    for (int32_t e = 0; e < n; ++e) {
-      if (in_u_[e]) u_.push_back(e);
-    }
+    greedy_.grow(q_.data(), B, n, k, lambda, in_u_, n_u, u_);
     chosen_.resize(k);
     for (int t : rows_) {
       const float* z = in.logits + size_t(t) * n;
@@ -159,9 +116,10 @@ class CoverPolicy final : public RoutingPolicy {
   std::vector<float> lambda_;  // per MoE layer; the last holds for later layers
   bool piggyback_;
   float growth_;  // exponent of the B-scaling of lambda (0: none)
-  std::vector<int> rows_, n_best_;
+  std::vector<int> rows_;
   std::vector<uint8_t> in_u_;
-  std::vector<float> q_, best_;
+  std::vector<float> q_;
+  CoverGreedy greedy_;
   std::vector<int32_t> u_, chosen_;
   std::vector<RowGate> gates_;
 };

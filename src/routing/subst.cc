@@ -36,6 +36,7 @@
 #include <iterator>
 #include <memory>
 
+#include "routing/cover_greedy.h"
 #include "routing/gating.h"
 #include "routing/policies.h"
 
@@ -186,47 +187,7 @@ class SubstPolicy final : public RoutingPolicy {
         cum += q[ids[j]];
       }
     }
-    best_.assign(size_t(B) * k, 0.f);
-    n_best_.assign(B, 0);
-    auto offer = [&](int r, float v) {
-      float* b = best_.data() + size_t(r) * k;
-      int& c = n_best_[r];
-      if (c == k && v <= b[k - 1]) return;
-      int j = c < k ? c++ : k - 1;
-      for (; j > 0 && b[j - 1] < v; --j) b[j] = b[j - 1];
-      b[j] = v;
-    };
-    for (int r = 0; r < B; ++r) {
-      const float* q = q_.data() + size_t(r) * n;
-      for (int32_t e = 0; e < n; ++e) {
-        if (in_u_[e]) offer(r, q[e]);
-      }
-    }
-    for (;;) {
-      int32_t best_e = -1;
-      float best_g = -1.f;
-      for (int32_t e = 0; e < n; ++e) {
-        if (in_u_[e]) continue;
-        float gain = 0.f;
-        for (int r = 0; r < B; ++r) {
-          const float v = q_[size_t(r) * n + e];
-          const float floor = n_best_[r] < k ? 0.f : best_[size_t(r) * k + k - 1];
-          if (v > floor) gain += v - floor;
-        }
-        if (gain > best_g) {
-          best_g = gain;
-          best_e = e;
-        }
-      }
-      if (best_e < 0) break;
-      if (n_u >= k && !(best_g >= lambda && best_g > 0.f)) break;
-      join(best_e);
-      for (int r = 0; r < B; ++r) offer(r, q_[size_t(r) * n + best_e]);
-    }
-    u_.clear();
-    for (int32_t e = 0; e < n; ++e) {
-      if (in_u_[e]) u_.push_back(e);
-    }
+    greedy_.grow(q_.data(), B, n, k, lambda, in_u_, n_u, u_);
   }
 
   // The similarity rows of `layer` ([N x N], row d = the dropped expert), or nullptr when the
@@ -389,11 +350,12 @@ class SubstPolicy final : public RoutingPolicy {
   float growth_;
   Value value_;
   Weights weights_;
-  std::vector<int> rows_, n_best_;
+  std::vector<int> rows_;
   std::vector<uint8_t> in_u_;
+  CoverGreedy greedy_;
   std::shared_ptr<const ExpertSimilarity> sim_;
   float beta_;
-  std::vector<float> q_, best_, inh_;
+  std::vector<float> q_, inh_;
   std::vector<int32_t> u_, chosen_, exact_;
   std::vector<uint8_t> kept_, taken_;
   std::vector<RowGate> gates_;
