@@ -53,27 +53,6 @@ std::string convert_to(const std::string& dir, const std::string& type, const st
   return out;
 }
 
-// Every position's logits, one prefill batch, F32 activations.
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& toks) {
-  ContextOptions co;
-  co.n_threads = 2;
-  co.n_ctx = 64;
-  co.exact_activations = true;
-  Context ctx(m, co);
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < toks.size(); ++i) {
-    batch.push_back({toks[i], s, int32_t(i), kTokenPrefill, true});
-  }
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (size_t i = 0; i < toks.size(); ++i) {
-    auto l = ctx.logits(int(i));
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
 struct Golden {
   std::string fixture_gguf;  // the GGUF the goldens were computed from
   std::vector<int32_t> tokens;
@@ -158,7 +137,7 @@ TEST_P(ConvertGolden, LogitsMatchReference) {
   const std::string out = convert_to(hf(c.checkpoint), c.type, c.checkpoint);
   const auto model = Model::load(out);
   EXPECT_EQ(model->config().arch, c.arch);
-  const auto got = logits_of(*model, g.tokens);
+  const auto got = testing_util::prefill_logits(*model, g.tokens);
   ASSERT_EQ(got.size(), g.logits.size());
   if (in_dir) {
     EXPECT_LT(rel_err(got, g.logits), 1e-5) << c.checkpoint;
@@ -167,7 +146,7 @@ TEST_P(ConvertGolden, LogitsMatchReference) {
   }
   // The fixture file holds the same values (F32, or Q8_0 decoded exactly): same logits.
   const auto ref = Model::load(g.fixture_gguf);
-  EXPECT_LT(rel_err(got, logits_of(*ref, g.tokens)), 1e-6) << c.checkpoint;
+  EXPECT_LT(rel_err(got, testing_util::prefill_logits(*ref, g.tokens)), 1e-6) << c.checkpoint;
   fs::remove(out);
 }
 
@@ -207,7 +186,7 @@ TEST(Convert, DeepseekSplitLayout) {
       }
     }
     const auto model = Model::load(out);
-    EXPECT_LT(rel_err(logits_of(*model, g.tokens), g.logits), 1e-5);
+    EXPECT_LT(rel_err(testing_util::prefill_logits(*model, g.tokens), g.logits), 1e-5);
     fs::remove(out);
   }
 }
@@ -238,7 +217,7 @@ TEST(Convert, DenseQwenMatchesExpectedGguf) {
     }
     const std::vector<int32_t> toks = {1, 17, 42, 99, 5, 64};
     const auto a = Model::load(out), b = Model::load(hf(name) + "/expected.gguf");
-    EXPECT_EQ(logits_of(*a, toks), logits_of(*b, toks));
+    EXPECT_EQ(testing_util::prefill_logits(*a, toks), testing_util::prefill_logits(*b, toks));
     fs::remove(out);
   }
 }
@@ -339,7 +318,7 @@ TEST(Convert, WeightTypes) {
       EXPECT_EQ(f.tensor("blk.0.ffn_gate_inp.weight").type, gguf::TensorType::F32);
     }
     const auto m = Model::load(out);
-    EXPECT_LT(testing_util::nmse(logits_of(*m, g.tokens), g.logits), c.max_nmse);
+    EXPECT_LT(testing_util::nmse(testing_util::prefill_logits(*m, g.tokens), g.logits), c.max_nmse);
     fs::remove(out);
   }
   const std::string out = convert_to(hf("qwen2_moe"), "Q4_K_M", "q4km");

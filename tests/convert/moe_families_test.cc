@@ -48,22 +48,6 @@ std::vector<float> values(const gguf::TensorInfo& t) {
   return v;
 }
 
-std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& toks) {
-  Context ctx(m, testing_util::exact_ctx());
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < toks.size(); ++i) {
-    batch.push_back({toks[i], s, int32_t(i), kTokenPrefill, true});
-  }
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (size_t i = 0; i < toks.size(); ++i) {
-    auto l = ctx.logits(int(i));
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
 // The bytes of one tensor of a (possibly sharded) safetensors checkpoint, read here without
 // the converter's reader.
 std::string st_bytes(const std::string& dir, const std::string& name) {
@@ -198,7 +182,7 @@ TEST(ConvertGptOss, TypeDecidesTheExperts) {
       }
     }
     const auto m = Model::load(out);
-    EXPECT_LT(testing_util::nmse(logits_of(*m, tokens), golden), c.max_nmse);
+    EXPECT_LT(testing_util::nmse(testing_util::prefill_logits(*m, tokens), golden), c.max_nmse);
     fs::remove(out);
   }
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lynx/context.h"
+#include "lynx/model.h"
 
 namespace lynx::testing_util {
 
@@ -63,6 +64,23 @@ inline ContextOptions exact_ctx() {
   o.n_threads = 2;
   o.exact_activations = true;
   return o;
+}
+
+// Every position's logits of one prefill batch of toks in a fresh sequence, exact_ctx().
+inline std::vector<float> prefill_logits(const Model& m, const std::vector<int32_t>& toks) {
+  Context ctx(m, exact_ctx());
+  const int32_t s = ctx.new_sequence();
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    batch.push_back({toks[i], s, int32_t(i), kTokenPrefill, true});
+  }
+  ctx.eval(batch);
+  std::vector<float> out;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    auto l = ctx.logits(int(i));
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
 }
 
 }  // namespace lynx::testing_util
