@@ -17,62 +17,13 @@
 #include "lynx/context.h"
 #include "lynx/model.h"
 #include "lynx/tokenizer.h"
+#include "serve_child.h"
 #include "util.h"
 
 namespace lynx::test {
 namespace {
 
-const std::string kBinary = std::string(LYNX_BINARY_DIR) + "/bin/lynx-moe";
 const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
-
-// `serve ARGS --port 0` as a child, its port read from the "listening on" line of its stderr.
-struct ServeChild {
-  pid_t pid = -1;
-  int err = -1;
-  std::string log;
-  int port = -1;
-
-  explicit ServeChild(const std::vector<std::string>& args) {
-    int p[2];
-    if (pipe(p) != 0) return;
-    pid = fork();
-    if (pid == 0) {
-      dup2(p[1], 2);
-      close(p[0]);
-      std::vector<char*> argv{const_cast<char*>(kBinary.c_str())};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(kBinary.c_str(), argv.data());
-      _exit(127);
-    }
-    close(p[1]);
-    err = p[0];
-    fcntl(err, F_SETFL, O_NONBLOCK);
-    eventually(
-        [&] {
-          char buf[4096];
-          ssize_t n;
-          while ((n = read(err, buf, sizeof buf)) > 0) log.append(buf, size_t(n));
-          const size_t at = log.find("listening on http://127.0.0.1:");
-          if (at == std::string::npos) return false;
-          port = std::atoi(log.c_str() + at + 30);
-          return true;
-        },
-        60000);
-  }
-  ~ServeChild() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (err >= 0) close(err);
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120, 0);
-    return c;
-  }
-};
 
 struct Greedy {
   std::vector<int32_t> tokens;

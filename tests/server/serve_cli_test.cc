@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "../cli/util.h"
+#include "serve_child.h"
 #include "util.h"
 
 namespace lynx::test {
 namespace {
 
-const std::string kBinary = std::string(LYNX_BINARY_DIR) + "/bin/lynx-moe";
 const std::string kModel = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-8x2.gguf";
 
 TEST(ServeCli, NonsenseFlagValuesExitWith2) {
@@ -63,69 +63,6 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
   EXPECT_NE(r.out.find("/nonexistent/key"), std::string::npos) << r.out;
 }
 
-// A `serve` child process with its stderr on a pipe.
-struct Child {
-  pid_t pid = -1;
-  int err = -1;
-  std::string log;
-  int port = -1;
-
-  Child(const std::vector<std::string>& args, const std::string& env_key) {
-    int p[2];
-    if (pipe(p) != 0) return;
-    pid = fork();
-    if (pid == 0) {
-      dup2(p[1], 2);
-      close(p[0]);
-      if (!env_key.empty()) setenv("LYNX_API_KEY", env_key.c_str(), 1);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(kBinary.c_str()));
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(kBinary.c_str(), argv.data());
-      _exit(127);
-    }
-    close(p[1]);
-    err = p[0];
-    fcntl(err, F_SETFL, O_NONBLOCK);
-    // The port is in the "listening on http://127.0.0.1:PORT" line.
-    eventually(
-        [&] {
-          pump();
-          const size_t at = log.find("listening on http://127.0.0.1:");
-          if (at == std::string::npos) return false;
-          port = std::atoi(log.c_str() + at + 30);
-          return true;
-        },
-        60000);
-  }
-  void pump() {
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(err, buf, sizeof buf)) > 0) log.append(buf, size_t(n));
-  }
-  // Exit status once it has exited within `ms`, -1 otherwise.
-  int wait_exit(int ms) {
-    int st = 0;
-    for (int waited = 0; waited < ms; waited += 20) {
-      if (waitpid(pid, &st, WNOHANG) == pid) {
-        pid = -1;
-        pump();
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  ~Child() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (err >= 0) close(err);
-  }
-};
-
 int connect_to(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -140,9 +77,9 @@ int connect_to(int port) {
 }
 
 TEST(ServeCli, KeyFromEnvironmentAndSigtermWithASlowClient) {
-  Child c({"serve", "-m", kModel, "--port", "0", "--shutdown-timeout", "1", "--header-timeout",
-           "300", "-t", "1"},
-          "env-key");
+  ServeChild c({"serve", "-m", kModel, "--port", "0", "--shutdown-timeout", "1", "--header-timeout",
+                "300", "-t", "1"},
+               "env-key");
   ASSERT_GT(c.port, 0) << c.log;
   httplib::Client http("127.0.0.1", c.port);
   http.set_read_timeout(30);
@@ -179,9 +116,9 @@ TEST(ServeCli, KeyFromEnvironmentAndSigtermWithASlowClient) {
 // A second signal is not ignored while the graceful stop waits for a long request: the
 // process exits at once with 128 + the signal.
 TEST(ServeCli, SecondSignalExitsAtOnce) {
-  Child c({"serve", "-m", tiny_model(), "--port", "0", "--ctx", "4096", "--shutdown-timeout", "300",
-           "-t", "1"},
-          "");
+  ServeChild c({"serve", "-m", tiny_model(), "--port", "0", "--ctx", "4096", "--shutdown-timeout",
+                "300", "-t", "1"},
+               "");
   ASSERT_GT(c.port, 0) << c.log;
   std::atomic<int> events{0};
   std::thread client([&] {
