@@ -152,7 +152,8 @@ TEST(QuantMix, RowsASuperBlockDoesNotDivideFallBack) {
 // each file loads, runs, and its logits stay near the F32 model's; each quantized tensor is
 // byte for byte the reference quantizer's output for the source rows.
 TEST(Quantize, FilesLoadRunAndHoldTheReferenceQuantizersBytes) {
-  const std::string dir = test::scratch_path("");
+  const std::string dir = test::scratch_path("quant") + "/";
+  std::filesystem::create_directories(dir);
   SynthOptions so;
   so.shape = synth_shape("tiny-mixtral");
   so.shape.n_layer = 2;
