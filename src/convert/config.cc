@@ -13,6 +13,56 @@ HfConfig::HfConfig(nlohmann::json j, std::string path) : j_(std::move(j)), path_
     throw Error(path_ + ": no \"model_type\" string (is this a Hugging Face config.json?)");
   }
   model_type_ = j_["model_type"].get<std::string>();
+  lift_rope_parameters();
+}
+
+// transformers 5 writes the rotary settings as one "rope_parameters" object (rope_theta,
+// rope_type with its scaling fields, partial_rotary_factor) where older configs have top-level
+// rope_theta, rope_scaling and partial_rotary_factor. The family rules read the older layout,
+// so the object is lifted into it here; a value written both ways must agree, since which one
+// a model's code reads depends on the transformers version it was saved with.
+void HfConfig::lift_rope_parameters() {
+  if (!has("rope_parameters")) return;
+  const nlohmann::json rp = j_["rope_parameters"];
+  if (!rp.is_object()) fail("\"rope_parameters\" must be an object");
+  if (!rp.contains("rope_type") && !rp.contains("rope_theta") && !rp.empty() &&
+      rp.begin()->is_object()) {
+    // Gemma-3 style: one set per attention type; no supported family writes that.
+    fail("\"rope_parameters\" per layer type is not supported");
+  }
+  auto lift = [&](const char* k) {
+    if (!rp.contains(k) || rp[k].is_null()) return;
+    if (has(k) && j_[k] != rp[k]) {
+      fail(std::string("\"") + k + "\" is " + j_[k].dump() + " but rope_parameters." + k + " is " +
+           rp[k].dump());
+    }
+    j_[k] = rp[k];
+  };
+  lift("rope_theta");
+  lift("partial_rotary_factor");
+  std::string type;
+  for (const char* k : {"type", "rope_type"}) {  // rope_type wins, as in yarn_keys
+    if (rp.contains(k)) {
+      if (!rp[k].is_string()) fail(std::string("rope_parameters.") + k + " must be a string");
+      type = rp[k].get<std::string>();
+    }
+  }
+  if (type.empty() || type == "default") return;
+  nlohmann::json scaling = rp;
+  scaling.erase("rope_theta");
+  scaling.erase("partial_rotary_factor");
+  if (has("rope_scaling")) {
+    const nlohmann::json& old = j_["rope_scaling"];
+    if (!old.is_object()) fail("\"rope_scaling\" must be an object");
+    for (const auto& [k, v] : scaling.items()) {
+      if (old.contains(k) && old[k] != v) {
+        fail("rope_scaling." + k + " is " + old[k].dump() + " but rope_parameters." + k + " is " +
+             v.dump());
+      }
+    }
+    for (const auto& [k, v] : old.items()) scaling.emplace(k, v);
+  }
+  j_["rope_scaling"] = scaling;
 }
 
 void HfConfig::fail(const std::string& what) const {

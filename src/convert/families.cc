@@ -308,9 +308,11 @@ void deepseek_extra(const HfConfig& c, gguf::Writer& w) {
   }
   if (c.has("rope_scaling")) {
     const nlohmann::json& r = c.json()["rope_scaling"];
-    const std::string type = r.is_object() && r.contains("type") && r["type"].is_string()
-                                 ? r["type"].get<std::string>()
-                                 : std::string();
+    // DeepSeek's own configs say "type"; transformers writes "rope_type".
+    std::string type;
+    for (const char* k : {"type", "rope_type"}) {
+      if (r.is_object() && r.contains(k) && r[k].is_string()) type = r[k].get<std::string>();
+    }
     if (type != "yarn" || !r.contains("factor") || !r["factor"].is_number()) {
       c.fail("rope_scaling must be of type yarn with a factor for deepseek2");
     }

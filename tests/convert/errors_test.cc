@@ -277,6 +277,39 @@ TEST(ConvertErrors, RopeScalingRefusedWhereUnsupported) {
   expect_error(d, {"rope_scaling"});
 }
 
+// transformers 5's rope_parameters beside the older keys: a value written both ways must agree.
+TEST(ConvertErrors, RopeParametersDisagreeWithTheOlderKeys) {
+  {
+    CHECKPOINT(d, "qwen3_moe");
+    json c = read_json(d + "/config.json");
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5.0}};
+    write_json(d + "/config.json", c);
+    expect_error(d, {"rope_theta", "rope_parameters.rope_theta"});
+  }
+  {
+    CHECKPOINT(d, "gpt_oss");
+    json c = read_json(d + "/config.json");
+    c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
+    write_json(d + "/config.json", c);
+    expect_error(d, {"rope_scaling.factor", "rope_parameters.factor"});
+  }
+  {
+    CHECKPOINT(d, "qwen3_moe");
+    json c = read_json(d + "/config.json");
+    c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}}};
+    write_json(d + "/config.json", c);
+    expect_error(d, {"rope_parameters", "per layer type"});
+  }
+  {
+    CHECKPOINT(d, "qwen3_moe");
+    json c = read_json(d + "/config.json");
+    c.erase("rope_theta");
+    c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}};
+    write_json(d + "/config.json", c);
+    expect_error(d, {"rope_scaling"});
+  }
+}
+
 // The shard of a sharded checkpoint that holds `tensor`.
 std::string shard_of(const std::string& dir, const std::string& tensor) {
   const json idx = read_json(dir + "/model.safetensors.index.json");

@@ -228,6 +228,69 @@ TEST(ConvertGlm4Moe, NextnLayerAndKeys) {
   }
 }
 
+// transformers 5 writes rope_theta, rope_scaling and partial_rotary_factor inside one
+// "rope_parameters" object. A checkpoint rewritten that way converts to the same metadata and
+// tensors as the older layout: gpt-oss (yarn), GLM-4.5 (partial rotary), DeepSeek-V2 (yarn
+// added to both, DeepSeek's "type" spelling in the old one).
+TEST(ConvertRopeParameters, Transformers5LayoutGivesTheSameFile) {
+  REQUIRE_CHECKPOINTS();
+  for (const char* name : {"gpt_oss", "glm4_moe", "deepseek_v2"}) {
+    SCOPED_TRACE(name);
+    const std::string old_dir = test::scratch_path(std::string(name) + "-old");
+    const std::string new_dir = test::scratch_path(std::string(name) + "-new");
+    for (const std::string& d : {old_dir, new_dir}) {
+      fs::remove_all(d);
+      fs::copy(hf(name), d, fs::copy_options::recursive);
+    }
+    json c = json::parse(std::ifstream(hf(name) + "/config.json"));
+    if (std::string(name) == "deepseek_v2") {
+      c["rope_scaling"] = {{"type", "yarn"},
+                           {"factor", 40.0},
+                           {"original_max_position_embeddings", 4096},
+                           {"mscale_all_dim", 0.707}};
+    }
+    std::ofstream(old_dir + "/config.json") << c.dump();
+    json rp = {{"rope_type", "default"}};
+    for (const char* k : {"rope_theta", "partial_rotary_factor"}) {
+      if (c.contains(k) && !c[k].is_null()) rp[k] = c[k];
+      c.erase(k);
+    }
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+      for (const auto& [k, v] : c["rope_scaling"].items()) rp[k == "type" ? "rope_type" : k] = v;
+    }
+    c.erase("rope_scaling");
+    c["rope_parameters"] = rp;
+    std::ofstream(new_dir + "/config.json") << c.dump();
+
+    const std::string a = test::scratch_path(std::string(name) + "-old.gguf");
+    const std::string b = test::scratch_path(std::string(name) + "-new.gguf");
+    ConvertOptions o;
+    o.type = "f32";
+    convert_hf(old_dir, a, o);
+    convert_hf(new_dir, b, o);
+    const auto fa = gguf::File::open(a);
+    const auto fb = gguf::File::open(b);
+    ASSERT_EQ(fa.metadata().size(), fb.metadata().size());
+    for (size_t i = 0; i < fa.metadata().size(); ++i) {
+      const auto& ka = fa.metadata()[i];
+      const auto& kb = fb.metadata()[i];
+      EXPECT_EQ(ka.key, kb.key);
+      if (ka.key == "general.name") continue;  // the directory's name
+      EXPECT_EQ(ka.value.type, kb.value.type) << ka.key;
+      EXPECT_EQ(ka.value.to_string(), kb.value.to_string()) << ka.key;
+    }
+    ASSERT_EQ(fa.tensors().size(), fb.tensors().size());
+    for (const auto& t : fa.tensors()) {
+      EXPECT_EQ(values(t), values(fb.tensor(t.name))) << t.name;
+    }
+    const std::string arch = fa.get_string("general.architecture");
+    EXPECT_TRUE(fa.has(arch + ".rope.freq_base")) << arch;
+    if (std::string(name) != "glm4_moe") {
+      EXPECT_EQ(fb.get_string(arch + ".rope.scaling.type"), "yarn");
+    }
+  }
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
   for (const char* t : {"gpt_oss", "glm4_moe"}) {
