@@ -451,10 +451,13 @@ HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
     // the 16 biased grid bytes repeated 4 times, a byte looks up its low nibble as it is and
     // its high nibble after a 4-bit shift of the dword, whatever the bits above the nibble.
     // No masks, so 4 fewer vector ops per plane pair than the AND + vpshufb of the baseline.
-    const int8_t* grid = kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
-    HWY_ALIGN int8_t rep[64];
-    for (int k = 0; k < 64; ++k) rep[k] = static_cast<int8_t>(grid[k % 16] ^ 0x80);
-    const __m512i tbl = _mm512_load_si512(rep);
+    // The table as constants (a table filled on the stack costs 64 stores per block).
+    constexpr const int8_t* grid =
+        kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
+    constexpr auto b = [](int k) { return static_cast<char>(grid[k] ^ 0x80); };
+    const __m512i tbl =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(b(0), b(1), b(2), b(3), b(4), b(5), b(6), b(7), b(8),
+                                             b(9), b(10), b(11), b(12), b(13), b(14), b(15)));
     for (int g = 0; g < 4; ++g) {
       blk.pl[g] = VI{_mm512_permutexvar_epi8(v[g].raw, tbl)};
       blk.pl[g + 4] = VI{_mm512_permutexvar_epi8(_mm512_srli_epi32(v[g].raw, 4), tbl)};
