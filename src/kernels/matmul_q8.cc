@@ -54,6 +54,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_k.h"
+#include "kernels/matmul_q8_baseline.h"
 #include "kernels/types.h"
 #include "kernels/types/blocks.h"
 #include "lynx/error.h"
@@ -77,6 +78,10 @@ struct MatmulQ8Job {
   float* y;
   int64_t ldy;
   WeightLayout layout;
+  // The kernel as it was before the vector E8M0 scales, the vpermb nibble lookup and the
+  // split vpdpbusd chains (matmul_q8_baseline.h): the A/B baseline of bench_mxfp4_ab, for
+  // MXFP4, IQ4_NL and Q8_0 (the other types ignore it). Same bits.
+  bool baseline = false;
 };
 }  // namespace lynx::kernels
 #endif
@@ -284,20 +289,41 @@ HWY_INLINE VF LoadScales(const uint8_t* const* rows, int64_t boff) {
   return F16ToF32(h);
 }
 
-// MXFP4's E8M0 scale bytes at p[0], p[step], ... (kNR of them), as floats.
-HWY_INLINE VF LoadE8m0(const uint8_t* p, int64_t step) {
+// MXFP4's E8M0 scale bytes at p[0], p[step], ... (kNR of them), as floats, one scalar
+// conversion each: the baseline unpack (MatmulQ8Job::baseline).
+HWY_INLINE VF LoadE8m0Scalar(const uint8_t* p, int64_t step) {
   HWY_ALIGN float f[kNR];
   for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(p[i * step]);
   return hn::Load(DF(), f);
 }
 
+// kNR E8M0 bytes at p, as types::e8m0_half gives them, in vector ops: bits (e - 1) << 23, and
+// (e + 1) << 21 for the two subnormal exponents 0 and 1 (2^-128, 2^-127). The scalar form
+// spends ~5 integer ops and a store per row on it, and the vector load of those 16 stores
+// cannot be forwarded: at 1-4 tokens per expert that was as much work as the nibbles.
+HWY_INLINE VF LoadE8m0(const uint8_t* p) {
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const VI e = hn::PromoteTo(di, hn::LoadU(d8, p));
+  const VI one = hn::Set(di, 1);
+  const VI normal = hn::ShiftLeft<23>(hn::Sub(e, one));
+  const VI subnormal = hn::ShiftLeft<21>(hn::Add(e, one));
+  return hn::BitCast(DF(), hn::IfThenElse(hn::Gt(e, one), normal, subnormal));
+}
+
 // The block's scale (and min) from field 0 (and 1) of every row's block at boff.
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void LoadFieldsRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
   if constexpr (kType == TensorType::MXFP4) {
-    HWY_ALIGN float f[kNR];
-    for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(rows[i][boff]);
-    blk.dw = hn::Load(DF(), f);
+    if constexpr (kBaseline) {
+      HWY_ALIGN float f[kNR];
+      for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(rows[i][boff]);
+      blk.dw = hn::Load(DF(), f);
+    } else {
+      HWY_ALIGN uint8_t e[kNR];
+      for (int i = 0; i < kNR; ++i) e[i] = rows[i][boff];
+      blk.dw = LoadE8m0(e);
+    }
   } else {
     blk.dw = LoadScales(rows, boff);
   }
@@ -305,11 +331,11 @@ HWY_INLINE void LoadFieldsRows(const uint8_t* const* rows, int64_t boff, Block<k
 }
 
 // The same from an interleaved group-block (16 values per field, row 0 first), slice `sub`.
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void LoadFieldsI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   auto f16 = [&](const uint8_t* p) { return F16ToF32(p + 2 * sub * kNR); };
   if constexpr (kType == TensorType::MXFP4) {
-    blk.dw = LoadE8m0(gb + sub * kNR, 1);
+    blk.dw = kBaseline ? LoadE8m0Scalar(gb + sub * kNR, 1) : LoadE8m0(gb + sub * kNR);
   } else {
     blk.dw = f16(gb);
   }
@@ -415,10 +441,30 @@ HWY_INLINE VI SpreadBits4(VI t) {
 // The 4 planes of nibble bytes v into the 8 planes of the block (byte j holds column j in its
 // low nibble and column j + 16 in its high nibble); Q5_0 / Q5_1 add the fifth bits from qh
 // (lane i: row i's 32-bit qh); IQ4_NL / MXFP4 map the nibbles through their grid.
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
   const DI di;
   const hn::RebindToUnsigned<DI> du;
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kGrid<kType> && !kBaseline) {
+    // vpermb (AVX512_VBMI, part of this target) reads only bits 0-5 of each index byte: with
+    // the 16 biased grid bytes repeated 4 times, a byte looks up its low nibble as it is and
+    // its high nibble after a 4-bit shift of the dword, whatever the bits above the nibble.
+    // No masks, so 4 fewer vector ops per plane pair than the AND + vpshufb of the baseline.
+    // The table as constants (a table filled on the stack costs 64 stores per block).
+    constexpr const int8_t* grid =
+        kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
+    constexpr auto b = [](int k) { return static_cast<char>(grid[k] ^ 0x80); };
+    const __m512i tbl =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(b(0), b(1), b(2), b(3), b(4), b(5), b(6), b(7), b(8),
+                                             b(9), b(10), b(11), b(12), b(13), b(14), b(15)));
+    for (int g = 0; g < 4; ++g) {
+      blk.pl[g] = VI{_mm512_permutexvar_epi8(v[g].raw, tbl)};
+      blk.pl[g + 4] = VI{_mm512_permutexvar_epi8(_mm512_srli_epi32(v[g].raw, 4), tbl)};
+    }
+    return;
+  }
+#endif
   const VI mask = hn::Set(di, 0x0F0F0F0F);
   for (int g = 0; g < 4; ++g) {
     blk.pl[g] = hn::And(v[g], mask);
@@ -477,15 +523,15 @@ HWY_INLINE void FinishQ8Planes(Block<kType>& blk) {
 }
 
 // kRows: block at byte offset boff of each of the kNR rows.
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  LoadFieldsRows(rows, boff, blk);
+  LoadFieldsRows<kType, kBaseline>(rows, boff, blk);
   constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
   if constexpr (kType != TensorType::Q8_0) {
     VI v[4];
     LoadPlanes4(rows, boff + kWords + (kHi5<kType> ? 4 : 0), v);
     const VI qh = kHi5<kType> ? LoadWordRows(rows, boff + kWords) : hn::Zero(DI());
-    SplitNibbles(v, qh, blk);
+    SplitNibbles<kType, kBaseline>(v, qh, blk);
   } else {
     LoadPlanesQ8(rows, boff + 2, blk.pl);
     FinishQ8Planes(blk);
@@ -494,10 +540,10 @@ HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType
 
 // kInterleaved16: `gb` is the block's 16-row group-block, `sub` which kNR of its 16 rows (the
 // lane slice of every plane: the whole 64 bytes with AVX-512, a 32-byte half with AVX2).
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   const DI di;
-  LoadFieldsI16(gb, sub, blk);
+  LoadFieldsI16<kType, kBaseline>(gb, sub, blk);
   const int32_t* q =
       reinterpret_cast<const int32_t*>(gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType>) +
       sub * kNR;
@@ -506,7 +552,7 @@ HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
     constexpr int kQs = kHi5<kType> ? 1 : 0;
     VI v[4];
     for (int g = 0; g < 4; ++g) v[g] = hn::LoadU(di, q + 16 * (kQs + g));
-    SplitNibbles(v, kHi5<kType> ? hn::LoadU(di, q) : hn::Zero(di), blk);
+    SplitNibbles<kType, kBaseline>(v, kHi5<kType> ? hn::LoadU(di, q) : hn::Zero(di), blk);
   } else {
     for (int g = 0; g < 8; ++g) blk.pl[g] = hn::LoadU(di, q + 16 * g);
     FinishQ8Planes(blk);
@@ -514,10 +560,21 @@ HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-template <TensorType kType>
+// kShort: the caller has 1-2 tokens, so this chain is nearly all the independent work a block
+// has; two chains of 4 instead of one of 8 halve its latency (~5 cycles per vpdpbusd). The
+// sums are exact int32, so the split changes no bit.
+template <TensorType kType, bool kShort = false>
 HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
   const DI di;
   __m512i acc = hn::Set(di, init).raw;
+  if constexpr (kShort) {
+    __m512i acc1 = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      acc = _mm512_dpbusd_epi32(acc, pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw);
+      acc1 = _mm512_dpbusd_epi32(acc1, pl[g + 4].raw, hn::Set(di, LoadI32(xq + 4 * g + 16)).raw);
+    }
+    return VI{_mm512_add_epi32(acc, acc1)};
+  }
   for (int g = 0; g < 8; ++g) {
     acc = _mm512_dpbusd_epi32(acc, pl[g].raw, hn::Set(di, LoadI32(xq + 4 * g)).raw);
   }
@@ -551,7 +608,7 @@ HWY_INLINE __m512i SignBytes(__m512i x, __m512i w) {  // no vpsignb in AVX-512: 
   return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
 }
 #endif
-template <TensorType kType>
+template <TensorType kType, bool kShort = false>
 HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
   const DI di;
   if constexpr (!kSignedW<kType>) {
@@ -612,22 +669,22 @@ HWY_INLINE void UnpackColumns(ByteAt byte, Block<kType>& blk) {
   for (int e = 0; e < 32; ++e) blk.pl[e] = hn::Load(di, w[e]);
 }
 
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  LoadFieldsRows(rows, boff, blk);
+  LoadFieldsRows<kType, kBaseline>(rows, boff, blk);
   constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
   UnpackColumns<kType>([&](int i, int k) { return rows[i][boff + kWords + k]; }, blk);
 }
 
 // kInterleaved16: lane i = row sub * kNR + i of the 16-row group-block `gb`.
-template <TensorType kType>
+template <TensorType kType, bool kBaseline>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
-  LoadFieldsI16(gb, sub, blk);
+  LoadFieldsI16<kType, kBaseline>(gb, sub, blk);
   const uint8_t* q = gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType> + 4 * sub * kNR;
   UnpackColumns<kType>([&](int i, int k) { return q[64 * (k / 4) + 4 * i + k % 4]; }, blk);
 }
 
-template <TensorType kType>
+template <TensorType kType, bool kShort = false>
 HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
   const DI di;
   VI acc = hn::Set(di, init);
@@ -638,7 +695,8 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 #endif  // LYNX_Q8_X86
 
 // Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
-template <TensorType kType, int NT>
+// kSplit: DotBlock's two chains (1-2 tokens; not in the baseline kernel).
+template <TensorType kType, int NT, bool kSplit>
 HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t tok, int64_t b,
                          VF (&acc)[NT]) {
   const DF df;
@@ -646,7 +704,8 @@ HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t 
   const float* xd = j.d + tok * j.ldb + b;
   const int32_t* xs = j.s + tok * j.ldb + b;
   for (int t = 0; t < NT; ++t) {
-    const VI isum = DotBlock<kType>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
+    const VI isum =
+        DotBlock<kType, kSplit>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
     const VF dx = hn::Set(df, xd[t * j.ldb]);
     acc[t] = FmaExact(DF(), hn::Mul(blk.dw, dx), hn::ConvertTo(df, isum), acc[t]);
     if constexpr (kHasMin<kType>) {
@@ -679,7 +738,9 @@ HWY_INLINE void PrefetchShare(const uint8_t* next, int64_t step) {
 //
 // kRows: rows [r, min(r + kNR, r1)) as kNR row pointers (a partial block repeats its last
 // row, whose lanes are computed and not stored).
+template <bool kBaselineKernel>
 struct RowsSource {
+  static constexpr bool kBaseline = kBaselineKernel;  // MatmulQ8Job::baseline
   // Where RowBlockBuffered prefetches the next row block: while unpacking a chunk (false) or
   // spread over the first token group's pass over it (true). kRows prefetches while
   // unpacking, its unpack being slow enough to space the prefetches out; kInterleaved16
@@ -701,13 +762,15 @@ struct RowsSource {
   }
   template <TensorType kType>
   HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
-    UnpackRows<kType>(rows, b * BlockBytes<kType>(), blk);
+    UnpackRows<kType, kBaseline>(rows, b * BlockBytes<kType>(), blk);
   }
 };
 
 // kInterleaved16: the kNR-aligned rows [row0, row0 + kNR) holding row r, slice `sub` of their
 // 16-row group; stores only the rows in [j.r0, j.r1).
+template <bool kBaselineKernel>
 struct Interleaved16Source {
+  static constexpr bool kBaseline = kBaselineKernel;     // MatmulQ8Job::baseline
   static constexpr bool kPrefetchWhileComputing = true;  // see RowsSource
   const uint8_t* group;
   const uint8_t* next;  // the next group, contiguous in memory
@@ -728,7 +791,7 @@ struct Interleaved16Source {
   }
   template <TensorType kType>
   HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
-    UnpackI16<kType>(group + b * kInterleaveRows * BlockBytes<kType>(), sub, blk);
+    UnpackI16<kType, kBaseline>(group + b * kInterleaveRows * BlockBytes<kType>(), sub, blk);
   }
 };
 
@@ -742,7 +805,7 @@ HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, const Source& src) {
     Block<kType> blk;
     src.template Prefetch<kType>(b);
     src.template Unpack<kType>(b, blk);
-    AddBlock<kType, NT>(j, blk, 0, b, acc);
+    AddBlock<kType, NT, (NT <= 2 && !Source::kBaseline)>(j, blk, 0, b, acc);
   }
   for (int t = 0; t < NT; ++t) {
     HWY_ALIGN float out[kNR];
@@ -775,7 +838,8 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
           for (int t = 0; t < NT; ++t) acc[t] = hn::Load(df, accbuf + (t0 + t) * kNR);
           for (int64_t b = c0; b < c1; ++b) {
             if (Source::kPrefetchWhileComputing && t0 == 0) src.template Prefetch<kType>(b);
-            AddBlock<kType, NT>(j, blocks[b - c0], s0 + t0, b, acc);
+            AddBlock<kType, NT, (NT <= 2 && !Source::kBaseline)>(j, blocks[b - c0], s0 + t0, b,
+                                                                 acc);
           }
           for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + (t0 + t) * kNR);
         });
@@ -799,21 +863,21 @@ void RunRowsQ8(const MatmulQ8Job& j, int64_t r_begin) {
   }
 }
 
-template <TensorType kType>
+template <TensorType kType, bool kBaseline = false>
 void RunQ8(const MatmulQ8Job& j) {
   if (j.layout == WeightLayout::kRows) {
-    RunRowsQ8<kType, RowsSource>(j, j.r0);
+    RunRowsQ8<kType, RowsSource<kBaseline>>(j, j.r0);
   } else {
     // kNR divides 16, so the kNR-aligned row blocks from r0's tile each one 16-row group.
     static_assert(kInterleaveRows % kNR == 0);
-    RunRowsQ8<kType, Interleaved16Source>(j, j.r0 - j.r0 % kNR);
+    RunRowsQ8<kType, Interleaved16Source<kBaseline>>(j, j.r0 - j.r0 % kNR);
   }
 }
 
 void MatmulQ8T(const MatmulQ8Job& j) {
   switch (j.type) {
     case TensorType::Q8_0:
-      return RunQ8<TensorType::Q8_0>(j);
+      return j.baseline ? RunQ8<TensorType::Q8_0, true>(j) : RunQ8<TensorType::Q8_0>(j);
     case TensorType::Q4_1:
       return RunQ8<TensorType::Q4_1>(j);
     case TensorType::Q5_0:
@@ -821,9 +885,9 @@ void MatmulQ8T(const MatmulQ8Job& j) {
     case TensorType::Q5_1:
       return RunQ8<TensorType::Q5_1>(j);
     case TensorType::IQ4_NL:
-      return RunQ8<TensorType::IQ4_NL>(j);
+      return j.baseline ? RunQ8<TensorType::IQ4_NL, true>(j) : RunQ8<TensorType::IQ4_NL>(j);
     case TensorType::MXFP4:
-      return RunQ8<TensorType::MXFP4>(j);
+      return j.baseline ? RunQ8<TensorType::MXFP4, true>(j) : RunQ8<TensorType::MXFP4>(j);
     default:
       return RunQ8<TensorType::Q4_0>(j);
   }
@@ -903,9 +967,11 @@ bool has_int_path(TensorType t) {
   return tr && tr->int_kernel;
 }
 
-void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                    WeightLayout layout) {
+namespace {
+
+void matmul_rows_q8_impl(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                         const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                         WeightLayout layout, bool baseline) {
   if (has_int_path(t) && type_traits(t).act_type == TensorType::Q8_K) {
     matmul_rows_k(t, w, cols, r0, r1, x.k, t0, n_tok, y, ldy, layout);
     return;
@@ -940,8 +1006,23 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
                         n_tok,
                         y,
                         ldy,
-                        layout};
+                        layout,
+                        baseline};
   HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
+}
+
+}  // namespace
+
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout) {
+  matmul_rows_q8_impl(t, w, cols, r0, r1, x, t0, n_tok, y, ldy, layout, false);
+}
+
+void matmul_rows_q8_baseline(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                             const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                             WeightLayout layout) {
+  matmul_rows_q8_impl(t, w, cols, r0, r1, x, t0, n_tok, y, ldy, layout, true);
 }
 
 }  // namespace lynx::kernels

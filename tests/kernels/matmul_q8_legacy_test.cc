@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_q8_baseline.h"
 #include "kernels/types.h"
 #include "test_util.h"
 
@@ -145,6 +146,66 @@ TEST(MatmulQ8Legacy, RandomBlocksAgreeAndNanScalesDoNotCrash) {
         }
       }
     });
+  }
+}
+
+// MXFP4 / IQ4_NL unpack their blocks in vector ops (E8M0 scales converted in lanes, nibbles
+// looked up with vpermb on AVX3_DL) and 1-2 tokens split the vpdpbusd chain (Q8_0 too); the
+// baseline kernel (matmul_q8_baseline.h) has none of that. Both give the twin's bits on every
+// target and layout: every E8M0 exponent 0-255 (the subnormal 0 and 1, 255 whose products
+// overflow to inf) with every nibble, gpt-oss's 2880 columns, odd row splits, 1-70 tokens.
+TEST(MatmulQ8Legacy, Mxfp4EveryExponentAndBaselineEqualTwin) {
+  for (TensorType t : {TensorType::MXFP4, TensorType::IQ4_NL, TensorType::Q8_0}) {
+    SCOPED_TRACE(gguf::tensor_type_name(t));
+    for (int64_t cols : {2880, 8192}) {
+      const int64_t rows = 32;
+      const int64_t bb = type_traits(t).block_bytes, nb = cols / 32;
+      std::vector<uint8_t> w(weight_row_bytes(t, cols) * size_t(rows));
+      std::mt19937 rng{uint32_t(cols)};
+      for (auto& b : w) b = uint8_t(rng());
+      if (t == TensorType::MXFP4) {
+        // block i of the matrix gets exponent i % 256: cols 8192 = 256 blocks per row
+        for (int64_t i = 0; i < rows * nb; ++i) w[size_t(i * bb)] = uint8_t(i % 256);
+      } else {
+        // finite fp16 scales (random bytes may be NaN: RandomBlocksAgree covers those)
+        for (int64_t i = 0; i < rows * nb; ++i) {
+          const uint16_t h = fp32_to_fp16(std::ldexp(1.0f + float(i % 7) / 8, int(i % 9) - 12));
+          std::memcpy(&w[size_t(i * bb)], &h, 2);
+        }
+      }
+      const auto il = interleaved(t, w, rows, cols);
+      const int n_max = 72;
+      const auto x = random_floats(size_t(n_max * cols), 3, 1.5f);
+      QuantizedActs q;
+      quantize_acts(x.data(), cols, n_max, cols, q);
+      for (int n_tok : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 33, 70}) {
+        const int t0 = n_tok % 2;
+        std::vector<float> twin(size_t(n_tok * rows));
+        ref::matmul_rows_q8(t, w.data(), cols, 0, rows, q, t0, n_tok, twin.data(), rows);
+        for_each_target([&] {
+          for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kInterleaved16}) {
+            const std::vector<uint8_t>& m = layout == WeightLayout::kRows ? w : il;
+            for (bool baseline : {false, true}) {
+              std::vector<float> got(twin.size(), 0.5f);
+              for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 19}, {19, 32}}) {
+                if (baseline) {
+                  matmul_rows_q8_baseline(t, m.data(), cols, r0, r1, q, t0, n_tok, got.data(), rows,
+                                          layout);
+                } else {
+                  matmul_rows_q8(t, m.data(), cols, r0, r1, q, t0, n_tok, got.data(), rows, layout);
+                }
+              }
+              for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_TRUE(same(got[i], twin[i]))
+                    << i << " cols " << cols << " tokens " << n_tok << " interleaved "
+                    << (layout == WeightLayout::kInterleaved16) << " baseline " << baseline << ": "
+                    << got[i] << " vs " << twin[i];
+              }
+            }
+          }
+        });
+      }
+    }
   }
 }
 
