@@ -15,6 +15,7 @@
 //      is streamed only when it gives back at least lambda tokens' worth of routed mass.
 //   3. remap: each decode token takes its top-k by logit within U (its confident prefix is
 //      in U and ranks first); weights by the remap rule of gating.h.
+// tau and lambda take one value per MoE layer (V0/V1/...; the last holds for later layers).
 // lambda = 0 for a layer routes it exactly; with growth = G, lambda is scaled by (B / 16)^G.
 // Prefill and exact tokens keep exact top-k.
 #include <algorithm>
@@ -34,18 +35,19 @@ constexpr float kDefaultLambda = 0.05f;
 
 class CoverPolicy final : public RoutingPolicy {
  public:
-  CoverPolicy(float tau, std::vector<float> lambda, bool piggyback, float growth)
-      : tau_(tau), lambda_(std::move(lambda)), piggyback_(piggyback), growth_(growth) {}
+  CoverPolicy(std::vector<float> tau, std::vector<float> lambda, bool piggyback, float growth)
+      : tau_(std::move(tau)), lambda_(std::move(lambda)), piggyback_(piggyback), growth_(growth) {}
 
   std::string spec() const override {
     std::string opts;
     auto add = [&](const std::string& s) { opts += (opts.empty() ? "" : ",") + s; };
-    if (tau_ != kDefaultTau) add("tau=" + fmt_float(tau_));
-    if (lambda_.size() != 1 || lambda_[0] != kDefaultLambda) {
+    auto list = [](const std::vector<float>& v) {
       std::string l;
-      for (size_t i = 0; i < lambda_.size(); ++i) l += (i ? "/" : "") + fmt_float(lambda_[i]);
-      add("lambda=" + l);
-    }
+      for (size_t i = 0; i < v.size(); ++i) l += (i ? "/" : "") + fmt_float(v[i]);
+      return l;
+    };
+    if (tau_.size() != 1 || tau_[0] != kDefaultTau) add("tau=" + list(tau_));
+    if (lambda_.size() != 1 || lambda_[0] != kDefaultLambda) add("lambda=" + list(lambda_));
     if (growth_ != 0.f) add("growth=" + fmt_float(growth_));
     if (!piggyback_) add("piggyback-prefill=0");
     return opts.empty() ? "cover" : "cover:" + opts;
@@ -56,7 +58,8 @@ class CoverPolicy final : public RoutingPolicy {
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
     float lambda = lambda_[size_t(std::clamp(in.layer, 0, int(lambda_.size()) - 1))];
-    if (k >= n || lambda <= 0.f || tau_ >= 1.f) return;
+    const float tau = tau_[size_t(std::clamp(in.layer, 0, int(tau_.size()) - 1))];
+    if (k >= n || lambda <= 0.f || tau >= 1.f) return;
     rows_.clear();
     for (int t = 0; t < in.n_tokens; ++t) {
       if (is_remappable(in, t)) rows_.push_back(t);
@@ -92,7 +95,7 @@ class CoverPolicy final : public RoutingPolicy {
       for (int e = 0; e < n; ++e) q[e] = gate_prob(z[e], rg, g.func) * inv;
       join(ids[0]);
       float cum = q[ids[0]];
-      for (int j = 1; j < k && cum < tau_; ++j) {
+      for (int j = 1; j < k && cum < tau; ++j) {
         join(ids[j]);
         cum += q[ids[j]];
       }
@@ -112,7 +115,7 @@ class CoverPolicy final : public RoutingPolicy {
   }
 
  private:
-  float tau_;
+  std::vector<float> tau_;     // per MoE layer, like lambda_
   std::vector<float> lambda_;  // per MoE layer; the last holds for later layers
   bool piggyback_;
   float growth_;  // exponent of the B-scaling of lambda (0: none)
@@ -127,13 +130,15 @@ class CoverPolicy final : public RoutingPolicy {
 }  // namespace
 
 std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o) {
-  const float tau = float(o.get_number("tau", kDefaultTau, 0, 1));
+  std::vector<float> tau;
+  for (double v : o.get_number_list("tau", 0, 1, 1024)) tau.push_back(float(v));
+  if (tau.empty()) tau.push_back(kDefaultTau);
   std::vector<float> lambda;
   for (double v : o.get_number_list("lambda", 0, 1e6, 1024)) lambda.push_back(float(v));
   if (lambda.empty()) lambda.push_back(kDefaultLambda);
   const bool piggyback = o.get_bool("piggyback-prefill", true);
   const float growth = float(o.get_number("growth", 0, 0, 4));
-  return std::make_unique<CoverPolicy>(tau, std::move(lambda), piggyback, growth);
+  return std::make_unique<CoverPolicy>(std::move(tau), std::move(lambda), piggyback, growth);
 }
 
 }  // namespace lynx::routing

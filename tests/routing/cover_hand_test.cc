@@ -158,6 +158,31 @@ TEST(CoverHand, PerLayerLambda) {
   }
 }
 
+// Per-layer tau, like lambda: layer 0 at tau 0.5 and layer 1 at tau 0.58 give the two
+// examples above at lambda 0.8 (U = {e0, e2, e4} and {e0, e2, e3, e4}); later layers take
+// the last value. The spec lists both.
+TEST(CoverHand, PerLayerTau) {
+  std::vector<float> z;
+  for (const auto& row : kP) {
+    for (double p : row) z.push_back(float(std::log(p)));
+  }
+  auto policy = make_routing_policy("cover:tau=0.5/0.58,lambda=0.8");
+  EXPECT_EQ(policy->spec(), "cover:tau=0.5/0.58,lambda=0.8");
+  for (int layer : {0, 1, 3}) {
+    test::Step s(z, 3, GatingConfig{6, 2, GatingFunc::kSoftmax, true, 1.f});
+    auto in = s.in();
+    in.layer = layer;
+    auto out = s.out();
+    policy->route(in, out);
+    if (layer == 0) {
+      EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 2, 2, 0, 4, 0}));
+    } else {
+      EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 2, 2, 3, 4, 3})) << layer;
+    }
+  }
+  EXPECT_THROW(make_routing_policy("cover:tau=0.5/1.5"), Error);
+}
+
 // The contract on random batches: every decode token keeps its confident prefix (computed
 // here in double from the definition), whatever lambda; a prefix whose mass lies within 1e-4
 // of tau is skipped (float and double may round it to different sides).
