@@ -22,7 +22,7 @@ bin=build/release/bin/lynx-moe
 out=build/fronts
 mkdir -p "$out"
 t=${LYNX_EVAL_THREADS:-2}
-common=(--batch 4,16,32 --max-tokens "${LYNX_FRONTS_TOKENS:-128}" --gen-prompts 0 --code-lines 0
+common=(--max-tokens "${LYNX_FRONTS_TOKENS:-128}" --gen-prompts 0 --code-lines 0
         -t "$t" -o json)
 
 # Each peer from mild to strong. budget's m is absolute (experts per step), so its points
@@ -34,7 +34,7 @@ sweep[8x2]="topk;lynx;lynx:alpha=2,beta=1;oea:k0=1;budget:m=6;budget:m=4;ser:kmi
 for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
   model=models/lynx-moe-$m.gguf
   [[ -s $out/$m-sweep.json ]] ||
-    $bin eval -m "$model" --data data/eval "${common[@]}" --routing "${sweep[$m]}" \
+    $bin eval -m "$model" --data data/eval --batch 4,16,32 "${common[@]}" --routing "${sweep[$m]}" \
       >"$out/$m-sweep.json"
   # Fitted on validation documents only, then measured on the test documents.
   [[ -s $out/$m-calib.txt ]] ||
@@ -42,7 +42,7 @@ for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
       --max-tokens "${LYNX_FRONTS_TOKENS:-128}" \
       -o "$out/$m-calib.txt" >"$out/$m-calib.log"
   [[ -s $out/$m-calib.json ]] ||
-    $bin eval -m "$model" --data data/eval "${common[@]}" \
+    $bin eval -m "$model" --data data/eval --batch 4,16,32 "${common[@]}" \
       --routing "topk;$(cat "$out/$m-calib.txt")" >"$out/$m-calib.json"
   # The same setting with strength growing with B: lambda x (B / 16)^0.75 (the exponent read
   # off the validation sweep of docs/evaluation.md); at B = 16 it is the calibrated setting.
@@ -59,7 +59,7 @@ for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
       --ladder 0.1/0.15/0.2/0.3/0.5 -o "$out/$m-subst-calib.txt" >"$out/$m-subst-calib.log"
   cover_fit=$(cat "$out/$m-calib.txt")
   [[ -s $out/$m-subst.json ]] ||
-    $bin eval -m "$model" --data data/eval "${common[@]}" \
+    $bin eval -m "$model" --data data/eval --batch 4,16,32 "${common[@]}" \
       --routing "topk;$(cat "$out/$m-subst-calib.txt");subst:${cover_fit#cover:},sim=$out/$m-sim.txt,beta=0.3" \
       >"$out/$m-subst.json"
   /usr/bin/python3 scripts/fronts-plot.py "lynx-moe-$m" "$out/$m.svg" "$out/$m-sweep.json" \
