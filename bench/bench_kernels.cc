@@ -23,12 +23,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/thread_pool.h"
 #include "kernels/types.h"
 
 namespace lk = lynx::kernels;
+using lynx::bench::seconds_since;
 using lynx::gguf::TensorType;
 
 namespace {
@@ -73,10 +75,6 @@ void parse_shape(const std::string& s, int64_t* rows, int64_t* cols) {
   if (*rows <= 0 || *cols <= 0 || *cols % 32 != 0) {
     throw CLI::ValidationError("--shapes", "rows > 0 and cols a positive multiple of 32: " + s);
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Weights of all experts: one expert quantized from random data (repacked when `layout` is
@@ -137,23 +135,14 @@ int run(int argc, char** argv) {
   app.add_option("--reps", o.reps, "passes per measurement (best is kept)")
       ->check(CLI::PositiveNumber);
   app.add_option("--bw-mib", o.bw_mib, "buffer size of the bandwidth probe, MiB");
-  app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
+  lynx::bench::add_simd_option(app, o.simd);
   app.add_option("--layout", o.layout,
                  "weight layout: packed (as the engine repacks at load: Q8_0/Q4_0/Q4_K/Q6_K 16-row "
                  "interleaved, F32/F16/BF16 16-row panels; matrices whose rows are not a "
                  "multiple of 16 stay rows) or rows (the file's)")
       ->check(CLI::IsMember({"packed", "rows"}));
   CLI11_PARSE(app, argc, argv);
-  if (!o.simd.empty()) {
-    bool found = false;
-    for (int64_t t : lk::available_simd_targets()) {
-      if (o.simd == lk::simd_target_name(t)) {
-        lk::force_simd_target(t);
-        found = true;
-      }
-    }
-    if (!found) throw CLI::ValidationError("--simd", o.simd + " is not available here");
-  }
+  lynx::bench::apply_simd_option(o.simd);
 
   if (o.rows > 0 || o.cols > 0) {
     if (o.rows <= 0 || o.cols <= 0) throw CLI::ValidationError("--rows/--cols", "give both");
@@ -266,15 +255,5 @@ int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  // Bad options (an unknown type or shape, an instruction set this CPU lacks) are reported as
-  // CLI11 reports its own parse errors, never as an uncaught exception.
-  try {
-    return run(argc, argv);
-  } catch (const CLI::Error& e) {
-    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
-    return 1;
-  }
+  return lynx::bench::run_main("bench_kernels", run, argc, argv);
 }

@@ -20,12 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_q8_baseline.h"
 #include "kernels/thread_pool.h"
 #include "kernels/types.h"
 
 namespace lk = lynx::kernels;
+using lynx::bench::seconds_since;
 using lynx::gguf::TensorType;
 
 namespace {
@@ -38,10 +40,6 @@ struct Options {
   int rounds = 7;
   std::string simd;  // empty: the best target
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -81,7 +79,7 @@ int run(int argc, char** argv) {
   app.add_option("--experts", o.experts, "matrices per pass")->check(CLI::PositiveNumber);
   app.add_option("--rounds", o.rounds, "A/B rounds per row of the table")
       ->check(CLI::PositiveNumber);
-  app.add_option("--simd", o.simd, "force an instruction set (AVX3_DL, AVX3, AVX2, ...)");
+  lynx::bench::add_simd_option(app, o.simd);
   CLI11_PARSE(app, argc, argv);
   if (o.rows % lk::kInterleaveRows != 0 || o.cols % 32 != 0) {
     throw CLI::ValidationError("--rows/--cols", "rows a multiple of 16, cols a multiple of 32");
@@ -98,16 +96,7 @@ int run(int argc, char** argv) {
       throw CLI::ValidationError("--types", "mxfp4, iq4_nl or q8_0, not " + s);
     }
   }
-  if (!o.simd.empty()) {
-    bool found = false;
-    for (int64_t t : lk::available_simd_targets()) {
-      if (o.simd == lk::simd_target_name(t)) {
-        lk::force_simd_target(t);
-        found = true;
-      }
-    }
-    if (!found) throw CLI::ValidationError("--simd", o.simd + " is not available here");
-  }
+  lynx::bench::apply_simd_option(o.simd);
 
   std::printf(
       "bench_mxfp4_ab  commit %s  simd %s  %lld matrices of %lldx%lld per pass, %d rounds\n\n",
@@ -189,15 +178,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Bad options are reported as CLI11 reports its own parse errors, never as an uncaught
-  // exception.
-  try {
-    return run(argc, argv);
-  } catch (const CLI::Error& e) {
-    std::fprintf(stderr, "bench_mxfp4_ab: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_mxfp4_ab: %s\n", e.what());
-    return 1;
-  }
+  return lynx::bench::run_main("bench_mxfp4_ab", run, argc, argv);
 }
