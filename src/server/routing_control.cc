@@ -109,10 +109,15 @@ namespace {
 // Steps with more decode tokens than this keep no cell (the estimate still counts them);
 // their predictions extrapolate. Batches are far smaller in practice.
 constexpr int kMaxCellN = 4096;
-// A cell is a plain mean for its first samples, then an exponential average with this
-// memory in samples of that cell: slow on purpose, the cells hold the shape of t(n) and the
-// fast feedback scale follows a machine that gets slower or faster as a whole.
+// A cell is a plain mean (of log step times) for its first samples, then an exponential
+// average with this memory in samples of that cell: slow on purpose, the cells hold the
+// shape of t(n) and the fast feedback scale follows a machine that gets slower or faster as
+// a whole.
 constexpr int64_t kCellMemory = 32;
+// A cell moves the feedback scale once it holds this many samples: a younger one is a mean
+// of a few noisy steps, and letting it move the scale (which the cells then make up for)
+// leaves a lasting offset between the two (0.3 on a synthetic plant with 2x stalls).
+constexpr int64_t kJudgeAfter = 8;
 // A cell not measured for this many decisions is measured again when its level is the one
 // to try (see choose): about 100 s of a busy server; at most one such step per cell.
 constexpr int64_t kRefreshDecisions = 1024;
@@ -251,21 +256,28 @@ void SloController::observe(double step_s, int n_decode, int n_prefill, int leve
   // prompt's, which no level changes (the scheduler's max_step_tokens bounds it). They count
   // in the estimate (their decode tokens waited) but not in the cells or the feedback.
   if (n_prefill > 0 || level < 0 || level > o_.max_level || n_decode > kMaxCellN) return;
+  if (!(step_s > 0)) return;
   LevelModel& m = model_[size_t(level)];
   if (m.cells.size() <= size_t(n_decode)) m.cells.resize(size_t(n_decode) + 1);
   Cell& c = m.cells[size_t(n_decode)];
-  // Feedback: the geometric mean, over about `window` steps, of measured / predicted, with
-  // the prediction from a cell measured at this very n (interpolations are not judged). It
-  // scales every level's predictions, also those of levels not running now, so that a
-  // machine that gets 30% slower moves the decisions at once rather than level by level.
-  if (c.count > 0 && c.t > 0 && step_s > 0) {
-    const double q = step_s / (scale_ * c.t);
-    scale_ = std::clamp(scale_ * std::pow(q, 1.0 / o_.window), o_.scale_min, o_.scale_max);
+  // In logs (step time = scale x cell): one error e = log(measured / predicted), with the
+  // prediction from the cell measured at this very n (interpolations are not judged; young
+  // cells only learn), moves
+  // the scale by e / window and the cell by e / min(count, 32). Feeding both the same error
+  // keeps their common mode fixed once the cells are mature: noise cannot make the scale
+  // wander while the cells make up for it, and a change of the machine goes mostly into the
+  // fast scale, which also moves the levels not running now, so that a machine that gets
+  // 30% slower moves every decision at once. Logs also keep one step that another process
+  // stalled from moving either much (cells hold geometric means).
+  const double e = std::log(step_s / scale_) - c.log_t;
+  if (c.count >= kJudgeAfter) {
+    scale_ = std::clamp(scale_ * std::exp(e / o_.window), o_.scale_min, o_.scale_max);
   }
   ++c.count;
   ++m.samples;
   c.seen = decisions_;
-  c.t += (step_s / scale_ - c.t) / double(std::min(c.count, kCellMemory));
+  c.log_t += e / double(std::min(c.count, kCellMemory));
+  c.t = std::exp(c.log_t);
 }
 
 // ---------------------------------------------------------------------------------------

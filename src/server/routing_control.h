@@ -78,9 +78,10 @@ class SloController {
   int64_t changes() const { return changes_; }
 
  private:
-  // Mean step time (divided by the scale of its time) of one level at one n: an exponential
-  // average that is a plain mean for its first kCellMemory samples.
+  // Step time (divided by the scale) of one level at one n: the mean of its logs, an
+  // exponential average after its first kCellMemory samples; t = exp(log_t).
   struct Cell {
+    double log_t = 0;
     double t = 0;
     int64_t count = 0;
     int64_t seen = 0;  // the decision it was last measured after

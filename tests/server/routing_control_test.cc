@@ -154,6 +154,21 @@ TEST(SloController, FeedbackScaleIsBounded) {
   EXPECT_EQ(fresh_choice(c, 1), 3);  // every level too slow now: the strongest
 }
 
+TEST(SloController, SkewedNoiseDoesNotMakeTheScaleWander) {
+  SloController c(opts(3));
+  const Plant p;
+  // Every fifth step stalled to 2x by another process, the others 10% fast: the scale and
+  // the cells must not trade off against each other over thousands of steps.
+  for (int i = 0; i < 8000; ++i) {
+    const int n = 1 + (i * 7) % 19;  // 19: every n sees stalls
+    const int l = c.choose(n);
+    c.observe(p(l, n) * (i % 5 == 0 ? 2.0 : 0.9), n, 0, l);
+    if (i >= 1000) ASSERT_NEAR(c.scale(), 1, 0.2) << i;
+  }
+  // Geometric means: at n=3, exact's 44 ms steps seen as 0.9^0.8 * 2^0.2 = 1.05x.
+  EXPECT_NEAR(c.predict(0, 3), p(0, 3) * std::pow(0.9, 0.8) * std::pow(2.0, 0.2), 0.004);
+}
+
 TEST(SloController, NoFlappingNearABoundary) {
   SloController c(opts(3));
   const Plant p;
