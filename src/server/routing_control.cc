@@ -118,15 +118,15 @@ constexpr int64_t kCellMemory = 32;
 // of a few noisy steps, and letting it move the scale (which the cells then make up for)
 // leaves a lasting offset between the two (0.3 on a synthetic plant with 2x stalls).
 constexpr int64_t kJudgeAfter = 8;
-// A cell not measured for this many decisions is measured again when its level is the one
-// to try (see choose): about 100 s of a busy server; at most one such step per cell.
-constexpr int64_t kRefreshDecisions = 1024;
+// A cell not measured for this many decisions may be measured again (see choose), one such
+// step per this many decisions at most: 0.4% of the steps, under the 1% a P99 looks at.
+constexpr int64_t kRefreshDecisions = 256;
 }  // namespace
 
 SloController::SloController(const SloControllerOptions& o)
-    : o_(o), model_(size_t(std::max(o.max_level, 0)) + 1) {
+    : o_(o), model_(size_t(std::max(o.max_level, 0)) + 1), cold_left_(o.cold_steps) {
   if (!(o_.target_s > 0) || o_.max_level < 0 || o_.window < 1 || !(o_.raise_at > 0) ||
-      !(o_.hysteresis >= 0 && o_.hysteresis < 1) || o_.explore_steps < 1 ||
+      !(o_.hysteresis >= 0 && o_.hysteresis < 1) || o_.explore_steps < 1 || o_.cold_steps < 0 ||
       !(o_.scale_min > 0 && o_.scale_min <= 1 && o_.scale_max >= 1)) {
     throw Error(
         "SLO controller: the target and raise_at must be positive, the window and the "
@@ -226,15 +226,20 @@ int SloController::choose(int n_decode) {
       pick = l;
       break;
     }
-    // A level over the threshold but within the target itself whose cell at this n is
-    // empty, young (a sample taken while the scale moved can be 10% off) or old: tried once,
-    // so that a prediction on the slow side does not lock a more accurate level out for good
-    // (a prediction on the fast side corrects itself: the level runs and is measured).
-    if (p <= o_.target_s && n_decode <= kMaxCellN) {
+    // A level over the threshold whose cell at this n is empty or young (a sample taken
+    // while the scale moved can be 10% off) and predicted within the target itself, or old
+    // and predicted within twice the target (rarely: see kRefreshDecisions): tried, so that a
+    // prediction on the slow side does not lock a more accurate level out for good (one on
+    // the fast side corrects itself: the level runs and is measured).
+    if (p <= 2 * o_.target_s && n_decode <= kMaxCellN) {
       const std::vector<Cell>& c = model_[size_t(l)].cells;
       const Cell none;
       const Cell& cell = size_t(n_decode) < c.size() ? c[size_t(n_decode)] : none;
-      if (cell.count < o_.explore_steps || decisions_ - cell.seen > kRefreshDecisions) {
+      const bool young = cell.count < o_.explore_steps && p <= o_.target_s;
+      const bool old = decisions_ - cell.seen >= kRefreshDecisions &&
+                       decisions_ - last_refresh_ >= kRefreshDecisions;
+      if (young || old) {
+        if (!young) last_refresh_ = decisions_;
         pick = l;
         break;
       }
@@ -251,6 +256,12 @@ void SloController::observe(double step_s, int n_decode, int n_prefill, int leve
   if (n_decode <= 0 || !std::isfinite(step_s) || step_s < 0) return;
   window_.emplace_back(step_s, n_decode);
   if (int(window_.size()) > o_.window) window_.pop_front();
+  // The first decode steps of a server pay first-touch costs (weights paged in, buffers
+  // grown) whatever the level: learned, they would lock exact out as too slow.
+  if (cold_left_ > 0) {
+    --cold_left_;
+    return;
+  }
   // Steps that also carry prompt tokens teach the model nothing about the level: prompt
   // tokens are routed exact and their union covers most experts, so their time is the
   // prompt's, which no level changes (the scheduler's max_step_tokens bounds it). They count

@@ -46,6 +46,7 @@ struct SloControllerOptions {
   double raise_at = 0.8;    // a level fits a step when its predicted time is <= raise_at * target
   double hysteresis = 0.1;  // a weaker level than the last decision must fit with this margin
   int explore_steps = 3;    // decode steps a level runs before its predictions are trusted
+  int cold_steps = 8;       // the server's first decode steps, not learned from
   double scale_min = 0.5;   // bounds of the feedback scale on every prediction
   double scale_max = 2.0;
 };
@@ -100,6 +101,8 @@ class SloController {
   int level_ = 0;
   int last_n_ = 0;
   int64_t decisions_ = 0;
+  int64_t last_refresh_ = 0;
+  int cold_left_ = 0;
   int64_t changes_ = 0;
 };
 

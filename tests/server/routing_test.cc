@@ -160,11 +160,12 @@ TEST(AdaptiveRouting, TriesLevelByLevelWhenEveryStepMissesTheTarget) {
   o.routing_ladder = kLadder;
   o.tpot_slo_s = 1e-6;  // every step is slower: each level is tried, found too slow, passed
   Running srv(o);
-  // One request alone, 80 tokens: 79 decode steps; a level runs 3 steps (explore_steps)
-  // before its predictions count; then, nothing fitting, the strongest.
+  // One request alone, 80 tokens: 79 decode steps; the first 8 are not learned from (cold
+  // steps), then a level runs 3 steps (explore_steps) before its predictions count; then,
+  // nothing fitting, the strongest.
   Reply r = post(srv, "/v1/completions", body("", 80));
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 3}, {1, 3}, {2, 73}}));
+  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 11}, {1, 3}, {2, 65}}));
   const std::string m = get(srv, "/metrics").body;
   EXPECT_EQ(metric(m, "lynx_routing_level"), 2) << m;
   EXPECT_EQ(metric(m, "lynx_routing_level_changes_total"), 2);
@@ -188,7 +189,7 @@ TEST(AdaptiveRouting, TheWindowSetsTheEstimateNotThePace) {
   Reply r = post(srv, "/v1/completions", body("", 40));
   ASSERT_EQ(r.status, 200) << r.body;
   // The feed-forward controller does not wait windows between levels.
-  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 3}, {1, 3}, {2, 33}}));
+  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 11}, {1, 3}, {2, 25}}));
 }
 
 TEST(AdaptiveRouting, BudgetAndCapsBoundTheController) {
@@ -199,7 +200,7 @@ TEST(AdaptiveRouting, BudgetAndCapsBoundTheController) {
   o.allow_request_routing = true;
   Running srv(o);
   Reply r = post(srv, "/v1/completions", body("", 80));
-  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 3}, {1, 76}}));
+  EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 11}, {1, 68}}));
   // The controller is at level 1 now; a request capped at exact stays exact.
   r = post(srv, "/v1/completions", body(R"("max_routing_level":0)", 20));
   EXPECT_EQ(levels_of(r.j()["usage"]), (std::map<int, int>{{0, 19}}));
