@@ -273,13 +273,12 @@ void SloController::observe(double step_s, int n_decode, int n_prefill, int leve
   Cell& c = m.cells[size_t(n_decode)];
   // In logs (step time = scale x cell): one error e = log(measured / predicted), with the
   // prediction from the cell measured at this very n (interpolations are not judged; young
-  // cells only learn), moves
-  // the scale by e / window and the cell by e / min(count, 32). Feeding both the same error
-  // keeps their common mode fixed once the cells are mature: noise cannot make the scale
-  // wander while the cells make up for it, and a change of the machine goes mostly into the
-  // fast scale, which also moves the levels not running now, so that a machine that gets
-  // 30% slower moves every decision at once. Logs also keep one step that another process
-  // stalled from moving either much (cells hold geometric means).
+  // cells only learn), moves the scale by e / window and the cell by e / min(count, 32).
+  // Feeding both the same error keeps their common mode fixed once the cells are mature:
+  // noise cannot make the scale wander while the cells make up for it, and a change of the
+  // machine goes mostly into the fast scale, which also moves the levels not running now,
+  // so that a machine that gets 30% slower moves every decision at once. Logs also keep one
+  // step that another process stalled from moving either much (cells hold geometric means).
   const double e = std::log(step_s / scale_) - c.log_t;
   if (c.count >= kJudgeAfter) {
     scale_ = std::clamp(scale_ * std::exp(e / o_.window), o_.scale_min, o_.scale_max);
