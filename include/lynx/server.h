@@ -78,7 +78,7 @@ struct ServerOptions {
   // perplexity increase in percent, compared with accuracy_budget_pct (< 0: no budget).
   std::string routing_ladder;
   double accuracy_budget_pct = -1;
-  // Decode steps the controller averages over and waits between two changes of level.
+  // Decode steps in the controller's measured TPOT and the time constant of its feedback.
   int slo_window_steps = 16;
   // Requests may name a routing level or spec and cap their own (max_routing_level).
   bool allow_request_routing = false;

@@ -268,7 +268,12 @@ void Engine::before_step(std::span<const int64_t> decoding) {
     if (p.exact_routing) continue;  // routed exact per token: no constraint on the others
     wishes_.push_back({p.routing_level, p.max_routing_level});
   }
-  step_level_ = control_.step_level(wishes_);
+  // The controller decides for this step's decode batch size (feed-forward): every decoding
+  // request, exact-routed ones included, adds a token to the step.
+  step_level_ = control_.step_level(wishes_, int(decoding.size()));
+  // A step whose decode tokens are all routed exact runs like level 0 whatever the policy:
+  // the controller learns it as such.
+  learn_level_ = wishes_.empty() ? 0 : step_level_;
   if (step_level_ != ctx_level_) {
     ctx_.set_routing(control_.ladder()[size_t(step_level_)].spec);
     ctx_level_ = step_level_;
@@ -327,8 +332,9 @@ void Engine::loop() {
           metrics_.step(ctx_.last_step(), dt, ctx_.routing_stats());
           // A step that ran (a failed one is not counted by the scheduler): its time is what
           // each of its decode tokens waited, the controller's input.
-          if (sched_.stats().steps > steps_before && ctx_.last_step().n_decode > 0) {
-            control_.observe(dt, ctx_.last_step().n_decode, int(sched_.n_waiting()), step_level_);
+          const StepStats& st = ctx_.last_step();
+          if (sched_.stats().steps > steps_before && st.n_decode > 0) {
+            control_.observe(dt, st.n_decode, st.n_tokens - st.n_decode, learn_level_);
           }
         }
       } catch (const std::exception& e) {

@@ -117,6 +117,8 @@ class Engine {
   std::unordered_map<int64_t, std::pair<Task*, int>> by_sched_;
   std::vector<RoutingControl::Wish> wishes_;
   int step_level_ = 0;
+  int learn_level_ =
+      0;  // the level the step's time is learned at (0 when all its tokens were exact)
   int ctx_level_ = 0;
   std::thread thread_;
 };

@@ -105,12 +105,32 @@ int max_level_for_budget(const std::vector<RoutingLevel>& ladder, double budget_
 
 // ---------------------------------------------------------------------------------------
 
-SloController::SloController(const SloControllerOptions& o) : o_(o) {
-  if (!(o_.target_s > 0) || o_.max_level < 0 || o_.window < 1 || o_.dwell < 0 ||
-      !(o_.lower_at > 0 && o_.lower_at < o_.raise_at)) {
+namespace {
+// Steps with more decode tokens than this keep no cell (the estimate still counts them);
+// their predictions extrapolate. Batches are far smaller in practice.
+constexpr int kMaxCellN = 4096;
+// A cell is a plain mean (of log step times) for its first samples, then an exponential
+// average with this memory in samples of that cell: slow on purpose, the cells hold the
+// shape of t(n) and the fast feedback scale follows a machine that gets slower or faster as
+// a whole.
+constexpr int64_t kCellMemory = 32;
+// A cell moves the feedback scale once it holds this many samples: a younger one is a mean
+// of a few noisy steps, and letting it move the scale (which the cells then make up for)
+// leaves a lasting offset between the two (0.3 on a synthetic plant with 2x stalls).
+constexpr int64_t kJudgeAfter = 8;
+// A cell not measured for this many decisions may be measured again (see choose), one such
+// step per this many decisions at most: 0.4% of the steps, under the 1% a P99 looks at.
+constexpr int64_t kRefreshDecisions = 256;
+}  // namespace
+
+SloController::SloController(const SloControllerOptions& o)
+    : o_(o), model_(size_t(std::max(o.max_level, 0)) + 1), cold_left_(o.cold_steps) {
+  if (!(o_.target_s > 0) || o_.max_level < 0 || o_.window < 1 || !(o_.raise_at > 0) ||
+      !(o_.hysteresis >= 0 && o_.hysteresis < 1) || o_.explore_steps < 1 || o_.cold_steps < 0 ||
+      !(o_.scale_min > 0 && o_.scale_min <= 1 && o_.scale_max >= 1)) {
     throw Error(
-        "SLO controller: the target must be positive, the window at least one step, and "
-        "0 < lower_at < raise_at");
+        "SLO controller: the target and raise_at must be positive, the window and the "
+        "exploration at least one step, 0 <= hysteresis < 1 and scale_min <= 1 <= scale_max");
   }
 }
 
@@ -124,30 +144,150 @@ double SloController::estimate() const {
   return n ? s / double(n) : 0;
 }
 
-int SloController::observe(double step_s, int n_decode, int n_waiting) {
-  if (n_decode <= 0 || !std::isfinite(step_s) || step_s < 0) return level_;
-  window_.emplace_back(step_s, n_decode);
-  if (int(window_.size()) > o_.window) window_.pop_front();
-  ++since_change_;
-  // A full window of steps at the current level, and the dwell since the last change: the
-  // estimate then describes this level only (the window is cleared at each change).
-  if (int(window_.size()) < o_.window || since_change_ < o_.dwell) return level_;
-  const double est = estimate();
-  int next = level_;
-  if (est > o_.raise_at * o_.target_s && level_ < o_.max_level) {
-    next = level_ + 1;
-  } else if (est < o_.lower_at * o_.target_s && level_ > 0 && n_waiting == 0) {
-    // A queue means the batch is full and will stay full: a weaker level now would only
-    // be raised again.
-    next = level_ - 1;
+int64_t SloController::samples(int level) const {
+  return level >= 0 && level <= o_.max_level ? model_[size_t(level)].samples : 0;
+}
+
+// Why cells per n rather than one line t = a + b*n per level: the distinct experts a step
+// streams grow concavely with n (64 experts, 8 per token: about 8 at n=1, 42 at n=8, 56 at
+// n=16), so a line fitted over the whole range is wrong in the middle, where the decisions
+// are. Between cells the prediction interpolates linearly, which is exact for a line and
+// close for a smooth concave curve.
+double SloController::predict_unscaled(int level, int n) const {
+  const LevelModel& m = model_[size_t(level)];
+  if (m.samples < o_.explore_steps || n < 1) return -1;
+  const std::vector<Cell>& c = m.cells;
+  const int top = int(c.size()) - 1;
+  int lo = -1, hi = -1;  // the nearest cells with samples at or below n, and above it
+  for (int k = std::min(n, top); k >= 1; --k) {
+    if (c[size_t(k)].count > 0) {
+      lo = k;
+      break;
+    }
   }
-  if (next != level_) {
-    level_ = next;
-    since_change_ = 0;
-    window_.clear();
+  if (lo == n) return c[size_t(n)].t;
+  for (int k = n + 1; k <= top; ++k) {
+    if (c[size_t(k)].count > 0) {
+      hi = k;
+      break;
+    }
+  }
+  auto t = [&](int k) { return c[size_t(k)].t; };
+  if (lo > 0 && hi > 0) return t(lo) + (t(hi) - t(lo)) * double(n - lo) / double(hi - lo);
+  const int edge = lo > 0 ? lo : hi;  // n lies beyond every cell of this level
+  if (edge < 0) return -1;
+  // Beyond the cells: the level below's shape when it knows both n and the edge. A stronger
+  // level's time grows no faster with n than a weaker one's (it cuts more experts the larger
+  // the batch), so this errs on the slow side.
+  if (level > 0) {
+    const double at_n = predict_unscaled(level - 1, n);
+    const double at_edge = predict_unscaled(level - 1, edge);
+    if (at_n >= 0 && at_edge > 0) return t(edge) * at_n / at_edge;
+  }
+  // Else the slope of the two cells nearest the edge (never negative), else flat.
+  int next = -1;
+  if (edge == lo) {
+    for (int k = lo - 1; k >= 1 && next < 0; --k) {
+      if (c[size_t(k)].count > 0) next = k;
+    }
+  } else {
+    for (int k = hi + 1; k <= top && next < 0; ++k) {
+      if (c[size_t(k)].count > 0) next = k;
+    }
+  }
+  if (next < 0) return t(edge);
+  const double slope = std::max(0.0, (t(edge) - t(next)) / double(edge - next));
+  return std::max(0.0, t(edge) + slope * double(n - edge));
+}
+
+double SloController::predict(int level, int n) const {
+  if (level < 0 || level > o_.max_level) return -1;
+  const double p = predict_unscaled(level, n);
+  return p < 0 ? p : p * scale_;
+}
+
+int SloController::choose(int n_decode) {
+  if (n_decode <= 0) return level_;
+  last_n_ = n_decode;
+  ++decisions_;
+  const double fit = o_.raise_at * o_.target_s;
+  int pick = o_.max_level;  // none fits: the strongest allowed
+  for (int l = 0; l <= o_.max_level; ++l) {
+    const double p = predict(l, n_decode);
+    // Every level below is predicted too slow and this one has not run enough to say:
+    // try it (it is learned from this step on).
+    if (p < 0) {
+      pick = l;
+      break;
+    }
+    // Going down to a weaker level than the last decision needs a margin, so that noise
+    // around the threshold does not switch the level at every step.
+    if (p <= fit * (l < level_ ? 1 - o_.hysteresis : 1)) {
+      pick = l;
+      break;
+    }
+    // A level over the threshold whose cell at this n is empty or young (a sample taken
+    // while the scale moved can be 10% off) and predicted within the target itself, or old
+    // and predicted within twice the target (rarely: see kRefreshDecisions): tried, so that a
+    // prediction on the slow side does not lock a more accurate level out for good (one on
+    // the fast side corrects itself: the level runs and is measured).
+    if (p <= 2 * o_.target_s && n_decode <= kMaxCellN) {
+      const std::vector<Cell>& c = model_[size_t(l)].cells;
+      const Cell none;
+      const Cell& cell = size_t(n_decode) < c.size() ? c[size_t(n_decode)] : none;
+      const bool young = cell.count < o_.explore_steps && p <= o_.target_s;
+      const bool old = decisions_ - cell.seen >= kRefreshDecisions &&
+                       decisions_ - last_refresh_ >= kRefreshDecisions;
+      if (young || old) {
+        if (!young) last_refresh_ = decisions_;
+        pick = l;
+        break;
+      }
+    }
+  }
+  if (pick != level_) {
+    level_ = pick;
     ++changes_;
   }
   return level_;
+}
+
+void SloController::observe(double step_s, int n_decode, int n_prefill, int level) {
+  if (n_decode <= 0 || !std::isfinite(step_s) || step_s < 0) return;
+  window_.emplace_back(step_s, n_decode);
+  if (int(window_.size()) > o_.window) window_.pop_front();
+  // The first decode steps of a server pay first-touch costs (weights paged in, buffers
+  // grown) whatever the level: learned, they would lock exact out as too slow.
+  if (cold_left_ > 0) {
+    --cold_left_;
+    return;
+  }
+  // Steps that also carry prompt tokens teach the model nothing about the level: prompt
+  // tokens are routed exact and their union covers most experts, so their time is the
+  // prompt's, which no level changes (the scheduler's max_step_tokens bounds it). They count
+  // in the estimate (their decode tokens waited) but not in the cells or the feedback.
+  if (n_prefill > 0 || level < 0 || level > o_.max_level || n_decode > kMaxCellN) return;
+  if (!(step_s > 0)) return;
+  LevelModel& m = model_[size_t(level)];
+  if (m.cells.size() <= size_t(n_decode)) m.cells.resize(size_t(n_decode) + 1);
+  Cell& c = m.cells[size_t(n_decode)];
+  // In logs (step time = scale x cell): one error e = log(measured / predicted), with the
+  // prediction from the cell measured at this very n (interpolations are not judged; young
+  // cells only learn), moves the scale by e / window and the cell by e / min(count, 32).
+  // Feeding both the same error keeps their common mode fixed once the cells are mature:
+  // noise cannot make the scale wander while the cells make up for it, and a change of the
+  // machine goes mostly into the fast scale, which also moves the levels not running now,
+  // so that a machine that gets 30% slower moves every decision at once. Logs also keep one
+  // step that another process stalled from moving either much (cells hold geometric means).
+  const double e = std::log(step_s / scale_) - c.log_t;
+  if (c.count >= kJudgeAfter) {
+    scale_ = std::clamp(scale_ * std::exp(e / o_.window), o_.scale_min, o_.scale_max);
+  }
+  ++c.count;
+  ++m.samples;
+  c.seen = decisions_;
+  c.log_t += e / double(std::min(c.count, kCellMemory));
+  c.t = std::exp(c.log_t);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -157,7 +297,7 @@ SloControllerOptions controller_options(double target_s, int max_level, int wind
   SloControllerOptions o;
   o.target_s = target_s > 0 ? target_s : 1;  // unused when not adaptive
   o.max_level = max_level;
-  o.window = o.dwell = window_steps;
+  o.window = window_steps;
   return o;
 }
 }  // namespace
@@ -168,10 +308,11 @@ RoutingControl::RoutingControl(std::vector<RoutingLevel> ladder, int max_level, 
       max_level_(max_level),
       tpot_slo_s_(tpot_slo_s),
       fixed_level_(fixed_level),
-      ctl_(controller_options(tpot_slo_s, max_level, window_steps)),
-      steps_(ladder_.size(), 0) {
+      ctl_(controller_options(tpot_slo_s, std::max(max_level, 0), std::max(window_steps, 1))),
+      steps_(ladder_.size(), 0),
+      predicted_(ladder_.size(), -1) {
   if (ladder_.empty() || max_level_ < 0 || max_level_ >= int(ladder_.size()) || fixed_level_ < 0 ||
-      fixed_level_ > max_level_) {
+      fixed_level_ > max_level_ || window_steps < 1) {
     throw Error("routing control: levels out of the ladder");
   }
   level_ = adaptive() ? 0 : fixed_level_;
@@ -190,8 +331,7 @@ int RoutingControl::server_level() const {
   return level_;
 }
 
-int RoutingControl::step_level(const std::vector<Wish>& wishes) const {
-  const int server = server_level();
+int RoutingControl::combine(const std::vector<Wish>& wishes, int server) const {
   if (wishes.empty()) return server;
   int level = INT_MAX;
   for (const Wish& w : wishes) {
@@ -202,14 +342,28 @@ int RoutingControl::step_level(const std::vector<Wish>& wishes) const {
   return std::clamp(level, 0, max_level_);
 }
 
-void RoutingControl::observe(double step_s, int n_decode, int n_waiting, int level) {
-  const int next = adaptive() ? ctl_.observe(step_s, n_decode, n_waiting) : fixed_level_;
+int RoutingControl::step_level(const std::vector<Wish>& wishes) const {
+  return combine(wishes, server_level());
+}
+
+int RoutingControl::step_level(const std::vector<Wish>& wishes, int n_decode) {
+  if (!adaptive() || n_decode <= 0) return step_level(wishes);
+  const int server = ctl_.choose(n_decode);
+  std::lock_guard lk(mu_);
+  level_ = server;
+  last_n_ = n_decode;
+  changes_ = ctl_.changes();
+  for (size_t i = 0; i < predicted_.size(); ++i) predicted_[i] = ctl_.predict(int(i), n_decode);
+  return combine(wishes, server);
+}
+
+void RoutingControl::observe(double step_s, int n_decode, int n_prefill, int level) {
+  if (adaptive()) ctl_.observe(step_s, n_decode, n_prefill, level);
   std::lock_guard lk(mu_);
   if (n_decode > 0 && level >= 0 && level < int(steps_.size())) ++steps_[size_t(level)];
   last_step_level_ = level;
-  level_ = next;
   estimate_ = ctl_.estimate();
-  changes_ = ctl_.changes();
+  scale_ = ctl_.scale();
 }
 
 std::string RoutingControl::render() const {
@@ -243,10 +397,24 @@ std::string RoutingControl::render() const {
     head("lynx_routing_tpot_slo_seconds", "gauge", "The P99 TPOT target of --tpot-slo.");
     o += "lynx_routing_tpot_slo_seconds " + fmt(tpot_slo_s_) + "\n";
     head("lynx_routing_tpot_estimate_seconds", "gauge",
-         "The controller's smoothed TPOT (token-weighted mean step time of its window).");
+         "Measured TPOT: token-weighted mean step time of the last decode steps (--slo-window).");
     o += "lynx_routing_tpot_estimate_seconds " + fmt(estimate_) + "\n";
     head("lynx_routing_level_changes_total", "counter", "Level changes by the controller.");
     o += "lynx_routing_level_changes_total " + std::to_string(changes_) + "\n";
+    head("lynx_routing_decision_decode_tokens", "gauge",
+         "Decode tokens of the step the controller's last decision was for.");
+    o += "lynx_routing_decision_decode_tokens " + std::to_string(last_n_) + "\n";
+    head("lynx_routing_predicted_step_seconds", "gauge",
+         "The controller's predicted step time of each level at that many decode tokens "
+         "(levels that have not run enough are absent).");
+    for (size_t i = 0; i < predicted_.size(); ++i) {
+      if (predicted_[i] < 0) continue;
+      o += "lynx_routing_predicted_step_seconds{level=\"" + std::to_string(i) + "\"} " +
+           fmt(predicted_[i]) + "\n";
+    }
+    head("lynx_routing_model_scale", "gauge",
+         "The controller's feedback: measured over predicted step times (bounded 0.5-2).");
+    o += "lynx_routing_model_scale " + fmt(scale_) + "\n";
   }
   return o;
 }

@@ -1,12 +1,13 @@
 // Routing strength that follows the load (docs/serving.md, "Adaptive routing").
 //
 // A ladder of routing policy specs orders strengths from exact top-k (level 0) up to the
-// strongest policy the operator allows. The SloController picks the server's level from the
-// step times the engine measures: up one level when the smoothed TPOT comes near the target,
-// down one level when there is slack and no request waits, with a hysteresis band and a dwell
-// so that it does not flap. It is a pure function of what it is fed (no clock), so its tests
-// replay synthetic step-time sequences. RoutingControl wraps it for the engine: the ladder,
-// the accuracy budget, the per-step choice between requests' caps, and the /metrics lines.
+// strongest policy the operator allows. The SloController learns each level's step time as a
+// function of the step's decode batch size from the steps the engine measures, and before
+// each step picks the weakest level predicted to keep the step under the target (a bounded
+// feedback scale corrects the predictions; a hysteresis margin keeps it from flapping). It is
+// a pure function of what it is fed (no clock), so its tests replay synthetic step times.
+// RoutingControl wraps it for the engine: the ladder, the accuracy budget, the per-step choice
+// between requests' caps, and the /metrics lines.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -39,31 +40,69 @@ inline constexpr const char* kDefaultRoutingLadder =
 int max_level_for_budget(const std::vector<RoutingLevel>& ladder, double budget_pct);
 
 struct SloControllerOptions {
-  double target_s = 0;    // the P99 TPOT target (seconds), > 0
-  int max_level = 0;      // highest level it may choose
-  int window = 16;        // decode steps in the smoothed TPOT
-  double raise_at = 0.8;  // raise when the smoothed TPOT exceeds raise_at * target
-  double lower_at = 0.5;  // lower when it is below lower_at * target (and nothing waits)
-  int dwell = 16;         // decode steps at a level before the next change
+  double target_s = 0;      // the P99 TPOT target (seconds), > 0
+  int max_level = 0;        // highest level it may choose
+  int window = 16;          // decode steps in the measured TPOT, and the feedback's time constant
+  double raise_at = 0.8;    // a level fits a step when its predicted time is <= raise_at * target
+  double hysteresis = 0.1;  // a weaker level than the last decision must fit with this margin
+  int explore_steps = 3;    // decode steps a level runs before its predictions are trusted
+  int cold_steps = 8;       // the server's first decode steps, not learned from
+  double scale_min = 0.5;   // bounds of the feedback scale on every prediction
+  double scale_max = 2.0;
 };
 
+// Feed-forward: the engine knows a step's decode batch size n before the step, and the step
+// time depends mostly on n and the level. The controller learns t(level, n) online from the
+// steps it observes and, before each step, picks the weakest level predicted to fit the
+// target at that n (choose), instead of reacting to a window of past steps.
 class SloController {
  public:
   explicit SloController(const SloControllerOptions& o);
-  // One decode step: its wall time, its decode tokens, requests waiting for a slot. Returns
-  // the level for the next steps. Steps without decode tokens are ignored.
-  int observe(double step_s, int n_decode, int n_waiting);
-  int level() const { return level_; }
-  // The token-weighted mean step time of the window: the TPOT a request decoding through
-  // these steps saw (0 before any decode step).
+  // The level for a step of `n_decode` decode tokens, decided before the step; n_decode <= 0
+  // (a prompt-only step) keeps the last decision.
+  int choose(int n_decode);
+  // After a step with decode tokens: its wall time, decode tokens, prompt tokens and the
+  // level it ran at (which requests' caps may have held below the decision). Steps without
+  // decode tokens or with a nonsensical time are ignored.
+  void observe(double step_s, int n_decode, int n_prefill, int level);
+  int level() const { return level_; }    // the last decision
+  int last_n() const { return last_n_; }  // the decode tokens it was made for
+  // The token-weighted mean step time of the last `window` decode steps: the TPOT a request
+  // decoding through them saw (0 before any decode step). Reported, not used to decide.
   double estimate() const;
+  // The feedback scale: recent measured step times over the model's predictions for them.
+  double scale() const { return scale_; }
+  // Predicted step time (seconds, scale applied) of `level` at n decode tokens; < 0 when the
+  // level has run fewer than explore_steps decode-only steps.
+  double predict(int level, int n) const;
+  int64_t samples(int level) const;
   int64_t changes() const { return changes_; }
 
  private:
+  // Step time (divided by the scale) of one level at one n: the mean of its logs, an
+  // exponential average after its first kCellMemory samples; t = exp(log_t).
+  struct Cell {
+    double log_t = 0;
+    double t = 0;
+    int64_t count = 0;
+    int64_t seen = 0;  // the decision it was last measured after
+  };
+  struct LevelModel {
+    std::vector<Cell> cells;  // index n
+    int64_t samples = 0;      // decode-only steps observed at this level
+  };
+  double predict_unscaled(int level, int n) const;
+  bool fits(double predicted, int level) const;
+
   SloControllerOptions o_;
+  std::vector<LevelModel> model_;
   std::deque<std::pair<double, int>> window_;  // (step seconds, decode tokens)
+  double scale_ = 1;
   int level_ = 0;
-  int since_change_ = 0;
+  int last_n_ = 0;
+  int64_t decisions_ = 0;
+  int64_t last_refresh_ = 0;
+  int cold_left_ = 0;
   int64_t changes_ = 0;
 };
 
@@ -71,7 +110,7 @@ class SloController {
 class RoutingControl {
  public:
   // tpot_slo_s > 0: adaptive from level 0; else fixed at `fixed_level`.
-  // window_steps: the controller's window and dwell (SloControllerOptions).
+  // window_steps: the controller's window (SloControllerOptions::window).
   RoutingControl(std::vector<RoutingLevel> ladder, int max_level, double tpot_slo_s,
                  int fixed_level, int window_steps = 16);
 
@@ -80,7 +119,7 @@ class RoutingControl {
   bool adaptive() const { return tpot_slo_s_ > 0; }
   // The level of a canonical spec on the ladder, -1 when absent.
   int level_of(const std::string& spec) const;
-  // The server's level (the controller's, or the fixed one).
+  // The server's level: the controller's last decision, or the fixed one.
   int server_level() const;
 
   // The step's level from its decoding requests' wishes: each request allows `named` (its
@@ -90,15 +129,21 @@ class RoutingControl {
     int named = -1;
     int cap = -1;
   };
+  // With the server's level decided first for a step of `n_decode` decode tokens (engine
+  // thread, before each step).
+  int step_level(const std::vector<Wish>& wishes, int n_decode);
+  // With the server's last decision.
   int step_level(const std::vector<Wish>& wishes) const;
-  // After a step with decode tokens, run at `level`.
-  void observe(double step_s, int n_decode, int n_waiting, int level);
+  // After a step with decode tokens (and `n_prefill` prompt tokens), run at `level`.
+  void observe(double step_s, int n_decode, int n_prefill, int level);
 
   // Prometheus lines: lynx_routing_level, lynx_routing_level_info, steps per level, the
-  // target and the controller's estimate.
+  // target, the controller's estimate, feedback scale and predictions.
   std::string render() const;
 
  private:
+  int combine(const std::vector<Wish>& wishes, int server) const;
+
   std::vector<RoutingLevel> ladder_;
   int max_level_;
   double tpot_slo_s_;
@@ -108,8 +153,11 @@ class RoutingControl {
   int level_ = 0;          // server level
   int last_step_level_ = 0;
   double estimate_ = 0;
+  double scale_ = 1;
+  int last_n_ = 0;
   int64_t changes_ = 0;
-  std::vector<int64_t> steps_;  // decode steps run at each level
+  std::vector<int64_t> steps_;     // decode steps run at each level
+  std::vector<double> predicted_;  // each level's predicted step time at last_n_ (< 0: unknown)
 };
 
 }  // namespace lynx::server

@@ -160,8 +160,8 @@ void register_serve(CLI::App& app) {
                   "Highest perplexity cost in % a routing level may have (needs costs on the "
                   "ladder)");
   cmd->add_option("--slo-window", o->slo_window_steps,
-                  "Decode steps the --tpot-slo controller averages over and waits between "
-                  "level changes (default 16)");
+                  "Decode steps in the --tpot-slo controller's measured TPOT and the time "
+                  "constant of its feedback (default 16)");
   cmd->add_flag("--allow-request-routing", o->allow_request_routing,
                 "Requests may name a routing level or spec and cap theirs (max_routing_level)");
   auto trace = std::make_shared<std::string>();
