@@ -121,6 +121,10 @@ constexpr int64_t kJudgeAfter = 8;
 // A cell not measured for this many decisions may be measured again (see choose), one such
 // step per this many decisions at most: 0.4% of the steps, under the 1% a P99 looks at.
 constexpr int64_t kRefreshDecisions = 256;
+// Steps over which the prompt overhead is averaged: prompts arrive every few steps, so the
+// average needs several of them; and at most this share of raise_at x target goes to it.
+constexpr double kOverheadSteps = 64;
+constexpr double kOverheadMaxShare = 0.5;
 }  // namespace
 
 SloController::SloController(const SloControllerOptions& o)
@@ -210,7 +214,10 @@ int SloController::choose(int n_decode) {
   if (n_decode <= 0) return level_;
   last_n_ = n_decode;
   ++decisions_;
-  const double fit = o_.raise_at * o_.target_s;
+  // A request's TPOT averages every step it decodes in, those that also carry another
+  // request's prompt too: a decode step must leave room for what they add on average.
+  const double fit = o_.raise_at * o_.target_s -
+                     std::min(overhead_, kOverheadMaxShare * o_.raise_at * o_.target_s);
   int pick = o_.max_level;  // none fits: the strongest allowed
   for (int l = 0; l <= o_.max_level; ++l) {
     const double p = predict(l, n_decode);
@@ -266,8 +273,15 @@ void SloController::observe(double step_s, int n_decode, int n_prefill, int leve
   // tokens are routed exact and their union covers most experts, so their time is the
   // prompt's, which no level changes (the scheduler's max_step_tokens bounds it). They count
   // in the estimate (their decode tokens waited) but not in the cells or the feedback.
-  if (n_prefill > 0 || level < 0 || level > o_.max_level || n_decode > kMaxCellN) return;
-  if (!(step_s > 0)) return;
+  if (level < 0 || level > o_.max_level || n_decode > kMaxCellN) return;
+  // The prompt overhead: what a step's time exceeds its level's decode-only prediction by,
+  // averaged over all steps (decode-only steps add 0), so it is the mean extra a decode
+  // token waits because prompts share its steps.
+  if (const double pred = predict(level, n_decode); pred >= 0) {
+    const double extra = n_prefill > 0 ? std::max(0.0, step_s - pred) : 0.0;
+    overhead_ += (extra - overhead_) / kOverheadSteps;
+  }
+  if (n_prefill > 0 || !(step_s > 0)) return;
   LevelModel& m = model_[size_t(level)];
   if (m.cells.size() <= size_t(n_decode)) m.cells.resize(size_t(n_decode) + 1);
   Cell& c = m.cells[size_t(n_decode)];
@@ -364,6 +378,7 @@ void RoutingControl::observe(double step_s, int n_decode, int n_prefill, int lev
   last_step_level_ = level;
   estimate_ = ctl_.estimate();
   scale_ = ctl_.scale();
+  overhead_ = ctl_.prompt_overhead();
 }
 
 std::string RoutingControl::render() const {
@@ -415,6 +430,10 @@ std::string RoutingControl::render() const {
     head("lynx_routing_model_scale", "gauge",
          "The controller's feedback: measured over predicted step times (bounded 0.5-2).");
     o += "lynx_routing_model_scale " + fmt(scale_) + "\n";
+    head("lynx_routing_prompt_overhead_seconds", "gauge",
+         "What prompt-carrying steps add to the mean decode step; the decode steps' threshold "
+         "is 0.8 x target less this (at most half of it).");
+    o += "lynx_routing_prompt_overhead_seconds " + fmt(overhead_) + "\n";
   }
   return o;
 }

@@ -72,6 +72,9 @@ class SloController {
   double estimate() const;
   // The feedback scale: recent measured step times over the model's predictions for them.
   double scale() const { return scale_; }
+  // What prompt-carrying steps add to the mean decode step (seconds): the decode threshold is
+  // raise_at x target less this (docs/serving.md, "Controller").
+  double prompt_overhead() const { return overhead_; }
   // Predicted step time (seconds, scale applied) of `level` at n decode tokens; < 0 when the
   // level has run fewer than explore_steps decode-only steps.
   double predict(int level, int n) const;
@@ -102,6 +105,7 @@ class SloController {
   int last_n_ = 0;
   int64_t decisions_ = 0;
   int64_t last_refresh_ = 0;
+  double overhead_ = 0;
   int cold_left_ = 0;
   int64_t changes_ = 0;
 };
@@ -154,6 +158,7 @@ class RoutingControl {
   int last_step_level_ = 0;
   double estimate_ = 0;
   double scale_ = 1;
+  double overhead_ = 0;
   int last_n_ = 0;
   int64_t changes_ = 0;
   std::vector<int64_t> steps_;     // decode steps run at each level

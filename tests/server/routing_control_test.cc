@@ -210,6 +210,30 @@ TEST(SloController, PromptStepsDoNotPushItToTheTop) {
   EXPECT_EQ(c.samples(0), s0 + 100);  // only the decode-only steps taught it
   EXPECT_DOUBLE_EQ(c.scale(), 1);
   EXPECT_GT(c.estimate(), 0.1);  // but they are in the measured TPOT
+  // Their overhead takes at most half of the 80 ms threshold: exact (36 ms at n = 2) fits.
+  EXPECT_GT(c.prompt_overhead(), 0.1);
+}
+
+// Prompts that share the decode steps add to every request's TPOT: every 4th step carries
+// one and takes 40 ms more, 10 ms per step on average, so a decode step must fit in 70 ms.
+// At n = 7 exact (76 ms) fit 80 ms but not 70: level 1 (58.5 ms) is chosen; without prompts
+// the overhead decays and exact fits again.
+TEST(SloController, PromptOverheadLeavesRoomForPrompts) {
+  SloController c(opts(3));
+  const Plant p;
+  warm_up(c, p);
+  ASSERT_EQ(fresh_choice(c, 7), 0);
+  for (int i = 0; i < 400; ++i) {
+    const int l = c.choose(7);
+    const bool prompt = i % 4 == 3;
+    c.observe(p(l, 7) + (prompt ? 0.040 : 0), 7, prompt ? 16 : 0, l);
+  }
+  EXPECT_NEAR(c.prompt_overhead(), 0.010, 0.003);
+  EXPECT_EQ(fresh_choice(c, 7), 1);
+  EXPECT_EQ(fresh_choice(c, 3), 0);  // 44 ms: exact still fits at small n
+  for (int i = 0; i < 400; ++i) step(c, p, 7);
+  EXPECT_LT(c.prompt_overhead(), 0.001);
+  EXPECT_EQ(fresh_choice(c, 7), 0);
 }
 
 TEST(SloController, TokenWeightedEstimateIgnoresEmptySteps) {
