@@ -102,7 +102,9 @@ TEST_F(EpCli, RouteSimRanksTable) {
   for (const auto& row : j) {
     EXPECT_GT(row["tpot_allreduce_ms"].get<double>(), 0);
     EXPECT_GE(row["imbalance"].get<double>(), 1.0 - 1e-9);
-    if (row["ranks"] == 16) EXPECT_EQ(row["slices"], 2);
+    if (row["ranks"] == 16) {
+      EXPECT_EQ(row["slices"], 2);
+    }
   }
   EXPECT_TRUE(fs::file_size(path("ep.svg")) > 1000);
 }

@@ -141,7 +141,9 @@ TEST(SloController, FollowsAMachineThatGetsSlowerThroughTheFeedback) {
   warm_up(c, p, 10);
   EXPECT_NEAR(c.scale(), 1, 0.05);
   for (int n = 1; n <= 20; ++n) {
-    if (p.clear(n)) EXPECT_EQ(fresh_choice(c, n), p.best(n, 3)) << "n=" << n;
+    if (p.clear(n)) {
+      EXPECT_EQ(fresh_choice(c, n), p.best(n, 3)) << "n=" << n;
+    }
   }
 }
 
@@ -164,7 +166,9 @@ TEST(SloController, SkewedNoiseDoesNotMakeTheScaleWander) {
     const int n = 1 + (i * 7) % 19;  // 19: every n sees stalls
     const int l = c.choose(n);
     c.observe(p(l, n) * (i % 5 == 0 ? 2.0 : 0.9), n, 0, l);
-    if (i >= 1000) ASSERT_NEAR(c.scale(), 1, 0.2) << i;
+    if (i >= 1000) {
+      ASSERT_NEAR(c.scale(), 1, 0.2) << i;
+    }
   }
   // Geometric means: at n=3, exact's 44 ms steps seen as 0.9^0.8 * 2^0.2 = 1.05x.
   EXPECT_NEAR(c.predict(0, 3), p(0, 3) * std::pow(0.9, 0.8) * std::pow(2.0, 0.2), 0.004);
