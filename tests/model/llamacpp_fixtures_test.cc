@@ -4,9 +4,10 @@
 // of the decoded weights: the engine reads llama.cpp's bytes, per-tensor type choices (Q6_K
 // output, fallbacks where a super-block does not fit a row) and metadata as the reference does.
 // Made with (2026-12-01, llama.cpp built beside the project by its own build, never by this one):
-//   /usr/bin/python3 tests/reference/make_llamacpp_fixtures.py \
-//     --llama-quantize /work/peers/llama.cpp/build/bin/llama-quantize \
+//   /usr/bin/python3 tests/reference/make_llamacpp_fixtures.py
+//     --llama-quantize /work/peers/llama.cpp/build/bin/llama-quantize
 //     --llama-cpp-version "source tree of 2025-02-20 without git metadata (...)"
+// (one command line; no trailing backslashes here: a comment ending in one continues.)
 // Every tensor of the four files is byte for byte what `lynx-moe quantize` writes for the same
 // F32 source and mix (checked by hand when they were made; docs/models.md).
 #include <gtest/gtest.h>

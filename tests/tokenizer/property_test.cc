@@ -114,7 +114,9 @@ TEST_P(VocabProperty, RandomTextNeverThrowsAndRoundTrips) {
     const std::string one(1, static_cast<char>(b));
     bytes_lossless = bytes_lossless && tok->decode(tok->encode(one, false, false)) == one;
   }
-  if (GetParam() == "ggml-vocab-deepseek-llm.gguf") EXPECT_FALSE(bytes_lossless);
+  if (GetParam() == "ggml-vocab-deepseek-llm.gguf") {
+    EXPECT_FALSE(bytes_lossless);
+  }
   std::mt19937 rng(1234);
   for (int iter = 0; iter < 300; ++iter) {
     const bool invalid = iter % 3 == 0;
@@ -122,7 +124,9 @@ TEST_P(VocabProperty, RandomTextNeverThrowsAndRoundTrips) {
     std::vector<int32_t> ids;
     ASSERT_NO_THROW(ids = tok->encode(s, false, false)) << iter;
     for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->n_vocab());
-    if (!invalid || bytes_lossless) ASSERT_EQ(tok->decode(ids), s) << "iteration " << iter;
+    if (!invalid || bytes_lossless) {
+      ASSERT_EQ(tok->decode(ids), s) << "iteration " << iter;
+    }
 
     // Parsing specials and adding BOS never breaks anything either.
     ASSERT_NO_THROW(tok->encode(s, true, true));
