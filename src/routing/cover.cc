@@ -130,12 +130,15 @@ class CoverPolicy final : public RoutingPolicy {
 }  // namespace
 
 std::unique_ptr<RoutingPolicy> make_cover_policy(SpecOptions& o) {
-  std::vector<float> tau;
-  for (double v : o.get_number_list("tau", 0, 1, 1024)) tau.push_back(float(v));
-  if (tau.empty()) tau.push_back(kDefaultTau);
-  std::vector<float> lambda;
-  for (double v : o.get_number_list("lambda", 0, 1e6, 1024)) lambda.push_back(float(v));
-  if (lambda.empty()) lambda.push_back(kDefaultLambda);
+  // One value per MoE layer (V0/V1/...), else the default for all.
+  auto per_layer = [&](const char* key, double hi, float def) {
+    std::vector<float> v;
+    for (double x : o.get_number_list(key, 0, hi, 1024)) v.push_back(float(x));
+    if (v.empty()) v.push_back(def);
+    return v;
+  };
+  std::vector<float> tau = per_layer("tau", 1, kDefaultTau);
+  std::vector<float> lambda = per_layer("lambda", 1e6, kDefaultLambda);
   const bool piggyback = o.get_bool("piggyback-prefill", true);
   const float growth = float(o.get_number("growth", 0, 0, 4));
   return std::make_unique<CoverPolicy>(std::move(tau), std::move(lambda), piggyback, growth);

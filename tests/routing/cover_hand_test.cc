@@ -26,12 +26,17 @@ namespace {
 const double kP[3][6] = {
     {.48, .32, .12, .04, .03, .01}, {.05, .25, .45, .20, .03, .02}, {.05, .20, .03, .30, .40, .02}};
 
-test::Step run(const std::string& spec, std::vector<uint8_t> flags = {}) {
+// The logits ln(p) of the table above, [3 x 6].
+std::vector<float> logits() {
   std::vector<float> z;
   for (const auto& row : kP) {
     for (double p : row) z.push_back(float(std::log(p)));
   }
-  test::Step s(std::move(z), 3, GatingConfig{6, 2, GatingFunc::kSoftmax, true, 1.f});
+  return z;
+}
+
+test::Step run(const std::string& spec, std::vector<uint8_t> flags = {}) {
+  test::Step s(logits(), 3, GatingConfig{6, 2, GatingFunc::kSoftmax, true, 1.f});
   s.flags = std::move(flags);
   auto in = s.in();
   auto out = s.out();
@@ -143,10 +148,7 @@ TEST(CoverHand, LambdaGrowsWithTheBatch) {
 
 // Per-layer lambda: the last value holds for later layers; 0 routes the layer exactly.
 TEST(CoverHand, PerLayerLambda) {
-  std::vector<float> z;
-  for (const auto& row : kP) {
-    for (double p : row) z.push_back(float(std::log(p)));
-  }
+  const std::vector<float> z = logits();
   auto policy = make_routing_policy("cover:tau=0.5,lambda=0/0.8");
   for (int layer : {0, 1, 5}) {
     test::Step s(z, 3, GatingConfig{6, 2, GatingFunc::kSoftmax, true, 1.f});
@@ -162,10 +164,7 @@ TEST(CoverHand, PerLayerLambda) {
 // examples above at lambda 0.8 (U = {e0, e2, e4} and {e0, e2, e3, e4}); later layers take
 // the last value. The spec lists both.
 TEST(CoverHand, PerLayerTau) {
-  std::vector<float> z;
-  for (const auto& row : kP) {
-    for (double p : row) z.push_back(float(std::log(p)));
-  }
+  const std::vector<float> z = logits();
   auto policy = make_routing_policy("cover:tau=0.5/0.58,lambda=0.8");
   EXPECT_EQ(policy->spec(), "cover:tau=0.5/0.58,lambda=0.8");
   for (int layer : {0, 1, 3}) {
