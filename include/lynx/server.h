@@ -80,6 +80,9 @@ struct ServerOptions {
   double accuracy_budget_pct = -1;
   // Decode steps in the controller's measured TPOT and the time constant of its feedback.
   int slo_window_steps = 16;
+  // Finished requests whose P90 TPOT the controller's outer loop holds under 0.85 x target by
+  // scaling its step threshold (0: off).
+  int slo_tail_requests = 16;
   // Requests may name a routing level or spec and cap their own (max_routing_level).
   bool allow_request_routing = false;
 };

@@ -36,7 +36,8 @@ RoutingControl make_control(const ServerOptions& o) {
       throw Error("--routing '" + o.routing + "' costs more than --accuracy-budget allows");
     }
   }
-  return RoutingControl(std::move(ladder), max_level, o.tpot_slo_s, fixed, o.slo_window_steps);
+  return RoutingControl(std::move(ladder), max_level, o.tpot_slo_s, fixed, o.slo_window_steps,
+                        o.slo_tail_requests);
 }
 
 ContextOptions context_options(const ServerOptions& o, const RoutingControl& rc) {
@@ -193,6 +194,7 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
   const bool decoded = c.tokens > 0;  // the first token comes from the prompt (exact)
   if (c.tokens == 0) {
     metrics_.first_token(now - t.t_arrival);
+    c.t_first = now;
   } else {
     metrics_.inter_token(now - c.t_last);
   }
@@ -226,6 +228,11 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   // usage does) or by a stop string.
   const bool eog = why == FinishReason::kStop && !c.text->stopped();
   const bool eog_decoded = eog && c.tokens > 0;  // made by a decode step of this step
+  // The request's TPOT as a client measures it (its decoded tokens' mean gap): the SLO
+  // controller's tail loop reads it.
+  if (c.tokens >= 2 && why != FinishReason::kError) {
+    control_.observe_request((c.t_last - c.t_first) / double(c.tokens - 1));
+  }
   if (eog) ++c.tokens;
   by_sched_.erase(c.sched_id);
   Event ev;

@@ -51,6 +51,7 @@ struct Task {
   struct Choice {
     int64_t sched_id = -1;
     std::unique_ptr<StopTextStream> text;
+    double t_first = 0;  // when the first token was emitted
     double t_last = 0;
     int tokens = 0;
   };

@@ -4,7 +4,8 @@
 // strongest policy the operator allows. The SloController learns each level's step time as a
 // function of the step's decode batch size from the steps the engine measures, and before
 // each step picks the weakest level predicted to keep the step under the target (a bounded
-// feedback scale corrects the predictions; a hysteresis margin keeps it from flapping). It is
+// feedback scale corrects the predictions; a hysteresis margin keeps it from flapping); an
+// outer loop on the TPOT of the requests that finish scales that step threshold. It is
 // a pure function of what it is fed (no clock), so its tests replay synthetic step times.
 // RoutingControl wraps it for the engine: the ladder, the accuracy budget, the per-step choice
 // between requests' caps, and the /metrics lines.
@@ -49,6 +50,15 @@ struct SloControllerOptions {
   int cold_steps = 8;       // the server's first decode steps, not learned from
   double scale_min = 0.5;   // bounds of the feedback scale on every prediction
   double scale_max = 2.0;
+  // The tail loop (observe_request): the step threshold is scaled by an aim in
+  // [aim_min, 1] that moves until the tail_quantile of the last tail_requests finished
+  // requests' TPOT sits at tail_goal x target. 0 tail_requests: off.
+  int tail_requests = 16;
+  int tail_min_requests = 8;
+  double tail_quantile = 0.9;
+  double tail_goal = 0.85;
+  double aim_min = 0.4;
+  double aim_gain = 0.1;  // log-step of the aim per finished request, per unit of log error
 };
 
 // Feed-forward: the engine knows a step's decode batch size n before the step, and the step
@@ -65,6 +75,13 @@ class SloController {
   // level it ran at (which requests' caps may have held below the decision). Steps without
   // decode tokens or with a nonsensical time are ignored.
   void observe(double step_s, int n_decode, int n_prefill, int level);
+  // A request finished with this mean time per output token (its decode steps' wall time
+  // over its decoded tokens): the outer loop on the requests' tail (see SloControllerOptions).
+  void observe_request(double tpot_s);
+  // The tail loop's factor on the step threshold (1: none), and the quantile it last saw
+  // (0 before tail_min_requests requests finished).
+  double aim() const { return aim_; }
+  double tail() const { return tail_; }
   int level() const { return level_; }    // the last decision
   int last_n() const { return last_n_; }  // the decode tokens it was made for
   // The token-weighted mean step time of the last `window` decode steps: the TPOT a request
@@ -108,15 +125,20 @@ class SloController {
   double overhead_ = 0;
   int cold_left_ = 0;
   int64_t changes_ = 0;
+  std::deque<double> requests_;  // the last finished requests' TPOT (seconds)
+  double aim_ = 1;
+  double tail_ = 0;
+  int64_t steps_since_request_ = 0;      // decode steps observed since the last finished request
+  int64_t top_steps_since_request_ = 0;  // of which at max_level
 };
 
 // The engine's routing state: thread-safe for the /metrics reader, the rest engine-thread.
 class RoutingControl {
  public:
   // tpot_slo_s > 0: adaptive from level 0; else fixed at `fixed_level`.
-  // window_steps: the controller's window (SloControllerOptions::window).
+  // window_steps, tail_requests: the controller's window and tail loop (SloControllerOptions).
   RoutingControl(std::vector<RoutingLevel> ladder, int max_level, double tpot_slo_s,
-                 int fixed_level, int window_steps = 16);
+                 int fixed_level, int window_steps = 16, int tail_requests = 16);
 
   const std::vector<RoutingLevel>& ladder() const { return ladder_; }
   int max_level() const { return max_level_; }
@@ -140,6 +162,8 @@ class RoutingControl {
   int step_level(const std::vector<Wish>& wishes) const;
   // After a step with decode tokens (and `n_prefill` prompt tokens), run at `level`.
   void observe(double step_s, int n_decode, int n_prefill, int level);
+  // A request finished with this TPOT (engine thread).
+  void observe_request(double tpot_s);
 
   // Prometheus lines: lynx_routing_level, lynx_routing_level_info, steps per level, the
   // target, the controller's estimate, feedback scale and predictions.
@@ -159,6 +183,8 @@ class RoutingControl {
   double estimate_ = 0;
   double scale_ = 1;
   double overhead_ = 0;
+  double aim_ = 1;
+  double tail_ = 0;
   int last_n_ = 0;
   int64_t changes_ = 0;
   std::vector<int64_t> steps_;     // decode steps run at each level

@@ -369,7 +369,8 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     throw Error("server: request and connection limits must be positive");
   }
   if (!(opts.tpot_slo_s >= 0 && opts.tpot_slo_s <= 3600) || opts.slo_window_steps < 1 ||
-      opts.slo_window_steps > 1000000 ||
+      opts.slo_window_steps > 1000000 || opts.slo_tail_requests < 0 ||
+      opts.slo_tail_requests > 1000000 ||
       !(opts.accuracy_budget_pct < 0 || opts.accuracy_budget_pct <= 1e6)) {
     throw Error(
         "server: the TPOT target must be 0 (off) or a positive number of seconds, and "

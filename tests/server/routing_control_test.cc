@@ -289,6 +289,78 @@ TEST(SloController, AStaleSlowCellIsMeasuredAgain) {
   EXPECT_LE(std::count(levels.begin(), levels.begin() + 250, 0), 0);
 }
 
+// The tail loop: requests whose P90 TPOT (100 ms) is over its goal (0.85 x 100 ms) lower
+// the step threshold until a stronger level runs at a batch size where exact fit before;
+// requests with slack give it back.
+TEST(SloController, SlowRequestsLowerTheThresholdAndSlackRestoresIt) {
+  SloController c(opts(3));
+  const Plant p;
+  warm_up(c, p);
+  ASSERT_EQ(fresh_choice(c, 7), 0);  // 76 ms fits 80
+  for (int i = 0; i < 7; ++i) c.observe_request(0.2);
+  EXPECT_DOUBLE_EQ(c.aim(), 1);  // fewer than tail_min_requests: no tail yet
+  EXPECT_EQ(c.tail(), 0);
+  for (int i = 0; i < 4; ++i) {
+    step(c, p, 7);  // steps at exact between the requests: no windup
+    c.observe_request(0.100);
+  }
+  // Four updates of 0.1 x log(0.2 / 0.085): aim 0.71, threshold 57 ms.
+  EXPECT_NEAR(c.aim(), std::exp(-0.4 * std::log(0.2 / 0.085)), 1e-9);
+  EXPECT_NEAR(c.tail(), 0.2, 1e-12);  // P90 of 11: the 10th of 11, one of the first seven
+  EXPECT_EQ(fresh_choice(c, 7), 2);   // exact (76 ms) and level 1 (58.5) no longer fit
+  EXPECT_EQ(fresh_choice(c, 2), 0);   // 36 ms still does
+  for (int i = 0; i < 40; ++i) {
+    step(c, p, 7);
+    c.observe_request(0.040);
+  }
+  EXPECT_DOUBLE_EQ(c.aim(), 1);
+  EXPECT_NEAR(c.tail(), 0.040, 1e-12);
+  EXPECT_EQ(fresh_choice(c, 7), 0);
+}
+
+TEST(SloController, AimIsBoundedAndOneSlowRequestDoesNotSteer) {
+  auto o = opts(3);
+  o.aim_min = 0.5;
+  SloController c(o);
+  const Plant p;
+  warm_up(c, p);
+  for (int i = 0; i < 200; ++i) {
+    step(c, p, 2);  // exact runs: the loop is not wound up
+    c.observe_request(1.0);
+  }
+  EXPECT_DOUBLE_EQ(c.aim(), 0.5);
+  for (int i = 0; i < 200; ++i) c.observe_request(0.010);
+  EXPECT_DOUBLE_EQ(c.aim(), 1);
+  // One request in 16 at ten times the target is the P99, not the P90: nothing moves.
+  c.observe_request(1.0);
+  for (int i = 0; i < 15; ++i) c.observe_request(0.050);
+  EXPECT_DOUBLE_EQ(c.aim(), 1);
+  EXPECT_NEAR(c.tail(), 0.050, 1e-12);
+}
+
+// When every step already runs the strongest allowed level, a lower aim changes nothing:
+// it must not wind down, or the server would hold that level long after the load is gone.
+TEST(SloController, NoWindupAtTheStrongestLevel) {
+  SloController c(opts(1));
+  const Plant p;
+  warm_up(c, p);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(step(c, p, 24), 1);  // 152 ms at level 1 (n = 24): the top, over the threshold
+    c.observe_request(0.150);
+  }
+  EXPECT_DOUBLE_EQ(c.aim(), 1);
+  EXPECT_NEAR(c.tail(), 0.150, 1e-12);
+}
+
+TEST(SloController, TailLoopOff) {
+  auto o = opts(3);
+  o.tail_requests = 0;
+  SloController c(o);
+  for (int i = 0; i < 50; ++i) c.observe_request(1.0);
+  EXPECT_DOUBLE_EQ(c.aim(), 1);
+  EXPECT_EQ(c.tail(), 0);
+}
+
 TEST(SloController, BadOptionsAreRefused) {
   auto o = opts(2);
   o.target_s = 0;
@@ -301,6 +373,15 @@ TEST(SloController, BadOptionsAreRefused) {
   EXPECT_THROW(SloController{o}, Error);
   o = opts(2);
   o.scale_max = 0.9;
+  EXPECT_THROW(SloController{o}, Error);
+  o = opts(2);
+  o.tail_min_requests = o.tail_requests + 1;  // would never decide
+  EXPECT_THROW(SloController{o}, Error);
+  o = opts(2);
+  o.aim_min = 0;  // could lower the threshold to nothing
+  EXPECT_THROW(SloController{o}, Error);
+  o = opts(2);
+  o.tail_quantile = 1.5;
   EXPECT_THROW(SloController{o}, Error);
 }
 

@@ -219,6 +219,29 @@ TEST(AdaptiveRouting, StaysExactWithSlack) {
   EXPECT_EQ(metric(m, "lynx_routing_level_changes_total"), 0);
 }
 
+// The engine feeds each finished request's TPOT to the controller's tail loop: with slack
+// the loop reads a tail and leaves the threshold alone; --slo-tail 0 turns it off.
+TEST(AdaptiveRouting, FinishedRequestsFeedTheTailLoop) {
+  for (int tail : {16, 0}) {
+    ServerOptions o = tiny_options();
+    o.tpot_slo_s = 3600;
+    o.slo_tail_requests = tail;
+    Running srv(o);
+    for (int i = 0; i < 9; ++i) {
+      Reply r = post(srv, "/v1/completions", body("", 6));
+      ASSERT_EQ(r.status, 200) << r.body;
+    }
+    const std::string m = get(srv, "/metrics").body;
+    if (tail > 0) {
+      EXPECT_GT(metric(m, "lynx_routing_tail_tpot_seconds"), 0) << m;
+    } else {
+      EXPECT_EQ(metric(m, "lynx_routing_tail_tpot_seconds"), 0) << m;
+    }
+    EXPECT_EQ(metric(m, "lynx_routing_aim"), 1);
+    EXPECT_EQ(metric(m, "lynx_routing_level"), 0);
+  }
+}
+
 TEST(AdaptiveRouting, BadConfigurationsAreRefusedAtStartup) {
   auto bad = [](auto&& edit) {
     ServerOptions o = tiny_options();
@@ -237,6 +260,7 @@ TEST(AdaptiveRouting, BadConfigurationsAreRefusedAtStartup) {
   });
   bad([](ServerOptions& o) { o.tpot_slo_s = -1; });
   bad([](ServerOptions& o) { o.slo_window_steps = 0; });
+  bad([](ServerOptions& o) { o.slo_tail_requests = -1; });
 }
 
 }  // namespace

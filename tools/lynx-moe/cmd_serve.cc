@@ -70,6 +70,7 @@ void validate(const ServerOptions& o, int api_key_sources) {
     bad_flag("--tpot-slo: must be a number of milliseconds between 0 (off) and 3600000");
   }
   check_int("--slo-window", o.slo_window_steps, 1, 1000000);
+  check_int("--slo-tail", o.slo_tail_requests, 0, 1000000);
   if (!(o.accuracy_budget_pct >= 0 && o.accuracy_budget_pct <= 1e6) &&
       o.accuracy_budget_pct != -1) {
     bad_flag("--accuracy-budget: must be a percentage >= 0 (e.g. 0.5 for +0.5% perplexity)");
@@ -162,6 +163,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--slo-window", o->slo_window_steps,
                   "Decode steps in the --tpot-slo controller's measured TPOT and the time "
                   "constant of its feedback (default 16)");
+  cmd->add_option("--slo-tail", o->slo_tail_requests,
+                  "Finished requests whose P90 TPOT the --tpot-slo controller holds under 0.85 "
+                  "x target by lowering its step threshold (default 16; 0 = off)");
   cmd->add_flag("--allow-request-routing", o->allow_request_routing,
                 "Requests may name a routing level or spec and cap theirs (max_routing_level)");
   auto trace = std::make_shared<std::string>();
