@@ -42,9 +42,14 @@ for snap in data/ckpt/"$name".step*.pt; do
     nice $PY scripts/train/export_gguf.py --ckpt "$snap" --out "$out/$tag.gguf" >/dev/null
   measure "$tag" "$out/$tag.gguf" "$snap"
 done
-for m in 64x8 8x2; do  # the shipped models, where their checkpoints are here
+for m in 64x8; do  # the shipped k = 8 model: from its checkpoint, else its committed stats
   ck=data/ckpt/lynx-moe-$m.pt
-  [[ -f $ck ]] && measure "lynx-moe-$m" "models/lynx-moe-$m.gguf" "$ck"
+  if [[ -f $ck ]]; then
+    measure "lynx-moe-$m" "models/lynx-moe-$m.gguf" "$ck"
+  elif [[ -f scripts/train/logs/lynx-moe-$m.stats.json ]]; then
+    cp -n scripts/train/logs/lynx-moe-$m.stats.json "$out/lynx-moe-$m.stats.json"
+    measure "lynx-moe-$m" "models/lynx-moe-$m.gguf" "$ck"
+  fi
 done
 $PY scripts/train/confidence_plot.py --cost "${COST:-0.5}" "$out" >"$out/curve.md"
 cat "$out/curve.md"

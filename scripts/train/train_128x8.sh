@@ -8,6 +8,9 @@
 # Training resumes from data/ckpt/lynx-moe-128x8.pt; the snapshots are
 # data/ckpt/lynx-moe-128x8.stepNNNNNN.pt. When the last step is done it exports
 # models/lynx-moe-128x8.gguf (F16) with the PyTorch-vs-NumPy-reference check.
+# Speed: torch runs one thread, but Debian's OpenBLAS adds a worker per core. Alone on a
+# 2-core Zen 5 machine a step took 0.93 s; sharing the cores with a build and an eval, 9 s
+# (the worker spins). On a shared machine set OPENBLAS_NUM_THREADS=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash scripts/install-deps.sh --train
