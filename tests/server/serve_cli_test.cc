@@ -151,5 +151,39 @@ TEST(ServeCli, SecondSignalExitsAtOnce) {
   EXPECT_NE(c.log.find("second signal"), std::string::npos) << c.log;
 }
 
+// loadgen's JSON has one record per request (arrival, lengths, status, TTFT, TPOT), so runs
+// can be pooled; the records agree with the summary's counts and percentiles.
+TEST(ServeCli, LoadgenRecordsEveryRequest) {
+  ServeChild c({"serve", "-m", kModel, "--port", "0", "-t", "1"});
+  ASSERT_GT(c.port, 0) << c.log;
+  const CliRun r = run_cli("loadgen --url http://127.0.0.1:" + std::to_string(c.port) +
+                           " --rate 40 --duration 0.5 --prompt-len 3:6 --gen-len 2:5 --seed 7"
+                           " -o json");
+  ASSERT_EQ(r.code(), 0) << r.out;
+  const json j = json::parse(r.out.substr(r.out.find('{')));
+  const json& reqs = j.at("requests");
+  ASSERT_EQ(reqs.size(), j.at("sent").get<size_t>());
+  ASSERT_GT(reqs.size(), 3u);
+  EXPECT_EQ(j.at("completed").get<size_t>(), reqs.size());
+  double prev = -1, worst_tpot = 0;
+  size_t n_tpot = 0;
+  for (const json& q : reqs) {
+    EXPECT_EQ(q.at("status").get<int>(), 200) << q;
+    EXPECT_GE(q.at("at_s").get<double>(), prev);  // arrival order
+    prev = q.at("at_s").get<double>();
+    const int want = q.at("max_tokens").get<int>();
+    EXPECT_TRUE(want >= 2 && want <= 5) << q;
+    EXPECT_EQ(q.at("tokens").get<int>(), want) << q;  // ignore_eos: exactly the drawn length
+    const int plen = q.at("prompt_tokens").get<int>();
+    EXPECT_TRUE(plen >= 3 && plen <= 6) << q;
+    EXPECT_GT(q.at("ttft_s").get<double>(), 0) << q;
+    EXPECT_GE(q.at("e2e_s").get<double>(), q.at("ttft_s").get<double>()) << q;
+    worst_tpot = std::max(worst_tpot, q.at("tpot_s").get<double>());
+    ++n_tpot;
+  }
+  EXPECT_EQ(j.at("tpot_s").at("n").get<size_t>(), n_tpot);
+  EXPECT_DOUBLE_EQ(j.at("tpot_s").at("max").get<double>(), worst_tpot);
+}
+
 }  // namespace
 }  // namespace lynx::test

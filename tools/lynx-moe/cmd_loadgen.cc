@@ -320,6 +320,19 @@ json summarize(const Args& a, const ServerInfo& info, const std::vector<Job>& jo
       ++errors[s.error.empty() ? "http " + std::to_string(s.status) : s.error];
     }
   }
+  // One record per request in arrival order, so that repetitions of a point can be pooled
+  // (a P99 over several runs) and tails traced to their requests; NaN fields are null.
+  json requests = json::array();
+  auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    json r = {{"at_s", jobs[i].at},          {"prompt_tokens", jobs[i].prompt.size()},
+              {"max_tokens", jobs[i].gen},    {"status", s.status},
+              {"tokens", s.tokens},           {"ttft_s", num(s.ttft)},
+              {"tpot_s", num(s.tpot)},        {"e2e_s", num(s.e2e)}};
+    if (!s.error.empty()) r["error"] = s.error;
+    requests.push_back(std::move(r));
+  }
   return {{"url", a.url},
           {"model", info.model},
           {"routing", info.routing},
@@ -338,7 +351,8 @@ json summarize(const Args& a, const ServerInfo& info, const std::vector<Job>& jo
           {"throughput",
            {{"requests_per_s", ok / elapsed},
             {"output_tokens_per_s", double(out_tokens) / elapsed},
-            {"total_tokens_per_s", double(out_tokens + in_tokens) / elapsed}}}};
+            {"total_tokens_per_s", double(out_tokens + in_tokens) / elapsed}}},
+          {"requests", std::move(requests)}};
 }
 
 json run(const Args& a) {
