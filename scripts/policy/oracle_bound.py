@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""How far can a batch policy go on a model? An output-error oracle (docs/evaluation.md,
+"Session 13: an output-error oracle").
+
+cover (src/routing/cover.cc) values a batch's experts by routed probability mass. This script
+asks what a policy that knew every expert's actual output would reach: at each decode step
+and MoE layer it computes ALL experts' outputs for the batch's tokens (which no real policy
+can afford) and grows the streamed set greedily by the drop of the tokens' output error
+sum_t ||y_t(U) - y_t*||^2 / s_t, where y_t* is the token's exact-routing output and s_t a
+scale (--scale: 'res' = ||h_t||^2, the residual the output is added to; 'one'). It keeps
+cover's other rules, so the two differ only in what the greedy values: every token keeps its
+confident prefix (tau of its top-k mass), takes its top-k by logit within the set and
+weights renormalized over it (norm_topk), exactly k experts each.
+
+The forward pass is the NumPy reference's (tests/reference/reference.py), run for a group of
+B documents in lockstep: at layer l the tokens at position p of the B documents form one
+decode batch. By causality this equals B sequences decoded step by step with every step's
+batch routed by the policy (the engine's `eval --batch B`, without its refill of ended
+documents: a group's batch shrinks as its documents end). Scored: the next-token NLL at every
+position but the last of each document's first --max-tokens tokens.
+
+  /usr/bin/python3 scripts/policy/oracle_bound.py --data data/eval --batch 16 \
+      --policy topk --policy cover:tau=0.5,lambda=0.05 --policy oracle:tau=0.5,lambda=0.002
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'tests', 'reference'))
+import reference as R  # noqa: E402
+
+
+def parse_policy(spec):
+    name, _, rest = spec.partition(':')
+    opts = {}
+    for kv in filter(None, rest.split(',')):
+        k, _, v = kv.partition('=')
+        opts[k] = v
+    return name, opts
+
+
+def topk_by_logit(z, k):
+    # stable: lower id first among equal logits (the engine's logit_before)
+    return np.argsort(-z, axis=1, kind='stable')[:, :k]
+
+
+class Step:
+    """One decode batch at one layer: logits z (T,E), probabilities p, all outputs Y (T,E,d)."""
+
+    def __init__(self, z, Y, h, k):
+        self.z, self.Y, self.h, self.k = z, Y, h, k
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        self.p = e / e.sum(axis=1, keepdims=True)
+        self.exact = topk_by_logit(z, k)
+        T = z.shape[0]
+        self.rows = np.arange(T)[:, None]
+        pe = self.p[self.rows, self.exact]
+        self.mass = pe.sum(axis=1)
+        self.ystar = np.einsum('tk,tkd->td', pe / self.mass[:, None], Y[self.rows, self.exact])
+
+    def prefixes(self, tau):
+        """The union of the confident prefixes: the shortest prefix of each token's exact top-k
+        holding tau of its top-k mass (the top-1 always)."""
+        q = self.p[self.rows, self.exact] / self.mass[:, None]
+        cum = np.cumsum(q, axis=1) - q  # mass before each rank
+        keep = cum < tau
+        keep[:, 0] = True
+        u = np.zeros(self.z.shape[1], bool)
+        u[self.exact[keep]] = True
+        return u
+
+    def remap(self, u):
+        z = np.where(u[None, :], self.z, -np.inf)
+        ids = topk_by_logit(z, self.k)
+        w = self.p[self.rows, ids]
+        return ids, w / w.sum(axis=1, keepdims=True)
+
+
+def cover_grow(st, u, lam):
+    """cover's greedy (src/routing/cover_greedy.cc): gain(e) = sum_t max(0, q_te - floor_t)."""
+    k = st.k
+    q = st.p / st.mass[:, None]
+    best = np.sort(np.where(u[None, :], q, 0.0), axis=1)[:, ::-1][:, :k]
+    while True:
+        floor = best[:, k - 1:k]
+        gain = np.maximum(q - floor, 0.0).sum(axis=0)
+        gain[u] = -1.0
+        e = int(np.argmax(gain))
+        if gain[e] < 0 or (u.sum() >= k and not (gain[e] >= lam and gain[e] > 0)):
+            return u
+        u[e] = True
+        best = -np.sort(-np.concatenate([best, q[:, e:e + 1]], axis=1), axis=1)[:, :k]
+
+
+def oracle_grow(st, u, lam, scale):
+    """Greedy on the tokens' output error: add the expert whose entry lowers
+    sum_t ||y_t(U) - y_t*||^2 / s_t the most while the drop is >= lam."""
+    if u.sum() < st.k:
+        u = cover_grow(st, u, np.inf)
+    T, E = st.z.shape
+    s = np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)
+    ids, _ = st.remap(u)
+    pid = st.p[st.rows, ids]
+    Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
+    P = pid.sum(axis=1)
+    err = np.sum((Ysum / P[:, None] - st.ystar) ** 2, axis=1) / s
+    while True:
+        last = ids[:, -1]  # lowest logit of each token's set (remap lists by logit)
+        zl = st.z[np.arange(T), last]
+        pl = st.p[np.arange(T), last]
+        enter = (st.z > zl[:, None]) & ~u[None, :]
+        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[np.arange(T), last][:, None, :] \
+            + st.p[:, :, None] * st.Y
+        Pn = P[:, None] - pl[:, None] + st.p
+        errn = np.sum((Yn / Pn[:, :, None] - st.ystar[:, None, :]) ** 2, axis=2) / s[:, None]
+        gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
+        gain[u] = -np.inf
+        e = int(np.argmax(gain))
+        if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
+            return u
+        u[e] = True
+        ids, _ = st.remap(u)
+        pid = st.p[st.rows, ids]
+        Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
+        P = pid.sum(axis=1)
+        err = np.sum((Ysum / P[:, None] - st.ystar) ** 2, axis=1) / s
+
+
+def est_grow(st, u, lam, scale):
+    """oracle_grow with the outputs replaced by a model from the logits alone: the experts'
+    outputs orthogonal and of one size (the step's mean), so a token's error is the squared
+    difference of its weight vectors, sum_e (w_e(S) - w*_e)^2 * nu^2 / s_t."""
+    if u.sum() < st.k:
+        u = cover_grow(st, u, np.inf)
+    T, E = st.z.shape
+    rows = np.arange(T)
+    nu2 = float(np.mean(np.sum(st.Y[st.rows, st.exact] ** 2, axis=2)))
+    s = (np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)) / nu2
+    ins = np.zeros((T, E), bool)
+    ins[st.rows, st.exact] = True
+    p2 = st.p ** 2
+    M = st.mass
+    Wstar = np.sum(st.p[st.rows, st.exact] ** 2, axis=1) / M ** 2
+
+    def state(ids):
+        pid = st.p[st.rows, ids]
+        return pid.sum(axis=1), (pid ** 2).sum(axis=1), np.where(ins[st.rows, ids], pid ** 2, 0).sum(axis=1)
+    ids, _ = st.remap(u)
+    P, Q, C = state(ids)
+    err = (Q / P ** 2 - 2 * C / (P * M) + Wstar) / s
+    while True:
+        last = ids[:, -1]
+        zl, pl = st.z[rows, last], st.p[rows, last]
+        enter = (st.z > zl[:, None]) & ~u[None, :]
+        Pn = P[:, None] - pl[:, None] + st.p
+        Qn = Q[:, None] - (pl ** 2)[:, None] + p2
+        Cn = C[:, None] - np.where(ins[rows, last], pl ** 2, 0)[:, None] + np.where(ins, p2, 0)
+        errn = (Qn / Pn ** 2 - 2 * Cn / (Pn * M[:, None]) + Wstar[:, None]) / s[:, None]
+        gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
+        gain[u] = -np.inf
+        e = int(np.argmax(gain))
+        if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
+            return u
+        u[e] = True
+        ids, _ = st.remap(u)
+        P, Q, C = state(ids)
+        err = (Q / P ** 2 - 2 * C / (P * M) + Wstar) / s
+
+
+def gram_grow(st, u, lam, G):
+    """est_grow with the experts' output geometry from data: a token's error is the quadratic
+    form (w(S) - w*)^T G (w(S) - w*), G[e, f] = mean over tokens of <E_e(x), E_f(x)> for the
+    layer (measured beforehand with --gram-out), so sizes and overlaps of the experts' outputs
+    count, but not this token's."""
+    if u.sum() < st.k:
+        u = cover_grow(st, u, np.inf)
+    T, E = st.z.shape
+    rows = np.arange(T)
+    wstar = np.zeros((T, E))
+    wstar[st.rows, st.exact] = st.p[st.rows, st.exact] / st.mass[:, None]
+
+    def weights(ids):
+        w = np.zeros((T, E))
+        pid = st.p[st.rows, ids]
+        w[st.rows, ids] = pid / pid.sum(axis=1, keepdims=True)
+        return w, pid.sum(axis=1)
+
+    def qf(D):  # D (..., E) -> D^T G D
+        return np.einsum('...e,ef,...f->...', D, G, D)
+    ids, _ = st.remap(u)
+    w, P = weights(ids)
+    err = qf(w - wstar)
+    while True:
+        last = ids[:, -1]
+        zl, pl = st.z[rows, last], st.p[rows, last]
+        enter = (st.z > zl[:, None]) & ~u[None, :]
+        # w' for every candidate e: (P w - p_l 1_l + p_e 1_e) / P'
+        Pn = P[:, None] - pl[:, None] + st.p  # (T, E)
+        Wn = np.repeat((w * P[:, None])[:, None, :], E, axis=1)  # (T, E, E): candidate, expert
+        Wn[rows, :, last] -= pl[:, None]
+        Wn[:, np.arange(E), np.arange(E)] += st.p
+        Wn /= Pn[:, :, None]
+        errn = qf(Wn - wstar[:, None, :])
+        gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
+        gain[u] = -np.inf
+        e = int(np.argmax(gain))
+        if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
+            return u
+        u[e] = True
+        ids, _ = st.remap(u)
+        w, P = weights(ids)
+        err = qf(w - wstar)
+
+
+def make_policy(spec, grams=None):
+    name, o = parse_policy(spec)
+    tau = float(o.get('tau', 0.5))
+    lams = [float(v) for v in o.get('lambda', '0.05').split('/')]
+    scale = o.get('scale', 'res')
+
+    def route(st, layer):
+        if name == 'topk':
+            ids = st.exact
+            w = st.p[st.rows, ids]
+            return ids, w / w.sum(axis=1, keepdims=True)
+        lam = lams[min(layer, len(lams) - 1)]
+        u = st.prefixes(tau)
+        if name == 'cover':
+            u = cover_grow(st, u, lam)
+        elif name == 'oracle':
+            u = oracle_grow(st, u, lam, scale)
+        elif name == 'est':
+            u = est_grow(st, u, lam, scale)
+        elif name == 'gram':
+            u = gram_grow(st, u, lam, grams[layer])
+        else:
+            raise SystemExit(f'unknown policy {name}')
+        ids, w = st.remap(u)
+        if o.get('ls') == '1':  # weights fit to the exact output by least squares (a bound)
+            A = st.Y[st.rows, ids]  # (T, k, d)
+            G = np.einsum('tkd,tjd->tkj', A, A) + 1e-6 * np.eye(st.k)
+            w = np.linalg.solve(G, np.einsum('tkd,td->tk', A, st.ystar)[..., None])[..., 0]
+        return ids, w
+    return route
+
+
+def run_group(m, docs, route, distinct, gram_acc=None):
+    G = len(docs)
+    n = max(len(d) for d in docs)
+    lens = np.array([len(d) for d in docs])
+    toks = np.zeros((G, n), dtype=np.int64)
+    for i, d in enumerate(docs):
+        toks[i, :len(d)] = d
+    hd, H = m.head_dim, m.n_head
+    f32 = np.float32
+
+    def norm_rows(x, w):
+        return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + m.eps) * w).astype(f32)
+
+    pos = np.arange(n, dtype=np.float64)
+    inv = m.rope_base ** (-2.0 * np.arange(hd // 2) / hd)
+    ang = pos[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[None, :, None, :], np.sin(ang)[None, :, None, :]
+
+    def rope(t):
+        x0, x1 = t[..., 0::2], t[..., 1::2]
+        out = np.empty_like(t)
+        out[..., 0::2] = x0 * cos - x1 * sin
+        out[..., 1::2] = x0 * sin + x1 * cos
+        return out
+
+    assert m.rope == R.ROPE_NORM and m.qk_norm is None and m.n_head == m.n_head_kv
+    mask = np.triu(np.full((n, n), -np.inf, dtype=f32), 1)
+    h = m.tok_embd[toks].astype(f32)
+    for li, L in enumerate(m.layers):
+        x = norm_rows(h, L.attn_norm)
+        q = rope((x @ L.wq.T.astype(f32)).reshape(G, n, H, hd))
+        kk = rope((x @ L.wk.T.astype(f32)).reshape(G, n, H, hd))
+        v = (x @ L.wv.T.astype(f32)).reshape(G, n, H, hd)
+        s = np.einsum('gphd,gjhd->ghpj', q, kk) / math.sqrt(hd) + mask
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s = s / s.sum(axis=-1, keepdims=True)
+        o = np.einsum('ghpj,gjhd->gphd', s, v).reshape(G, n, H * hd)
+        h = h + (o @ L.wo.T.astype(f32)).astype(f32)
+        x = norm_rows(h, L.ffn_norm)
+        z = (x @ L.gate_inp.T.astype(f32)).astype(np.float64)
+        X = x.reshape(G * n, -1)
+        Y = np.empty((G * n, m.n_expert, X.shape[1]), f32)
+        for e in range(m.n_expert):
+            a = X @ L.gate_exps[e].T.astype(f32)
+            Y[:, e, :] = ((a / (1 + np.exp(-a))) * (X @ L.up_exps[e].T.astype(f32))) \
+                @ L.down_exps[e].T.astype(f32)
+        if gram_acc is not None:  # over the documents' real positions only
+            valid = (np.arange(n)[None, :] < lens[:, None]).reshape(-1)
+            Yv = Y[valid].astype(np.float64)
+            gram_acc[li] += np.einsum('ted,tfd->ef', Yv, Yv)
+            gram_acc[-1][li] += len(Yv)
+        Y = Y.reshape(G, n, m.n_expert, -1).astype(np.float64)
+        f = np.zeros_like(h)
+        for p in range(n):
+            act = np.nonzero(lens > p)[0]
+            st = Step(z[act, p], Y[act, p], h[act, p].astype(np.float64), m.n_expert_used)
+            ids, w = route(st, li)
+            f[act, p] = np.einsum('tk,tkd->td', w, Y[act, p][st.rows, ids])
+            distinct[li] += len(np.unique(ids))
+        h = h + f
+    out = norm_rows(h, m.output_norm) @ m.output.T.astype(f32)
+    out = out.astype(np.float64)
+    lse = np.log(np.exp(out - out.max(axis=-1, keepdims=True)).sum(axis=-1)) + out.max(axis=-1)
+    nll = []
+    for i, d in enumerate(docs):
+        t = np.arange(len(d) - 1)
+        nll.append(float(np.sum(lse[i, t] - out[i, t, toks[i, t + 1]])))
+    return nll
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('-m', '--model', default='models/lynx-moe-64x8.gguf')
+    ap.add_argument('--bin', default='build/release/bin/lynx-moe')
+    ap.add_argument('--data', default='data/eval')
+    ap.add_argument('--batch', type=int, default=16)
+    ap.add_argument('--max-tokens', type=int, default=128)
+    ap.add_argument('--max-docs', type=int, default=0)
+    ap.add_argument('--policy', action='append', required=True)
+    ap.add_argument('-o', '--output', help='write the results as JSON')
+    ap.add_argument('--gram-out', help="write the experts' output Gram matrices (the first "
+                    "policy's run) to this .npy file, for gram:file=")
+    a = ap.parse_args()
+    m = R.load_model(a.model)
+    docs = []
+    for path in sorted(glob.glob(os.path.join(a.data, '*.txt'))):
+        out = subprocess.run([a.bin, 'tokenize', '-m', a.model, '-f', path, '--ids-only'],
+                             capture_output=True, text=True, check=True).stdout
+        ids = json.loads(out.strip())[:a.max_tokens]
+        if len(ids) >= 2:
+            docs.append(ids)
+    if a.max_docs:
+        docs = docs[:a.max_docs]
+    groups = [docs[i:i + a.batch] for i in range(0, len(docs), a.batch)]
+    ntok = sum(len(d) - 1 for d in docs)
+    res = []
+    for spec in a.policy:
+        _, o = parse_policy(spec)
+        grams = np.load(o['file']) if 'file' in o else None
+        route = make_policy(spec, grams)
+        distinct = np.zeros(m.n_layer)
+        acc = None
+        if a.gram_out and spec == a.policy[0]:
+            acc = [np.zeros((m.n_expert, m.n_expert)) for _ in range(m.n_layer)] + [np.zeros(m.n_layer)]
+        nll = []
+        for g in groups:
+            nll += run_group(m, g, route, distinct, acc)
+        if acc is not None:
+            np.save(a.gram_out, np.stack([acc[i] / acc[-1][i] for i in range(m.n_layer)]))
+        res.append({'policy': spec, 'nll': nll, 'distinct': distinct.tolist()})
+        base = res[0]
+        ppl = math.exp(sum(nll) / ntok)
+        d_nll = np.array(nll) - np.array(base['nll'])
+        cnt = np.array([len(d) - 1 for d in docs])
+        # paired 95% interval of the per-token dNLL, by documents (ratio estimator)
+        mu = d_nll.sum() / cnt.sum()
+        resid = d_nll - mu * cnt
+        se = math.sqrt(np.sum(resid ** 2) * len(docs) / (len(docs) - 1)) / cnt.sum()
+        cut = 1 - distinct.sum() / np.sum(base['distinct'])
+        line = (f"{spec:40s} ppl {ppl:8.3f}  change {100 * (math.exp(mu) - 1):+6.2f}% "
+                f"[{100 * (math.exp(mu - 1.96 * se) - 1):+.2f}, {100 * (math.exp(mu + 1.96 * se) - 1):+.2f}]"
+                f"  cut {100 * cut:5.1f}%  per layer "
+                + ' '.join(f"{100 * (1 - a_ / b_):.1f}" for a_, b_ in zip(distinct, base['distinct'])))
+        print(line, flush=True)
+        res[-1].update(ppl=ppl, change=math.exp(mu) - 1, cut=cut)
+    if a.output:
+        with open(a.output, 'w') as f:
+            json.dump({'docs': len(docs), 'tokens': ntok, 'batch': a.batch, 'results': res}, f)
+
+
+if __name__ == '__main__':
+    main()
