@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the accuracy fronts of docs/evaluation.md ("Fronts"): every routing policy over
-# a sweep of its strength at B = 4, 16, 32 on both shipped models, on the held-out test
+# a sweep of its strength at B = 4, 16, 32 on the shipped models, on the held-out test
 # documents (data/eval), and the cover setting that `lynx-moe calibrate` fits on the
 # validation documents (data/eval-valid) at B = 16 for a +0.5% perplexity budget, as it is and
 # with growth=0.75.
@@ -10,7 +10,7 @@
 #
 #   bash scripts/fronts.sh   # build/fronts/<model>{-sweep,-calib,-growth,-subst}.json, .md, .svg,
 #                            # -calib.txt, -subst-calib.txt, -sim.txt
-# LYNX_FRONTS_MODELS="64x8" restricts the models, LYNX_FRONTS_TOKENS the tokens per document
+# LYNX_FRONTS_MODELS="64x8" chooses the models (default 64x8 8x2; 128x8 is the third), LYNX_FRONTS_TOKENS the tokens per document
 # (128), LYNX_EVAL_THREADS the threads (2). Steps whose output exists are skipped (delete
 # build/fronts to redo them).
 set -euo pipefail
@@ -29,6 +29,7 @@ common=(--max-tokens "${LYNX_FRONTS_TOKENS:-128}" --gen-prompts 0 --code-lines 0
 # move along the front with B.
 declare -A sweep
 sweep[64x8]="topk;lynx;lynx:alpha=2,beta=2;lynx:alpha=3,window=1.33/0.67/0.67/1.33;oea:k0=5;oea:k0=4;oea:k0=3;budget:m=40;ser:kmin=4,t=0.2;static-k:k=6;cover:lambda=0.03;cover;cover:lambda=0.1"
+sweep[128x8]="topk;lynx;lynx:alpha=2,beta=2;oea:k0=6;oea:k0=5;oea:k0=4;oea:k0=3;budget:m=80;ser:kmin=4,t=0.2;static-k:k=6;cover:lambda=0.03;cover;cover:lambda=0.1"
 sweep[8x2]="topk;lynx;lynx:alpha=2,beta=1;oea:k0=1;budget:m=6;budget:m=4;ser:kmin=1,t=0.3;static-k:k=1;cover:lambda=0.1;cover:lambda=0.2;cover:lambda=0.4;cover:lambda=0.8"
 
 for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
