@@ -19,8 +19,20 @@ batch routed by the policy (the engine's `eval --batch B`, without its refill of
 documents: a group's batch shrinks as its documents end). Scored: the next-token NLL at every
 position but the last of each document's first --max-tokens tokens.
 
-  /usr/bin/python3 scripts/policy/oracle_bound.py --data data/eval --batch 16 \
-      --policy topk --policy cover:tau=0.5,lambda=0.05 --policy oracle:tau=0.5,lambda=0.002
+Policies (options: tau; lambda, one value or V0/V1/... per layer; scale = res or one):
+  topk                exact routing (the first --policy is the baseline of the changes)
+  cover               cover's greedy on routed mass (src/routing/cover.cc)
+  oracle              the greedy on the true output error (all experts computed)
+  est                 the same with outputs modelled as orthogonal and of one size
+  gram:file=G.npy     the same with the experts' average Gram matrix (--gram-out)
+  surr:file=W.npy     the same with outputs predicted by a linear map per expert fitted on
+                      other documents (--surr-out, --surr-rank R for a rank-R map)
+  (add ls=1 to fit each token's weights to its exact output by least squares)
+
+  /usr/bin/python3 scripts/policy/oracle_bound.py --data data/eval-valid --policy topk \
+      --surr-out W16.npy --surr-rank 16
+  /usr/bin/python3 scripts/policy/oracle_bound.py --data data/eval --batch 16 --policy topk \
+      --policy cover:lambda=0.05 --policy oracle:lambda=0.01 --policy surr:file=W16.npy,lambda=0.004
 """
 import argparse
 import glob
@@ -239,6 +251,9 @@ def make_policy(spec, grams=None):
             u = est_grow(st, u, lam, scale)
         elif name == 'gram':
             u = gram_grow(st, u, lam, grams[layer])
+        elif name == 'surr':  # the oracle on predicted outputs: x W_e, fitted beforehand
+            sur = Step(st.z, np.einsum('td,edf->tef', st.x, grams[layer]), st.h, st.k)
+            u = oracle_grow(sur, u, lam, scale)
         else:
             raise SystemExit(f'unknown policy {name}')
         ids, w = st.remap(u)
@@ -250,7 +265,7 @@ def make_policy(spec, grams=None):
     return route
 
 
-def run_group(m, docs, route, distinct, gram_acc=None):
+def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None):
     G = len(docs)
     n = max(len(d) for d in docs)
     lens = np.array([len(d) for d in docs])
@@ -301,11 +316,17 @@ def run_group(m, docs, route, distinct, gram_acc=None):
             Yv = Y[valid].astype(np.float64)
             gram_acc[li] += np.einsum('ted,tfd->ef', Yv, Yv)
             gram_acc[-1][li] += len(Yv)
+        if surr_acc is not None:  # normal equations of a linear map x -> E_e(x) per expert
+            valid = (np.arange(n)[None, :] < lens[:, None]).reshape(-1)
+            Xv = X[valid].astype(np.float64)
+            surr_acc[0][li] += Xv.T @ Xv
+            surr_acc[1][li] += np.einsum('td,tef->edf', Xv, Y[valid].astype(np.float64))
         Y = Y.reshape(G, n, m.n_expert, -1).astype(np.float64)
         f = np.zeros_like(h)
         for p in range(n):
             act = np.nonzero(lens > p)[0]
             st = Step(z[act, p], Y[act, p], h[act, p].astype(np.float64), m.n_expert_used)
+            st.x = x[act, p].astype(np.float64)
             ids, w = route(st, li)
             f[act, p] = np.einsum('tk,tkd->td', w, Y[act, p][st.rows, ids])
             distinct[li] += len(np.unique(ids))
@@ -330,6 +351,9 @@ def main():
     ap.add_argument('--max-docs', type=int, default=0)
     ap.add_argument('--policy', action='append', required=True)
     ap.add_argument('-o', '--output', help='write the results as JSON')
+    ap.add_argument('--surr-out', help="fit a linear map x -> E_e(x) per expert and layer on "
+                    "the first policy's run and write it to this .npy file, for surr:file=")
+    ap.add_argument('--surr-rank', type=int, default=0, help='rank of the fitted maps (0: full)')
     ap.add_argument('--gram-out', help="write the experts' output Gram matrices (the first "
                     "policy's run) to this .npy file, for gram:file=")
     a = ap.parse_args()
@@ -351,12 +375,29 @@ def main():
         grams = np.load(o['file']) if 'file' in o else None
         route = make_policy(spec, grams)
         distinct = np.zeros(m.n_layer)
-        acc = None
+        acc = sacc = None
+        d_ = m.n_embd
+        if a.surr_out and spec == a.policy[0]:
+            sacc = ([np.zeros((d_, d_)) for _ in range(m.n_layer)],
+                    [np.zeros((m.n_expert, d_, d_)) for _ in range(m.n_layer)])
         if a.gram_out and spec == a.policy[0]:
             acc = [np.zeros((m.n_expert, m.n_expert)) for _ in range(m.n_layer)] + [np.zeros(m.n_layer)]
         nll = []
         for g in groups:
-            nll += run_group(m, g, route, distinct, acc)
+            nll += run_group(m, g, route, distinct, acc, sacc)
+        if sacc is not None:
+            W = []
+            for li in range(m.n_layer):
+                A = sacc[0][li] + 1e-3 * np.trace(sacc[0][li]) / d_ * np.eye(d_)
+                We = [np.linalg.solve(A, sacc[1][li][e]) for e in range(m.n_expert)]
+                if a.surr_rank:  # reduced-rank regression: W V_r V_r^T, V_r the top right
+                    # singular directions of the fitted outputs X W
+                    for e in range(m.n_expert):
+                        C = We[e].T @ sacc[0][li] @ We[e]
+                        V = np.linalg.eigh(C)[1][:, ::-1][:, :a.surr_rank]
+                        We[e] = We[e] @ V @ V.T
+                W.append(np.stack(We))
+            np.save(a.surr_out, np.stack(W).astype(np.float32))
         if acc is not None:
             np.save(a.gram_out, np.stack([acc[i] / acc[-1][i] for i in range(m.n_layer)]))
         res.append({'policy': spec, 'nll': nll, 'distinct': distinct.tolist()})
