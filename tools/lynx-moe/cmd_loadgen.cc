@@ -326,10 +326,10 @@ json summarize(const Args& a, const ServerInfo& info, const std::vector<Job>& jo
   auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
-    json r = {{"at_s", jobs[i].at},          {"prompt_tokens", jobs[i].prompt.size()},
-              {"max_tokens", jobs[i].gen},    {"status", s.status},
-              {"tokens", s.tokens},           {"ttft_s", num(s.ttft)},
-              {"tpot_s", num(s.tpot)},        {"e2e_s", num(s.e2e)}};
+    json r = {{"at_s", jobs[i].at},        {"prompt_tokens", jobs[i].prompt.size()},
+              {"max_tokens", jobs[i].gen}, {"status", s.status},
+              {"tokens", s.tokens},        {"ttft_s", num(s.ttft)},
+              {"tpot_s", num(s.tpot)},     {"e2e_s", num(s.e2e)}};
     if (!s.error.empty()) r["error"] = s.error;
     requests.push_back(std::move(r));
   }
