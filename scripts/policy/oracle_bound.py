@@ -110,46 +110,52 @@ def cover_grow(st, u, lam):
         best = -np.sort(-np.concatenate([best, q[:, e:e + 1]], axis=1), axis=1)[:, :k]
 
 
-def oracle_grow(st, u, lam, scale):
-    """Greedy on the tokens' output error: add the expert whose entry lowers
-    sum_t ||y_t(U) - y_t*||^2 / s_t the most while the drop is >= lam."""
+def grow_by_error(st, u, lam, errors):
+    """The greedy shared by oracle, est, gram and surr: add the expert whose entry lowers the
+    batch's summed error the most while the drop is >= lam. errors(ids) gives, for the
+    tokens' current sets ids (T, k), each token's error (T,) and its error were candidate e to
+    replace the token's lowest-logit member (T, E); the drop counts only where e would enter."""
     if u.sum() < st.k:
         u = cover_grow(st, u, np.inf)
-    T, E = st.z.shape
-    s = np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)
-    ids, _ = st.remap(u)
-    pid = st.p[st.rows, ids]
-    Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
-    P = pid.sum(axis=1)
-    err = np.sum((Ysum / P[:, None] - st.ystar) ** 2, axis=1) / s
+    rows = np.arange(st.z.shape[0])
     while True:
-        last = ids[:, -1]  # lowest logit of each token's set (remap lists by logit)
-        zl = st.z[np.arange(T), last]
-        pl = st.p[np.arange(T), last]
-        enter = (st.z > zl[:, None]) & ~u[None, :]
-        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[np.arange(T), last][:, None, :] \
-            + st.p[:, :, None] * st.Y
-        Pn = P[:, None] - pl[:, None] + st.p
-        errn = np.sum((Yn / Pn[:, :, None] - st.ystar[:, None, :]) ** 2, axis=2) / s[:, None]
+        ids, _ = st.remap(u)
+        err, errn = errors(ids)
+        last = ids[:, -1]  # remap lists each token's set by descending logit
+        enter = (st.z > st.z[rows, last][:, None]) & ~u[None, :]
         gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
         gain[u] = -np.inf
         e = int(np.argmax(gain))
         if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
             return u
         u[e] = True
-        ids, _ = st.remap(u)
+
+
+def output_errors(st, scale):
+    """oracle (and surr, on predicted st.Y): ||y_t(S) - y_t*||^2 / s_t on the outputs st.Y."""
+    T = st.z.shape[0]
+    rows = np.arange(T)
+    s = np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)
+
+    def errors(ids):
         pid = st.p[st.rows, ids]
         Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
         P = pid.sum(axis=1)
         err = np.sum((Ysum / P[:, None] - st.ystar) ** 2, axis=1) / s
+        last = ids[:, -1]
+        pl = st.p[rows, last]
+        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[rows, last][:, None, :] \
+            + st.p[:, :, None] * st.Y
+        Pn = P[:, None] - pl[:, None] + st.p
+        errn = np.sum((Yn / Pn[:, :, None] - st.ystar[:, None, :]) ** 2, axis=2) / s[:, None]
+        return err, errn
+    return errors
 
 
-def est_grow(st, u, lam, scale):
-    """oracle_grow with the outputs replaced by a model from the logits alone: the experts'
-    outputs orthogonal and of one size (the step's mean), so a token's error is the squared
-    difference of its weight vectors, sum_e (w_e(S) - w*_e)^2 * nu^2 / s_t."""
-    if u.sum() < st.k:
-        u = cover_grow(st, u, np.inf)
+def weight_errors(st, scale):
+    """est: the outputs modelled from the logits alone, orthogonal and of one size (the
+    step's mean), so a token's error is sum_e (w_e(S) - w*_e)^2 * nu^2 / s_t, kept in closed
+    form through P = sum p, Q = sum p^2 and C = sum of p^2 over the exact set."""
     T, E = st.z.shape
     rows = np.arange(T)
     nu2 = float(np.mean(np.sum(st.Y[st.rows, st.exact] ** 2, axis=2)))
@@ -160,74 +166,48 @@ def est_grow(st, u, lam, scale):
     M = st.mass
     Wstar = np.sum(st.p[st.rows, st.exact] ** 2, axis=1) / M ** 2
 
-    def state(ids):
+    def errors(ids):
         pid = st.p[st.rows, ids]
-        return pid.sum(axis=1), (pid ** 2).sum(axis=1), np.where(ins[st.rows, ids], pid ** 2, 0).sum(axis=1)
-    ids, _ = st.remap(u)
-    P, Q, C = state(ids)
-    err = (Q / P ** 2 - 2 * C / (P * M) + Wstar) / s
-    while True:
+        P, Q = pid.sum(axis=1), (pid ** 2).sum(axis=1)
+        C = np.where(ins[st.rows, ids], pid ** 2, 0).sum(axis=1)
         last = ids[:, -1]
-        zl, pl = st.z[rows, last], st.p[rows, last]
-        enter = (st.z > zl[:, None]) & ~u[None, :]
+        pl = st.p[rows, last]
         Pn = P[:, None] - pl[:, None] + st.p
         Qn = Q[:, None] - (pl ** 2)[:, None] + p2
         Cn = C[:, None] - np.where(ins[rows, last], pl ** 2, 0)[:, None] + np.where(ins, p2, 0)
-        errn = (Qn / Pn ** 2 - 2 * Cn / (Pn * M[:, None]) + Wstar[:, None]) / s[:, None]
-        gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
-        gain[u] = -np.inf
-        e = int(np.argmax(gain))
-        if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
-            return u
-        u[e] = True
-        ids, _ = st.remap(u)
-        P, Q, C = state(ids)
         err = (Q / P ** 2 - 2 * C / (P * M) + Wstar) / s
+        errn = (Qn / Pn ** 2 - 2 * Cn / (Pn * M[:, None]) + Wstar[:, None]) / s[:, None]
+        return err, errn
+    return errors
 
 
-def gram_grow(st, u, lam, G):
-    """est_grow with the experts' output geometry from data: a token's error is the quadratic
-    form (w(S) - w*)^T G (w(S) - w*), G[e, f] = mean over tokens of <E_e(x), E_f(x)> for the
-    layer (measured beforehand with --gram-out), so sizes and overlaps of the experts' outputs
+def gram_errors(st, G):
+    """gram: the experts' output geometry from data, a token's error the quadratic form
+    (w(S) - w*)^T G (w(S) - w*), G[e, f] = mean over tokens of <E_e(x), E_f(x)> for the
+    layer (measured beforehand with --gram-out): sizes and overlaps of the experts' outputs
     count, but not this token's."""
-    if u.sum() < st.k:
-        u = cover_grow(st, u, np.inf)
     T, E = st.z.shape
     rows = np.arange(T)
     wstar = np.zeros((T, E))
     wstar[st.rows, st.exact] = st.p[st.rows, st.exact] / st.mass[:, None]
 
-    def weights(ids):
-        w = np.zeros((T, E))
-        pid = st.p[st.rows, ids]
-        w[st.rows, ids] = pid / pid.sum(axis=1, keepdims=True)
-        return w, pid.sum(axis=1)
-
     def qf(D):  # D (..., E) -> D^T G D
         return np.einsum('...e,ef,...f->...', D, G, D)
-    ids, _ = st.remap(u)
-    w, P = weights(ids)
-    err = qf(w - wstar)
-    while True:
+
+    def errors(ids):
+        pid = st.p[st.rows, ids]
+        P = pid.sum(axis=1)
+        w = np.zeros((T, E))
+        w[st.rows, ids] = pid / P[:, None]
         last = ids[:, -1]
-        zl, pl = st.z[rows, last], st.p[rows, last]
-        enter = (st.z > zl[:, None]) & ~u[None, :]
         # w' for every candidate e: (P w - p_l 1_l + p_e 1_e) / P'
-        Pn = P[:, None] - pl[:, None] + st.p  # (T, E)
+        Pn = P[:, None] - st.p[rows, last][:, None] + st.p  # (T, E)
         Wn = np.repeat((w * P[:, None])[:, None, :], E, axis=1)  # (T, E, E): candidate, expert
-        Wn[rows, :, last] -= pl[:, None]
+        Wn[rows, :, last] -= st.p[rows, last][:, None]
         Wn[:, np.arange(E), np.arange(E)] += st.p
         Wn /= Pn[:, :, None]
-        errn = qf(Wn - wstar[:, None, :])
-        gain = np.where(enter, err[:, None] - errn, 0.0).sum(axis=0)
-        gain[u] = -np.inf
-        e = int(np.argmax(gain))
-        if not np.isfinite(gain[e]) or gain[e] < lam or gain[e] <= 0:
-            return u
-        u[e] = True
-        ids, _ = st.remap(u)
-        w, P = weights(ids)
-        err = qf(w - wstar)
+        return qf(w - wstar), qf(Wn - wstar[:, None, :])
+    return errors
 
 
 def make_policy(spec, grams=None):
@@ -246,14 +226,14 @@ def make_policy(spec, grams=None):
         if name == 'cover':
             u = cover_grow(st, u, lam)
         elif name == 'oracle':
-            u = oracle_grow(st, u, lam, scale)
+            u = grow_by_error(st, u, lam, output_errors(st, scale))
         elif name == 'est':
-            u = est_grow(st, u, lam, scale)
+            u = grow_by_error(st, u, lam, weight_errors(st, scale))
         elif name == 'gram':
-            u = gram_grow(st, u, lam, grams[layer])
+            u = grow_by_error(st, u, lam, gram_errors(st, grams[layer]))
         elif name == 'surr':  # the oracle on predicted outputs: x W_e, fitted beforehand
             sur = Step(st.z, np.einsum('td,edf->tef', st.x, grams[layer]), st.h, st.k)
-            u = oracle_grow(sur, u, lam, scale)
+            u = grow_by_error(st, u, lam, output_errors(sur, scale))
         else:
             raise SystemExit(f'unknown policy {name}')
         ids, w = st.remap(u)
