@@ -16,7 +16,7 @@ for f in sorted(glob.glob(root + "/*/r*/*/*-r*.json")):
     d = json.load(open(f))
     t = [q["tpot_s"] for q in d["requests"] if q.get("status") == 200 and q.get("tpot_s") is not None]
     pool[(rate, arm)] += t
-    per[(rate, arm)].append((d["tpot_s"]["p99"] * 1e3, d.get("distinct_experts_ratio", 1.0), d["ttft_s"]["p99"], sum(d["errors"].values())))
+    per[(rate, arm)].append((d["tpot_s"]["p99"] * 1e3, d.get("distinct_experts_ratio", 1.0)))
 def pct(v, q):
     v = sorted(v); return v[max(1, math.ceil(q * len(v))) - 1]
 rates = sorted({k[0] for k in pool}); arms = ["topk", "adaptive"]
@@ -37,7 +37,6 @@ print()
 for T in targets:
     out = []
     for a in arms:
-        held = [r for r in rates if (r, a) in pool and 1e3 * pct(pool[(r, a)], .99) <= T]
         # highest rate held with every lower measured rate held too
         ok = None
         for r in rates:
