@@ -11,8 +11,8 @@
 #   bash scripts/fronts.sh   # build/fronts/<model>{-sweep,-calib,-growth,-subst}.json, .md, .svg,
 #                            # -calib.txt, -subst-calib.txt, -sim.txt
 # LYNX_FRONTS_MODELS="64x8" chooses the models (default "64x8 8x2"; 128x8 is the third),
-# LYNX_FRONTS_TOKENS the tokens per document (128), LYNX_EVAL_THREADS the threads (2). Steps whose output exists are skipped (delete
-# build/fronts to redo them).
+# LYNX_FRONTS_TOKENS the tokens per document (128), LYNX_EVAL_THREADS the threads (2). Steps
+# whose output exists are skipped (delete build/fronts to redo them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/release/bin/lynx-moe
