@@ -16,7 +16,6 @@ No phase may take longer than LIMIT seconds (a hang fails the test; ctest's TIME
 backstop). Exit status 0 when all hold."""
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -42,24 +41,49 @@ def fail(msg):
     sys.exit(1)
 
 
-def start(port, ep, extra=()):
-    cmd = [binary, "serve", "-m", model, "--port", str(port), "-t", "1", "--max-batch", "2"]
+def start(ep, extra=()):
+    """The server on an ephemeral port (--port 0; a fixed or random port can collide with a
+    test running beside this one). Returns (job, port), the port read from its log line
+    "listening on http://HOST:PORT". A thread drains stderr into job.log (a list of lines) so
+    that a chatty job never blocks on a full pipe."""
+    cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", "--max-batch", "2"]
     if ep:
         cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", "2"] + cmd + [
             "--expert-parallel", "--ep-combine", "gather"] + list(extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
+    proc.log = []
+    proc.reader = threading.Thread(target=drain, args=(proc,), daemon=True)
+    proc.reader.start()
     jobs.append(proc)
     deadline = time.time() + LIMIT
+    port = None
     while time.time() < deadline:
         if proc.poll() is not None:
-            fail(f"server exited early ({proc.returncode}): {proc.stderr.read().decode()}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-            return proc
-        except (urllib.error.URLError, ConnectionError, OSError):
-            time.sleep(0.2)
-    fail("server did not come up")
+            fail(f"server exited early ({proc.returncode}): {log_of(proc)}")
+        if port is None:
+            m = re.search(rb"listening on http://[^\s:]+:(\d+)", b"".join(proc.log))
+            port = int(m.group(1)) if m else None
+        if port is not None:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                return proc, port
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+        time.sleep(0.2)
+    fail(f"server did not come up: {log_of(proc)}")
+
+
+def drain(proc):
+    for line in iter(proc.stderr.readline, b""):
+        proc.log.append(line)
+
+
+def log_of(proc):
+    """What the job wrote to stderr; all of it once the job has ended."""
+    if proc.poll() is not None:
+        proc.reader.join(LIMIT)
+    return b"".join(proc.log).decode(errors="replace")
 
 
 def post(port, body, timeout=LIMIT):
@@ -164,15 +188,13 @@ def long_request(port, results):
     fail(f"the long request did not start running: {results}")
 
 
-port = random.randint(20000, 40000)
 if mode == "equal":
-    one = start(port, False)
+    one, port = start(False)
     want = complete(port)
     one.send_signal(signal.SIGTERM)
     if wait_job(one, "single process") != 0:
         fail("single-process server did not stop cleanly")
-    port += 1
-    ep = start(port, True)
+    ep, port = start(True)
     got = complete(port)
     if got != want:
         fail(f"EP texts {got!r} differ from the single process's {want!r}")
@@ -181,13 +203,13 @@ if mode == "equal":
     os.kill(rank_pid(ep, 0), signal.SIGTERM)
     rc = wait_job(ep, "SIGTERM to rank 0")
     if rc != 0:
-        fail(f"EP server stopped with status {rc}: {ep.stderr.read().decode()[-2000:]}")
+        fail(f"EP server stopped with status {rc}: {log_of(ep)[-2000:]}")
     print(f"serve_ep: same texts {got!r}; /metrics: {routed:.0f} assignments over 2 ranks, "
           f"busiest share {share:.3f}; SIGTERM to rank 0 stopped every rank in "
           f"{time.time() - t0:.1f}s")
 elif mode in ("killed", "hung"):
     extra = ["--ep-timeout", "3"] if mode == "hung" else []
-    ep = start(port, True, extra)
+    ep, port = start(True, extra)
     results = []
     t = long_request(port, results)
     victim = rank_pid(ep, 1)
@@ -201,7 +223,7 @@ elif mode in ("killed", "hung"):
     health = outcome(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
                                                     timeout=LIMIT).read())
     rc = wait_job(ep, mode)
-    err = ep.stderr.read().decode(errors="replace")
+    err = log_of(ep)
     if mode == "hung":
         # Rank 0 decides alone, so the answer must be a 503 with the reason.
         if inflight[0] != "http" or inflight[1] != 503 or "ep-timeout" not in json.dumps(
