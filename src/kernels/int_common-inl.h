@@ -21,6 +21,30 @@ namespace HWY_NAMESPACE {
 namespace icommon {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The integer kernels' vector shape: on x86 (AVX2, AVX-512) a full vector of int32 lanes, one
+// weight row per lane (the byte-wise dot products vpmaddubsw / vpdpbusd sum into them);
+// elsewhere 4 lanes, the shape the portable code paths are written for.
+#undef LYNX_INT_X86
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+#define LYNX_INT_X86 1
+#else
+#define LYNX_INT_X86 0
+#endif
+
+#if LYNX_INT_X86
+#if HWY_TARGET == HWY_AVX2
+using DI = hn::Full256<int32_t>;
+#else
+using DI = hn::Full512<int32_t>;
+#endif
+#else
+using DI = hn::CappedTag<int32_t, 4>;
+#endif
+using VI = hn::Vec<DI>;
+using DF = hn::Rebind<float, DI>;
+using VF = hn::Vec<DF>;
+constexpr int kNR = static_cast<int>(hn::MaxLanes(DI()));  // rows per block
+
 HWY_INLINE int32_t LoadI32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);

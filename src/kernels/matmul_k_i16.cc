@@ -72,13 +72,7 @@ using icommon::LoadI32;
 using icommon::StoreLanes;
 using icommon::WithTokenCount;
 
-#undef LYNX_KI_X86
 #undef LYNX_KI_VNNI
-#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
-#define LYNX_KI_X86 1
-#else
-#define LYNX_KI_X86 0
-#endif
 // AVX-512 VNNI (Highway's AVX3_DL target): vpdpbusd sums a sub-block's u8 x s8 products
 // straight into int32, then one int32 multiply applies the lane's scale.
 #if HWY_TARGET == HWY_AVX3_DL
@@ -90,22 +84,14 @@ HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
 #define LYNX_KI_VNNI 0
 #endif
 
-#if LYNX_KI_X86
-#if HWY_TARGET == HWY_AVX2
-using DI = hn::Full256<int32_t>;
-#else
-using DI = hn::Full512<int32_t>;
-#endif
-#else
-using DI = hn::CappedTag<int32_t, 4>;
-#endif
-using VI = hn::Vec<DI>;
+using icommon::DF;
+using icommon::DI;
+using icommon::kNR;
+using icommon::VF;
+using icommon::VI;
 using DU = hn::RebindToUnsigned<DI>;
-using DF = hn::Rebind<float, DI>;
-using VF = hn::Vec<DF>;
-constexpr int kNR = static_cast<int>(hn::MaxLanes(DI()));  // rows per block
-constexpr int kNT = 4;                                     // tokens per group
-constexpr int kSuperTokens = 64;                           // tokens per pass over the weights
+constexpr int kNT = 4;            // tokens per group
+constexpr int kSuperTokens = 64;  // tokens per pass over the weights
 constexpr int64_t kG = kInterleaveRows;
 
 template <TensorType kType>
@@ -164,7 +150,7 @@ HWY_INLINE hn::Vec<DU> Plane(const uint8_t* gb, int sub, int p) {
 // portable targets with the scalar conversion, because Highway's emulated one does not keep
 // Inf and NaN (random-byte blocks have them; the twin's results must stay NaN).
 HWY_INLINE VF LoadF16(const uint8_t* p, int sub) {
-#if LYNX_KI_X86
+#if LYNX_INT_X86
   const hn::Rebind<hwy::float16_t, DI> df16;
   return hn::PromoteTo(DF(),
                        hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p) + sub * kNR));
@@ -196,7 +182,7 @@ constexpr bool kVnni = LYNX_KI_VNNI&& kType == TensorType::IQ4_XS;
 // products (VNNI, portable targets), else the value in both int16 halves for vpmaddwd.
 template <TensorType kType>
 HWY_INLINE VI ScaleLanes(VI sc) {
-  if constexpr (LYNX_KI_X86 && !kVnni<kType>) return Pair(sc, sc);
+  if constexpr (LYNX_INT_X86 && !kVnni<kType>) return Pair(sc, sc);
   return sc;
 }
 
@@ -248,7 +234,7 @@ HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
           di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(hn::ShiftRight<4>(v), m4))));
     }
   }
-#elif LYNX_KI_X86
+#elif LYNX_INT_X86
   const hn::Repartition<int8_t, DI> d8;
   const auto grid = hn::LoadDup128(d8, kGrid);
   const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
@@ -317,7 +303,7 @@ HWY_INLINE void UnpackQ2Q3(const uint8_t* gb, int sub, KBlock& k) {
     }
   }
   for (int g = 0; g < 16; ++g) k.sc[g] = ScaleLanes<kType>(sc[g]);
-#if LYNX_KI_X86
+#if LYNX_INT_X86
   // Q2_K: (m_2k, m_2k+1) pairs for the mins; Q3_K: (s_2k, s_2k+1) for the offset.
   for (int p = 0; p < 8; ++p) {
     k.aux[p] = kQ3 ? Pair(sc[2 * p], sc[2 * p + 1]) : Pair(mn[2 * p], mn[2 * p + 1]);
@@ -366,7 +352,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
           hn::Or(hn::And(hi, hn::Set(di, 0x0F)), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s0, j))));
       mn[j + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, j))));
     }
-#if LYNX_KI_X86
+#if LYNX_INT_X86
     for (int s = 0; s < 8; ++s) k.sc[s] = ScaleLanes<kType>(sc[s]);
     for (int p = 0; p < 4; ++p) k.aux[p] = Pair(mn[2 * p], mn[2 * p + 1]);
 #else
@@ -400,7 +386,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
       const VI v = hn::BitCast(di, Plane<kType>(gb, sub, 48 + g / 4));
       sc[g] = hn::ShiftRightSame(hn::ShiftLeftSame(v, 24 - 8 * (g % 4)), 24);
     }
-#if LYNX_KI_X86
+#if LYNX_INT_X86
     for (int g = 0; g < 16; ++g) k.sc[g] = ScaleLanes<kType>(sc[g]);
     for (int p = 0; p < 8; ++p) k.aux[p] = Pair(sc[2 * p], sc[2 * p + 1]);
 #else
@@ -426,7 +412,7 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   }
 }
 
-#if LYNX_KI_X86
+#if LYNX_INT_X86
 #if HWY_TARGET == HWY_AVX2
 HWY_INLINE VI MaddUbs(VI w, VI x) {
   return VI{_mm256_maddubs_epi16(w.raw, x.raw)};

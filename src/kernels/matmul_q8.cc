@@ -171,7 +171,7 @@ constexpr int kNT = kNR >= 16 ? 8 : 4;  // tokens per group
 constexpr int64_t kChunkBlocks = 16;    // 512 columns unpacked at a time (8-16 KiB of planes)
 constexpr int kSuperTokens = 64;        // token groups sharing one unpacked chunk
 
-#if LYNX_Q8_X86
+#if LYNX_INT_X86
 #if HWY_TARGET == HWY_AVX3_DL
 // kShort: the caller has 1-2 tokens, so this chain is nearly all the independent work a block
 // has; two chains of 4 instead of one of 8 halve its latency (~5 cycles per vpdpbusd). The
@@ -258,7 +258,7 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
   return acc;
 }
 
-#endif  // LYNX_Q8_X86
+#endif  // LYNX_INT_X86
 
 // Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
 // kSplit: DotBlock's two chains (1-2 tokens; not in the baseline kernel).

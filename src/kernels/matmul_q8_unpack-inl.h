@@ -5,7 +5,7 @@
 // (matmul_q8.cc's opening comment describes the planes). Compiled once per instruction set
 // with matmul_q8.cc, so this header follows Highway's -inl.h convention (its guard toggles
 // with HWY_TARGET_TOGGLE and it is included once per target, after hwy/highway.h). It also
-// defines LYNX_Q8_X86 for the target, which matmul_q8.cc's DotBlock is chosen by.
+// defines LYNX_INT_X86 for the target, which matmul_q8.cc's DotBlock is chosen by.
 #if defined(LYNX_KERNELS_MATMUL_Q8_UNPACK_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LYNX_KERNELS_MATMUL_Q8_UNPACK_INL_H_
 #undef LYNX_KERNELS_MATMUL_Q8_UNPACK_INL_H_
@@ -25,26 +25,11 @@ namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#undef LYNX_Q8_X86
-#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
-#define LYNX_Q8_X86 1
-#else
-#define LYNX_Q8_X86 0
-#endif
-
-#if LYNX_Q8_X86
-#if HWY_TARGET == HWY_AVX2
-using DI = hn::Full256<int32_t>;
-#else
-using DI = hn::Full512<int32_t>;
-#endif
-#else
-using DI = hn::CappedTag<int32_t, 4>;
-#endif
-using VI = hn::Vec<DI>;
-using DF = hn::Rebind<float, DI>;
-using VF = hn::Vec<DF>;
-constexpr int kNR = static_cast<int>(hn::MaxLanes(DI()));  // rows per block
+using icommon::DF;
+using icommon::DI;
+using icommon::kNR;
+using icommon::VF;
+using icommon::VI;
 
 // The legacy 32-element types beside Q8_0 / Q4_0 (types/*.cc): Q4_1 / Q5_1 add a min
 // (value = level d + m, ggml's Q8_1 products: the min times the activation block's sum),
@@ -96,7 +81,7 @@ template <TensorType kType>
 constexpr int kPlanes = 8;
 template <TensorType kType>
 constexpr int32_t kOffset = kSignedW<kType> ? 128 : kLevelOffset<kType>;
-#elif LYNX_Q8_X86
+#elif LYNX_INT_X86
 // vpmaddubsw: nibble levels with their offset; Q8_0 and the grids as |w| (planes 0-7) and w
 // (planes 8-15).
 template <TensorType kType>
@@ -123,7 +108,7 @@ struct Block {
 // conversion, because Highway's emulated one does not keep Inf and NaN (a block with such a
 // scale must give the scalar twin's NaN).
 HWY_INLINE VF F16ToF32(const void* p) {
-#if LYNX_Q8_X86
+#if LYNX_INT_X86
   const hn::Rebind<hwy::float16_t, DI> df16;
   return hn::PromoteTo(DF(), hn::LoadU(df16, static_cast<const hwy::float16_t*>(p)));
 #else
@@ -198,7 +183,7 @@ HWY_INLINE void LoadFieldsI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   if constexpr (kHasMin<kType>) blk.mw = f16(gb + 32);
 }
 
-#if LYNX_Q8_X86
+#if LYNX_INT_X86
 // The 16-byte pieces at p[0..kNR/4) in the 128-bit blocks of one vector, block m from p[m].
 HWY_INLINE VI LoadPieces(const uint8_t* const* p) {
   const hn::Full128<int32_t> d128;
@@ -464,7 +449,7 @@ HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   UnpackColumns<kType>([&](int i, int k) { return q[64 * (k / 4) + 4 * i + k % 4]; }, blk);
 }
 
-#endif  // LYNX_Q8_X86
+#endif  // LYNX_INT_X86
 
 }  // namespace HWY_NAMESPACE
 }  // namespace lynx::kernels
