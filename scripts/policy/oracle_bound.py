@@ -21,13 +21,21 @@ position but the last of each document's first --max-tokens tokens.
 
 Policies (options: tau; lambda, one value or V0/V1/... per layer; scale = res or one):
   topk                exact routing (the first --policy is the baseline of the changes)
-  cover               cover's greedy on routed mass (src/routing/cover.cc)
-  oracle              the greedy on the true output error (all experts computed)
-  est                 the same with outputs modelled as orthogonal and of one size
+  cover               cover's greedy on routed mass (src/routing/cover.cc); w=ftr weights
+                      each token by its Fisher trace, w=probe,file=P.npy by a linear probe's
+                      prediction of it (--fisher-out writes P next to F)
+  oracle              the greedy on the true output error (all experts computed);
+                      scale=ftr: the error times the token's Fisher trace
+  fisher:S=32         the greedy on the second-order growth of the KL divergence of every
+                      later prediction: the error weighted by the token's own Fisher
+                      information from S sampled label sets (PyTorch; a bound, not a policy:
+                      it needs the exact model's gradients); file=W.npy: on surr's outputs
+  est                 the oracle's greedy with outputs modelled as orthogonal, of one size
   gram:file=G.npy     the same with the experts' average Gram matrix (--gram-out)
   surr:file=W.npy     the same with outputs predicted by a linear map per expert fitted on
                       other documents (--surr-out, --surr-rank R for a rank-R map)
-  (add ls=1 to fit each token's weights to its exact output by least squares)
+  (add fisher=F.npy to oracle or surr to weight the error by each layer's mean Fisher,
+  --fisher-out; add ls=1 to fit each token's weights to its exact output by least squares)
 
   /usr/bin/python3 scripts/policy/oracle_bound.py --data data/eval-valid --policy topk \
       --surr-out W16.npy --surr-rank 16
@@ -46,6 +54,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'tests', 'reference'))
 import reference as R  # noqa: E402
+import fisher_grads  # noqa: E402  (imports PyTorch only when called)
 
 
 def parse_policy(spec):
@@ -94,14 +103,16 @@ class Step:
         return ids, w / w.sum(axis=1, keepdims=True)
 
 
-def cover_grow(st, u, lam):
-    """cover's greedy (src/routing/cover_greedy.cc): gain(e) = sum_t max(0, q_te - floor_t)."""
+def cover_grow(st, u, lam, wt=None):
+    """cover's greedy (src/routing/cover_greedy.cc): gain(e) = sum_t max(0, q_te - floor_t),
+    or sum_t wt_t max(...) with per-token weights wt."""
     k = st.k
     q = st.p / st.mass[:, None]
     best = np.sort(np.where(u[None, :], q, 0.0), axis=1)[:, ::-1][:, :k]
     while True:
         floor = best[:, k - 1:k]
-        gain = np.maximum(q - floor, 0.0).sum(axis=0)
+        gain = np.maximum(q - floor, 0.0)
+        gain = (gain if wt is None else gain * wt[:, None]).sum(axis=0)
         gain[u] = -1.0
         e = int(np.argmax(gain))
         if gain[e] < 0 or (u.sum() >= k and not (gain[e] >= lam and gain[e] > 0)):
@@ -136,6 +147,8 @@ def output_errors(st, scale):
     T = st.z.shape[0]
     rows = np.arange(T)
     s = np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)
+    if scale == 'ftr':  # the token's Fisher trace: its sensitivity, with no direction
+        s = 2.0 / np.mean(np.sum(st.g * st.g, axis=2), axis=1)
 
     def errors(ids):
         pid = st.p[st.rows, ids]
@@ -148,6 +161,32 @@ def output_errors(st, scale):
             + st.p[:, :, None] * st.Y
         Pn = P[:, None] - pl[:, None] + st.p
         errn = np.sum((Yn / Pn[:, :, None] - st.ystar[:, None, :]) ** 2, axis=2) / s[:, None]
+        return err, errn
+    return errors
+
+
+def fisher_errors(st):
+    """fisher: a token's error is the second-order growth of the KL divergence of every later
+    prediction, (y_t(S) - y_t*)^T F_t (y_t(S) - y_t*) with F_t = mean_s g_s g_s^T, g_s the
+    gradient at this layer's output of the NLL of labels sampled from the exact model's own
+    predictions (fisher_grads): label-free, in nats, one unit for every layer and token."""
+    T = st.z.shape[0]
+    rows = np.arange(T)
+    g = st.g  # (T, S, d)
+
+    def errors(ids):
+        pid = st.p[st.rows, ids]
+        Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
+        P = pid.sum(axis=1)
+        D = Ysum / P[:, None] - st.ystar
+        err = 0.5 * np.mean(np.einsum('tsd,td->ts', g, D) ** 2, axis=1)
+        last = ids[:, -1]
+        pl = st.p[rows, last]
+        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[rows, last][:, None, :] \
+            + st.p[:, :, None] * st.Y
+        Pn = P[:, None] - pl[:, None] + st.p
+        Dn = Yn / Pn[:, :, None] - st.ystar[:, None, :]
+        errn = 0.5 * np.mean(np.einsum('tsd,ted->tes', g, Dn) ** 2, axis=2)
         return err, errn
     return errors
 
@@ -210,8 +249,18 @@ def gram_errors(st, G):
     return errors
 
 
+def probe_features(x, h):
+    """What a per-token sensitivity probe sees at a MoE layer: the FFN's normed input x, the
+    log-size of the residual h, and 1."""
+    return np.concatenate([x, np.log(np.sqrt(np.sum(h * h, axis=-1, keepdims=True)) + 1e-9),
+                           np.ones(x.shape[:-1] + (1,))], axis=-1)
+
+
 def make_policy(spec, grams=None):
     name, o = parse_policy(spec)
+    # fisher=F.npy: errors weighted by each layer's mean Fisher (--fisher-out), as the
+    # plain L2 error of the outputs times F^(1/2)
+    fbar = np.load(o['fisher']) if 'fisher' in o else None
     tau = float(o.get('tau', 0.5))
     lams = [float(v) for v in o.get('lambda', '0.05').split('/')]
     scale = o.get('scale', 'res')
@@ -223,17 +272,31 @@ def make_policy(spec, grams=None):
             return ids, w / w.sum(axis=1, keepdims=True)
         lam = lams[min(layer, len(lams) - 1)]
         u = st.prefixes(tau)
-        if name == 'cover':
+        if name == 'cover' and o.get('w') == 'ftr':  # tokens weighted by their Fisher trace
+            u = cover_grow(st, u, lam, np.mean(np.sum(st.g * st.g, axis=2), axis=1))
+        elif name == 'cover' and o.get('w') == 'probe':  # ... as a linear probe predicts it
+            u = cover_grow(st, u, lam, np.exp(probe_features(st.x, st.h) @ grams[layer]))
+        elif name == 'cover':
             u = cover_grow(st, u, lam)
+        elif name == 'oracle' and fbar is not None:  # weighted by the layer's mean Fisher
+            fst = Step(st.z, st.Y @ fbar[layer], st.h, st.k)
+            u = grow_by_error(st, u, lam, output_errors(fst, 'one'))
         elif name == 'oracle':
             u = grow_by_error(st, u, lam, output_errors(st, scale))
+        elif name == 'fisher' and 'file' in o:  # the tokens' Fisher, predicted outputs
+            sur = Step(st.z, np.einsum('td,edf->tef', st.x, grams[layer]), st.h, st.k)
+            sur.g = st.g
+            u = grow_by_error(st, u, lam, fisher_errors(sur))
+        elif name == 'fisher':
+            u = grow_by_error(st, u, lam, fisher_errors(st))
         elif name == 'est':
             u = grow_by_error(st, u, lam, weight_errors(st, scale))
         elif name == 'gram':
             u = grow_by_error(st, u, lam, gram_errors(st, grams[layer]))
         elif name == 'surr':  # the oracle on predicted outputs: x W_e, fitted beforehand
-            sur = Step(st.z, np.einsum('td,edf->tef', st.x, grams[layer]), st.h, st.k)
-            u = grow_by_error(st, u, lam, output_errors(sur, scale))
+            Yp = np.einsum('td,edf->tef', st.x, grams[layer])
+            sur = Step(st.z, Yp if fbar is None else Yp @ fbar[layer], st.h, st.k)
+            u = grow_by_error(st, u, lam, output_errors(sur, scale if fbar is None else 'one'))
         else:
             raise SystemExit(f'unknown policy {name}')
         ids, w = st.remap(u)
@@ -245,7 +308,8 @@ def make_policy(spec, grams=None):
     return route
 
 
-def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None):
+def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None, samples=0,
+              fisher_acc=None):
     G = len(docs)
     n = max(len(d) for d in docs)
     lens = np.array([len(d) for d in docs])
@@ -271,6 +335,16 @@ def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None):
         return out
 
     assert m.rope == R.ROPE_NORM and m.qk_norm is None and m.n_head == m.n_head_kv
+    grads = fisher_grads.fisher_grads(m, toks, lens, samples, seed=len(docs) + int(toks.sum()) % 1000003) \
+        if samples else None
+    if fisher_acc is not None:  # sum over real positions of F_t = mean_s g_s g_s^T
+        valid = np.arange(n)[None, :] < (lens[:, None] - 1)
+        fisher_acc[-2].clear()
+        for li, g in enumerate(grads):
+            gv = g[valid].astype(np.float64)
+            fisher_acc[li] += np.einsum('tsd,tse->de', gv, gv) / gv.shape[1]
+            fisher_acc[-1][li] += len(gv)
+            fisher_acc[-2].append((li, valid, np.log(np.mean(np.sum(gv * gv, axis=2), axis=1))))
     mask = np.triu(np.full((n, n), -np.inf, dtype=f32), 1)
     h = m.tok_embd[toks].astype(f32)
     for li, L in enumerate(m.layers):
@@ -284,6 +358,13 @@ def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None):
         o = np.einsum('ghpj,gjhd->gphd', s, v).reshape(G, n, H * hd)
         h = h + (o @ L.wo.T.astype(f32)).astype(f32)
         x = norm_rows(h, L.ffn_norm)
+        if fisher_acc is not None:  # the probe's features where its targets are
+            for li_, valid_, y_ in fisher_acc[-2]:
+                if li_ == li:
+                    F_ = probe_features(x[valid_].astype(np.float64), h[valid_].astype(np.float64))
+                    fisher_acc[-3][li][0] += F_.T @ F_
+                    fisher_acc[-3][li][1] += F_.T @ y_
+                    fisher_acc[-3][li][2] += [np.sum(y_), np.sum(y_ * y_), len(y_)]
         z = (x @ L.gate_inp.T.astype(f32)).astype(np.float64)
         X = x.reshape(G * n, -1)
         Y = np.empty((G * n, m.n_expert, X.shape[1]), f32)
@@ -307,6 +388,8 @@ def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None):
             act = np.nonzero(lens > p)[0]
             st = Step(z[act, p], Y[act, p], h[act, p].astype(np.float64), m.n_expert_used)
             st.x = x[act, p].astype(np.float64)
+            if grads is not None:
+                st.g = grads[li][act, p].astype(np.float64)
             ids, w = route(st, li)
             f[act, p] = np.einsum('tk,tkd->td', w, Y[act, p][st.rows, ids])
             distinct[li] += len(np.unique(ids))
@@ -336,6 +419,9 @@ def main():
     ap.add_argument('--surr-rank', type=int, default=0, help='rank of the fitted maps (0: full)')
     ap.add_argument('--gram-out', help="write the experts' output Gram matrices (the first "
                     "policy's run) to this .npy file, for gram:file=")
+    ap.add_argument('--fisher-out', help="write each layer's mean Fisher information at the "
+                    "MoE output, as F^(1/2) (the first policy's run, 32 label samples unless it "
+                    "is fisher:S=), to this .npy file, for oracle:fisher= and surr:fisher=")
     a = ap.parse_args()
     m = R.load_model(a.model)
     docs = []
@@ -360,11 +446,20 @@ def main():
         if a.surr_out and spec == a.policy[0]:
             sacc = ([np.zeros((d_, d_)) for _ in range(m.n_layer)],
                     [np.zeros((m.n_expert, d_, d_)) for _ in range(m.n_layer)])
+        facc = None
+        if a.fisher_out and spec == a.policy[0]:
+            facc = [np.zeros((d_, d_)) for _ in range(m.n_layer)] + [
+                [[np.zeros((d_ + 2, d_ + 2)), np.zeros(d_ + 2), np.zeros(3)]
+                 for _ in range(m.n_layer)],
+                [], np.zeros(m.n_layer)]
         if a.gram_out and spec == a.policy[0]:
             acc = [np.zeros((m.n_expert, m.n_expert)) for _ in range(m.n_layer)] + [np.zeros(m.n_layer)]
         nll = []
         for g in groups:
-            nll += run_group(m, g, route, distinct, acc, sacc)
+            S = int(o.get('S', 32)) if spec.startswith('fisher') or 'ftr' in spec else 0
+            if facc is not None:
+                S = S or 32
+            nll += run_group(m, g, route, distinct, acc, sacc, S, facc)
         if sacc is not None:
             W = []
             for li in range(m.n_layer):
@@ -378,6 +473,21 @@ def main():
                         We[e] = We[e] @ V @ V.T
                 W.append(np.stack(We))
             np.save(a.surr_out, np.stack(W).astype(np.float32))
+        if facc is not None:  # F^(1/2), symmetric, per layer
+            half = []
+            for li in range(m.n_layer):
+                lam_, V = np.linalg.eigh(facc[li] / facc[-1][li])
+                half.append(V @ np.diag(np.sqrt(np.maximum(lam_, 0))) @ V.T)
+            np.save(a.fisher_out, np.stack(half).astype(np.float64))
+            probe = []  # ridge regression of log tr F_t on the probe's features
+            for li, (A, b, y) in enumerate(facc[-3]):
+                w_ = np.linalg.solve(A + 1e-3 * np.trace(A) / len(b) * np.eye(len(b)), b)
+                probe.append(w_)
+                var = y[1] / y[2] - (y[0] / y[2]) ** 2  # R^2 of the fit, on its own data
+                resid = (y[1] - 2 * w_ @ b + w_ @ A @ w_) / y[2]
+                print(f'probe layer {li}: log tr F sd {math.sqrt(var):.3f}, '
+                      f'R^2 {1 - resid / var:.3f}', file=sys.stderr)
+            np.save(a.fisher_out.replace('.npy', '') + '-probe.npy', np.stack(probe))
         if acc is not None:
             np.save(a.gram_out, np.stack([acc[i] / acc[-1][i] for i in range(m.n_layer)]))
         res.append({'policy': spec, 'nll': nll, 'distinct': distinct.tolist()})
