@@ -142,52 +142,50 @@ def grow_by_error(st, u, lam, errors):
         u[e] = True
 
 
+def output_gaps(st, ids):
+    """For the tokens' current sets ids: each token's output minus its exact one, D (T, d),
+    and the same were candidate e to replace the token's lowest-logit member, Dn (T, E, d),
+    on the outputs st.Y with weights renormalized over each set."""
+    rows = np.arange(st.z.shape[0])
+    pid = st.p[st.rows, ids]
+    Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
+    P = pid.sum(axis=1)
+    last = ids[:, -1]
+    pl = st.p[rows, last]
+    Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[rows, last][:, None, :] \
+        + st.p[:, :, None] * st.Y
+    Pn = P[:, None] - pl[:, None] + st.p
+    return Ysum / P[:, None] - st.ystar, Yn / Pn[:, :, None] - st.ystar[:, None, :]
+
+
 def output_errors(st, scale):
     """oracle (and surr, on predicted st.Y): ||y_t(S) - y_t*||^2 / s_t on the outputs st.Y."""
     T = st.z.shape[0]
-    rows = np.arange(T)
     s = np.sum(st.h * st.h, axis=1) if scale == 'res' else np.ones(T)
     if scale == 'ftr':  # the token's Fisher trace: its sensitivity, with no direction
-        s = 2.0 / np.mean(np.sum(st.g * st.g, axis=2), axis=1)
+        with np.errstate(divide='ignore'):  # unscored positions: zero gradient, no error
+            s = 2.0 / fisher_trace(st)
 
     def errors(ids):
-        pid = st.p[st.rows, ids]
-        Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
-        P = pid.sum(axis=1)
-        err = np.sum((Ysum / P[:, None] - st.ystar) ** 2, axis=1) / s
-        last = ids[:, -1]
-        pl = st.p[rows, last]
-        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[rows, last][:, None, :] \
-            + st.p[:, :, None] * st.Y
-        Pn = P[:, None] - pl[:, None] + st.p
-        errn = np.sum((Yn / Pn[:, :, None] - st.ystar[:, None, :]) ** 2, axis=2) / s[:, None]
-        return err, errn
+        D, Dn = output_gaps(st, ids)
+        return np.sum(D * D, axis=1) / s, np.sum(Dn * Dn, axis=2) / s[:, None]
     return errors
+
+
+def fisher_trace(st):
+    """tr F_t of each token of the step (from its gradient samples st.g, (T, S, d))."""
+    return np.mean(np.sum(st.g * st.g, axis=2), axis=1)
 
 
 def fisher_errors(st):
     """fisher: a token's error is the second-order growth of the KL divergence of every later
-    prediction, (y_t(S) - y_t*)^T F_t (y_t(S) - y_t*) with F_t = mean_s g_s g_s^T, g_s the
+    prediction, (y_t(S) - y_t*)^T F_t (y_t(S) - y_t*) / 2 with F_t = mean_s g_s g_s^T, g_s the
     gradient at this layer's output of the NLL of labels sampled from the exact model's own
     predictions (fisher_grads): label-free, in nats, one unit for every layer and token."""
-    T = st.z.shape[0]
-    rows = np.arange(T)
-    g = st.g  # (T, S, d)
-
     def errors(ids):
-        pid = st.p[st.rows, ids]
-        Ysum = np.einsum('tk,tkd->td', pid, st.Y[st.rows, ids])
-        P = pid.sum(axis=1)
-        D = Ysum / P[:, None] - st.ystar
-        err = 0.5 * np.mean(np.einsum('tsd,td->ts', g, D) ** 2, axis=1)
-        last = ids[:, -1]
-        pl = st.p[rows, last]
-        Yn = Ysum[:, None, :] - pl[:, None, None] * st.Y[rows, last][:, None, :] \
-            + st.p[:, :, None] * st.Y
-        Pn = P[:, None] - pl[:, None] + st.p
-        Dn = Yn / Pn[:, :, None] - st.ystar[:, None, :]
-        errn = 0.5 * np.mean(np.einsum('tsd,ted->tes', g, Dn) ** 2, axis=2)
-        return err, errn
+        D, Dn = output_gaps(st, ids)
+        return (0.5 * np.mean(np.einsum('tsd,td->ts', st.g, D) ** 2, axis=1),
+                0.5 * np.mean(np.einsum('tsd,ted->tes', st.g, Dn) ** 2, axis=2))
     return errors
 
 
@@ -249,6 +247,44 @@ def gram_errors(st, G):
     return errors
 
 
+class FisherFit:
+    """--fisher-out: per layer, the sum over scored tokens of F_t (for the mean Fisher) and
+    the normal equations of a ridge regression of log tr F_t on probe_features."""
+
+    def __init__(self, n_layer, d):
+        self.F = np.zeros((n_layer, d, d))
+        self.count = np.zeros(n_layer)
+        self.A = np.zeros((n_layer, d + 2, d + 2))
+        self.b = np.zeros((n_layer, d + 2))
+        self.y = np.zeros((n_layer, 3))  # sum, sum of squares, count of the targets
+
+    def add(self, li, g, x, h):
+        """g (T, S, d) gradient samples of T scored tokens; x, h their FFN input, residual."""
+        self.F[li] += np.einsum('tsd,tse->de', g, g) / g.shape[1]
+        self.count[li] += len(g)
+        X = probe_features(x, h)
+        y = np.log(np.mean(np.sum(g * g, axis=2), axis=1))
+        self.A[li] += X.T @ X
+        self.b[li] += X.T @ y
+        self.y[li] += [np.sum(y), np.sum(y * y), len(y)]
+
+    def save(self, path):
+        half = []  # F^(1/2), symmetric, per layer
+        for F, c in zip(self.F, self.count):
+            lam, V = np.linalg.eigh(F / c)
+            half.append(V @ np.diag(np.sqrt(np.maximum(lam, 0))) @ V.T)
+        np.save(path, np.stack(half))
+        probe = []
+        for li, (A, b, y) in enumerate(zip(self.A, self.b, self.y)):
+            w = np.linalg.solve(A + 1e-3 * np.trace(A) / len(b) * np.eye(len(b)), b)
+            probe.append(w)
+            var = y[1] / y[2] - (y[0] / y[2]) ** 2  # R^2 of the fit, on its own data
+            resid = (y[1] - 2 * w @ b + w @ A @ w) / y[2]
+            print(f'probe layer {li}: log tr F sd {math.sqrt(var):.3f}, R^2 {1 - resid / var:.3f}',
+                  file=sys.stderr)
+        np.save(path.replace('.npy', '') + '-probe.npy', np.stack(probe))
+
+
 def probe_features(x, h):
     """What a per-token sensitivity probe sees at a MoE layer: the FFN's normed input x, the
     log-size of the residual h, and 1."""
@@ -273,7 +309,7 @@ def make_policy(spec, grams=None):
         lam = lams[min(layer, len(lams) - 1)]
         u = st.prefixes(tau)
         if name == 'cover' and o.get('w') == 'ftr':  # tokens weighted by their Fisher trace
-            u = cover_grow(st, u, lam, np.mean(np.sum(st.g * st.g, axis=2), axis=1))
+            u = cover_grow(st, u, lam, fisher_trace(st))
         elif name == 'cover' and o.get('w') == 'probe':  # ... as a linear probe predicts it
             u = cover_grow(st, u, lam, np.exp(probe_features(st.x, st.h) @ grams[layer]))
         elif name == 'cover':
@@ -309,7 +345,7 @@ def make_policy(spec, grams=None):
 
 
 def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None, samples=0,
-              fisher_acc=None):
+              fisher_fit=None):
     G = len(docs)
     n = max(len(d) for d in docs)
     lens = np.array([len(d) for d in docs])
@@ -335,16 +371,9 @@ def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None, samples=0,
         return out
 
     assert m.rope == R.ROPE_NORM and m.qk_norm is None and m.n_head == m.n_head_kv
-    grads = fisher_grads.fisher_grads(m, toks, lens, samples, seed=len(docs) + int(toks.sum()) % 1000003) \
-        if samples else None
-    if fisher_acc is not None:  # sum over real positions of F_t = mean_s g_s g_s^T
-        valid = np.arange(n)[None, :] < (lens[:, None] - 1)
-        fisher_acc[-2].clear()
-        for li, g in enumerate(grads):
-            gv = g[valid].astype(np.float64)
-            fisher_acc[li] += np.einsum('tsd,tse->de', gv, gv) / gv.shape[1]
-            fisher_acc[-1][li] += len(gv)
-            fisher_acc[-2].append((li, valid, np.log(np.mean(np.sum(gv * gv, axis=2), axis=1))))
+    seed = len(docs) + int(toks.sum()) % 1000003  # the same labels for every policy of a run
+    grads = fisher_grads.fisher_grads(m, toks, lens, samples, seed) if samples else None
+    scored = np.arange(n)[None, :] < (lens[:, None] - 1)
     mask = np.triu(np.full((n, n), -np.inf, dtype=f32), 1)
     h = m.tok_embd[toks].astype(f32)
     for li, L in enumerate(m.layers):
@@ -358,13 +387,9 @@ def run_group(m, docs, route, distinct, gram_acc=None, surr_acc=None, samples=0,
         o = np.einsum('ghpj,gjhd->gphd', s, v).reshape(G, n, H * hd)
         h = h + (o @ L.wo.T.astype(f32)).astype(f32)
         x = norm_rows(h, L.ffn_norm)
-        if fisher_acc is not None:  # the probe's features where its targets are
-            for li_, valid_, y_ in fisher_acc[-2]:
-                if li_ == li:
-                    F_ = probe_features(x[valid_].astype(np.float64), h[valid_].astype(np.float64))
-                    fisher_acc[-3][li][0] += F_.T @ F_
-                    fisher_acc[-3][li][1] += F_.T @ y_
-                    fisher_acc[-3][li][2] += [np.sum(y_), np.sum(y_ * y_), len(y_)]
+        if fisher_fit is not None:
+            fisher_fit.add(li, grads[li][scored].astype(np.float64),
+                           x[scored].astype(np.float64), h[scored].astype(np.float64))
         z = (x @ L.gate_inp.T.astype(f32)).astype(np.float64)
         X = x.reshape(G * n, -1)
         Y = np.empty((G * n, m.n_expert, X.shape[1]), f32)
@@ -446,20 +471,14 @@ def main():
         if a.surr_out and spec == a.policy[0]:
             sacc = ([np.zeros((d_, d_)) for _ in range(m.n_layer)],
                     [np.zeros((m.n_expert, d_, d_)) for _ in range(m.n_layer)])
-        facc = None
-        if a.fisher_out and spec == a.policy[0]:
-            facc = [np.zeros((d_, d_)) for _ in range(m.n_layer)] + [
-                [[np.zeros((d_ + 2, d_ + 2)), np.zeros(d_ + 2), np.zeros(3)]
-                 for _ in range(m.n_layer)],
-                [], np.zeros(m.n_layer)]
+        fit = FisherFit(m.n_layer, d_) if a.fisher_out and spec == a.policy[0] else None
         if a.gram_out and spec == a.policy[0]:
             acc = [np.zeros((m.n_expert, m.n_expert)) for _ in range(m.n_layer)] + [np.zeros(m.n_layer)]
         nll = []
         for g in groups:
-            S = int(o.get('S', 32)) if spec.startswith('fisher') or 'ftr' in spec else 0
-            if facc is not None:
-                S = S or 32
-            nll += run_group(m, g, route, distinct, acc, sacc, S, facc)
+            needs = spec.startswith('fisher') or 'ftr' in o.values() or fit is not None
+            nll += run_group(m, g, route, distinct, acc, sacc,
+                             int(o.get('S', 32)) if needs else 0, fit)
         if sacc is not None:
             W = []
             for li in range(m.n_layer):
@@ -473,21 +492,8 @@ def main():
                         We[e] = We[e] @ V @ V.T
                 W.append(np.stack(We))
             np.save(a.surr_out, np.stack(W).astype(np.float32))
-        if facc is not None:  # F^(1/2), symmetric, per layer
-            half = []
-            for li in range(m.n_layer):
-                lam_, V = np.linalg.eigh(facc[li] / facc[-1][li])
-                half.append(V @ np.diag(np.sqrt(np.maximum(lam_, 0))) @ V.T)
-            np.save(a.fisher_out, np.stack(half).astype(np.float64))
-            probe = []  # ridge regression of log tr F_t on the probe's features
-            for li, (A, b, y) in enumerate(facc[-3]):
-                w_ = np.linalg.solve(A + 1e-3 * np.trace(A) / len(b) * np.eye(len(b)), b)
-                probe.append(w_)
-                var = y[1] / y[2] - (y[0] / y[2]) ** 2  # R^2 of the fit, on its own data
-                resid = (y[1] - 2 * w_ @ b + w_ @ A @ w_) / y[2]
-                print(f'probe layer {li}: log tr F sd {math.sqrt(var):.3f}, '
-                      f'R^2 {1 - resid / var:.3f}', file=sys.stderr)
-            np.save(a.fisher_out.replace('.npy', '') + '-probe.npy', np.stack(probe))
+        if fit is not None:
+            fit.save(a.fisher_out)
         if acc is not None:
             np.save(a.gram_out, np.stack([acc[i] / acc[-1][i] for i in range(m.n_layer)]))
         res.append({'policy': spec, 'nll': nll, 'distinct': distinct.tolist()})
