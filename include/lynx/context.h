@@ -28,9 +28,11 @@ struct ContextOptions {
   int n_ctx = 4096;              // context limit per sequence (positions)
   std::string routing = "topk";  // routing policy spec, see make_routing_policy
   bool record_trace = false;     // keep router logits of each step (see take_trace)
-  // Products with Q8_0 / Q4_0 weights: false (default) quantizes their activations to Q8_0
-  // blocks and uses integer dot products, as llama.cpp/ggml does (faster; the activations
-  // are rounded to ~8 bits per 32-block, see docs/reference.md for the measured effect);
+  // Products with weights of a type that has an integer kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+  // IQ4_NL, MXFP4; Q2_K-Q6_K, IQ4_XS): false (default) quantizes their activations to Q8_0
+  // blocks (Q8_K blocks of 256 for the K-quants and IQ4_XS) and uses integer dot products, as
+  // llama.cpp/ggml does (faster; the activations are rounded to ~8 bits per block, see
+  // docs/reference.md for the measured effect);
   // true keeps the activations in F32 for every weight type (the weights are dequantized
   // exactly: matches the float64 reference to float32 rounding). F32/F16/BF16 weights always
   // use F32 activations.

@@ -181,7 +181,8 @@ struct LoadOptions {
   // Called while the file is read ahead (bytes done, total).
   std::function<void(size_t, size_t)> progress;
   bool prefetch = true;
-  // Repack the Q8_0/Q4_0 matrices that only matmuls read (not token_embd, nor an output tied
+  // Repack the matrices of the types with an integer kernel (Q8_0, Q4_0, the other 32-element
+  // types, the K-quants, IQ4_XS) that only matmuls read (not token_embd, nor an output tied
   // to it) into the kernels' 16-row interleaved layout: the integer kernels then load whole
   // vectors instead of transposing rows. Results are bit-identical either way; false keeps
   // the file's layout (for A/B measurements and tests, and for contexts that will all use

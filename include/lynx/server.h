@@ -37,7 +37,7 @@ struct ServerOptions {
                                    // 0 = the model's trained context length
   int max_queue = 64;              // requests waiting for a slot before 429
   int n_threads = 0;               // compute threads of the engine (0 = all cores)
-  bool exact_activations = false;  // F32 activations for Q8_0/Q4_0 too (see ContextOptions)
+  bool exact_activations = false;  // F32 activations for quantized types too (ContextOptions)
   int http_threads = 0;            // 0 = max_batch + max_queue + 4 (a waiting client holds one)
   int max_n = 8;                   // largest `n` (choices per request) accepted
   std::string api_key;             // when set, /v1/* and /metrics need "Bearer <key>"

@@ -1,18 +1,22 @@
 // Compute kernels over plain arrays (no graph, no model knowledge).
 //
 // Weights stay in their file type (any type of the type table, kernels/types.h, with the ggml
-// block layouts); activations are F32. F32/F16/BF16/Q8_0/Q4_0 have SIMD decoders and the
-// faster layouts below; every other type is decoded row by row to F32 first (the exact path). Every
-// SIMD kernel (Highway, runtime dispatch to the best instruction set of the machine) has a scalar
-// twin in namespace `ref`, and tests compare the two over odd and aligned sizes.
+// block layouts); activations are F32. F32/F16/BF16/Q8_0/Q4_0 have SIMD decoders; every
+// other type is decoded row by row to F32 first on the exact path. The types with an integer
+// kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 on Q8_0 activation blocks; Q2_K-Q6_K and
+// IQ4_XS on Q8_K blocks: has_int_path below) multiply quantized activations instead unless a
+// context asks for exact activations. Every SIMD kernel (Highway, runtime dispatch to the best
+// instruction set of the machine) has a scalar twin in namespace `ref`, and tests compare the two
+// over odd and aligned sizes.
 //
 // Block layouts (ggml/src/ggml-common.h):
 //   Q8_0: 32 elements = fp16 scale d, 32 x int8 q            (34 bytes); value = q * d
 //   Q4_0: 32 elements = fp16 scale d, 16 bytes of nibbles   (18 bytes); byte j holds element j
 //         in its low nibble and element j + 16 in its high nibble; value = (nibble - 8) * d
-// A matrix is row-major in the file (WeightLayout::kRows). Q8_0/Q4_0 matrices whose rows the
-// engine only multiplies may be repacked at load into WeightLayout::kInterleaved16 (below),
-// which the integer kernels read with whole-vector loads.
+// A matrix is row-major in the file (WeightLayout::kRows). Matrices whose rows the engine
+// only multiplies may be repacked at load: those of a type with an integer kernel into
+// WeightLayout::kInterleaved16 (below), which the integer kernels read with whole-vector loads,
+// F32/F16/BF16 ones into WeightLayout::kPanel16 (kernels/weight_pack.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,7 +46,8 @@ size_t weight_row_bytes(TensorType t, int64_t n);
 //
 // kRows: the file's layout, row r at r * row_size(t, cols), its blocks in column order.
 //
-// kInterleaved16 (Q8_0 / Q4_0, rows a multiple of 16): rows are grouped 16 at a time and
+// kInterleaved16 (every type with an integer kernel, rows a multiple of 16; Q8_0 / Q4_0 are
+// described first, the others after them): rows are grouped 16 at a time and
 // group g starts where its first row starts in kRows (g * 16 * row_bytes), so the matrix
 // keeps its size and expert matrices their offsets. Inside a group, per 32-column block b (in
 // column order) come 16 * block bytes: the 16 rows' fp16 scales (32 bytes, row 0 first), then
@@ -120,9 +125,10 @@ float sum(const float* x, int64_t n);
 // W is row-major [rows x cols] in type t (row r starts at r * row_size(t, cols)).
 // Each output depends only on its row and token, never on r0/r1 or n_tok grouping, so any
 // split of the rows (threads) gives bit-identical results.
-// With `layout` kInterleaved16 (Q8_0/Q4_0 only, else lynx::Error), W is stored so and the
-// result is bit-identical to that on the same matrix in kRows: each 16-row group touched is
-// copied back to rows first (the exact float path is not the fast one).
+// With `layout` kInterleaved16 (a type that can_interleave, i.e. one with an integer kernel,
+// else lynx::Error), W is stored so and the result is bit-identical to that on the same matrix
+// in kRows: each 16-row group touched is copied back to rows first (the exact float path is
+// not the fast one).
 // With `layout` kPanel16 (F32/F16/BF16 only, else lynx::Error), every output is one f32 FMA
 // chain over the columns in order, from 0: acc = fma(W[r][c], x[j][c], acc). That is a
 // different summation order from kRows (lane-wise partial sums, then a horizontal sum), so
@@ -133,9 +139,10 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
                  int64_t ldx, int n_tok, float* y, int64_t ldy,
                  WeightLayout layout = WeightLayout::kRows);
 
-// ---- Integer path: Q8_0 / Q4_0 weights times activations quantized to Q8_0 blocks ----
+// ---- Integer path: weights times activations quantized to Q8_0 (or Q8_K) blocks ----
 //
-// What ggml's CPU backend does for these weight types (their vec_dot_type is Q8_0): each
+// What ggml's CPU backend does. For Q8_0 / Q4_0 weights (their vec_dot_type is Q8_0; the other
+// 32-element types differ as has_int8_path says, the Q8_K types as matmul_k.h says): each
 // activation row is quantized once per matmul input, per block of 32 exactly as
 // ggml's quantize_row_q8_0_ref: amax = max|x|, d = amax / 127 (f32), id = d != 0 ? 1 / d : 0,
 // q = roundf(x * id) (half away from zero, computed with the f32 d), and the scale kept is
@@ -208,8 +215,9 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
 // matmul_rows with quantized activations: tokens [t0, t0 + n_tok) of x (x.cols == cols),
 // output token j of the call at y + j * ldy:
 //   y[j * ldy + r] = W[r] . x[t0 + j]   for r in [r0, r1)
-// t must have an integer path (has_int_path; throws lynx::Error otherwise): Q8_0/Q4_0 read
-// the Q8_0 form of x, the Q8_K types x.k (matmul_rows_k, matmul_k.h). Same promise as matmul_rows:
+// t must have an integer path (has_int_path; throws lynx::Error otherwise): the 32-element
+// types (has_int8_path) read the Q8_0 form of x, the Q8_K types x.k (matmul_rows_k,
+// matmul_k.h). Same promise as matmul_rows:
 // each output depends only on its row and token, never on the row range or token grouping, and not
 // on the layout either: W stored kInterleaved16 gives the bits W stored kRows gives. With
 // kInterleaved16 the whole 16-row groups that [r0, r1) touches are read (and computed; only rows
