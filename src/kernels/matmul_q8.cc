@@ -55,7 +55,6 @@
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_k.h"
-#include "kernels/matmul_q8_baseline.h"
 #include "kernels/types.h"
 #include "lynx/error.h"
 
@@ -78,10 +77,6 @@ struct MatmulQ8Job {
   float* y;
   int64_t ldy;
   WeightLayout layout;
-  // The kernel as it was before the vector E8M0 scales, the vpermb nibble lookup and the
-  // split vpdpbusd chains (matmul_q8_baseline.h): the A/B baseline of bench_mxfp4_ab, for
-  // MXFP4, IQ4_NL and Q8_0 (the other types ignore it). Same bits.
-  bool baseline = false;
 };
 }  // namespace lynx::kernels
 #endif
@@ -261,7 +256,7 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 #endif  // LYNX_INT_X86
 
 // Adds block `b` (column block c0 + b of the job) of NT tokens into acc.
-// kSplit: DotBlock's two chains (1-2 tokens; not in the baseline kernel).
+// kSplit: DotBlock's two chains (1-2 tokens).
 template <TensorType kType, int NT, bool kSplit>
 HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t tok, int64_t b,
                          VF (&acc)[NT]) {
@@ -304,9 +299,7 @@ HWY_INLINE void PrefetchShare(const uint8_t* next, int64_t step) {
 //
 // kRows: rows [r, min(r + kNR, r1)) as kNR row pointers (a partial block repeats its last
 // row, whose lanes are computed and not stored).
-template <bool kBaselineKernel>
 struct RowsSource {
-  static constexpr bool kBaseline = kBaselineKernel;  // MatmulQ8Job::baseline
   // Where RowBlockBuffered prefetches the next row block: while unpacking a chunk (false) or
   // spread over the first token group's pass over it (true). kRows prefetches while
   // unpacking, its unpack being slow enough to space the prefetches out; kInterleaved16
@@ -328,15 +321,13 @@ struct RowsSource {
   }
   template <TensorType kType>
   HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
-    UnpackRows<kType, kBaseline>(rows, b * BlockBytes<kType>(), blk);
+    UnpackRows<kType>(rows, b * BlockBytes<kType>(), blk);
   }
 };
 
 // kInterleaved16: the kNR-aligned rows [row0, row0 + kNR) holding row r, slice `sub` of their
 // 16-row group; stores only the rows in [j.r0, j.r1).
-template <bool kBaselineKernel>
 struct Interleaved16Source {
-  static constexpr bool kBaseline = kBaselineKernel;     // MatmulQ8Job::baseline
   static constexpr bool kPrefetchWhileComputing = true;  // see RowsSource
   const uint8_t* group;
   const uint8_t* next;  // the next group, contiguous in memory
@@ -357,7 +348,7 @@ struct Interleaved16Source {
   }
   template <TensorType kType>
   HWY_INLINE void Unpack(int64_t b, Block<kType>& blk) const {
-    UnpackI16<kType, kBaseline>(group + b * kInterleaveRows * BlockBytes<kType>(), sub, blk);
+    UnpackI16<kType>(group + b * kInterleaveRows * BlockBytes<kType>(), sub, blk);
   }
 };
 
@@ -371,7 +362,7 @@ HWY_NOINLINE void RowBlockDirect(const MatmulQ8Job& j, const Source& src) {
     Block<kType> blk;
     src.template Prefetch<kType>(b);
     src.template Unpack<kType>(b, blk);
-    AddBlock<kType, NT, (NT <= 2 && !Source::kBaseline)>(j, blk, 0, b, acc);
+    AddBlock<kType, NT, (NT <= 2)>(j, blk, 0, b, acc);
   }
   for (int t = 0; t < NT; ++t) {
     HWY_ALIGN float out[kNR];
@@ -404,8 +395,7 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
           for (int t = 0; t < NT; ++t) acc[t] = hn::Load(df, accbuf + (t0 + t) * kNR);
           for (int64_t b = c0; b < c1; ++b) {
             if (Source::kPrefetchWhileComputing && t0 == 0) src.template Prefetch<kType>(b);
-            AddBlock<kType, NT, (NT <= 2 && !Source::kBaseline)>(j, blocks[b - c0], s0 + t0, b,
-                                                                 acc);
+            AddBlock<kType, NT, (NT <= 2)>(j, blocks[b - c0], s0 + t0, b, acc);
           }
           for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + (t0 + t) * kNR);
         });
@@ -429,21 +419,21 @@ void RunRowsQ8(const MatmulQ8Job& j, int64_t r_begin) {
   }
 }
 
-template <TensorType kType, bool kBaseline = false>
+template <TensorType kType>
 void RunQ8(const MatmulQ8Job& j) {
   if (j.layout == WeightLayout::kRows) {
-    RunRowsQ8<kType, RowsSource<kBaseline>>(j, j.r0);
+    RunRowsQ8<kType, RowsSource>(j, j.r0);
   } else {
     // kNR divides 16, so the kNR-aligned row blocks from r0's tile each one 16-row group.
     static_assert(kInterleaveRows % kNR == 0);
-    RunRowsQ8<kType, Interleaved16Source<kBaseline>>(j, j.r0 - j.r0 % kNR);
+    RunRowsQ8<kType, Interleaved16Source>(j, j.r0 - j.r0 % kNR);
   }
 }
 
 void MatmulQ8T(const MatmulQ8Job& j) {
   switch (j.type) {
     case TensorType::Q8_0:
-      return j.baseline ? RunQ8<TensorType::Q8_0, true>(j) : RunQ8<TensorType::Q8_0>(j);
+      return RunQ8<TensorType::Q8_0>(j);
     case TensorType::Q4_1:
       return RunQ8<TensorType::Q4_1>(j);
     case TensorType::Q5_0:
@@ -451,9 +441,9 @@ void MatmulQ8T(const MatmulQ8Job& j) {
     case TensorType::Q5_1:
       return RunQ8<TensorType::Q5_1>(j);
     case TensorType::IQ4_NL:
-      return j.baseline ? RunQ8<TensorType::IQ4_NL, true>(j) : RunQ8<TensorType::IQ4_NL>(j);
+      return RunQ8<TensorType::IQ4_NL>(j);
     case TensorType::MXFP4:
-      return j.baseline ? RunQ8<TensorType::MXFP4, true>(j) : RunQ8<TensorType::MXFP4>(j);
+      return RunQ8<TensorType::MXFP4>(j);
     default:
       return RunQ8<TensorType::Q4_0>(j);
   }
@@ -533,11 +523,9 @@ bool has_int_path(TensorType t) {
   return tr && tr->int_kernel;
 }
 
-namespace {
-
-void matmul_rows_q8_impl(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                         const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                         WeightLayout layout, bool baseline) {
+void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
+                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
+                    WeightLayout layout) {
   if (has_int_path(t) && type_traits(t).act_type == TensorType::Q8_K) {
     matmul_rows_k(t, w, cols, r0, r1, x.k, t0, n_tok, y, ldy, layout);
     return;
@@ -572,23 +560,8 @@ void matmul_rows_q8_impl(TensorType t, const void* w, int64_t cols, int64_t r0, 
                         n_tok,
                         y,
                         ldy,
-                        layout,
-                        baseline};
+                        layout};
   HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
-}
-
-}  // namespace
-
-void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                    const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                    WeightLayout layout) {
-  matmul_rows_q8_impl(t, w, cols, r0, r1, x, t0, n_tok, y, ldy, layout, false);
-}
-
-void matmul_rows_q8_baseline(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                             const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                             WeightLayout layout) {
-  matmul_rows_q8_impl(t, w, cols, r0, r1, x, t0, n_tok, y, ldy, layout, true);
 }
 
 }  // namespace lynx::kernels

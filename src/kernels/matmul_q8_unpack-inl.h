@@ -130,14 +130,6 @@ HWY_INLINE VF LoadScales(const uint8_t* const* rows, int64_t boff) {
   return F16ToF32(h);
 }
 
-// MXFP4's E8M0 scale bytes at p[0], p[step], ... (kNR of them), as floats, one scalar
-// conversion each: the baseline unpack (MatmulQ8Job::baseline).
-HWY_INLINE VF LoadE8m0Scalar(const uint8_t* p, int64_t step) {
-  HWY_ALIGN float f[kNR];
-  for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(p[i * step]);
-  return hn::Load(DF(), f);
-}
-
 // kNR E8M0 bytes at p, as types::e8m0_half gives them, in vector ops: bits (e - 1) << 23, and
 // (e + 1) << 21 for the two subnormal exponents 0 and 1 (2^-128, 2^-127). The scalar form
 // spends ~5 integer ops and a store per row on it, and the vector load of those 16 stores
@@ -153,18 +145,12 @@ HWY_INLINE VF LoadE8m0(const uint8_t* p) {
 }
 
 // The block's scale (and min) from field 0 (and 1) of every row's block at boff.
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void LoadFieldsRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
   if constexpr (kType == TensorType::MXFP4) {
-    if constexpr (kBaseline) {
-      HWY_ALIGN float f[kNR];
-      for (int i = 0; i < kNR; ++i) f[i] = types::e8m0_half(rows[i][boff]);
-      blk.dw = hn::Load(DF(), f);
-    } else {
-      HWY_ALIGN uint8_t e[kNR];
-      for (int i = 0; i < kNR; ++i) e[i] = rows[i][boff];
-      blk.dw = LoadE8m0(e);
-    }
+    HWY_ALIGN uint8_t e[kNR];
+    for (int i = 0; i < kNR; ++i) e[i] = rows[i][boff];
+    blk.dw = LoadE8m0(e);
   } else {
     blk.dw = LoadScales(rows, boff);
   }
@@ -172,11 +158,11 @@ HWY_INLINE void LoadFieldsRows(const uint8_t* const* rows, int64_t boff, Block<k
 }
 
 // The same from an interleaved group-block (16 values per field, row 0 first), slice `sub`.
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void LoadFieldsI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   auto f16 = [&](const uint8_t* p) { return F16ToF32(p + 2 * sub * kNR); };
   if constexpr (kType == TensorType::MXFP4) {
-    blk.dw = kBaseline ? LoadE8m0Scalar(gb + sub * kNR, 1) : LoadE8m0(gb + sub * kNR);
+    blk.dw = LoadE8m0(gb + sub * kNR);
   } else {
     blk.dw = f16(gb);
   }
@@ -282,16 +268,16 @@ HWY_INLINE VI SpreadBits4(VI t) {
 // The 4 planes of nibble bytes v into the 8 planes of the block (byte j holds column j in its
 // low nibble and column j + 16 in its high nibble); Q5_0 / Q5_1 add the fifth bits from qh
 // (lane i: row i's 32-bit qh); IQ4_NL / MXFP4 map the nibbles through their grid.
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
   const DI di;
   const hn::RebindToUnsigned<DI> du;
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kGrid<kType> && !kBaseline) {
+  if constexpr (kGrid<kType>) {
     // vpermb (AVX512_VBMI, part of this target) reads only bits 0-5 of each index byte: with
     // the 16 biased grid bytes repeated 4 times, a byte looks up its low nibble as it is and
     // its high nibble after a 4-bit shift of the dword, whatever the bits above the nibble.
-    // No masks, so 4 fewer vector ops per plane pair than the AND + vpshufb of the baseline.
+    // No masks, so 4 fewer vector ops per plane pair than an AND + vpshufb lookup.
     // The table as constants (a table filled on the stack costs 64 stores per block).
     constexpr const int8_t* grid =
         kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
@@ -317,18 +303,10 @@ HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
       blk.pl[g + 4] = hn::Or(blk.pl[g + 4], hn::ShiftLeft<4>(SpreadBits4(hi)));
     }
   }
+#if HWY_TARGET != HWY_AVX3_DL  // (AVX3_DL looked the grids up above)
   if constexpr (kGrid<kType>) {
     const int8_t* grid = kType == TensorType::MXFP4 ? types::kMxfp4Values : types::kIq4nlValues;
     const hn::Repartition<int8_t, DI> d8;
-#if HWY_TARGET == HWY_AVX3_DL
-    // Biased to unsigned for vpdpbusd (kOffset 128).
-    HWY_ALIGN int8_t biased[16];
-    for (int k = 0; k < 16; ++k) biased[k] = static_cast<int8_t>(grid[k] ^ 0x80);
-    const auto tbl = hn::LoadDup128(d8, biased);
-    for (int g = 0; g < 8; ++g) {
-      blk.pl[g] = hn::BitCast(di, hn::TableLookupBytes(tbl, hn::BitCast(d8, blk.pl[g])));
-    }
-#else
     HWY_ALIGN int8_t copy[16];
     std::memcpy(copy, grid, 16);
     const auto tbl = hn::LoadDup128(d8, copy);
@@ -337,8 +315,8 @@ HWY_INLINE void SplitNibbles(const VI* v, VI qh, Block<kType>& blk) {
       blk.pl[8 + g] = hn::BitCast(di, w);
       blk.pl[g] = hn::BitCast(di, hn::Abs(w));
     }
-#endif
   }
+#endif
 }
 
 // Row i's 32-bit word at byte offset off of its block, in lane i.
@@ -364,15 +342,15 @@ HWY_INLINE void FinishQ8Planes(Block<kType>& blk) {
 }
 
 // kRows: block at byte offset boff of each of the kNR rows.
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  LoadFieldsRows<kType, kBaseline>(rows, boff, blk);
+  LoadFieldsRows<kType>(rows, boff, blk);
   constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
   if constexpr (kType != TensorType::Q8_0) {
     VI v[4];
     LoadPlanes4(rows, boff + kWords + (kHi5<kType> ? 4 : 0), v);
     const VI qh = kHi5<kType> ? LoadWordRows(rows, boff + kWords) : hn::Zero(DI());
-    SplitNibbles<kType, kBaseline>(v, qh, blk);
+    SplitNibbles<kType>(v, qh, blk);
   } else {
     LoadPlanesQ8(rows, boff + 2, blk.pl);
     FinishQ8Planes(blk);
@@ -381,10 +359,10 @@ HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType
 
 // kInterleaved16: `gb` is the block's 16-row group-block, `sub` which kNR of its 16 rows (the
 // lane slice of every plane: the whole 64 bytes with AVX-512, a 32-byte half with AVX2).
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
   const DI di;
-  LoadFieldsI16<kType, kBaseline>(gb, sub, blk);
+  LoadFieldsI16<kType>(gb, sub, blk);
   const int32_t* q =
       reinterpret_cast<const int32_t*>(gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType>) +
       sub * kNR;
@@ -393,7 +371,7 @@ HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
     constexpr int kQs = kHi5<kType> ? 1 : 0;
     VI v[4];
     for (int g = 0; g < 4; ++g) v[g] = hn::LoadU(di, q + 16 * (kQs + g));
-    SplitNibbles<kType, kBaseline>(v, kHi5<kType> ? hn::LoadU(di, q) : hn::Zero(di), blk);
+    SplitNibbles<kType>(v, kHi5<kType> ? hn::LoadU(di, q) : hn::Zero(di), blk);
   } else {
     for (int g = 0; g < 8; ++g) blk.pl[g] = hn::LoadU(di, q + 16 * g);
     FinishQ8Planes(blk);
@@ -434,17 +412,17 @@ HWY_INLINE void UnpackColumns(ByteAt byte, Block<kType>& blk) {
   for (int e = 0; e < 32; ++e) blk.pl[e] = hn::Load(di, w[e]);
 }
 
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void UnpackRows(const uint8_t* const* rows, int64_t boff, Block<kType>& blk) {
-  LoadFieldsRows<kType, kBaseline>(rows, boff, blk);
+  LoadFieldsRows<kType>(rows, boff, blk);
   constexpr int64_t kWords = kFields<kType> * kFieldBytes<kType>;
   UnpackColumns<kType>([&](int i, int k) { return rows[i][boff + kWords + k]; }, blk);
 }
 
 // kInterleaved16: lane i = row sub * kNR + i of the 16-row group-block `gb`.
-template <TensorType kType, bool kBaseline>
+template <TensorType kType>
 HWY_INLINE void UnpackI16(const uint8_t* gb, int sub, Block<kType>& blk) {
-  LoadFieldsI16<kType, kBaseline>(gb, sub, blk);
+  LoadFieldsI16<kType>(gb, sub, blk);
   const uint8_t* q = gb + kInterleaveRows * kFields<kType> * kFieldBytes<kType> + 4 * sub * kNR;
   UnpackColumns<kType>([&](int i, int k) { return q[64 * (k / 4) + 4 * i + k % 4]; }, blk);
 }

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/matmul_q8_baseline.h"
 #include "kernels/types.h"
 #include "test_util.h"
 
@@ -150,11 +149,11 @@ TEST(MatmulQ8Legacy, RandomBlocksAgreeAndNanScalesDoNotCrash) {
 }
 
 // MXFP4 / IQ4_NL unpack their blocks in vector ops (E8M0 scales converted in lanes, nibbles
-// looked up with vpermb on AVX3_DL) and 1-2 tokens split the vpdpbusd chain (Q8_0 too); the
-// baseline kernel (matmul_q8_baseline.h) has none of that. Both give the twin's bits on every
-// target and layout: every E8M0 exponent 0-255 (the subnormal 0 and 1, 255 whose products
-// overflow to inf) with every nibble, gpt-oss's 2880 columns, odd row splits, 1-70 tokens.
-TEST(MatmulQ8Legacy, Mxfp4EveryExponentAndBaselineEqualTwin) {
+// looked up with vpermb on AVX3_DL) and 1-2 tokens split the vpdpbusd chain (Q8_0 too). The
+// kernel gives the twin's bits on every target and layout: every E8M0 exponent 0-255 (the
+// subnormal 0 and 1, 255 whose products overflow to inf) with every nibble, gpt-oss's 2880
+// columns, odd row splits, 1-70 tokens.
+TEST(MatmulQ8Legacy, Mxfp4EveryExponentEqualsTwin) {
   for (TensorType t : {TensorType::MXFP4, TensorType::IQ4_NL, TensorType::Q8_0}) {
     SCOPED_TRACE(gguf::tensor_type_name(t));
     for (int64_t cols : {2880, 8192}) {
@@ -185,22 +184,15 @@ TEST(MatmulQ8Legacy, Mxfp4EveryExponentAndBaselineEqualTwin) {
         for_each_target([&] {
           for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kInterleaved16}) {
             const std::vector<uint8_t>& m = layout == WeightLayout::kRows ? w : il;
-            for (bool baseline : {false, true}) {
-              std::vector<float> got(twin.size(), 0.5f);
-              for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 19}, {19, 32}}) {
-                if (baseline) {
-                  matmul_rows_q8_baseline(t, m.data(), cols, r0, r1, q, t0, n_tok, got.data(), rows,
-                                          layout);
-                } else {
-                  matmul_rows_q8(t, m.data(), cols, r0, r1, q, t0, n_tok, got.data(), rows, layout);
-                }
-              }
-              for (size_t i = 0; i < got.size(); ++i) {
-                ASSERT_TRUE(same(got[i], twin[i]))
-                    << i << " cols " << cols << " tokens " << n_tok << " interleaved "
-                    << (layout == WeightLayout::kInterleaved16) << " baseline " << baseline << ": "
-                    << got[i] << " vs " << twin[i];
-              }
+            std::vector<float> got(twin.size(), 0.5f);
+            for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 19}, {19, 32}}) {
+              matmul_rows_q8(t, m.data(), cols, r0, r1, q, t0, n_tok, got.data(), rows, layout);
+            }
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_TRUE(same(got[i], twin[i]))
+                  << i << " cols " << cols << " tokens " << n_tok << " interleaved "
+                  << (layout == WeightLayout::kInterleaved16) << ": " << got[i] << " vs "
+                  << twin[i];
             }
           }
         });
