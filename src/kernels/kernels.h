@@ -242,7 +242,10 @@ void quantize_row(TensorType t, const float* src, void* dst, int64_t n);
 float dot(const float* a, const float* b, int64_t n);
 float sum(const float* x, int64_t n);
 // The ref matmuls read kInterleaved16 weights in place (their own indexing of the layout, not
-// the repack functions), so they also check those.
+// the repack functions), so they also check those: ref::matmul_rows for Q8_0 / Q4_0 only (it
+// throws lynx::Error for the other types in that layout, which matmul_rows accepts),
+// ref::matmul_rows_q8 for the 32-element types (has_int8_path; the Q8_K types have their twin,
+// ref::matmul_rows_k, in matmul_k.h).
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
                  int64_t ldx, int n_tok, float* y, int64_t ldy,
                  WeightLayout layout = WeightLayout::kRows);
