@@ -13,9 +13,10 @@
 //
 // Where the planes come from depends on the weight layout (kernels.h); the unpacking per
 // weight type and layout is in matmul_q8_unpack-inl.h:
-//  * kInterleaved16 (what the engine repacks Q8_0/Q4_0 matrices to at load) stores the planes
-//    and the 16 rows' scales as they are used: per block one vector load of fp16 scales and
-//    one load per plane (4 for Q4_0, 8 for Q8_0), a lane slice of them when kNR < 16. At small
+//  * kInterleaved16 (what the engine repacks the matrices of all these types to at load)
+//    stores the planes and the 16 rows' scales as they are used: per block one vector load per
+//    scalar field and one per plane (e.g. 4 for Q4_0, 8 for Q8_0), a lane slice of them when
+//    kNR < 16. At small
 //    batches that is what keeps decode from being bound by per-thread instruction throughput
 //    (figures: docs/benchmarks.md, "Kernel and loader design measurements").
 //  * kRows (the file's layout) needs 16 scalar scale loads and, per plane set, 128-bit piece
