@@ -47,10 +47,14 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return best;
   }
   // Temperature, then top-k, then top-p (nucleus), then a seeded draw: the order llama.cpp's
-  // and vLLM's default samplers apply them.
+  // and vLLM's default samplers apply them. Logits are scaled relative to their maximum,
+  // (l - max) / T <= 0, so that a tiny temperature (down to subnormal floats) drives the
+  // others towards -inf (probability 0) instead of overflowing every logit to inf: the limit
+  // of sampling as T -> 0 is the greedy choice (a uniform draw among exact ties).
+  const float top = logits[size_t(argmax(logits))];
   cand_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    cand_[i] = {logits[i] / p_.temperature, int32_t(i)};
+    cand_[i] = {(logits[i] - top) / p_.temperature, int32_t(i)};
   }
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
@@ -62,10 +66,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
-  const float mx = cand_[0].first;
-  std::vector<double> prob(n);
+  std::vector<double> prob(n);  // cand_[0].first is 0, the largest
   double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(cand_[i].first - mx));
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(cand_[i].first));
   if (p_.top_p < 1.f) {
     double acc = 0;
     size_t keep = n;
@@ -91,16 +94,16 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   // log-softmax over the full temperature-scaled distribution, for logprobs.
   double s = 0;
-  for (float v : logits) s += std::exp(double(v / p_.temperature - mx));
-  last_max_ = mx;
+  for (float v : logits) s += std::exp(double((v - top) / p_.temperature));
+  last_max_ = top;
   last_logsum_ = float(std::log(s));
   return pick;
 }
 
 float Sampler::last_logprob(int32_t token) const {
   if (last_logits_.empty() || token < 0 || size_t(token) >= last_logits_.size()) return 0.f;
-  const float t = p_.temperature > 0.f ? p_.temperature : 1.f;
-  return last_logits_[size_t(token)] / t - last_max_ - last_logsum_;
+  if (p_.temperature <= 0.f) return last_logits_[size_t(token)] - last_max_ - last_logsum_;
+  return (last_logits_[size_t(token)] - last_max_) / p_.temperature - last_logsum_;
 }
 
 // ---------------------------------------------------------------------------------------

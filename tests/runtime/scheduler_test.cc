@@ -2,6 +2,7 @@
 // tokens as each request run alone; sampling is seeded; bad requests are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -269,6 +270,59 @@ TEST(Sampler, TopPKeepsOnlyTheNucleus) {
   p.seed = 3;
   Sampler s(p);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l), 0);
+}
+
+// Temperatures down to subnormal floats (issue 29): l / T overflowed to inf, inf - inf gave
+// NaN probabilities (garbage tokens, a null logprob) or an immediate stop. Sampling at any
+// positive T must tend to the greedy choice with a finite log-probability.
+TEST(Sampler, TinyTemperaturesAreGreedy) {
+  const std::vector<float> l = {0.1f, 2.5f, -1.f, 2.4f, -30.f, 2.5f - 1e-6f};
+  const float temps[] = {1e-30f, 1e-38f, 1e-39f, 1e-44f, std::numeric_limits<float>::denorm_min()};
+  for (const float t : temps) {
+    SCOPED_TRACE(t);
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 7;
+    for (const int top_k : {0, 3}) {
+      for (const float top_p : {1.f, 0.9f}) {
+        p.top_k = top_k;
+        p.top_p = top_p;
+        Sampler s(p);
+        for (int i = 0; i < 5; ++i) {
+          EXPECT_EQ(s.sample(l), 1);
+          const float lp = s.last_logprob(1);
+          EXPECT_TRUE(std::isfinite(lp));
+          EXPECT_LE(lp, 0.f);
+          EXPECT_GT(lp, -1e-3f);
+        }
+      }
+    }
+  }
+  // Exact ties at a tiny temperature: a draw between the tied tokens only, each with
+  // log-probability log(1/2).
+  const std::vector<float> tie = {1.f, 3.f, 3.f, -2.f};
+  SamplingParams p;
+  p.temperature = 1e-39f;
+  Sampler s(p);
+  for (int i = 0; i < 20; ++i) {
+    const int32_t pick = s.sample(tie);
+    EXPECT_TRUE(pick == 1 || pick == 2) << pick;
+    EXPECT_NEAR(s.last_logprob(pick), std::log(0.5f), 1e-6);
+  }
+}
+
+// The scaling relative to the maximum keeps ordinary temperatures' distribution: the
+// log-probabilities are the log-softmax of l / T.
+TEST(Sampler, LogprobIsLogSoftmaxOfScaledLogits) {
+  const std::vector<float> l = {0.1f, 2.5f, -1.f, 2.4f};
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.seed = 11;
+  Sampler s(p);
+  const int32_t pick = s.sample(l);
+  double z = 0;
+  for (float v : l) z += std::exp(double(v) / 0.7);
+  EXPECT_NEAR(s.last_logprob(pick), double(l[size_t(pick)]) / 0.7 - std::log(z), 1e-5);
 }
 
 }  // namespace
