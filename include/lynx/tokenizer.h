@@ -51,6 +51,8 @@ struct Vocab {
   std::vector<float> scores;        // empty = all 0 (SPM merge priority)
   std::vector<TokenType> types;     // empty = all normal
   std::vector<std::string> merges;  // "left right", rank = index (gpt2)
+  // Special ids: unset = the model's default, negative = none; an id past the vocabulary is
+  // an Error (from_vocab).
   std::optional<int32_t> bos, eos, eot, eom, unk, pad;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
   // Phi-3 models: text after a special token loses its leading whitespace (llama.cpp sets

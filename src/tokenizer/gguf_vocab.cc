@@ -9,11 +9,19 @@ namespace lynx {
 
 namespace {
 
+// A special token id from the metadata. An id outside the vocabulary is refused (here when it
+// does not fit an int32, in Tokenizer::from_vocab otherwise) rather than replaced by a default
+// that would silently put another token where the model expects this one; only the padding
+// id, which nothing here reads, is dropped instead.
 std::optional<int32_t> opt_id(const gguf::File& f, std::string_view key) {
   const gguf::Value* v = f.find(key);
   if (!v) return std::nullopt;
   const int64_t id = v->as_int(key);
-  if (id < 0 || id > INT32_MAX) return std::nullopt;  // out of range: keep the default
+  if (id < 0 || id > INT32_MAX) {
+    if (key == "tokenizer.ggml.padding_token_id") return std::nullopt;
+    throw Error(f.path() + ": " + std::string(key) + " is " + std::to_string(id) +
+                ", not a token id of the vocabulary");
+  }
   return static_cast<int32_t>(id);
 }
 

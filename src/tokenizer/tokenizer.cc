@@ -174,15 +174,28 @@ void Tokenizer::Impl::set_special_ids(const Vocab& v) {
   for (int32_t* id : {&bos, &eos, &unk}) {
     if (*id >= n) *id = -1;
   }
-  auto set_id = [&](int32_t* dst, const std::optional<int32_t>& src) {
-    if (src && *src >= 0 && *src < n) *dst = *src;
+  // An id the metadata gives must name a token: a default in its place would feed or stop on
+  // another token than the model was trained with. The padding id is the exception (nothing
+  // here reads it; some converted files carry one past the end): it is dropped.
+  auto set_id = [&](int32_t* dst, const std::optional<int32_t>& src, const char* name) {
+    if (!src) return;
+    if (*src < 0) {  // a Vocab built in code says "none" (from_gguf refuses negative ids)
+      *dst = -1;
+      return;
+    }
+    if (*src >= n) {
+      if (dst == &pad) return;
+      throw Error(std::string("tokenizer: tokenizer.ggml.") + name + " is " + std::to_string(*src) +
+                  ", outside the vocabulary of " + std::to_string(n) + " tokens");
+    }
+    *dst = *src;
   };
-  set_id(&bos, v.bos);
-  set_id(&eos, v.eos);
-  set_id(&eot, v.eot);
-  set_id(&eom, v.eom);
-  set_id(&unk, v.unk);
-  set_id(&pad, v.pad);
+  set_id(&bos, v.bos, "bos_token_id");
+  set_id(&eos, v.eos, "eos_token_id");
+  set_id(&eot, v.eot, "eot_token_id");
+  set_id(&eom, v.eom, "eom_token_id");
+  set_id(&unk, v.unk, "unknown_token_id");
+  set_id(&pad, v.pad, "padding_token_id");
   if (v.add_bos) add_bos = *v.add_bos;
   if (v.add_eos) add_eos = *v.add_eos;
   if (v.add_space_prefix) add_space_prefix = *v.add_space_prefix;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "lynx/error.h"
 #include "lynx/gguf.h"
 #include "lynx/tokenizer.h"
 
@@ -136,6 +137,51 @@ TEST(VocabMetadata, Gpt2SpecialTokens) {
   const auto plain = tok->encode("a<|endoftext|>b", false, false);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), eot), 0);
   EXPECT_EQ(tok->decode(plain), "a<|endoftext|>b");
+}
+
+// A special id outside the vocabulary (issue 29): it used to be replaced by the default
+// BOS, so another token was fed where the model expects its own. Refused at load, naming the
+// key; an out-of-range padding id (nothing reads it) is dropped.
+TEST(VocabMetadata, OutOfRangeSpecialIdsAreRefused) {
+  const std::string path = kVocabDir + "/ggml-vocab-llama-spm.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP();
+  const gguf::File src = gguf::File::open(path);
+  const int64_t n = int64_t(src.get_array("tokenizer.ggml.tokens").size());
+  auto with = [&](const std::string& key, const gguf::Value& v) {
+    gguf::Writer w;
+    for (const auto& kv : src.metadata()) {
+      if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+    }
+    w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(true));
+    w.set(key, v);
+    const std::string out = std::string(LYNX_BINARY_DIR) + "/vocab_bad_id.gguf";
+    w.write(out);
+    return gguf::File::open(out);
+  };
+  const std::vector<gguf::Value> bad = {gguf::Value::u32(uint32_t(n)),
+                                        gguf::Value::u32(uint32_t(1) << 31),
+                                        gguf::Value::u32(0xFFFFFFFFu), gguf::Value::i32(-1)};
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id"}) {
+    for (const auto& v : bad) {
+      SCOPED_TRACE(std::string(key));
+      const gguf::File f = with(key, v);
+      try {
+        Tokenizer::from_gguf(f);
+        ADD_FAILURE() << "an out-of-range id loaded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(key).substr(15)), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // The last id is in range; an out-of-range padding id loads and is not used.
+  EXPECT_EQ(
+      Tokenizer::from_gguf(with("tokenizer.ggml.bos_token_id", gguf::Value::u32(uint32_t(n - 1))))
+          ->bos(),
+      int32_t(n - 1));
+  EXPECT_NO_THROW(
+      Tokenizer::from_gguf(with("tokenizer.ggml.padding_token_id", gguf::Value::u32(uint32_t(n)))));
 }
 
 }  // namespace
