@@ -14,6 +14,44 @@ HfConfig::HfConfig(nlohmann::json j, std::string path) : j_(std::move(j)), path_
   }
   model_type_ = j_["model_type"].get<std::string>();
   lift_rope_parameters();
+  check_sizes();
+}
+
+// Fields that size a tensor or divide another value: zero would make a division by zero
+// (SIGFPE) or an empty model, so each present one must be a positive integer up front.
+void HfConfig::check_sizes() const {
+  static constexpr const char* kPositive[] = {
+      "hidden_size",
+      "num_attention_heads",
+      "num_key_value_heads",
+      "num_hidden_layers",
+      "head_dim",
+      "intermediate_size",
+      "moe_intermediate_size",
+      "vocab_size",
+      "moe_layer_freq",
+      "num_experts_per_tok",
+      "num_local_experts",
+      "num_experts",
+      "n_routed_experts",
+      "kv_lora_rank",
+      "qk_rope_head_dim",
+      "qk_nope_head_dim",
+      "v_head_dim",
+      "n_group",
+      "topk_group",
+      "sliding_window",
+      "max_position_embeddings",
+  };
+  for (const char* k : kPositive) {
+    if (has(k) && get_int(k) == 0) fail(std::string("\"") + k + "\" must be at least 1, got 0");
+  }
+  if (has("num_attention_heads") && has("num_key_value_heads") &&
+      get_int("num_attention_heads") % get_int("num_key_value_heads") != 0) {
+    fail("num_attention_heads (" + std::to_string(get_int("num_attention_heads")) +
+         ") is not a multiple of num_key_value_heads (" +
+         std::to_string(get_int("num_key_value_heads")) + ")");
+  }
 }
 
 // transformers 5 writes the rotary settings as one "rope_parameters" object (rope_theta,

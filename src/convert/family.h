@@ -30,6 +30,7 @@ class HfConfig {
  private:
   const nlohmann::json& at(const char* key) const;
   void lift_rope_parameters();
+  void check_sizes() const;
   nlohmann::json j_;
   std::string path_, model_type_;
 };

@@ -197,6 +197,34 @@ TEST(ConvertErrors, MissingExpert) {
   expect_error(d, {"mlp.experts.16.", "missing", "ffn_"});
 }
 
+// A size or divisor of zero was a SIGFPE (issue 29): every such field must be refused with a
+// message that names it, and a head count that the key/value heads do not divide too.
+TEST(ConvertErrors, ZeroSizesAndDivisorsAreNamed) {
+  struct Bad {
+    const char* family;
+    const char* key;
+    int value;
+    const char* expect;
+  };
+  const Bad cases[] = {
+      {"mixtral", "num_attention_heads", 0, "\"num_attention_heads\" must be at least 1"},
+      {"mixtral", "num_key_value_heads", 0, "\"num_key_value_heads\" must be at least 1"},
+      {"mixtral", "hidden_size", 0, "\"hidden_size\" must be at least 1"},
+      {"mixtral", "num_key_value_heads", -1, "not a multiple of num_key_value_heads"},
+      {"qwen3_moe", "num_attention_heads", 0, "\"num_attention_heads\" must be at least 1"},
+      {"deepseek_v2", "moe_layer_freq", 0, "\"moe_layer_freq\" must be at least 1"},
+  };
+  for (const auto& b : cases) {
+    SCOPED_TRACE(std::string(b.family) + " " + b.key);
+    CHECKPOINT(d, b.family);
+    json c = read_json(d + "/config.json");
+    // -1: one more key/value head than there are heads, which never divides them.
+    c[b.key] = b.value >= 0 ? b.value : c["num_attention_heads"].get<int>() + 1;
+    write_json(d + "/config.json", c);
+    expect_error(d, {b.expect});
+  }
+}
+
 TEST(ConvertErrors, UnusedTensor) {
   CHECKPOINT(d, "mixtral");
   const std::string p = d + "/model.safetensors";
@@ -221,7 +249,7 @@ TEST(ConvertErrors, ExpertShapesDiffer) {
 TEST(ConvertErrors, HeadsDoNotDivideQ) {
   CHECKPOINT(d, "mixtral");
   json c = read_json(d + "/config.json");
-  c["num_attention_heads"] = 3;
+  c["num_attention_heads"] = 6;  // a multiple of the key/value heads, but not of the q_proj rows
   write_json(d + "/config.json", c);
   expect_error(d, {"q_proj", "heads"});
 }
