@@ -21,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "lynx/error.h"
 #include "lynx/quantize.h"
+#include "util/file.h"
 
 namespace lynx {
 namespace convert {
@@ -562,8 +563,8 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   if (!fs::exists(cfg_path)) throw Error(hf_dir + ": no config.json");
   nlohmann::json j;
   try {
-    std::ifstream in(cfg_path);
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(
+        util::read_file_bounded(cfg_path.string(), 64 * util::kMiB, "config"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(cfg_path.string() + ": not valid JSON: " + e.what());
   }

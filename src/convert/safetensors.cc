@@ -17,6 +17,7 @@
 
 #include "lynx/error.h"
 #include "lynx/gguf.h"
+#include "util/file.h"
 
 namespace lynx::convert {
 namespace fs = std::filesystem;
@@ -179,8 +180,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   if (fs::exists(idx)) {
     json j;
     try {
-      std::ifstream in(idx);
-      j = json::parse(in);
+      j = json::parse(util::read_file_bounded(idx.string(), 256 * util::kMiB, "index"));
     } catch (const json::exception& e) {
       throw Error(idx.string() + ": not valid JSON: " + e.what());
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lynx/error.h"
+#include "util/file.h"
 
 namespace lynx::convert {
 namespace fs = std::filesystem;
@@ -22,21 +23,20 @@ namespace {
 
 constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
 
+// tokenizer.json of the largest vocabularies is tens of MiB.
+constexpr uint64_t kMaxTokenizerFile = 1 * util::kGiB;
+
 json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw Error(p.string() + ": cannot open");
+  const std::string text = util::read_file_bounded(p.string(), kMaxTokenizerFile, "tokenizer");
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw Error(p.string() + ": not valid JSON: " + e.what());
   }
 }
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return util::read_file_bounded(p.string(), kMaxTokenizerFile, "tokenizer");
 }
 
 bool looks_special(const std::string& t) {

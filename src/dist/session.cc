@@ -7,16 +7,13 @@
 
 #include "dist/handshake.h"
 #include "lynx/gguf.h"
+#include "util/file.h"
 
 namespace lynx::dist {
 namespace {
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open placement file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return util::read_file_bounded(path, 256 * util::kMiB, "placement file");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "lynx/error.h"
 #include "lynx/gguf.h"
+#include "util/file.h"
 
 namespace lynx {
 namespace {
@@ -28,7 +29,7 @@ bool ends_with(const std::string& s, const char* suf) {
 // Legacy reader over a byte buffer, every read bounds-checked.
 struct ByteReader {
   const std::string& path;
-  const std::vector<char>& buf;
+  const std::string& buf;
   size_t pos = 0;
   template <typename T>
   T get(const char* what) {
@@ -47,7 +48,7 @@ struct ByteReader {
   }
 };
 
-Imatrix read_legacy(const std::string& path, const std::vector<char>& buf) {
+Imatrix read_legacy(const std::string& path, const std::string& buf) {
   ByteReader r{path, buf};
   const int32_t n_entries = r.get<int32_t>("entry count");
   if (n_entries < 1) throw Error(path + ": not an imatrix file (no entries)");
@@ -172,9 +173,9 @@ std::vector<float> Imatrix::importance(const std::string& name, int64_t mat, int
 }
 
 Imatrix read_imatrix(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the imatrix file");
-  std::vector<char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Legacy files hold one float per column and expert of every matrix: a few GiB at most
+  // for the largest released models.
+  const std::string buf = util::read_file_bounded(path, 16 * util::kGiB, "imatrix file");
   if (buf.size() >= 4) {
     uint32_t magic;
     std::memcpy(&magic, buf.data(), 4);

@@ -35,10 +35,12 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 
 #include "routing/cover_greedy.h"
 #include "routing/gating.h"
 #include "routing/policies.h"
+#include "util/file.h"
 
 namespace lynx::routing {
 namespace {
@@ -63,8 +65,9 @@ struct ExpertSimilarity {
 };
 
 std::shared_ptr<const ExpertSimilarity> read_similarity(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error("routing spec 'subst': cannot open similarity file '" + path + "'");
+  // Text: n_layer x n x n numbers (256 experts x 100 layers is under 100 MiB).
+  std::istringstream f(
+      util::read_file_bounded(path, 1 * util::kGiB, "routing spec 'subst': similarity file"));
   std::string magic, w_layers, w_experts;
   int version = 0, n_layer = 0, n = 0;
   f >> magic >> version >> w_layers >> n_layer >> w_experts >> n;

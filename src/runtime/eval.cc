@@ -10,6 +10,7 @@
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
+#include "util/file.h"
 
 namespace lynx {
 namespace {
@@ -285,11 +286,8 @@ std::vector<EvalDocument> read_eval_documents(const std::string& dir) {
   std::sort(files.begin(), files.end());
   std::vector<EvalDocument> docs;
   for (const auto& p : files) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (!f && !f.eof()) throw Error("eval data: cannot read " + p.string());
-    docs.push_back({p.filename().string(), ss.str()});
+    docs.push_back(
+        {p.filename().string(), util::read_file_bounded(p.string(), 1 * util::kGiB, "eval data")});
   }
   if (docs.empty()) throw Error("eval data: no documents in '" + dir + "'");
   return docs;

@@ -42,7 +42,7 @@ TEST(HostileCli, NonsenseFlagsExitTwoWithAMessage) {
       {gen + "-n 0", "--n-predict"},
       {gen + "-B 0", "--parallel"},
       {gen + "-c 0", "--ctx"},
-      {gen + "--routing ''", "no routing policy"},
+      {gen + "--routing ''", "empty value"},
       {gen + "--routing ';'", "no routing policy"},
       {gen + "--routing nosuch", "nosuch"},
       {gen + "--routing static-k:k=65", "static-k"},
@@ -68,7 +68,7 @@ TEST(HostileCli, NonsenseFlagsExitTwoWithAMessage) {
       {"loadgen --prompt-len nan --url http://127.0.0.1:9", "--prompt-len"},
       {"logits -m " + kModel + " --tokens 1,99999", "99999"},
       {"logits -m " + kModel + " --tokens 1 -t -1", "--threads"},
-      {"logits -m " + kModel + " --tokens 1 --routing ''", "no routing policy"},
+      {"logits -m " + kModel + " --tokens 1 --routing ''", "empty value"},
       {"tokenize -m " + kModel + " -f " + kTmp, "directory"},
       {"tokenize -m " + kModel + " -p x --bench --reps 0", "--reps"},
       {"synth --shape tiny-moe --router-std nan -o " + kTmp + "/x.gguf", "--router-std"},
@@ -219,6 +219,87 @@ while time.time() < end and not os.path.exists(sys.argv[1] + '.stop'): s.handle_
   EXPECT_EQ(r.code(), 0) << r.out;
   EXPECT_NE(r.out.find("cannot start a thread"), std::string::npos) << r.out;
 #endif
+}
+
+// Issue 29, item 8: an empty value is refused, never taken as 0 or "" (which meant the
+// default, or any port, or all cores); a negative or too large unsigned value does not wrap.
+TEST(HostileCli, EmptyNegativeAndHugeValuesExitTwo) {
+  std::filesystem::create_directories(kTmp);
+  const std::string gen = "generate -m " + kModel + " -p hi -n 2 ";
+  const std::vector<Case> cases = {
+      {gen + "-t ''", "--threads: '' is not an integer"},
+      {gen + "--seed ''", "--seed: an empty value"},
+      {gen + "--seed -1", "must not be negative"},
+      {gen + "--seed 18446744073709551616", "out of range"},
+      {gen + "--seed 99999999999999999999999", "out of range"},
+      {gen + "-n ''", "--n-predict"},
+      {gen + "--temp ''", "--temp"},
+      {"quantize " + kModel + " " + kTmp + "/q.gguf Q8_0 -t -1", "--threads"},
+      {"quantize " + kModel + " " + kTmp + "/q.gguf Q8_0 -t ''", "--threads"},
+      {"synth --shape tiny-moe --layers 1 -o ''", "empty value"},
+      {"tokenize -m " + kModel + " -p ''", "empty value"},
+      {"route-sim --routing topk --seed -5", "must not be negative"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    const auto r = run_cli(c.args, "timeout 60 ");
+    EXPECT_EQ(r.code(), 2) << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
+  }
+  // The largest seed is a seed, not an error.
+  const auto ok = run_cli(gen + "--seed 18446744073709551615 --temp 0.5 -q");
+  EXPECT_EQ(ok.code(), 0) << ok.out;
+}
+
+// Issue 29, item 3: every file input is a regular file of bounded size. /dev/zero, a FIFO
+// without a writer and /dev/stdin on a pipe used to be read until memory ran out (or to
+// block for ever); each is now refused at once.
+TEST(HostileCli, DevicesFifosAndPipesAreNotRead) {
+  std::filesystem::create_directories(kTmp);
+  const std::string fifo = kTmp + "/fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string gen = "generate -m " + kModel + " -p hi -n 2 ";
+  for (const std::string& bad : {std::string("/dev/zero"), fifo, std::string("/dev/stdin")}) {
+    const std::vector<std::string> cmds = {
+        gen + "-f " + bad,
+        "tokenize -m " + kModel + " -f " + bad,
+        "bench -m " + kModel + " --batch 1 --prompt-file " + bad,
+        gen + "--routing subst:sim=" + bad,
+        "quantize " + kModel + " " + kTmp + "/q.gguf Q8_0 --imatrix " + bad,
+        "route-sim --routing topk -m " + kModel + " --placement-file " + bad + " --ranks 2",
+    };
+    for (const auto& cmd : cmds) {
+      SCOPED_TRACE(cmd);
+      // `yes |` makes /dev/stdin an endless pipe; `timeout` ends a regression instead of
+      // hanging the suite.
+      const auto r = run_cli(cmd, "yes 2>/dev/null | timeout 60 ");
+      EXPECT_TRUE(r.code() == 1 || r.code() == 2) << r.out;
+      EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+    }
+  }
+  std::filesystem::remove(fifo);
+}
+
+// The text generate printed for sequence 0 (from "[0] " to the summary table).
+std::string generated_text(const std::string& out) {
+  const size_t b = out.find("[0] ");
+  if (b == std::string::npos) return {};
+  return out.substr(b, out.find("\nrouting ", b) - b);
+}
+
+// Issue 29, item 1: a tiny positive temperature samples the greedy tokens.
+TEST(HostileCli, TinyTemperatureIsGreedy) {
+  const std::string gen = "generate -m " + kModel + " -p 'The cat' -n 12 --ignore-eos ";
+  const auto greedy = run_cli(gen + "--temp 0");
+  ASSERT_EQ(greedy.code(), 0) << greedy.out;
+  for (const char* t : {"1e-38", "1e-39", "1e-45"}) {
+    SCOPED_TRACE(t);
+    const auto r = run_cli(gen + "--temp " + t + " --seed 5");
+    ASSERT_EQ(r.code(), 0) << r.out;
+    EXPECT_EQ(generated_text(r.out), generated_text(greedy.out));
+    EXPECT_FALSE(generated_text(r.out).empty()) << r.out;
+  }
 }
 
 // --help still exits 0 (the mapping of parse errors to 2 leaves it alone).

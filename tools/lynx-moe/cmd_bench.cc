@@ -51,8 +51,7 @@ constexpr std::string_view kBf16Suffix = " +bf16-acts";
 using PromptList = std::vector<std::vector<int32_t>>;
 
 PromptList read_prompt_file(const std::string& path, int n_vocab, int prompt, int max_batch) {
-  std::ifstream f(path);
-  if (!f) throw Error("cannot open --prompt-file " + path);
+  std::istringstream f(read_text_file(path, "--prompt-file"));
   PromptList out;
   for (std::string line; std::getline(f, line);) {
     if (line.find_first_not_of(" \t\r,") == std::string::npos) continue;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/convert.h"
 #include "lynx/quantize.h"
 
@@ -33,7 +34,8 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--name", args->name, "general.name (default: the directory's name)");
   cmd->add_flag("--mla-split", args->mla_split,
                 "DeepSeek: write attn_k_b / attn_v_b (newer llama.cpp) instead of attn_kv_b");
-  cmd->add_option("-t,--threads", args->threads, "Threads converting the rows of a tensor");
+  cmd->add_option("-t,--threads", args->threads, "Threads converting the rows of a tensor")
+      ->check(int_in(1, kMaxThreads));
   cmd->add_flag("-q,--quiet", args->quiet, "No per-tensor progress lines");
   cmd->callback([args] {
     const auto t0 = std::chrono::steady_clock::now();

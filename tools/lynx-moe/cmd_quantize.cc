@@ -5,6 +5,7 @@
 #include <map>
 
 #include "commands.h"
+#include "common.h"
 #include "lynx/quantize.h"
 
 namespace lynx::cli {
@@ -26,7 +27,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--imatrix", args->imatrix,
                   "Importance matrix (lynx-moe imatrix or llama-imatrix; GGUF or legacy .dat) "
                   "weighting the error of the K-quants, IQ4_NL/IQ4_XS and Q4_0..Q5_1");
-  cmd->add_option("-t,--threads", args->threads, "Threads quantizing the rows of a tensor");
+  cmd->add_option("-t,--threads", args->threads, "Threads quantizing the rows of a tensor")
+      ->check(int_in(1, kMaxThreads));
   cmd->add_flag("-q,--quiet", args->quiet, "No per-tensor progress lines");
   cmd->callback([args] {
     const auto t0 = std::chrono::steady_clock::now();

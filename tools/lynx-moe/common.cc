@@ -18,6 +18,7 @@
 #include "kernels/matmul_bf16.h"
 #include "lynx/error.h"
 #include "routing/policies.h"
+#include "util/file.h"
 
 namespace lynx::cli {
 
@@ -84,17 +85,50 @@ void check_specs_fit(const std::vector<std::string>& specs, const Model& model,
   }
 }
 
-std::string read_text_file(const std::string& path, const std::string& flag) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw UsageError(flag + ": '" + path + "' is a directory, not a file");
+namespace {
+
+// The value check harden_options adds; `type` is CLI11's type name of the option.
+std::string check_value(const std::string& v, const std::string& type) {
+  if (v.empty()) return "an empty value is not allowed";
+  const bool is_uint = type.rfind("UINT", 0) == 0, is_int = !is_uint && type.rfind("INT", 0) == 0;
+  if (!is_uint && !is_int) return {};
+  const size_t b = v.find_first_not_of(" \t");
+  if (b == std::string::npos) return "an empty value is not allowed";
+  if (is_uint && v[b] == '-') return "must not be negative (got " + v + ")";
+  // CLI11 converts with strtoull/strtoll, which saturate silently out of range.
+  errno = 0;
+  char* end = nullptr;
+  if (is_uint) {
+    (void)std::strtoull(v.c_str(), &end, 0);
+  } else {
+    (void)std::strtoll(v.c_str(), &end, 0);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(flag + ": cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(flag + ": cannot read '" + path + "'");
-  return ss.str();
+  if (errno == ERANGE) return "is out of range (got " + v + ")";
+  return {};
+}
+
+void harden(CLI::App* app) {
+  for (CLI::Option* opt : app->get_options()) {
+    if (opt->get_type_size_max() == 0) continue;  // a flag without a value
+    const std::string type = opt->get_type_name();
+    opt->check(
+        CLI::Validator([type](std::string& v) { return check_value(v, type); }, "", "value"));
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) harden(sub);
+}
+
+}  // namespace
+
+void harden_options(CLI::App& app) {
+  harden(&app);
+}
+
+std::string read_text_file(const std::string& path, const std::string& flag) {
+  try {
+    return util::read_file_bounded(path, kMaxTextFile, flag);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {

@@ -21,6 +21,13 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// Rules every option of every command follows, added after the commands are registered:
+// an empty value is refused (CLI11 would store 0 or "" for it, so `--port ''` meant "any
+// port" and `--api-key "$UNSET"` no key), and an integer value must be written in range
+// (CLI11's own conversion lets "-1" wrap to 2^64-1 for unsigned options and saturates
+// out-of-range numbers).
+void harden_options(CLI::App& app);
+
 // A floating-point flag in [lo, hi] (open at lo when lo_open). Unlike CLI::Range it rejects
 // NaN, and infinities unless allow_inf.
 CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool allow_inf = false);
@@ -37,8 +44,11 @@ std::vector<std::string> routing_specs(const std::string& value, const std::stri
 void check_specs_fit(const std::vector<std::string>& specs, const Model& model,
                      const std::string& flag);
 
-// The whole content of a regular file (a directory or a device is a UsageError naming `flag`;
-// a read error a lynx::Error).
+// Text inputs named on the command line (prompts, documents, CSV, JSON) are at most this big.
+constexpr uint64_t kMaxTextFile = uint64_t(1) << 30;
+// The whole content of a regular file of at most kMaxTextFile bytes: anything else (a
+// directory, a device such as /dev/zero, a FIFO, /dev/stdin, a larger file) or a read error is
+// a UsageError naming `flag`.
 std::string read_text_file(const std::string& path, const std::string& flag);
 
 // Adds --exact-acts (ContextOptions::exact_activations) to a command that creates a Context.

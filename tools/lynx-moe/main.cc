@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   lynx::cli::register_loadgen(app);
   lynx::cli::register_eval(app);
   lynx::cli::register_calibrate(app);
+  lynx::cli::harden_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
