@@ -89,8 +89,13 @@ struct ServerOptions {
 
 // Reads an API key from a file (the first line, trailing whitespace removed), so that it
 // need not appear on a command line where `ps` shows it. Throws lynx::Error when the file
-// cannot be read or holds no key.
+// is not a regular file of at most 64 KiB, cannot be read, or holds no usable key.
 std::string read_api_key_file(const std::string& path);
+
+// Throws lynx::Error (naming `source`, e.g. "LYNX_API_KEY") when `key` cannot work as a bearer
+// token: empty (which would turn authentication off), only whitespace, whitespace at either
+// end or control bytes (which no client can send in a header, so every client is locked out).
+void check_api_key(const std::string& key, const std::string& source);
 
 class Server {
  public:

@@ -10,6 +10,8 @@
 // that is an error event before [DONE].
 #include "lynx/server.h"
 
+#include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -21,6 +23,7 @@
 #include "server/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "util/file.h"
 
 namespace lynx {
 
@@ -337,13 +340,31 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
   };
 }
 
+void check_api_key(const std::string& key, const std::string& source) {
+  if (key.empty()) {
+    throw Error(source + " is empty: give a key, or leave it out to serve without one");
+  }
+  if (std::all_of(key.begin(), key.end(), [](char c) { return std::isspace(uint8_t(c)); })) {
+    throw Error(source + " holds only whitespace: no client could send that key");
+  }
+  // An HTTP header value loses its leading and trailing whitespace and cannot carry control
+  // bytes, so such a key would lock every client out.
+  if (std::isspace(uint8_t(key.front())) || std::isspace(uint8_t(key.back()))) {
+    throw Error(source + " begins or ends with whitespace, which no client can send");
+  }
+  for (const char c : key) {
+    if (uint8_t(c) < 0x20 || c == 0x7f) {
+      throw Error(source + " holds a control character, which no client can send");
+    }
+  }
+}
+
 std::string read_api_key_file(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a key file");
-  std::ifstream f(path);
-  std::string key;
-  if (!f || !std::getline(f, key)) throw Error(path + ": cannot read an API key");
+  std::string text = util::read_file_bounded(path, 64 * util::kKiB, "API key file");
+  std::string key = text.substr(0, text.find('\n'));
   while (!key.empty() && std::isspace(uint8_t(key.back()))) key.pop_back();
   if (key.empty()) throw Error(path + ": the API key file is empty");
+  check_api_key(key, "the API key in " + path);
   return key;
 }
 

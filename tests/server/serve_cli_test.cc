@@ -14,6 +14,8 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -52,6 +54,14 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
       {"--slo-window 0", "--slo-window"},
       {"--accuracy-budget -0.5", "--accuracy-budget"},
       {"--api-key a --api-key-file /dev/null", "API key"},
+      // Issue 29: an empty value never means "the default" (here: any port, no key), and
+      // a key no client could send is refused instead of locking every client out.
+      {"--port ''", "empty value"},
+      {"--api-key ''", "empty value"},
+      {"--api-key '   '", "whitespace"},
+      {"--api-key ' k'", "whitespace"},
+      {"--accuracy-budget -1", "--accuracy-budget"},
+      {"--api-key-file /dev/zero", "not a regular file"},
   };
   for (const auto& [flags, name] : cases) {
     const CliRun r = run_cli("serve -m " + kModel + " " + flags);
@@ -61,6 +71,18 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
   const CliRun r = run_cli("serve -m " + kModel + " --port 0 --api-key-file /nonexistent/key");
   EXPECT_NE(r.code(), 0) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/key"), std::string::npos) << r.out;
+  // An empty or blank LYNX_API_KEY is a key source that would turn authentication off.
+  for (const char* env : {"LYNX_API_KEY= ", "LYNX_API_KEY='  ' "}) {
+    const CliRun e =
+        run_cli("serve -m " + kModel + " --port 0", std::string("timeout 60 env ") + env);
+    EXPECT_EQ(e.code(), 2) << env << ": " << e.out;
+    EXPECT_NE(e.out.find("LYNX_API_KEY"), std::string::npos) << env << ": " << e.out;
+  }
+  const std::string blank = std::string(LYNX_BINARY_DIR) + "/serve_cli_blank_key";
+  { std::ofstream(blank) << "  \t\n"; }
+  const CliRun b = run_cli("serve -m " + kModel + " --port 0 --api-key-file " + blank);
+  EXPECT_EQ(b.code(), 2) << b.out;
+  EXPECT_NE(b.out.find("empty"), std::string::npos) << b.out;
 }
 
 int connect_to(int port) {
@@ -149,6 +171,51 @@ TEST(ServeCli, SecondSignalExitsAtOnce) {
   client.join();
   EXPECT_EQ(code, 128 + SIGTERM) << c.log;
   EXPECT_NE(c.log.find("second signal"), std::string::npos) << c.log;
+}
+
+// SIGHUP drains like SIGTERM (the stream in flight ends with [DONE], exit 0); SIGUSR1 and
+// SIGUSR2, whose default action kills a process, are ignored (issue 29).
+TEST(ServeCli, HangupDrainsAndUserSignalsAreIgnored) {
+  ServeChild c({"serve", "-m", tiny_model(), "--port", "0", "--shutdown-timeout", "120", "-t", "1"},
+               "");
+  ASSERT_GT(c.port, 0) << c.log;
+  std::atomic<int> events{0};
+  std::mutex mu;
+  std::string body;
+  std::thread client([&] {
+    httplib::Client http("127.0.0.1", c.port);
+    http.set_read_timeout(120);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"long","max_tokens":48,"ignore_eos":true,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(mu);
+      body.append(d, n);
+      ++events;
+      return true;
+    };
+    http.send(req);
+  });
+  ASSERT_TRUE(eventually([&] { return events > 0; }, 60000));
+  kill(c.pid, SIGUSR1);
+  kill(c.pid, SIGUSR2);
+  ASSERT_TRUE(eventually(
+      [&] {
+        c.pump();
+        return c.log.find("ignored") != std::string::npos;
+      },
+      20000))
+      << c.log;
+  EXPECT_EQ(c.wait_exit(300), -1) << "a user signal ended serve: " << c.log;
+  kill(c.pid, SIGHUP);
+  const int code = c.wait_exit(120000);
+  client.join();
+  EXPECT_EQ(code, 0) << c.log;
+  EXPECT_NE(c.log.find("received SIGHUP"), std::string::npos) << c.log;
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
 }
 
 // loadgen's JSON has one record per request (arrival, lengths, status, TTFT, TPOT), so runs

@@ -5,11 +5,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <thread>
 
@@ -47,7 +49,7 @@ void check_seconds(const char* flag, double v, double lo, double hi) {
 }
 
 // Every serve flag with a range: nonsense is refused before the model is loaded.
-void validate(const ServerOptions& o, int api_key_sources) {
+void validate(const ServerOptions& o, int api_key_sources, bool budget_given) {
   if (o.model_path.empty()) bad_flag("--model: must name a GGUF file");
   if (o.host.empty()) bad_flag("--host: must not be empty");
   check_int("--port", o.port, 0, 65535);
@@ -71,8 +73,8 @@ void validate(const ServerOptions& o, int api_key_sources) {
   }
   check_int("--slo-window", o.slo_window_steps, 1, 1000000);
   check_int("--slo-tail", o.slo_tail_requests, 0, 1000000);
-  if (!(o.accuracy_budget_pct >= 0 && o.accuracy_budget_pct <= 1e6) &&
-      o.accuracy_budget_pct != -1) {
+  // No budget is the option left out (the default -1), never a value given.
+  if (budget_given && !(o.accuracy_budget_pct >= 0 && o.accuracy_budget_pct <= 1e6)) {
     bad_flag("--accuracy-budget: must be a percentage >= 0 (e.g. 0.5 for +0.5% perplexity)");
   }
   if (api_key_sources > 1) {
@@ -116,6 +118,19 @@ constexpr double kEpKilledGrace_s = 0.5;
     std::_Exit(1);  // the runtime ends the others already; MPI_Abort would race it
   }
   ep.abort(1);
+}
+
+const char* sigabbrev(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
 }
 
 }  // namespace
@@ -185,18 +200,18 @@ void register_serve(CLI::App& app) {
                   "Seconds a keep-alive connection may wait for its next request");
   auto ep_flags = std::make_shared<EpFlags>();
   add_ep_flags(cmd, ep_flags.get());
-  cmd->callback([o, trace, key_file, ep_flags, tpot_ms, bf16_acts] {
+  cmd->callback([cmd, o, trace, key_file, ep_flags, tpot_ms, bf16_acts] {
     o->tpot_slo_s = *tpot_ms / 1e3;
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
     // starts threads of its own) and taken synchronously with sigwait below: no handler, no
     // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
+    // SIGHUP (the terminal or the ssh session went away) drains like SIGTERM; SIGUSR1 and
+    // SIGUSR2, whose default action would kill the process and cut every stream, are taken
+    // and ignored (under expert parallelism SIGUSR1 is how a failed collective, from any
+    // thread, wakes the wait below).
     sigset_t sigs;
     sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    // Under expert parallelism, SIGUSR1 is how a failed collective (any thread) wakes the
-    // wait below.
-    if (ep_flags->on) sigaddset(&sigs, SIGUSR1);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&sigs, s);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     check_bf16_acts_combo(*bf16_acts, ep_flags->on);
     // The mode reaches the engine's context through the options hook (expert parallelism,
@@ -207,14 +222,22 @@ void register_serve(CLI::App& app) {
     }
     o->extra_metrics = [on = *bf16_acts] { return bf16_acts_metrics(on); };
     ExpertParallel::run(*ep_flags, [&](ExpertParallel& ep) {
+      // A key source that is present but empty (`--api-key "$KEY"` with KEY unset, or
+      // LYNX_API_KEY="") is refused: serving without authentication must be asked for by
+      // leaving every source out, never by an empty value.
       const char* env_key = std::getenv("LYNX_API_KEY");
-      const bool has_env = env_key && *env_key;
-      validate(*o, int(!o->api_key.empty()) + int(!key_file->empty()) + int(has_env));
-      if (!key_file->empty()) {
-        o->api_key = read_api_key_file(*key_file);
-      } else if (has_env) {
-        o->api_key = env_key;
+      const bool has_env = env_key != nullptr;
+      const bool has_flag = cmd->count("--api-key") > 0;
+      validate(*o, int(has_flag) + int(!key_file->empty()) + int(has_env),
+               cmd->count("--accuracy-budget") > 0);
+      try {
+        if (has_flag) check_api_key(o->api_key, "--api-key");
+        if (has_env) check_api_key(env_key, "LYNX_API_KEY");
+        if (!key_file->empty()) o->api_key = read_api_key_file(*key_file);
+      } catch (const Error& e) {
+        throw UsageError(e.what());
       }
+      if (has_env) o->api_key = env_key;
       if (!trace->empty()) {
         auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
         o->configure_context = [path = *trace, replay](Context& ctx) {
@@ -282,7 +305,10 @@ void register_serve(CLI::App& app) {
       int sig = 0;
       for (;;) {
         sig = sigwaitinfo(&sigs, &info);
-        if (sig == SIGINT || sig == SIGTERM || (sig == SIGUSR1 && ep_failed)) break;
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || (sig == SIGUSR1 && ep_failed)) {
+          break;
+        }
+        if (sig == SIGUSR1 || sig == SIGUSR2) o->log(std::string(strsignal(sig)) + ": ignored");
       }
       if (sig == SIGUSR1) end_after_failure(ep, *o, kEpFailGrace_s);
       if (ep.on() && info.si_code == SI_USER && info.si_pid == getppid()) {
@@ -297,8 +323,8 @@ void register_serve(CLI::App& app) {
         ep.interrupt(why);
         end_after_failure(ep, *o, kEpKilledGrace_s, true);
       }
-      o->log(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-             ", shutting down (a second signal exits at once)");
+      o->log(std::string("received ") + sigabbrev(sig) +
+             ", shutting down (a second SIGINT, SIGTERM or SIGHUP exits at once)");
       // The graceful stop runs beside this thread, which keeps listening: a second signal, or
       // the stop overrunning its documented bound, ends the process without waiting.
       std::atomic<bool> done{false};
@@ -308,9 +334,17 @@ void register_serve(CLI::App& app) {
         kill(getpid(), SIGTERM);  // wakes the wait below
       });
       const double bound = o->shutdown_timeout_s + Server::kShutdownSlack_s;
-      timespec ts{time_t(bound), long((bound - double(time_t(bound))) * 1e9)};
+      const double deadline = now_seconds() + bound;
       int again;
-      while ((again = sigtimedwait(&sigs, nullptr, &ts)) < 0 && errno == EINTR) {
+      for (;;) {
+        const double left = std::max(0.0, deadline - now_seconds());
+        timespec ts{time_t(left), long((left - double(time_t(left))) * 1e9)};
+        again = sigtimedwait(&sigs, nullptr, &ts);
+        if (again < 0 && errno == EINTR) continue;
+        // The user signals stay ignored while draining (the stopper's own SIGTERM and a
+        // failed collective's SIGUSR1 still end the wait).
+        if (again == SIGUSR2 || (again == SIGUSR1 && !ep_failed)) continue;
+        break;
       }
       if (again == SIGUSR1 && ep_failed) {
         // A peer failed during the graceful stop: the stop cannot finish (the steps cannot).
