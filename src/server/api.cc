@@ -89,8 +89,9 @@ int64_t get_int(const json& body, const char* key, int64_t lo, int64_t hi, int64
                         ? INT64_MAX
                         : v->get<int64_t>();
   if (x < lo || x > hi) {
+    // The value as the client wrote it: a huge unsigned one is not INT64_MAX (or -1).
     bad_value(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                       " (got " + std::to_string(x) + ")");
+                       " (got " + v->dump() + ")");
   }
   return x;
 }
@@ -359,7 +360,13 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
   if (p.sampling.top_k < 0) p.sampling.top_k = 0;  // vLLM's -1 = off
   const json* seed = field(body, "seed");
   if (seed && !seed->is_number_integer()) bad_type("seed", "an integer");
-  p.sampling.seed = seed ? seed->get<uint64_t>() : std::random_device{}();
+  // -1 is llama-server's "a random seed"; other negative seeds would wrap to 2^64 - n.
+  if (seed && !seed->is_number_unsigned() && seed->get<int64_t>() < -1) {
+    bad_value("seed",
+              "must be between -1 (random) and 18446744073709551615 (got " + seed->dump() + ")");
+  }
+  p.sampling.seed =
+      seed && seed->is_number_unsigned() ? seed->get<uint64_t>() : std::random_device{}();
 
   if (const json* v = field(body, "stop")) {
     if (v->is_string()) {

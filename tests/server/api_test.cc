@@ -125,6 +125,8 @@ TEST(ParseCompletion, RejectsBadInputNamingTheField) {
       {R"({"prompt":"a","stop":[""]})", "stop", "invalid_value"},
       {R"({"prompt":"a","n":9})", "n", "invalid_value"},
       {R"({"prompt":"a","seed":"1"})", "seed", "invalid_type"},
+      {R"({"prompt":"a","seed":-2})", "seed", "invalid_value"},
+      {R"({"prompt":"a","max_tokens":18446744073709551615})", "max_tokens", "invalid_value"},
       {R"({"prompt":"a","model":"gpt-4"})", "model", "model_not_found"},
       {R"({"prompt":"a","routing":"lynx"})", "routing", "invalid_value"},
       {R"({"prompt":"a","echo":true})", "echo", "invalid_value"},
@@ -155,6 +157,23 @@ TEST(ParseCompletion, RejectsBadInputNamingTheField) {
         R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})"}) {
     EXPECT_THROW(parse_completion(body, true, m), ApiError) << body;
   }
+}
+
+// A value out of range is quoted as the client sent it (2^64 - 1 used to read as -1 or
+// INT64_MAX); seed -1 is llama-server's "random", a huge seed is a seed.
+TEST(ParseCompletion, OutOfRangeValuesAreQuotedAsSent) {
+  const ApiModel m = fx().api();
+  try {
+    parse_completion(R"({"prompt":"a","max_tokens":18446744073709551615})", false, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("got 18446744073709551615"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(parse_completion(R"({"prompt":"a","seed":-1})", false, m));
+  EXPECT_EQ(
+      parse_completion(R"({"prompt":"a","seed":18446744073709551615})", false, m).sampling.seed,
+      18446744073709551615u);
 }
 
 // Every field of both endpoints, and every part inside content parts and response_format,
