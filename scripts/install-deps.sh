@@ -10,6 +10,7 @@ PKGS=(
   libpcre2-dev          # tokenizer pre-tokenizer regexes
   nlohmann-json3-dev    # JSON for the server, eval and bench output
   libcpp-httplib-dev    # HTTP server
+  libboost-dev          # Boost.Beast's HTTP/1.1 request parser (header-only)
   libcli11-dev          # command-line flags
   openmpi-bin libopenmpi-dev  # expert parallelism over MPI (src/dist, optional at build)
   clang libclang-rt-14-dev  # libFuzzer target for the GGUF reader

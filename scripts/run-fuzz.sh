@@ -27,3 +27,10 @@ printf '\x00{"prompt":"hi","max_tokens":4,"stop":["x"],"n":2,"seed":1}' >"$seeds
 printf '\x00{"prompt":[[104,105]],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}}' >"$seeds/ids"
 printf '\x01{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"response_format":{"type":"text"}}' >"$seeds/chat"
 run fuzz_request 4096 "-dict=fuzz/request.dict" "$seeds"/*
+# The server's HTTP request parsing, seeded with raw requests (pipelined, chunked, HTTP/1.0);
+# byte 0 sets the slice size the input is also fed in.
+printf '\x07GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n' >"$seeds/http-get"
+printf '\x01POST /v1/completions HTTP/1.1\r\nContent-Length: 14\r\nExpect: 100-continue\r\n\r\n{"prompt":"a"}' >"$seeds/http-cl"
+printf '\x03POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: 1\r\n\r\n' >"$seeds/http-chunked"
+printf '\x40GET / HTTP/1.0\r\nConnection: keep-alive\r\nX-A: a\tb\r\n\r\n' >"$seeds/http-10"
+run fuzz_http 4096 "-dict=fuzz/http.dict" "$seeds"/http-*

@@ -1,7 +1,6 @@
-// The server's HTTP/1.1 layer (see http.h for why it is ours and how it is organised).
-// Request syntax follows RFC 9112 (request line, header fields, chunked transfer coding);
-// what it does not need (trailers' contents, chunk extensions, absolute-form targets) is
-// read and ignored.
+// The server's HTTP/1.1 layer (see http.h for why it is ours and how it is organised). Requests
+// are parsed by HttpRequestParser (http_parse.h, on Boost.Beast); this file does the sockets,
+// the deadlines and the workers.
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -20,6 +19,7 @@
 #include <cstring>
 
 #include "lynx/error.h"
+#include "server/http_parse.h"
 
 namespace lynx::server {
 namespace {
@@ -34,17 +34,6 @@ bool iequals(std::string_view a, std::string_view b) {
     if (std::tolower(uint8_t(a[i])) != std::tolower(uint8_t(b[i]))) return false;
   }
   return true;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
-
-bool is_token_char(char c) {
-  return std::isalnum(uint8_t(c)) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
 const char* reason(int status) {
@@ -119,17 +108,15 @@ std::string HttpRequest::header(std::string_view name) const {
 // A connection, owned by one thread at a time: the reader while it waits for a request, a
 // worker while it answers.
 struct HttpServer::Conn {
+  explicit Conn(const HttpLimits& limits) : parser(limits) {}
   int fd = -1;
   std::string ip;
   std::string buf;  // received bytes not consumed yet
   enum class Phase { kHead, kBody, kLinger } phase = Phase::kHead;
-  double deadline = 0;  // of the current phase (or of the idle wait)
-  bool idle = false;    // keep-alive: no byte of the next request yet
-  size_t scanned = 0;   // bytes of buf searched for the end of the head
-  HttpRequest req;      // being read
-  bool chunked = false;
-  size_t content_length = 0;
-  bool in_trailers = false;
+  double deadline = 0;       // of the current phase (or of the idle wait)
+  bool idle = false;         // keep-alive: no byte of the next request yet
+  HttpRequestParser parser;  // the request being read
+  HttpRequest req;           // the request read, while it is answered
   bool keep_alive = true;
   // Counted against the connection limits; false for one refused at accept, which lingers
   // only to deliver its 429/503.
@@ -145,226 +132,37 @@ struct ParseError {
   std::string message;
 };
 
-// Parses the head in c.buf[0, end) (end just past the blank line) into c.req.
-bool parse_head(HttpServer::Conn& c, std::string_view head, const HttpLimits& lim,
-                ParseError& err) {
-  HttpRequest& r = c.req;
-  size_t at = 0;
-  auto next_line = [&](std::string_view& line) {
-    const size_t nl = head.find('\n', at);
-    if (nl == std::string_view::npos) return false;
-    line = head.substr(at, nl - at);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    at = nl + 1;
-    return true;
-  };
-  std::string_view line;
-  // RFC 9112 2.2: empty lines before the request line are ignored.
-  do {
-    if (!next_line(line)) {
-      err = {400, "malformed request line"};
-      return false;
-    }
-  } while (line.empty());
-  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 == sp1) {
-    err = {400, "malformed request line"};
-    return false;
-  }
-  r.method = std::string(line.substr(0, sp1));
-  r.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
-  r.version = std::string(line.substr(sp2 + 1));
-  if (r.method.empty() || !std::all_of(r.method.begin(), r.method.end(), is_token_char) ||
-      r.target.empty() || r.target.find(' ') != std::string::npos) {
-    err = {400, "malformed request line"};
-    return false;
-  }
-  if (r.version == "HTTP/1.0") {
-    r.http10 = true;
-  } else if (r.version != "HTTP/1.1") {
-    err = {505, "only HTTP/1.0 and HTTP/1.1 are served"};
-    return false;
-  }
-  r.path = r.target.substr(0, r.target.find('?'));
-  while (next_line(line) && !line.empty()) {
-    const size_t colon = line.find(':');
-    if (colon == 0 || colon == std::string_view::npos ||
-        !std::all_of(line.begin(), line.begin() + long(colon), is_token_char)) {
-      err = {400, "malformed header line"};
-      return false;
-    }
-    if (int(r.headers.size()) >= lim.max_headers) {
-      err = {431, "more than " + std::to_string(lim.max_headers) + " header lines"};
-      return false;
-    }
-    r.headers.emplace_back(std::string(line.substr(0, colon)),
-                           std::string(trim(line.substr(colon + 1))));
-  }
-  // Framing (RFC 9112 6.1-6.3): a body is chunked or has one Content-Length; both at once is
-  // the classic request-smuggling ambiguity and is refused.
-  const std::string te = r.header("Transfer-Encoding");
-  bool has_cl = false;
-  for (const auto& [k, v] : r.headers) {
-    if (!iequals(k, "Content-Length")) continue;
-    if (v.empty() || v.size() > 18 ||
-        !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      err = {400, "invalid Content-Length"};
-      return false;
-    }
-    const size_t n = std::stoull(v);
-    if (has_cl && n != c.content_length) {
-      err = {400, "conflicting Content-Length headers"};
-      return false;
-    }
-    has_cl = true;
-    c.content_length = n;
-  }
-  if (!te.empty()) {
-    if (!iequals(te, "chunked")) {
-      err = {501, "only the chunked transfer coding is supported"};
-      return false;
-    }
-    if (has_cl) {
-      err = {400, "both Transfer-Encoding and Content-Length"};
-      return false;
-    }
-    if (r.http10) {
-      err = {400, "chunked transfer coding in an HTTP/1.0 request"};
-      return false;
-    }
-    c.chunked = true;
-  }
-  if (c.content_length > lim.max_body) {
-    err = {413, "the request body is larger than " + std::to_string(lim.max_body) + " bytes"};
-    return false;
-  }
-  const std::string conn = r.header("Connection");
-  c.keep_alive = r.http10 ? iequals(conn, "keep-alive") : !iequals(conn, "close");
-  return true;
-}
-
-// Decodes as much of a chunked body as c.buf holds, from `pos`.
-Parse parse_chunked(HttpServer::Conn& c, size_t& pos, const HttpLimits& lim, ParseError& err) {
-  for (;;) {
-    const size_t nl = c.buf.find('\n', pos);
-    if (nl == std::string::npos) {
-      if (c.buf.size() - pos > 4096) {
-        err = {400, "malformed chunk size line"};
-        return Parse::kError;
-      }
-      return Parse::kNeedMore;
-    }
-    std::string_view line(c.buf.data() + pos, nl - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (c.in_trailers) {
-      pos = nl + 1;
-      if (line.empty()) return Parse::kDone;
-      continue;  // trailer fields are read and ignored; their size is bounded by max_body
-    }
-    line = line.substr(0, line.find(';'));  // chunk extensions are ignored
-    line = trim(line);
-    size_t size = 0;
-    if (line.empty() || line.size() > 8) {
-      err = {line.size() > 8 ? 413 : 400, "malformed or oversized chunk size"};
-      return Parse::kError;
-    }
-    for (char ch : line) {
-      if (!std::isxdigit(uint8_t(ch))) {
-        err = {400, "malformed chunk size"};
-        return Parse::kError;
-      }
-      size = size * 16 + size_t(std::isdigit(uint8_t(ch)) ? ch - '0' : std::tolower(ch) - 'a' + 10);
-    }
-    if (size == 0) {
-      c.in_trailers = true;
-      pos = nl + 1;
-      continue;
-    }
-    if (c.req.body.size() + size > lim.max_body) {
-      err = {413, "the request body is larger than " + std::to_string(lim.max_body) + " bytes"};
-      return Parse::kError;
-    }
-    const size_t data = nl + 1;
-    if (c.buf.size() < data + size + 1) return Parse::kNeedMore;
-    size_t end = data + size;
-    if (c.buf[end] == '\r') {
-      if (c.buf.size() < end + 2) return Parse::kNeedMore;
-      ++end;
-    }
-    if (c.buf[end] != '\n') {
-      err = {400, "chunk data not followed by CRLF"};
-      return Parse::kError;
-    }
-    c.req.body.append(c.buf, data, size);
-    pos = end + 1;
-  }
-}
-
 // Reads what c.buf holds of the current request; consumes the bytes it used.
 Parse parse(HttpServer::Conn& c, const HttpLimits& lim, double now, ParseError& err) {
-  size_t pos = 0;
-  Parse result = Parse::kNeedMore;
-  if (c.phase == HttpServer::Conn::Phase::kHead) {
-    // Searched incrementally (a head that trickles in byte by byte costs linear time) for
-    // the blank line that ends it; blank lines before the request line do not count.
-    size_t end = std::string::npos;
-    const size_t first = c.buf.find_first_not_of("\r\n");
-    if (first != std::string::npos) {
-      const size_t from = std::max(first, c.scanned > 3 ? c.scanned - 3 : size_t(0));
-      const size_t lf = c.buf.find("\n\n", from), crlf = c.buf.find("\n\r\n", from);
-      if (lf != std::string::npos) end = lf + 2;
-      if (crlf != std::string::npos && crlf + 3 < end) end = crlf + 3;
-    }
-    if (end == std::string::npos) {
-      c.scanned = c.buf.size();
-      const size_t lines = size_t(std::count(c.buf.begin(), c.buf.end(), '\n'));
-      if (c.buf.size() > lim.max_header_bytes || lines > size_t(lim.max_headers) + 2) {
-        err = {431, "request headers over " + std::to_string(lim.max_header_bytes) + " bytes or " +
-                        std::to_string(lim.max_headers) + " lines"};
-        return Parse::kError;
-      }
-      return Parse::kNeedMore;
-    }
-    if (end > lim.max_header_bytes) {
-      err = {431, "request headers over " + std::to_string(lim.max_header_bytes) + " bytes"};
-      return Parse::kError;
-    }
-    if (!parse_head(c, std::string_view(c.buf.data(), end), lim, err)) return Parse::kError;
-    pos = end;
+  const HttpRequestParser::Status st = c.parser.parse(c.buf);
+  if (st == HttpRequestParser::Status::kError) {
+    err = {c.parser.error_status(), c.parser.error_message()};
+    c.req.path = c.parser.take_request().path;  // for the metrics, when the head was read
+    return Parse::kError;
+  }
+  if (c.phase == HttpServer::Conn::Phase::kHead && c.parser.head_done()) {
     c.phase = HttpServer::Conn::Phase::kBody;
     c.deadline = now + lim.body_timeout_s;
     // A client that asked whether to send its body (curl does for large ones) is told to go
     // on; otherwise it waits a second before sending anyway.
-    const bool body_pending = c.chunked || c.buf.size() - pos < c.content_length;
-    if (!c.req.http10 && body_pending && iequals(c.req.header("Expect"), "100-continue")) {
+    if (st == HttpRequestParser::Status::kNeedMore && c.parser.expects_continue()) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       [[maybe_unused]] ssize_t n =
           ::send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   }
-  if (c.phase == HttpServer::Conn::Phase::kBody) {
-    if (c.chunked) {
-      result = parse_chunked(c, pos, lim, err);
-      if (result == Parse::kError) return result;
-    } else if (c.buf.size() - pos >= c.content_length) {
-      c.req.body.assign(c.buf, pos, c.content_length);
-      pos += c.content_length;
-      result = Parse::kDone;
-    }
-  }
-  c.buf.erase(0, pos);
-  c.scanned = 0;
-  return result;
+  if (st != HttpRequestParser::Status::kDone) return Parse::kNeedMore;
+  c.req = c.parser.take_request();
+  c.req.remote_ip = c.ip;
+  c.keep_alive = c.parser.keep_alive();
+  return Parse::kDone;
 }
 
 void reset_request(HttpServer::Conn& c) {
   c.req = HttpRequest{};
   c.req.remote_ip = c.ip;
+  c.parser.reset();
   c.phase = HttpServer::Conn::Phase::kHead;
-  c.scanned = 0;
-  c.chunked = false;
-  c.content_length = 0;
-  c.in_trailers = false;
   c.keep_alive = true;
 }
 
@@ -561,7 +359,7 @@ void HttpServer::accept_all() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto c = std::make_shared<Conn>();
+    auto c = std::make_shared<Conn>(limits_);
     c->fd = fd;
     c->ip = ip;
     reset_request(*c);

@@ -9,12 +9,21 @@
 // HTTP/1.0 clients. None of this can be configured from outside, so this file does the socket
 // work and the server keeps httplib for nothing but its tests' client.
 //
+// The socket work is ours; the request syntax is not. Requests are parsed by Boost.Beast's
+// `http::request_parser` (header-only, Debian's libboost-dev 1.74) fed with the bytes the
+// reader has buffered, through HttpRequestParser (http_parse.h), which adds the checks Beast
+// leaves to its user: header-line count, one Transfer-Encoding line ending in chunked and
+// never with Content-Length, "close" anywhere in a Connection list, no bare-LF line ends or
+// obsolete folding. (A hand-written parser here kept such defects: "Connection: keep-alive,
+// close" kept the connection, a second Transfer-Encoding line was ignored, NUL bytes in
+// header values were accepted; issue 29.)
+//
 // Design: one READER thread polls the listening socket and every connection that is waiting
 // for (the rest of) a request; it reads without blocking, so a slow client costs a descriptor
 // and its buffer, never a thread. Each request has a total deadline for its head (request line
 // and headers) and one for its body, and size bounds on both; a connection over the bounds is
-// answered (408/413/431/400) and closed. Only a complete request goes to a WORKER thread,
-// which runs the handler and writes the answer; requests already buffered behind it
+// answered (408/413/431/400, 501/505) and closed. Only a complete request goes to a WORKER
+// thread, which runs the handler and writes the answer; requests already buffered behind it
 // (pipelining) are answered in order on the same worker, then the connection returns to the
 // reader. Connections are bounded in total and per client address (503/429 at accept).
 #pragma once

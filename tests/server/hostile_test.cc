@@ -269,8 +269,11 @@ TEST(Hostile, HttpFraming) {
     return c.read_all();
   };
   const std::string body = R"({"prompt":"hi","max_tokens":1})";
-  // Bare LF line ends, empty lines before the request line.
-  EXPECT_EQ(status_of(answer("\r\n\nGET /health HTTP/1.1\nConnection: close\n\n")), 200);
+  // Empty lines before the request line are ignored; bare LF line ends are refused at once
+  // (RFC 9112 2.2 allows either; a proxy that splits lines otherwise would see other fields).
+  EXPECT_EQ(status_of(answer("\r\n\r\nGET /health HTTP/1.1\r\nConnection: close\r\n\r\n")), 200);
+  EXPECT_EQ(status_of(answer("\r\n\nGET /health HTTP/1.1\nConnection: close\n\n")), 400);
+  EXPECT_EQ(status_of(answer("GET /health HTTP/1.1\r\nHost: x\nConnection: close\r\n")), 400);
   // Chunk extensions and trailers are read and ignored.
   EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
                              "Connection: close\r\n\r\n" +
@@ -286,7 +289,8 @@ TEST(Hostile, HttpFraming) {
               200);
   }
   EXPECT_EQ(status_of(answer("GET /health HTTP/2.0\r\n\r\n")), 505);
-  EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")),
+  EXPECT_EQ(status_of(answer("POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n"
+                             "\r\n")),
             501);
   EXPECT_EQ(status_of(answer("GET /health HTTP/1.1\r\n folded: x\r\n\r\n")), 400);
   EXPECT_EQ(status_of(answer("GET /health HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n"
@@ -317,6 +321,111 @@ TEST(Hostile, HttpFraming) {
     EXPECT_EQ(count(got, "HTTP/1.1 200 OK"), 2) << got;
     EXPECT_EQ(count(got, R"({"status":"ok"})"), 1) << got;
   }
+}
+
+// "close" among other connection options, in any case and order, or on a second Connection
+// line, ends the connection after the answer (RFC 9112 9.3): a request pipelined behind it is
+// not answered. Issue 29, item 6.
+TEST(Hostile, ConnectionCloseInAList) {
+  Running srv(tiny_options());
+  const int port = srv.server->port();
+  // The answers to `req` followed by a pipelined /health, and whether the server closed.
+  auto answers = [&](const std::string& req, bool& closed) {
+    Raw c(port);
+    c.send(req + kHealth);
+    const std::string got =
+        c.read_until([](const std::string& b) { return count(b, "HTTP/1.1 200 OK") >= 2; });
+    closed = c.closed_by_peer();
+    return got;
+  };
+  for (const char* conn :
+       {"Connection: keep-alive, close\r\n", "Connection: Close, Keep-Alive\r\n",
+        "Connection: x-custom ,CLOSE\r\n", "Connection: keep-alive\r\nConnection: close\r\n",
+        "Connection: close\r\nConnection: keep-alive\r\n"}) {
+    for (const char* version : {"HTTP/1.1", "HTTP/1.0"}) {
+      bool closed = false;
+      const std::string got = answers(
+          std::string("GET /health ") + version + "\r\nHost: x\r\n" + conn + "\r\n", closed);
+      EXPECT_EQ(count(got, "HTTP/1.1 200 OK"), 1) << version << " " << conn << got;
+      EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << conn << got;
+      EXPECT_TRUE(closed) << version << " " << conn;
+    }
+  }
+  // Without "close" the connection is kept: the pipelined request is answered.
+  bool closed = true;
+  const std::string got =
+      answers("GET /health HTTP/1.1\r\nConnection: keep-alive, x-custom\r\n\r\n", closed);
+  EXPECT_EQ(count(got, "HTTP/1.1 200 OK"), 2) << got;
+}
+
+// Framing that two parsers could read differently (a proxy in front and this server) is
+// refused with 400 and the connection closed, never resolved by using one of the lines.
+// Issue 29, item 6.
+TEST(Hostile, TransferEncodingAmbiguityIsRefused) {
+  Running srv(tiny_options());
+  const int port = srv.server->port();
+  // A valid chunked completion: a server that took the chunked reading would answer 200.
+  const std::string json = R"({"prompt":"hi","max_tokens":1})";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", json.size());
+  const std::string body = std::string(size) + "\r\n" + json + "\r\n0\r\n\r\n";
+  // Each request is complete under some reading; the answer must be 400 alone.
+  auto answer = [&](const std::string& head) {
+    Raw c(port);
+    c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + head + "\r\n" +
+           body + kHealth);
+    return c.read_all();
+  };
+  for (const char* head : {
+           "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+           "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n",
+           "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+           "Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n",
+           "Transfer-Encoding: chunked, gzip\r\n",
+           "Transfer-Encoding: chunked, chunked\r\n",
+           "Transfer-Encoding: gzip chunked\r\n",
+           "Transfer-Encoding: gzip\r\n",
+           "Transfer-Encoding: identity\r\n",
+           "Transfer-Encoding:\r\n",
+           "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+           "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+           "Content-Length: 5\r\nTransfer-Encoding: gzip\r\n",
+       }) {
+    const std::string got = answer(head);
+    EXPECT_EQ(status_of(got), 400) << head << got.substr(0, 300);
+    EXPECT_EQ(count(got, "HTTP/1.1 "), 1) << head << got;
+  }
+  // HTTP/1.0 has no transfer codings.
+  Raw c(port);
+  c.send("POST /v1/completions HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + body);
+  EXPECT_EQ(status_of(c.read_all()), 400);
+}
+
+// Control bytes other than HTAB (NUL above all) in the request line or a header line are
+// refused with 400 (RFC 9110 5.5, 9112 3); HTAB and obs-text bytes in values are accepted.
+// Issue 29, item 6.
+TEST(Hostile, ControlBytesInTheHeadAreRefused) {
+  Running srv(tiny_options());
+  const int port = srv.server->port();
+  auto answer = [&](const std::string& line) {
+    Raw c(port);
+    c.send("GET /health HTTP/1.1\r\nHost: x\r\n" + line + "\r\nConnection: close\r\n\r\n");
+    return status_of(c.read_all());
+  };
+  using namespace std::string_literals;
+  for (const std::string& line :
+       {"X-A: a\0b"s, "X-A: \0"s, "X-A: a\x01"s, "X-A: a\x1f b"s, "X-A: a\x7f"s, "X-A: a\rb"s,
+        "X-\0A: b"s, "X-A\0: b"s, "X-A\x01: b"s, "Authorization: Bearer \0"s}) {
+    std::string shown;
+    for (char ch : line)
+      shown += ch >= 0x20 && ch != 0x7f ? std::string(1, ch) : "\\x" + std::to_string(int(ch));
+    EXPECT_EQ(answer(line), 400) << shown;
+  }
+  EXPECT_EQ(answer("X-A: a\tb"), 200);
+  EXPECT_EQ(answer("X-A: caf\xc3\xa9"), 200);
+  Raw c(port);
+  c.send("GET /health\0x HTTP/1.1\r\nConnection: close\r\n\r\n"s);
+  EXPECT_EQ(status_of(c.read_all()), 400);
 }
 
 TEST(Hostile, MemoryStaysBoundedAfterAFlood) {
