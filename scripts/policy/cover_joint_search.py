@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A joint coordinate search over cover's per-layer (tau, lambda) on validation documents.
 
-docs/evaluation.md ("Session 11"): `lynx-moe calibrate` fits lambda per layer from single-layer
+docs/evaluation.md ("Tau per layer, a joint search, ..."): `lynx-moe calibrate` fits lambda per layer from single-layer
 probes taken as additive; this search measures every candidate as a whole instead. From a
 start setting it evaluates all neighbours (one layer's tau or lambda one grid step up or down,
 or both) in one `lynx-moe eval` call, moves to the neighbour with the largest cut whose

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How large each routed expert's output is, on real text (docs/evaluation.md, "Session 11").
+"""How large each routed expert's output is, on real text (docs/evaluation.md, "Tau per layer, a joint search, ...").
 
 Runs the NumPy reference forward pass (tests/reference/reference.py) over 12 random 128-token
 windows of the validation split (data/valid.u16), captures each MoE layer's normed input,

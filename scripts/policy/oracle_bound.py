@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far can a batch policy go on a model? An output-error oracle (docs/evaluation.md,
-"Session 13: an output-error oracle").
+"An output-error oracle, or how far a batch policy can go on the 64x8").
 
 cover (src/routing/cover.cc) values a batch's experts by routed probability mass. This script
 asks what a policy that knew every expert's actual output would reach: at each decode step

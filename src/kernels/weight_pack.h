@@ -1,8 +1,9 @@
 // The layouts the kernels prepare for the matrices they multiply: at load, each matrix that
-// a faster layout exists for (kernels.h: kInterleaved16 for Q8_0/Q4_0, kPanel16 for
-// F32/F16/BF16) is copied into memory owned by the caller, in that layout; the rest stay where
-// they are (the file mapping, kRows). The model loader lists its matrices and keeps the
-// returned allocation alive with the model; nothing else about layouts leaks into it.
+// a faster layout exists for (kernels.h: kInterleaved16 for the block-quantized types whose traits
+// describe an interleave, kPanel16 for F32/F16/BF16) is copied into memory owned by the caller, in
+// that layout; the rest stay where they are (the file mapping, kRows). The model loader lists its
+// matrices and keeps the returned allocation alive with the model; nothing else about layouts leaks
+// into it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +29,7 @@ struct MatrixRef {
 };
 
 struct PackOptions {
-  bool interleave_int = true;  // Q8_0/Q4_0 -> kInterleaved16 (integer kernels)
+  bool interleave_int = true;  // quantized types with an interleave -> kInterleaved16
   bool panel_float = true;     // F32/F16/BF16 -> kPanel16 (float kernels)
   int threads = 0;             // 0: one per hardware thread
   // Called with each source byte range once it is copied (the loader drops those pages of

@@ -402,7 +402,7 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     opts.log = [raw = std::move(opts.log)](const std::string& m) { raw(escape_controls(m)); };
   }
   s.opts = std::move(opts);
-  // Exact activations run the float path, which reads repacked Q8_0/Q4_0 weights through a
+  // Exact activations run the float path, which reads interleaved quantized weights through a
   // copy back to rows: keep the file's layout then.
   LoadOptions lo;
   lo.repack = !s.opts.exact_activations;

@@ -578,8 +578,9 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   const nlohmann::json out = summarize(*model, rows, policies, cell_bw, pk);
   if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
-  std::string acts = a.exact_acts ? "f32 (--exact-acts)"
-                                  : "q8_0 for Q8_0/Q4_0 weights, q8_K for Q4_K/Q5_K/Q6_K/IQ4_XS";
+  std::string acts = a.exact_acts
+                         ? "f32 (--exact-acts)"
+                         : "quantized per weight type as ggml's vec_dot_type (q8_0, q8_1 or q8_K)";
   // The BF16 kernel (LYNX_BF16_KERNEL picks another than the best for comparisons).
   const std::string bf16_on =
       std::string(" on kernel ") + kernels::bf16_kernel_name(kernels::bf16_kernel());

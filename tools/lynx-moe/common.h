@@ -58,7 +58,7 @@ void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations);
 
 // Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
 // stderr is a terminal or the file is large). `repack`: LoadOptions::repack; commands pass
-// false with --exact-acts, whose float path would read repacked Q8_0/Q4_0 weights through a
+// false with --exact-acts, whose float path would read interleaved quantized weights through a
 // copy back to rows (slower than rows: docs/benchmarks.md). `repack_float`:
 // LoadOptions::repack_float.
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true,
