@@ -49,8 +49,9 @@ pol8="topk;lynx;oea:k0=1;budget:m=4;ser:kmin=1,t=0.3;static-k:k=1"
 pol64f16="$pol64;lynx:alpha=2,beta=2;lynx:alpha=3,window=1.33/0.67/0.67/1.33"
 run() {  # name model trace policies
   $bin bench -m "$2" --routing-trace "$3" --routing "$4" --batch "$batches" \
-    --threads "$threads" --prompt 8 --gen "$gen" -r "$reps" -o md --plot "$out/$1.svg" \
+    --threads "$threads" --prompt 8 --gen "$gen" -r "$reps" -o md \
     --save-json "$out/$1.json" | tee "$out/$1.md"
+  /usr/bin/python3 scripts/plot.py bench "$out/$1.json" "$out/$1.svg"
 }
 run olmoe4-f16 "$out/olmoe4-f16.gguf" "$out/trace-64x8.lxrt" "$pol64f16"
 run olmoe4-q8_0 "$out/olmoe4-q8_0.gguf" "$out/trace-64x8.lxrt" "$pol64"

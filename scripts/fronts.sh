@@ -63,7 +63,7 @@ for m in ${LYNX_FRONTS_MODELS:-64x8 8x2}; do
     $bin eval -m "$model" --data data/eval --batch 4,16,32 "${common[@]}" \
       --routing "topk;$(cat "$out/$m-subst-calib.txt");subst:${cover_fit#cover:},sim=$out/$m-sim.txt,beta=0.3" \
       >"$out/$m-subst.json"
-  /usr/bin/python3 scripts/fronts-plot.py "lynx-moe-$m" "$out/$m.svg" "$out/$m-sweep.json" \
+  /usr/bin/python3 scripts/plot.py fronts "lynx-moe-$m" "$out/$m.svg" "$out/$m-sweep.json" \
     "$out/$m-calib.json" "$out/$m-growth.json" "$out/$m-subst.json" >"$out/$m.md"
   echo "== $m (cover calibrated on data/eval-valid: $(cat "$out/$m-calib.txt"))"
   cat "$out/$m.md"

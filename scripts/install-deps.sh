@@ -15,6 +15,7 @@ PKGS=(
   openmpi-bin libopenmpi-dev  # expert parallelism over MPI (src/dist, optional at build)
   clang libclang-rt-14-dev  # libFuzzer target for the GGUF reader
   python3 python3-numpy # independent reference forward pass (tests/reference)
+  python3-matplotlib    # scripts/plot.py: the figures, from the commands' JSON
 )
 if [[ "${1:-}" == "--train" ]]; then
   PKGS+=(python3-torch libopenblas0)

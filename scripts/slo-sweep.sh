@@ -102,6 +102,6 @@ echo
 for s in "${summary[@]}"; do echo "- $s"; done
 echo "(raw results in $out)"
 if [[ -n "$plot" ]]; then
-  python3 "$here/slo-plot.py" "$out" "$target_ms" >"$plot"
+  /usr/bin/python3 "$here/plot.py" slo "$out" "$target_ms" "$plot"
   echo "(plot: $plot)"
 fi

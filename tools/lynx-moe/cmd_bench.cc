@@ -23,7 +23,6 @@
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
-#include "svg.h"
 #include "trace_replay.h"
 
 namespace lynx::cli {
@@ -31,7 +30,7 @@ namespace {
 
 struct Args {
   std::string model, routing = "topk", batch = "1,2,4,8,16,32", threads = "2", output = "md";
-  std::string trace, plot, save_json, prompt_file;
+  std::string trace, save_json, prompt_file;
   std::string bw_sizes = "256,1024";  // MiB, the buffers of the peak bandwidth probe
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   uint64_t seed = 1;
@@ -221,55 +220,6 @@ std::string cpu_name() {
   return "unknown";
 }
 
-void write_plot(const Args& a, const ModelConfig& c, const std::vector<Row>& rows,
-                const nlohmann::json& out, const std::vector<std::string>& policies,
-                const std::vector<int>& batches, const std::vector<int>& threads) {
-  const int T = threads.back();
-  std::vector<Series> tpot, dist;
-  for (const auto& p : policies) {
-    Series st{p, {}, {}}, sd{p, {}, {}};
-    for (const auto& j : out) {
-      if (j["policy"] == p && j["threads"] == T) {
-        st.x.push_back(j["batch"].get<int>());
-        st.y.push_back(j["tpot_ms"].get<double>());
-        sd.x.push_back(j["batch"].get<int>());
-        sd.y.push_back(j["distinct_experts"].get<double>());
-      }
-    }
-    tpot.push_back(st);
-    dist.push_back(sd);
-  }
-  const std::string tag =
-      c.name + (a.trace.empty() ? "" : ", replayed trace") + ", " + std::to_string(T) + " threads";
-  std::string body = svg_line_chart("TPOT vs batch (" + tag + ")", "batch size",
-                                    "time per output token step (ms)", tpot, 0, 0, 700, 380);
-  body += svg_line_chart("Distinct experts per layer per step", "batch size", "distinct experts",
-                         dist, 700, 0, 700, 380);
-  // Heatmaps of expert activation at the largest batch for (up to) the first two policies.
-  const int bmax = *std::max_element(batches.begin(), batches.end());
-  double y = 390;
-  for (size_t pi = 0; pi < policies.size() && pi < 2 && c.is_moe(); ++pi) {
-    for (const auto& row : rows) {
-      if (row.policy != policies[pi] || row.batch != bmax || row.threads != T) continue;
-      const auto& et = row.reps.back().expert_tokens;
-      std::vector<std::vector<double>> v(size_t(c.n_layer),
-                                         std::vector<double>(size_t(c.n_expert)));
-      for (int l = 0; l < c.n_layer; ++l) {
-        for (int e = 0; e < c.n_expert; ++e)
-          v[size_t(l)][size_t(e)] = double(et[size_t(l * c.n_expert + e)]);
-      }
-      body += svg_heatmap("Tokens per expert, " + policies[pi] + ", batch " + std::to_string(bmax),
-                          "layer", "expert", v, 0, y, 1400, 40.0 + 22.0 * c.n_layer + 40);
-      y += 40.0 + 22.0 * c.n_layer + 50;
-    }
-  }
-  std::ofstream f(a.plot);
-  f << svg_document(1400, y, body);
-  f.close();
-  if (!f) throw Error("cannot write " + a.plot);
-  std::fprintf(stderr, "wrote %s\n", a.plot.c_str());
-}
-
 // The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes, the
 // largest over the --bw-sizes buffers), probed at start and again at the end of the run; the
 // roofline of every row is the best of those and of every one-pass probe before a cell
@@ -456,6 +406,18 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
                    {"speedup_sd", stddev(rep_speedup)},
                    {"expert_speedup_sd", stddev(rep_espeedup)}});
     if (!row.reps.empty() && !row.reps[0].ranks.empty()) out.back().update(rank_summary(c, row));
+    // Tokens per expert of each layer over the last repetition's decode steps (plot.py's
+    // heatmaps).
+    if (c.is_moe() && !row.reps.empty() &&
+        row.reps.back().expert_tokens.size() == size_t(c.n_layer) * size_t(c.n_expert)) {
+      const auto& et = row.reps.back().expert_tokens;
+      nlohmann::json layers = nlohmann::json::array();
+      for (int l = 0; l < c.n_layer; ++l) {
+        const auto first = et.begin() + int64_t(l) * c.n_expert;
+        layers.push_back(std::vector<int64_t>(first, first + c.n_expert));
+      }
+      out.back()["expert_tokens"] = std::move(layers);
+    }
   }
   return out;
 }
@@ -576,7 +538,6 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
     }
   }
   const nlohmann::json out = summarize(*model, rows, policies, cell_bw, pk);
-  if (!a.plot.empty() && ep.rank() == 0) write_plot(a, c, rows, out, policies, batches, threads);
   const std::string commit = LYNX_GIT_COMMIT;
   std::string acts = a.exact_acts
                          ? "f32 (--exact-acts)"
@@ -595,6 +556,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
                         {"activations", acts},
                         {"weight_layout", layout},
                         {"rows", out}};
+  if (!a.trace.empty()) doc["routing_trace"] = a.trace;
   for (auto& [t, g] : pk.bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
   for (auto& [t, g] : pk.fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
   if (ep.on()) {
@@ -656,7 +618,6 @@ void register_bench(CLI::App& app) {
       "F32/F16/BF16 to 16-row panels; for A/B runs)");
   cmd->add_option("--routing-trace", a->trace,
                   "Replay router logits recorded from a trained model (generate --record-trace)");
-  cmd->add_option("--plot", a->plot, "Write TPOT and distinct experts vs batch (SVG) here");
   cmd->add_option("--save-json", a->save_json, "Also write the JSON results to this file");
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   add_ep_flags(cmd, &a->ep);

@@ -20,7 +20,6 @@
 #include "lynx/synth.h"
 #include "routing/simulate.h"
 #include "routing/trace.h"
-#include "svg.h"
 
 namespace lynx::cli {
 namespace {
@@ -36,7 +35,7 @@ struct SimArgs {
 
 struct EpArgs {
   std::string ranks, model, shape, wtype = "q4_0", placement = "contiguous,balanced";
-  std::string measured, plot;
+  std::string measured;
   std::vector<std::string> placement_files;
   double expert_bytes = 0, dense_bytes = -1, act_bytes = 4;
   int hidden = 0, moe_layers = 0, calib_tokens = 8192;
@@ -92,51 +91,6 @@ routing::EpShape shape_from_synth(const SynthShape& sh, const std::string& type)
       sh.n_ff_shexp ? 2 * mat(sh.n_embd, sh.n_ff_shexp) + mat(sh.n_ff_shexp, sh.n_embd) : 0;
   s.dense_bytes = sh.n_layer * (attn + router + shared) + mat(sh.n_embd, sh.n_vocab);
   return s;
-}
-
-void write_ep_plot(const std::string& path, const std::string& tag,
-                   const std::vector<routing::EpRow>& rows, const std::vector<int>& batches,
-                   const std::vector<std::string>& specs) {
-  std::string body;
-  double y = 0;
-  for (int b : batches) {
-    std::vector<Series> ar, a2a, ex;
-    for (const auto& sp : specs) {
-      Series s1{sp, {}, {}}, s2{sp, {}, {}}, s3{sp, {}, {}};
-      for (const auto& r : rows) {
-        // The balanced placement where there is one (R <= N), slices past it.
-        if (r.spec != sp || r.batch != b || r.placement == "contiguous") continue;
-        s1.x.push_back(r.ranks);
-        s1.y.push_back(r.pred.tpot_allreduce_ms);
-        s2.x.push_back(r.ranks);
-        s2.y.push_back(r.pred.tpot_a2a_ms);
-        s3.x.push_back(r.ranks);
-        s3.y.push_back(r.pred.experts_max);
-      }
-      ar.push_back(s1);
-      a2a.push_back(s2);
-      ex.push_back(s3);
-    }
-    const std::string bt = ", B = " + std::to_string(b);
-    body += svg_line_chart("Predicted TPOT, all-reduce" + bt, "ranks", "ms per token step", ar, 0,
-                           y, 560, 340);
-    body += svg_line_chart("Predicted TPOT, all-to-all" + bt, "ranks", "ms per token step", a2a,
-                           560, y, 560, 340);
-    body += svg_line_chart("Busiest rank's experts per layer" + bt, "ranks", "distinct experts", ex,
-                           1120, y, 560, 340);
-    y += 350;
-  }
-  // The caption names the inputs, so a committed figure says what made it.
-  std::string esc;
-  for (char c : tag)
-    esc += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  body += "<text x=\"10\" y=\"" + std::to_string(int(y) + 20) + "\" font-size=\"12\">" + esc +
-          "</text>\n";
-  std::ofstream f(path);
-  f << svg_document(1680, y + 30, body);
-  f.close();
-  if (!f) throw Error("cannot write " + path);
-  std::fprintf(stderr, "wrote %s\n", path.c_str());
 }
 
 // A placement file of `lynx-moe place` (routing/placement.h); a malformed one is a broken
@@ -303,7 +257,6 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
       c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6, 1e3 * routing::dense_seconds(shape, c),
       c.flops / 1e9, a.steps, (unsigned long long)a.seed);
   std::fprintf(stderr, "%s%s%s\n", info, source.empty() ? "" : "; sizes: ", source.c_str());
-  if (!e.plot.empty()) write_ep_plot(e.plot, info, rows, cfg.batches, specs);
   if (!measured.empty()) {
     std::fputs(routing::format_comparison(measured, rows, a.format).c_str(), stdout);
   } else {
@@ -405,8 +358,6 @@ void register_route_sim(CLI::App& app) {
   cmd->add_option("--measured", ep->measured,
                   "EP: CSV of measured TPOT (policy,batch,ranks,tpot_ms[,scheme][,placement]); "
                   "prints measured vs predicted instead of the table");
-  cmd->add_option("--plot", ep->plot,
-                  "EP: write predicted TPOT and busiest-rank experts vs ranks (SVG)");
   cmd->callback([a, ep, cmd] {
     std::vector<std::string> specs;
     for (const auto& r : a->routing) {
@@ -428,9 +379,8 @@ void register_route_sim(CLI::App& app) {
       throw UsageError("-o must be md, csv or json, got '" + a->format + "'");
     }
     const bool ep_mode = !ep->ranks.empty();
-    if (!ep_mode &&
-        (!ep->measured.empty() || !ep->plot.empty() || !ep->model.empty() || !ep->shape.empty())) {
-      throw UsageError("-m, --shape, --measured and --plot need --ranks");
+    if (!ep_mode && (!ep->measured.empty() || !ep->model.empty() || !ep->shape.empty())) {
+      throw UsageError("-m, --shape and --measured need --ranks");
     }
     routing::SimConfig cfg;
     cfg.batches = parse_int_list(a->batch, "--batch");
