@@ -32,9 +32,9 @@ struct SynthShape {
   float yarn_factor = 0.f;
   int yarn_orig_ctx = 0;
   float yarn_log_mul = 0.f;
-  // glm4moe: rotary dims per head (0 = head_dim), per-head q/k norms (optional in the
-  // family), and next-token-prediction blocks written after the n_layer (block_count counts
-  // them; the engine skips them).
+  // Rotary dims per head (glm4moe, minimax-m2; 0 = head_dim); glm4moe: per-head q/k norms
+  // (optional in the family), and next-token-prediction blocks written after the n_layer
+  // (block_count counts them; the engine skips them).
   int n_rot = 0;
   bool qk_norm = false;
   int n_nextn = 0;
@@ -46,9 +46,9 @@ struct SynthShape {
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
-// layers), gpt-oss-20b, gpt-oss-120b, and small ones used by tests and the demo (tiny-moe,
-// tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm,
-// tiny-gpt-oss). Throws lynx::Error for an unknown name.
+// layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, and small ones used by tests and the demo
+// (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe,
+// tiny-glm4moe-qknorm, tiny-gpt-oss, tiny-minimax-m2). Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -182,6 +182,9 @@ ModelConfig read_config(const gguf::File& f) {
   // llama.cpp applies the scale only when it is set to something other than 0 or 1.
   if (c.gating.weights_scale == 0.f) c.gating.weights_scale = 1.f;
   // llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the selected (gpt-oss).
+  // Absent, it is softmax for the families whose llama.cpp graph is (Mixtral, Qwen, OLMoE); the
+  // families with another default decide it in their read_metadata (glm4moe and minimax-m2:
+  // sigmoid; deepseek2: by the file's layout, as llama.cpp does).
   const int gating_func = int_in(f, a + "expert_gating_func", 1, 0, 3);
   if (gating_func == 2) c.gating.func = GatingFunc::kSigmoid;
   if (gating_func == 3) c.gating.func = GatingFunc::kSoftmaxWeight;

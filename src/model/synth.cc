@@ -306,6 +306,51 @@ const SynthShape kShapes[] = {
      .n_rot = 32,
      .qk_norm = true,
      .n_nextn = 1},
+    // MiniMax-M2 / M2.1 / M2.5 (config.json of MiniMaxAI/MiniMax-M2): 62 layers, all MoE, 256
+    // experts of width 1536, 8 per token, no shared expert; sigmoid with selection bias,
+    // renormalized; 48 query and 8 key/value heads of 128, RMSNorm over the whole q and k rows
+    // (the family's), NEOX rope on 64 of the 128 dims (rotary_dim), base 5e6, eps 1e-6;
+    // vocabulary 200064. context_length 4096 (the real 196608 would size a server's KV cache).
+    {.name = "minimax-m2",
+     .arch = "minimax-m2",
+     .n_layer = 62,
+     .n_embd = 3072,
+     .n_head = 48,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_vocab = 200064,
+     .n_ctx = 4096,
+     .n_ff = 1536,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 1536,
+     .rope_base = 5e6f,
+     .rms_eps = 1e-6f,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .n_rot = 64},
+    // A small minimax-m2 for tests: head_dim x heads (128) differs from n_embd (64), rope on
+    // 16 of the 32 dims per head.
+    {.name = "tiny-minimax-m2",
+     .arch = "minimax-m2",
+     .n_layer = 3,
+     .n_embd = 64,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 32,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 32,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 32,
+     .rope_base = 5e6f,
+     .rms_eps = 1e-6f,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .n_rot = 16},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.

@@ -69,6 +69,36 @@ std::string key(const ModelConfig& c, const char* k) {
   return c.arch + "." + k;
 }
 
+// expert_gating_func: 1 softmax, 2 sigmoid (3, softmax over the selected, is gpt-oss's). Files
+// of DeepSeek-V2 / V2.5 predate the key (softmax); GLM-4.7-Flash files, which run as deepseek2,
+// lack it too but route by sigmoid with a selection bias. llama.cpp (models/deepseek2.cpp)
+// and ik_llama.cpp (llama-hparams.cpp) take an absent key (or 0, none) as sigmoid for
+// GLM-4.7-Flash, recognized by its 47 layers (48 with the next-token-prediction block; llama.cpp
+// also asks for its 154880-token vocabulary), else softmax. We take the same two cases and one
+// more: sigmoid whenever the MoE layers carry exp_probs_b, as the selection bias belongs to
+// DeepSeek-V3's sigmoid router (every converter that writes it for a softmax router also writes
+// the key). A file with the key keeps its value.
+GatingFunc gating_func(const gguf::File& f, const ModelConfig& c) {
+  const int func = int_in(f, key(c, "expert_gating_func"), 0, 0, 3);
+  if (func == 1) return GatingFunc::kSoftmax;
+  if (func == 2) return GatingFunc::kSigmoid;
+  if (func == 3) return GatingFunc::kSoftmaxWeight;
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  const bool glm47_flash =
+      (c.n_layer == 47 || c.n_layer == 48) && emb != nullptr && emb->ne[1] == 154880;
+  bool bias = false;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const std::string& n = t.name;
+    const std::string suffix = ".exp_probs_b.bias";
+    if (n.size() > suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      bias = true;
+      break;
+    }
+  }
+  return glm47_flash || bias ? GatingFunc::kSigmoid : GatingFunc::kSoftmax;
+}
+
 void read(const gguf::File& f, ModelConfig& c) {
   c.q_lora_rank = int_in(f, key(c, "attention.q_lora_rank"), 0, 0, kMaxDim);
   c.kv_lora_rank = positive_int(f, key(c, "attention.kv_lora_rank"));
@@ -98,6 +128,7 @@ void read(const gguf::File& f, ModelConfig& c) {
     throw Error("metadata " + key(c, "expert_shared_count") + " must be at least 1");
   }
   if (c.n_ff_shexp == 0) c.n_ff_shexp = c.n_expert_shared * c.n_ff_exp;
+  c.gating.func = gating_func(f, c);
 }
 
 // DeepSeek's YaRN convention (HF modeling_deepseek.py; llama.cpp's deepseek2 graph): cos and

@@ -13,5 +13,6 @@ extern const ArchDesc kQwen3;      // qwen3.cc (dense)
 extern const ArchDesc kDeepseek2;  // deepseek2.cc: DeepSeek-V2 / V2-Lite / V3 layout (MLA)
 extern const ArchDesc kGlm4Moe;    // glm4moe.cc: GLM-4.5, GLM-4.5-Air
 extern const ArchDesc kGptOss;     // gpt_oss.cc: gpt-oss-20b / 120b
+extern const ArchDesc kMinimaxM2;  // minimax_m2.cc: MiniMax-M2 / M2.1 / M2.5
 
 }  // namespace lynx::arch
