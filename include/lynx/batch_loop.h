@@ -46,6 +46,13 @@ struct LoopSequence {
   // Called when a sequence that ended is freed, at the end of its last step (sequences that
   // ended in the same step: last admitted first).
   std::function<void()> on_end;
+  // A context sequence whose KV cache already holds positions [0, length) before the prompt
+  // (a prefix reused from an earlier request); -1: a new sequence. The loop owns it from add.
+  int32_t seq = -1;
+  // When the sequence ends, leave its context sequence (and KV cache) alive for the client,
+  // which then owns it (the prefix cache keeps it), instead of freeing it. Cancellation
+  // (remove) frees it regardless.
+  bool keep = false;
 };
 
 struct StepReport {

@@ -111,8 +111,15 @@ class Context {
   // Sliding-window layers (gpt-oss) keep only the recent positions: a truncation further back
   // than they hold throws lynx::Error (the sequence must then be evaluated again).
   void truncate_sequence(int32_t seq, int32_t len);
+  // A new sequence holding a copy of the first `len` positions of `src` (a prefix shared by
+  // two requests: the prefix cache). Throws lynx::Error when `src` does not hold them: len
+  // outside [0, length], or positions its sliding-window rings no longer keep (as
+  // truncate_sequence).
+  int32_t copy_sequence(int32_t src, int32_t len);
   // Bytes the KV cache holds now, over all sequences (F32 keys and values).
   size_t kv_cache_bytes() const;
+  // Bytes the KV cache of one sequence holds now.
+  size_t sequence_cache_bytes(int32_t seq) const;
 
   // Runs one step. Throws lynx::Error (and changes nothing) on a bad batch: unknown sequence,
   // out-of-order position, context limit exceeded, token id out of range.

@@ -65,6 +65,9 @@ struct GenerationRequest {
   // from (Sampler::last_logprob); when set it is called instead of on_token (the server's
   // `logprobs` field needs it, and the sampler lives inside the scheduler).
   std::function<bool(int32_t token, float logprob)> on_token_logprob;
+  // Called when the request is admitted into a slot, with the number of its prompt tokens
+  // taken from the prefix cache instead of evaluated (0 without a hit).
+  std::function<void(int32_t cached_tokens)> on_admit;
   // Called once when the request ends (also on cancel), after its last on_token.
   std::function<void(FinishReason)> on_finish;
   // Called with the reason just before on_finish(FinishReason::kError): a step that failed
@@ -80,6 +83,21 @@ struct SchedulerOptions {
   // token in it (admitted, past their prompt, not ended), so that the caller can choose the
   // step's routing policy from them (the server's per-request routing); empty: none.
   std::function<void(std::span<const int64_t> decoding)> before_step;
+  // The prefix cache (src/runtime/prefix_cache.h): the KV cache of finished requests kept up
+  // to this many bytes, reused by requests whose prompts start with the same tokens. 0: off
+  // (every sequence's cache is freed when its request ends).
+  size_t prefix_cache_bytes = 0;
+};
+
+// The prefix cache's counters (all zero when it is off).
+struct PrefixCacheStats {
+  int64_t lookups = 0;        // requests admitted while the cache is on
+  int64_t hits = 0;           // of them, admitted with a reused prefix
+  int64_t prompt_tokens = 0;  // prompt tokens of those requests
+  int64_t reused_tokens = 0;  // of them, taken from the cache instead of evaluated
+  int64_t evictions = 0;      // entries freed to stay within the bytes bound
+  size_t entries = 0;         // entries held now
+  size_t bytes = 0;           // their KV cache bytes
 };
 
 struct SchedulerStats {
@@ -109,6 +127,7 @@ class Scheduler {
   size_t n_active() const;   // requests admitted (prefill or decode)
   size_t n_waiting() const;  // requests queued for a free slot
   const SchedulerStats& stats() const;
+  PrefixCacheStats prefix_cache_stats() const;
 
  private:
   struct Impl;

@@ -290,10 +290,60 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
 
 size_t Context::kv_cache_bytes() const {
   size_t n = 0;
-  for (const Sequence& s : impl_->kv.seqs) {
-    for (const SequenceLayer& l : s.layers) n += (l.k.size() + l.v.size()) * sizeof(float);
+  for (size_t i = 0; i < impl_->kv.seqs.size(); ++i) n += sequence_cache_bytes(int32_t(i));
+  return n;
+}
+
+size_t Context::sequence_cache_bytes(int32_t seq) const {
+  if (seq < 0 || size_t(seq) >= impl_->kv.seqs.size()) return 0;
+  size_t n = 0;
+  for (const SequenceLayer& l : impl_->kv.seqs[size_t(seq)].layers) {
+    n += (l.k.size() + l.v.size()) * sizeof(float);
   }
   return n;
+}
+
+int32_t Context::copy_sequence(int32_t src, int32_t len) {
+  {
+    const Sequence& s = impl_->sequence(src);
+    if (len < 0 || len > s.len) {
+      throw Error("copy_sequence: length " + std::to_string(len) + " outside [0, " +
+                  std::to_string(s.len) + "]");
+    }
+    const int w = impl_->max_window;
+    if (w > 0 && len > 0 && std::max(0, len - w + 1) < s.ring_from) {
+      throw Error("copy_sequence: sequence " + std::to_string(src) + " no longer holds the " +
+                  "window before position " + std::to_string(len));
+    }
+  }
+  const int32_t dst = new_sequence();  // may grow kv.seqs: take references after it
+  const Sequence& s = impl_->kv.seqs[size_t(src)];
+  Sequence& d = impl_->kv.seqs[size_t(dst)];
+  if (len == 0) return dst;
+  const ModelConfig& c = impl_->model.config();
+  const size_t kd = size_t(c.cache_k_dim()), vd = size_t(c.cache_v_dim());
+  // Full-attention layers: rows [0, len), at the capacity the source would grow to. Window
+  // layers: the whole ring (same ring size, so every held position keeps its row); positions
+  // at len and beyond are never read (len is the sequence's length).
+  const int32_t cap = std::max<int32_t>(len, std::min<int32_t>(impl_->kv.n_ctx, 64));
+  for (size_t il = 0; il < d.layers.size(); ++il) {
+    const SequenceLayer& from = s.layers[il];
+    SequenceLayer& to = d.layers[il];
+    if (c.layer_kinds[il].window == 0) {
+      to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
+      to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));
+      to.k.resize(size_t(cap) * kd);
+      to.v.resize(size_t(cap) * vd);
+    } else {
+      to.k = from.k;
+      to.v = from.v;
+    }
+  }
+  d.cap = cap;
+  d.ring = s.ring;
+  d.ring_from = std::min(s.ring_from, len);
+  d.len = len;
+  return dst;
 }
 
 }  // namespace lynx

@@ -18,7 +18,7 @@ int32_t BatchLoop::add(LoopSequence s) {
   }
   if (!s.on_logits) throw Error("batch loop: a sequence needs an on_logits hook");
   Entry e;
-  e.seq = ctx_.new_sequence();
+  e.seq = s.seq >= 0 ? s.seq : ctx_.new_sequence();
   e.s = std::move(s);
   entries_.push_back(std::move(e));
   return entries_.back().seq;
@@ -116,7 +116,7 @@ StepReport BatchLoop::step() {
   // Retire ended sequences, last first (indices stay valid).
   for (size_t i = entries_.size(); i-- > 0;) {
     if (!entries_[i].ended) continue;
-    ctx_.free_sequence(entries_[i].seq);
+    if (!entries_[i].s.keep) ctx_.free_sequence(entries_[i].seq);
     auto on_end = std::move(entries_[i].s.on_end);
     entries_.erase(entries_.begin() + long(i));
     if (on_end) on_end();

@@ -3,6 +3,7 @@
 
 #include "lynx/batch_loop.h"
 #include "lynx/error.h"
+#include "runtime/prefix_cache.h"
 
 #include <algorithm>
 #include <cmath>
@@ -117,15 +118,22 @@ struct Active {
   int generated = 0;
   FinishReason why = FinishReason::kNone;  // set when the request ends in a step
   bool cancel = false;
+  // With the prefix cache: the prompt and the generated tokens fed back so far (the first
+  // Context::sequence_length of them are in the KV cache).
+  std::vector<int32_t> tokens = {};
 };
 }  // namespace
 
 struct Scheduler::Impl {
   Impl(Context& c, const SchedulerOptions& o)
-      : ctx(c), opts(o), loop(c, BatchLoopOptions{o.max_step_tokens, true}) {}
+      : ctx(c), opts(o), loop(c, BatchLoopOptions{o.max_step_tokens, true}) {
+    if (o.prefix_cache_bytes > 0) cache = std::make_unique<PrefixCache>(c, o.prefix_cache_bytes);
+  }
   Context& ctx;
   SchedulerOptions opts;
   BatchLoop loop;
+  std::unique_ptr<PrefixCache> cache;   // null: off
+  std::vector<PrefixCache::Live> live;  // scratch of admit
   int64_t next_id = 1;
   std::deque<std::pair<int64_t, GenerationRequest>> waiting;
   // Admission order, as in the loop; unique_ptr: the loop's hooks hold the address.
@@ -151,14 +159,38 @@ void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
   active.push_back(std::make_unique<Active>(Active{id, -1, std::move(req), std::move(sampler)}));
   Active* a = active.back().get();
   LoopSequence ls;
-  ls.prompt = std::move(a->req.prompt);  // the loop feeds it
+  PrefixCache::Reuse reuse;
+  if (cache) {
+    // Running sequences may share the prefix too (they are copied from, not taken).
+    live.clear();
+    for (const auto& o : active) {
+      if (o.get() != a && o->seq >= 0) live.push_back({o->seq, o->tokens});
+    }
+    a->tokens = a->req.prompt;
+    const auto& p = a->req.prompt;
+    reuse = cache->acquire(p, int32_t(p.size()) - 1, live);
+    ls.seq = reuse.seq;
+    ls.keep = true;
+    ls.prompt.assign(p.begin() + reuse.len, p.end());
+    a->req.prompt.clear();
+  } else {
+    ls.prompt = std::move(a->req.prompt);  // the loop feeds it
+  }
   ls.decode_flags = a->req.exact_routing ? kTokenExact : kTokenDecode;
   ls.on_logits = [this, a](std::span<const float> logits) { return on_logits(*a, logits); };
   ls.on_end = [this, a] {
+    if (cache) cache->release(a->seq, std::move(a->tokens));
     if (a->req.on_finish) a->req.on_finish(a->why);
     erase(a);
   };
-  a->seq = loop.add(std::move(ls));
+  try {
+    a->seq = loop.add(std::move(ls));
+  } catch (...) {
+    if (reuse.seq >= 0) ctx.free_sequence(reuse.seq);
+    active.pop_back();
+    throw;
+  }
+  if (a->req.on_admit) a->req.on_admit(reuse.len);
 }
 
 void Scheduler::Impl::fail_step(const Error& e) {
@@ -199,7 +231,9 @@ int32_t Scheduler::Impl::on_logits(Active& a, std::span<const float> logits) {
       a.why = FinishReason::kLength;
     }
   }
-  return a.why == FinishReason::kNone ? tok : kEndSequence;
+  if (a.why != FinishReason::kNone) return kEndSequence;
+  if (cache) a.tokens.push_back(tok);  // fed in the next step
+  return tok;
 }
 
 Scheduler::Scheduler(Context& ctx, const SchedulerOptions& opts) {
@@ -251,6 +285,9 @@ size_t Scheduler::n_waiting() const {
 }
 const SchedulerStats& Scheduler::stats() const {
   return impl_->stats;
+}
+PrefixCacheStats Scheduler::prefix_cache_stats() const {
+  return impl_->cache ? impl_->cache->stats() : PrefixCacheStats{};
 }
 
 bool Scheduler::step() {
