@@ -21,10 +21,15 @@
 //   and the num_nextn_predict_layers next-token-prediction layers after the trunk converted as
 //   blk.N with nextn.* tensors (eh_proj, enorm, hnorm, shared_head.norm / .head,
 //   embed_tokens), block_count counting them.
+// - minimax_m2 -> `minimax-m2` (MiniMaxM2Model): experts block_sparse_moe.experts.N.w1 / w3 /
+//   w2 stacked as Mixtral's, block_sparse_moe.gate -> ffn_gate_inp,
+//   block_sparse_moe.e_score_correction_bias -> exp_probs_b.bias, q_norm / k_norm (whole-row
+//   weights) -> attn_q_norm / attn_k_norm, intermediate_size is the expert width,
+//   rope.dimension_count = rotary_dim, scoring_func -> expert_gating_func.
 // Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
 // DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
-// "glm4").
+// "glm4", MiniMax-M2 "minimax-m2").
 #include "convert/family.h"
 #include "lynx/error.h"
 
@@ -91,6 +96,12 @@ constexpr KeyRule kGlmKeys[] = {
     {"num_nextn_predict_layers", "nextn_predict_layers"},
     {"n_group", "expert_group_count"},
     {"topk_group", "expert_group_used_count"},
+};
+
+constexpr KeyRule kMinimaxKeys[] = {
+    {"num_local_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"intermediate_size", "expert_feed_forward_length", K::kU32, true},
 };
 
 constexpr TensorRule kGlobal[] = {
@@ -229,6 +240,13 @@ constexpr TensorRule kGlmExperts[] = {
     {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
      When::kShared},
 };
+constexpr TensorRule kMinimaxExperts[] = {
+    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.block_sparse_moe.gate.weight"},
+    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.block_sparse_moe.e_score_correction_bias"},
+    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
+    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
+    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
+};
 // The next-token-prediction layer's own tensors (gguf-py tensor_mapping.py NEXTN_*).
 constexpr TensorRule kNextn[] = {
     {"blk.{L}.nextn.eh_proj.weight", "model.layers.{L}.eh_proj.weight", When::kNextn},
@@ -258,6 +276,9 @@ constexpr Rules kGptOssL[] = {kGqaAttnPostNorm, kQkvBias, kGptOssLayer};
 constexpr Keys kGlmK[] = {kBaseKeys, kHeadDimKeys, kGlmKeys};
 constexpr Rules kGlmL[] = {kGqaAttnPostNorm, kQkvBias,    kGlmQkNorm, kDenseFfn,
                            kExperts,         kGlmExperts, kNextn};
+
+constexpr Keys kMinimaxK[] = {kBaseKeys, kHeadDimKeys, kMinimaxKeys};
+constexpr Rules kMinimaxL[] = {kGqaAttn, kQkNorm, kMinimaxExperts};
 
 std::string key(const char* arch, const char* k) {
   return std::string(arch) + "." + k;
@@ -428,6 +449,59 @@ void glm4moe_extra(const HfConfig& c, gguf::Writer& w) {
             uint32_t(c.get_int("num_hidden_layers") + c.get_int("num_nextn_predict_layers", 0))));
 }
 
+// MiniMax-M2's config.json: rotary_dim (64 of head_dim 128; transformers 5 writes
+// partial_rotary_factor inside rope_parameters instead), scoring_func, and switches the
+// architecture has one answer to (refused otherwise rather than converted into a file that
+// runs another model): q/k norms over the whole row of all heads (use_qk_norm,
+// qk_norm_type "per_layer"), the selection bias (use_routing_bias), no shared expert, every
+// layer full attention (attn_type_list: MiniMax-Text-01's 0 is linear attention).
+void minimax_m2_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "minimax-m2";
+  no_rope_scaling(c);
+  const int64_t head = c.has("head_dim")
+                           ? c.get_int("head_dim")
+                           : c.get_int("hidden_size") / c.get_int("num_attention_heads");
+  const double prf = c.get_float("partial_rotary_factor", 1.0);
+  const int64_t from_factor = int64_t(double(head) * prf);
+  const int64_t rot = c.get_int("rotary_dim", from_factor);
+  if (c.has("rotary_dim") && c.has("partial_rotary_factor") && rot != from_factor) {
+    c.fail("rotary_dim " + std::to_string(rot) + " disagrees with partial_rotary_factor " +
+           std::to_string(prf) + " x head_dim " + std::to_string(head));
+  }
+  if (rot < 2 || rot > head || rot % 2 != 0) {
+    c.fail("rotary_dim " + std::to_string(rot) + " must be even and at most head_dim " +
+           std::to_string(head));
+  }
+  w.set(key(a, "rope.dimension_count"), gguf::Value::u32(uint32_t(rot)));
+  const std::string scoring = c.get_string("scoring_func", "sigmoid");
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    c.fail("scoring_func '" + scoring + "' is not supported (softmax, sigmoid)");
+  }
+  w.set(key(a, "expert_gating_func"), gguf::Value::u32(scoring == "sigmoid" ? 2 : 1));
+  if (!c.get_bool("use_qk_norm", true)) {
+    c.fail("use_qk_norm is false, but minimax-m2 (llama.cpp's and lynx-moe's) needs q/k norms");
+  }
+  if (c.get_string("qk_norm_type", "per_layer") != "per_layer") {
+    c.fail("qk_norm_type '" + c.get_string("qk_norm_type", "") +
+           "' is not supported (per_layer: one norm over all heads)");
+  }
+  if (!c.get_bool("use_routing_bias", true)) {
+    c.fail("use_routing_bias is false, but minimax-m2 needs e_score_correction_bias");
+  }
+  if (c.get_int("shared_intermediate_size", 0) != 0) {
+    c.fail("shared_intermediate_size is set, but minimax-m2 has no shared expert");
+  }
+  if (c.has("attn_type_list")) {
+    const auto& types = c.json().at("attn_type_list");
+    if (!types.is_array()) c.fail("attn_type_list must be a list");
+    for (const auto& t : types) {
+      if (!t.is_number_integer() || t.get<int64_t>() != 1) {
+        c.fail("attn_type_list has a layer that is not full attention (1)");
+      }
+    }
+  }
+}
+
 bool glm4moe_moe_layer(const HfConfig& c, int il) {
   return il >= c.get_int("first_k_dense_replace", 0);
 }
@@ -562,9 +636,20 @@ constexpr Family kGlm4Moe = {
     .nextn_key = "num_nextn_predict_layers",
 };
 
-constexpr const Family* kFamilies[] = {&kMixtral,    &kLlama,      &kMistral, &kQwen2Moe,
-                                       &kQwen3Moe,   &kOlmoe,      &kQwen2,   &kQwen3,
-                                       &kDeepseekV2, &kDeepseekV3, &kGptOss,  &kGlm4Moe};
+constexpr Family kMinimaxM2 = {
+    .model_type = "minimax_m2",
+    .arch = "minimax-m2",
+    .keys = kMinimaxK,
+    .global = kGlobal,
+    .layer = kMinimaxL,
+    .tokenizer_pre = "minimax-m2",
+    .extra_keys = minimax_m2_extra,
+    .n_expert_key = "num_local_experts",
+};
+
+constexpr const Family* kFamilies[] = {&kMixtral, &kLlama,   &kMistral,  &kQwen2Moe,   &kQwen3Moe,
+                                       &kOlmoe,   &kQwen2,   &kQwen3,    &kDeepseekV2, &kDeepseekV3,
+                                       &kGptOss,  &kGlm4Moe, &kMinimaxM2};
 
 }  // namespace
 

@@ -116,6 +116,7 @@ const Case kCases[] = {
     {"gpt_oss_dequant", "gpt-oss:tiny-gpt-oss-f16-experts", "gpt-oss"},
     {"glm4_moe", "glm4moe:tiny-glm4moe", "glm4moe"},
     {"glm4_moe_qknorm", "glm4moe:tiny-glm4moe-qknorm", "glm4moe"},
+    {"minimax_m2", "minimax-m2:tiny-minimax-m2-f32", "minimax-m2"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

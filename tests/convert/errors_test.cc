@@ -464,5 +464,41 @@ TEST(ConvertErrors, GlmQkNormFlagWithoutTensors) {
   expect_error(d, {"attention_bias"});
 }
 
+// MiniMax-M2 switches with one answer in the architecture are refused by name: a file converted
+// past them would run another model.
+TEST(ConvertErrors, MinimaxM2ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "minimax_m2");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("use_qk_norm", false, {"use_qk_norm", "minimax-m2"});
+  expect_with("qk_norm_type", "per_head", {"qk_norm_type 'per_head'"});
+  expect_with("use_routing_bias", false, {"use_routing_bias"});
+  expect_with("shared_intermediate_size", 256, {"shared_intermediate_size"});
+  expect_with("attn_type_list", json::array({1, 0}), {"attn_type_list"});
+  expect_with("rotary_dim", 48, {"rotary_dim 48 must be even and at most head_dim 32"});
+  expect_with("partial_rotary_factor", 0.25,
+              {"rotary_dim 16 disagrees with partial_rotary_factor"});
+  expect_with("scoring_func", "softplus", {"scoring_func 'softplus'"});
+  // The selection bias is required in every layer.
+  write_json(d + "/config.json", good);
+  const std::string name = "model.layers.1.block_sparse_moe.e_score_correction_bias";
+  for (const auto& e : fs::directory_iterator(d)) {
+    if (e.path().extension() != ".safetensors") continue;
+    St st = read_st(e.path().string());
+    if (!st.header.contains(name)) continue;
+    st.header.erase(name);
+    write_st(e.path().string(), st);
+  }
+  json idx = read_json(d + "/model.safetensors.index.json");
+  idx["weight_map"].erase(name);
+  write_json(d + "/model.safetensors.index.json", idx);
+  expect_error(d, {"'" + name + "' is missing", "blk.1.exp_probs_b.bias"});
+}
+
 }  // namespace
 }  // namespace lynx

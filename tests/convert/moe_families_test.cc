@@ -1,5 +1,5 @@
-// `convert` for gpt-oss and GLM-4.5 beyond the golden logits (convert_test.cc): the MXFP4
-// experts kept bit for bit or decoded by --type, the nibble layouts stated by hand, the NextN
+// `convert` for gpt-oss, GLM-4.5 and MiniMax-M2 beyond the golden logits (convert_test.cc): the
+// MXFP4 experts kept bit for bit or decoded by --type, the nibble layouts stated by hand, the NextN
 // layer written as llama.cpp writes it and skipped by the loader, the keys of each family.
 #include <gtest/gtest.h>
 
@@ -291,9 +291,58 @@ TEST(ConvertRopeParameters, Transformers5LayoutGivesTheSameFile) {
   }
 }
 
+// MiniMax-M2: every tensor of the fixture the checkpoint was made from comes back with its
+// values (experts stacked from w1 / w3 / w2, the whole-row q/k norms, the selection bias), and
+// the keys are those llama.cpp's MiniMaxM2Model writes. transformers 5's layout, without
+// rotary_dim and with partial_rotary_factor in rope_parameters, gives the same rotary dims.
+TEST(ConvertMinimaxM2, TensorsAndKeys) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("minimax_m2", "f32");
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "minimax-m2/tiny-minimax-m2-f32.gguf");
+    ASSERT_EQ(got.tensors().size(), want.tensors().size());
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* a = got.find_tensor(b.name);
+      ASSERT_NE(a, nullptr) << b.name;
+      ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*a), values(b)) << b.name;
+    }
+    EXPECT_EQ(got.get_string("general.architecture"), "minimax-m2");
+    for (const char* k :
+         {"block_count", "rope.dimension_count", "expert_gating_func", "expert_feed_forward_length",
+          "expert_count", "expert_used_count", "attention.key_length", "attention.value_length",
+          "attention.head_count_kv"}) {
+      const std::string key = std::string("minimax-m2.") + k;
+      EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+    }
+    EXPECT_EQ(got.get_int("minimax-m2.expert_gating_func"), 2);
+    EXPECT_EQ(got.get_int("minimax-m2.rope.dimension_count"), 16);
+    EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "minimax-m2");
+    EXPECT_EQ(got.tensor("blk.0.attn_q_norm.weight").ne[0], 128);  // 4 heads x 32
+  }
+  fs::remove(out);
+  const std::string dir = test::scratch_path("minimax_m2-tf5");
+  fs::remove_all(dir);
+  fs::copy(hf("minimax_m2"), dir, fs::copy_options::recursive);
+  json c = json::parse(std::ifstream(dir + "/config.json"));
+  c.erase("rotary_dim");
+  c["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", c["rope_theta"]}, {"partial_rotary_factor", 0.5}};
+  c.erase("rope_theta");
+  std::ofstream(dir + "/config.json") << c.dump();
+  const std::string out5 = test::scratch_path("minimax_m2-tf5.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  convert_hf(dir, out5, o);
+  const auto f = gguf::File::open(out5);
+  EXPECT_EQ(f.get_int("minimax-m2.rope.dimension_count"), 16);
+  EXPECT_EQ(f.get_float("minimax-m2.rope.freq_base"), 5e6);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t : {"gpt_oss", "glm4_moe"}) {
+  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -18,6 +18,9 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
   - glm4moe (fixtures/glm4moe, with q/k norms or without): the NextN block blk.N becomes
     model.layers.N.* with eh_proj / enorm / hnorm / shared_head.norm, num_hidden_layers the
     trunk;
+  - minimax-m2 (fixtures/minimax-m2, F32): experts as Mixtral's (block_sparse_moe.experts.N.w1 /
+    w3 / w2), block_sparse_moe.gate, block_sparse_moe.e_score_correction_bias, the config's
+    rotary_dim / num_local_experts / scoring_func;
   - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
     (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
@@ -31,7 +34,7 @@ qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe, glm4_moe and gpt_oss are written as two shards with model.safetensors.index.json,
+qwen2moe, glm4_moe, minimax_m2 and gpt_oss are written as two shards with model.safetensors.index.json,
 deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
@@ -286,7 +289,7 @@ def hf_tensors(g, arch, config):
         p = "model.layers.%s." % layer
         if rest in EXPERT_NAMES:
             for e in range(x.shape[0]):
-                if arch == "llama":
+                if arch in ("llama", "minimax-m2"):
                     hf = p + "block_sparse_moe.experts.%d.%s.weight" % (
                         e, MIXTRAL_EXPERT_NAMES[rest])
                 else:
@@ -297,8 +300,11 @@ def hf_tensors(g, arch, config):
             x = unpermute(x, n_head)
         if arch == "llama" and rest == "attn_k.weight":
             x = unpermute(x, n_kv)
-        if arch == "llama" and rest == "ffn_gate_inp.weight":
+        if arch in ("llama", "minimax-m2") and rest == "ffn_gate_inp.weight":
             out.append((p + "block_sparse_moe.gate.weight", x))
+            continue
+        if arch == "minimax-m2" and rest == "exp_probs_b.bias":
+            out.append((p + "block_sparse_moe.e_score_correction_bias", x))
             continue
         if arch in ("deepseek2", "glm4moe") and rest.startswith("ffn_") and "shexp" in rest:
             out.append((p + GQA_NAMES[rest].replace("shared_expert.", "shared_experts."), x))
@@ -404,6 +410,30 @@ def glm4moe_extra(g, arch):
         "norm_topk_prob": bool(k("expert_weights_norm")),
         "n_group": 1,
         "topk_group": 1,
+        "rope_scaling": None,
+    }
+
+
+def minimax_m2_extra(g, arch):
+    """MiniMax-M2's config.json fields (the released file's names: rotary_dim,
+    num_local_experts, intermediate_size as the expert width, scoring_func, ...)."""
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    n = k("block_count")
+    return {
+        "architectures": ["MiniMaxM2ForCausalLM"],
+        "head_dim": k("attention.key_length"),
+        "rotary_dim": k("rope.dimension_count"),
+        "intermediate_size": k("expert_feed_forward_length"),
+        "num_local_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "scoring_func": "sigmoid",
+        "use_routing_bias": True,
+        "use_qk_norm": True,
+        "qk_norm_type": "per_layer",
+        "shared_intermediate_size": 0,
+        "attn_type_list": [1] * n,
+        "use_mtp": True,
+        "num_mtp_modules": 3,
         "rope_scaling": None,
     }
 
@@ -611,6 +641,8 @@ def main(argv):
                  shards=2)
     from_fixture(out, "glm4_moe_qknorm", f("glm4moe/tiny-glm4moe-qknorm.gguf"), "glm4_moe",
                  glm4moe_extra)
+    from_fixture(out, "minimax_m2", f("minimax-m2/tiny-minimax-m2-f32.gguf"), "minimax_m2",
+                 minimax_m2_extra, shards=2)
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
