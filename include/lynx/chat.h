@@ -35,6 +35,7 @@ enum class ChatFamily {
   kPhi3,       // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
   kGlm45,      // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
   kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
+  kMinimaxM2,  // MiniMax-M2 / M2.1 / M2.5 ]~!b[]~b]system ... [e~[ ]~b]user ... ]~b]ai
 };
 
 struct ChatFormat {
@@ -44,6 +45,8 @@ struct ChatFormat {
   std::string eos_token;  // what the template's eos_token expands to
   // ChatML: the system prompt the template inserts when the conversation has none (Qwen's
   // "You are a helpful assistant."), taken from the template text; empty = none.
+  // MiniMax-M2: its model_identity, always written when the conversation has no system text
+  // (from the template text; empty = the template's fallback "You are a helpful assistant.").
   std::string default_system;
   // Harmony: the "Current date: YYYY-MM-DD" of its system message (the template writes
   // strftime_now); empty = today's date (UTC) at rendering.

@@ -37,6 +37,8 @@ constexpr NameEntry kNames[] = {
     {"glm", ChatFamily::kGlm45, "glm4.5"},
     {"harmony", ChatFamily::kHarmony, "harmony"},
     {"gpt-oss", ChatFamily::kHarmony, "harmony"},
+    {"minimax-m2", ChatFamily::kMinimaxM2, "minimax-m2"},
+    {"minimax", ChatFamily::kMinimaxM2, "minimax-m2"},
 };
 
 using util::contains;
@@ -266,6 +268,73 @@ std::string render_harmony(const ChatFormat& f, std::span<const ChatMessage> m, 
   return s;
 }
 
+// MiniMax-M2, as its chat_template.jinja renders system/user/assistant turns (no tools; the
+// template of MiniMaxAI/MiniMax-M2, as llama.cpp's models/templates/MiniMax-M2.jinja):
+// "]~!b[]~b]system\n" + the first message's content when it is a system message with text,
+// else the model identity, + "[e~[\n"; then "]~b]user\n{u}[e~[\n" and "]~b]ai\n" + {a} +
+// "[e~[\n", where an answer holding "</think>" is split as the template splits it (the
+// reasoning: before the first close, '\n'-stripped, after the last "<think>", '\n'-stripped;
+// the answer: after the last close, '\n'-stripped) and the reasoning is written as
+// "<think>\n{r}\n</think>\n\n" only after the last user message; later system messages are
+// not rendered (the template has no branch for them); generation prompt "]~b]ai\n<think>\n".
+std::string render_minimax_m2(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  size_t first = 0;
+  std::string system = f.default_system.empty() ? "You are a helpful assistant." : f.default_system;
+  if (!m.empty() && m[0].role == "system") {
+    if (!m[0].content.empty()) system = m[0].content;
+    first = 1;
+  }
+  std::ptrdiff_t last_user = -1;
+  for (size_t i = first; i < m.size(); ++i) {
+    if (m[i].role == "user") last_user = std::ptrdiff_t(i);
+  }
+  auto strip_nl = [](std::string x) {
+    x.erase(0, x.find_first_not_of('\n'));
+    const size_t e = x.find_last_not_of('\n');
+    x.erase(e == std::string::npos ? 0 : e + 1);
+    return x;
+  };
+  std::string s = "]~!b[]~b]system\n" + system + "[e~[\n";
+  for (size_t i = first; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "user") {
+      s += "]~b]user\n" + msg.content + "[e~[\n";
+    } else if (msg.role == "assistant") {
+      std::string content = msg.content, reasoning;
+      const size_t close = content.find("</think>");
+      if (close != std::string::npos) {
+        reasoning = strip_nl(content.substr(0, close));
+        const size_t open = reasoning.rfind("<think>");
+        if (open != std::string::npos) reasoning = strip_nl(reasoning.substr(open + 7));
+        content = strip_nl(content.substr(content.rfind("</think>") + 8));
+      }
+      s += "]~b]ai\n";
+      if (!reasoning.empty() && std::ptrdiff_t(i) > last_user) {
+        s += "<think>\n" + reasoning + "\n</think>\n\n";
+      }
+      s += content + "[e~[\n";
+    } else if (msg.role != "system") {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "]~b]ai\n<think>\n";
+  return s;
+}
+
+// MiniMax-M2's model identity: the first `set model_identity = "..."` literal of its template
+// (the released templates name the model there); empty when there is none.
+std::string minimax_identity(std::string_view tmpl) {
+  const std::string_view head = "set model_identity = \"";
+  const size_t pos = tmpl.find(head);
+  if (pos == std::string_view::npos) return "";
+  const size_t b = pos + head.size();
+  const size_t e = tmpl.find('"', b);
+  if (e == std::string_view::npos) return "";
+  const std::string_view text = tmpl.substr(b, e - b);
+  if (text.find_first_of("'{}\\") != std::string_view::npos) return "";
+  return std::string(text);
+}
+
 // The literal default system prompt of a ChatML template:
 // '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' written as a Jinja string.
 std::string chatml_default_system(std::string_view tmpl) {
@@ -284,7 +353,8 @@ std::string chatml_default_system(std::string_view tmpl) {
 }  // namespace
 
 bool ChatFormat::renders_bos() const {
-  if (family == ChatFamily::kGlm45) return true;  // "[gMASK]<sop>" always leads
+  if (family == ChatFamily::kGlm45) return true;      // "[gMASK]<sop>" always leads
+  if (family == ChatFamily::kMinimaxM2) return true;  // "]~!b[" (its BOS) always leads
   if (bos_token.empty()) return false;
   switch (family) {
     case ChatFamily::kMistral:
@@ -299,8 +369,9 @@ bool ChatFormat::renders_bos() const {
 }
 
 const std::vector<std::string>& chat_format_names() {
-  static const std::vector<std::string> names = {
-      "chatml", "mistral", "tulu", "deepseek2", "deepseek3", "llama3", "phi3", "glm4.5", "harmony"};
+  static const std::vector<std::string> names = {"chatml",    "mistral",   "tulu", "deepseek2",
+                                                 "deepseek3", "llama3",    "phi3", "glm4.5",
+                                                 "harmony",   "minimax-m2"};
   return names;
 }
 
@@ -324,6 +395,8 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
   const char* name = nullptr;
   if (contains(t, "<|start|>") && contains(t, "<|message|>") && contains(t, "<|channel|>")) {
     name = "harmony";
+  } else if (contains(t, "]~b]ai") && contains(t, "[e~[")) {
+    name = "minimax-m2";
   } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
@@ -352,6 +425,7 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
   }
   ChatFormat f = chat_format_from_name(name, std::move(bos), std::move(eos));
   if (f.family == ChatFamily::kChatML) f.default_system = chatml_default_system(t);
+  if (f.family == ChatFamily::kMinimaxM2) f.default_system = minimax_identity(t);
   return f;
 }
 
@@ -390,6 +464,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_glm45(fmt, messages, add_generation_prompt);
     case ChatFamily::kHarmony:
       return render_harmony(fmt, messages, add_generation_prompt);
+    case ChatFamily::kMinimaxM2:
+      return render_minimax_m2(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

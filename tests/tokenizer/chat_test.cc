@@ -81,6 +81,17 @@ const char* kHarmonyTemplate =  // gpt-oss's chat_template.jinja, abridged
     "\"<|end|>\" }}{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content + "
     "\"<|end|>\" }}{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
 
+const char* kMinimaxM2Template =  // abridged (MiniMaxAI/MiniMax-M2 chat_template.jinja)
+    "{%- macro build_system_message(system_message) -%}{%- if system_message and "
+    "system_message.content -%}{{- visible_text(system_message.content) }}{%- else -%}{%- if "
+    "model_identity is not defined -%}{%- set model_identity = \"You are a helpful assistant. "
+    "Your name is MiniMax-M2 and is built by MiniMax.\" -%}{%- endif -%}{{- model_identity }}"
+    "{%- endif -%}{%- endmacro -%}{{- ']~!b[' ~ ']~b]system' ~ '\\n' }}{{- "
+    "build_system_message(system_message) }}{{- '[e~[\\n' }}{%- if message.role == "
+    "'assistant' -%}{{- ']~b]ai' ~ '\\n' }}{%- elif message.role == 'user' -%}{{- ']~b]user' "
+    "~ '\\n' }}{%- if add_generation_prompt -%}{{- ']~b]ai' ~ '\\n' ~ '<think>' ~ '\\n' "
+    "}}{%- endif -%}";
+
 TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kHarmonyTemplate).name, "harmony");
   EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
@@ -93,6 +104,7 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kLlama3Template).name, "llama3");
   EXPECT_EQ(chat_format_from_template(kPhi3Template).name, "phi3");
   EXPECT_EQ(chat_format_from_template(kGlm45Template).name, "glm4.5");
+  EXPECT_EQ(chat_format_from_template(kMinimaxM2Template).name, "minimax-m2");
   // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
   EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
 }
@@ -241,6 +253,46 @@ TEST(ChatRender, HarmonyForGptOss) {
   EXPECT_EQ(d[7], '-');
   const std::vector<ChatMessage> tool = {{"tool", "{}"}};
   EXPECT_THROW(render_chat(f, tool, true), Error);
+}
+
+// MiniMax-M2's template (llama.cpp's models/templates/MiniMax-M2.jinja) written out by hand for
+// these turns, and checked against Jinja2 with Hugging Face's trim_blocks / lstrip_blocks.
+TEST(ChatRender, MinimaxM2) {
+  const auto f = chat_format_from_template(kMinimaxM2Template, "]~!b[", "[e~[");
+  EXPECT_EQ(f.family, ChatFamily::kMinimaxM2);
+  EXPECT_TRUE(f.renders_bos());  // "]~!b[" (its BOS) leads every prompt: no BOS to add
+  EXPECT_EQ(f.default_system,
+            "You are a helpful assistant. Your name is MiniMax-M2 and is built by MiniMax.");
+  EXPECT_EQ(chat_format_from_name("minimax").name, "minimax-m2");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "]~!b[]~b]system\nYou are terse.[e~[\n]~b]user\nHi[e~[\n]~b]ai\nHello.[e~[\n"
+            "]~b]user\n2+2?[e~[\n]~b]ai\n<think>\n");
+  // Without a system message (or with an empty one) the model identity; the template's own
+  // fallback when it names none. A later system message is not rendered.
+  const ChatFormat plain = chat_format_from_name("minimax-m2");
+  const std::vector<ChatMessage> later = {{"system", ""}, {"user", "Q"}, {"system", "later"}};
+  EXPECT_EQ(render_chat(plain, later, true),
+            "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nQ[e~[\n]~b]ai\n"
+            "<think>\n");
+  // Reasoning is split off as the template splits it ('\n' stripped, spaces kept) and written
+  // after the last user message only.
+  const std::vector<ChatMessage> last = {{"user", "Q"},
+                                         {"assistant", "<think>\n plan \n</think>\n\n A \n"}};
+  EXPECT_EQ(render_chat(plain, last, false),
+            "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nQ[e~[\n]~b]ai\n"
+            "<think>\n plan \n</think>\n\n A [e~[\n");
+  const std::vector<ChatMessage> past = {
+      {"user", "Q"}, {"assistant", "<think>plan</think>A"}, {"user", "Q2"}};
+  EXPECT_EQ(render_chat(plain, past, true),
+            "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nQ[e~[\n]~b]ai\n"
+            "A[e~[\n]~b]user\nQ2[e~[\n]~b]ai\n<think>\n");
+  const std::vector<ChatMessage> two = {{"user", "Q"},
+                                        {"assistant", "x<think>a\n</think>b</think>\nc\n"}};
+  EXPECT_EQ(render_chat(plain, two, false),
+            "]~!b[]~b]system\nYou are a helpful assistant.[e~[\n]~b]user\nQ[e~[\n]~b]ai\n"
+            "<think>\na\n</think>\n\nc[e~[\n");
+  const std::vector<ChatMessage> tool = {{"tool", "{}"}};
+  EXPECT_THROW(render_chat(plain, tool, true), Error);
 }
 
 }  // namespace
