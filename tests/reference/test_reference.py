@@ -421,6 +421,24 @@ def test_glm4moe_partial_rope_and_goldens():
         assert np.array_equal(got.reshape(-1), want), name
 
 
+def test_minimax_m2_rope_and_goldens():
+    import minimax_m2_ref as MM
+    rng = np.random.default_rng(12)
+    v = rng.standard_normal(32)
+    # HF's rotate_half on the first 16 dims is ggml's NEOX rope of a 16-dim head (reference.py);
+    # the other dims stay.
+    out = MM.rope_partial(v, 7, 16, 5e6)
+    assert np.allclose(out[:16], R.rope(v[:16], 7, R.ROPE_NEOX, 5e6))
+    assert np.array_equal(out[16:], v[16:])
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "minimax-m2")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-minimax-m2-f32", "tiny-minimax-m2-q8_0"):
+        got = MM.forward(MM.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:
