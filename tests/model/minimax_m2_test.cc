@@ -273,10 +273,21 @@ TEST(MinimaxM2, BadFilesAreNamed) {
   // A wrong shape: the head count says 8 heads of 32, attn_q has 4.
   expect_load_error(rewrite(kF32, "heads", set_u32("minimax-m2.attention.head_count", 8), kNoDrop),
                     "tensor 'blk.0.attn_q.weight' has shape");
-  // Experts of another width than the metadata says.
+  // Experts of another width than the metadata says, and two widths that disagree.
+  expect_load_error(rewrite(
+                        kF32, "ffexp",
+                        [](const std::string& k, gguf::Value& v) {
+                          if (k == "minimax-m2.expert_feed_forward_length" ||
+                              k == "minimax-m2.feed_forward_length")
+                            v = gguf::Value::u32(64);
+                          return true;
+                        },
+                        kNoDrop),
+                    "tensor 'blk.0.ffn_gate_exps.weight' has shape");
   expect_load_error(
-      rewrite(kF32, "ffexp", set_u32("minimax-m2.expert_feed_forward_length", 64), kNoDrop),
-      "tensor 'blk.0.ffn_gate_exps.weight' has shape");
+      rewrite(kF32, "ff_mismatch", set_u32("minimax-m2.expert_feed_forward_length", 64), kNoDrop),
+      "minimax-m2.expert_feed_forward_length = 64 differs from minimax-m2.feed_forward_length = "
+      "32");
   // More rotary dims than a head has.
   expect_load_error(
       rewrite(kF32, "rot", set_u32("minimax-m2.rope.dimension_count", 48), kNoDrop),

@@ -53,6 +53,14 @@ void read(const gguf::File& f, ModelConfig& c) {
                 std::to_string(c.n_rot) + " must be even and at most the head dimension " +
                 std::to_string(c.head_dim));
   }
+  // llama.cpp and ik_llama.cpp size the experts by feed_forward_length and require
+  // expert_feed_forward_length too; the converters write both from intermediate_size. Two
+  // different values would make the engines disagree on the file: refused.
+  const std::string ff = key(c, "feed_forward_length"), ffe = key(c, "expert_feed_forward_length");
+  if (f.has(ff) && f.has(ffe) && c.n_ff != c.n_ff_exp) {
+    throw Error("metadata " + ffe + " = " + std::to_string(c.n_ff_exp) + " differs from " + ff +
+                " = " + std::to_string(c.n_ff) + " (the expert width; llama.cpp reads the latter)");
+  }
   // 1 softmax, 2 (or absent) sigmoid; 3 (softmax over the selected, gpt-oss) is not this
   // family's and is refused rather than run.
   const int func = int_in(f, key(c, "expert_gating_func"), 2, 1, 2);
