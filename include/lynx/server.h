@@ -40,6 +40,9 @@ struct ServerOptions {
   bool exact_activations = false;  // F32 activations for quantized types too (ContextOptions)
   int http_threads = 0;            // 0 = max_batch + max_queue + 4 (a waiting client holds one)
   int max_n = 8;                   // largest `n` (choices per request) accepted
+  // The prefix cache (lynx/scheduler.h): finished requests' KV caches kept up to this many
+  // bytes for requests whose prompts start with the same tokens; 0 = off.
+  size_t cache_ram_bytes = 0;
   std::string api_key;             // when set, /v1/* and /metrics need "Bearer <key>"
   std::string chat_format;         // chat format name; "" = from tokenizer.chat_template,
                                    // falling back to chatml when the model has none

@@ -468,9 +468,13 @@ json completion_body(const CompletionParams& p, const std::string& id, int64_t c
     arr.push_back(std::move(ch));
   }
   out["choices"] = std::move(arr);
+  // The prompt is counted once; its cached part is the first choice's (the others may have
+  // started from its rows or from the same entry).
   out["usage"] = {{"prompt_tokens", prompt_tokens},
                   {"completion_tokens", completion},
-                  {"total_tokens", prompt_tokens + completion}};
+                  {"total_tokens", prompt_tokens + completion},
+                  {"prompt_tokens_details",
+                   {{"cached_tokens", choices.empty() ? 0 : choices[0].cached_tokens}}}};
   return out;
 }
 
@@ -528,7 +532,8 @@ json chat_role_chunk(const std::string& id, int64_t created, const std::string& 
 }
 
 json usage_chunk(const CompletionParams& p, const std::string& id, int64_t created,
-                 const std::string& model, int prompt_tokens, int completion_tokens) {
+                 const std::string& model, int prompt_tokens, int completion_tokens,
+                 int cached_tokens) {
   return {{"id", id},
           {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},
@@ -537,7 +542,8 @@ json usage_chunk(const CompletionParams& p, const std::string& id, int64_t creat
           {"usage",
            {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}}}};
 }
 
 // ---------------------------------------------------------------------------------------

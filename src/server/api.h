@@ -76,6 +76,7 @@ struct ChoiceResult {
   std::vector<float> token_logprob;
   std::string finish_reason;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens taken from the prefix cache (usage's cached_tokens)
   // Tokens produced by decode steps at each routing level (the first token of a choice comes
   // from its prompt, which is always routed exact, and is not counted).
   std::vector<int> level_tokens;
@@ -97,7 +98,8 @@ json chunk_body(const CompletionParams& p, const std::string& id, int64_t create
                 const std::string& finish_reason);
 json chat_role_chunk(const std::string& id, int64_t created, const std::string& model, int index);
 json usage_chunk(const CompletionParams& p, const std::string& id, int64_t created,
-                 const std::string& model, int prompt_tokens, int completion_tokens);
+                 const std::string& model, int prompt_tokens, int completion_tokens,
+                 int cached_tokens);
 
 // Incremental detokenization with stop strings: feeds tokens, returns the text that can be
 // shown now. Text that could be the beginning of a stop string is held back until it is

@@ -65,6 +65,7 @@ Engine::Engine(const Model& model, const Tokenizer& tok, const ServerOptions& op
                SchedulerOptions s;
                s.max_batch = opts.max_batch;
                s.max_step_tokens = opts.max_step_tokens;
+               s.prefix_cache_bytes = opts.cache_ram_bytes;
                s.before_step = [this](std::span<const int64_t> ids) { before_step(ids); };
                return s;
              }()),
@@ -167,6 +168,10 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     // The callbacks hold the task alive until the scheduler drops the request.
     r.on_token_logprob = [this, t, i](int32_t tok, float lp) { return on_token(*t, i, tok, lp); };
     r.on_finish = [this, t, i](FinishReason why) { on_finish(*t, i, why); };
+    r.on_admit = [t, i](int32_t cached) {
+      std::lock_guard tl(t->mu);
+      t->results[size_t(i)].cached_tokens = cached;
+    };
     // A step that failed for this request (e.g. non-finite values in its rows): the cause
     // becomes the request's error; the scheduler goes on with the others.
     r.on_error = [this, t](const std::string& message) {
@@ -356,6 +361,7 @@ void Engine::loop() {
       }
     }
     metrics_.set_queue(int64_t(sched_.n_waiting()), int64_t(sched_.n_active()));
+    metrics_.set_prefix_cache(sched_.prefix_cache_stats());
     std::erase_if(live_, [](const std::shared_ptr<Task>& t) {
       std::lock_guard tl(t->mu);
       return t->done();

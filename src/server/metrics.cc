@@ -115,6 +115,11 @@ void Metrics::step(const StepStats& st, double seconds, const std::vector<Routin
   routing_ = routing;
 }
 
+void Metrics::set_prefix_cache(const PrefixCacheStats& s) {
+  std::lock_guard lk(mu_);
+  prefix_ = s;
+}
+
 void Metrics::set_queue(int64_t waiting, int64_t running) {
   std::lock_guard lk(mu_);
   waiting_ = waiting;
@@ -147,6 +152,31 @@ std::string Metrics::render(const std::string& routing_spec) const {
   sample(o, "lynx_requests_waiting", "", double(waiting_));
   header(o, "lynx_requests_running", "gauge", "Requests holding a slot (prefill or decode).");
   sample(o, "lynx_requests_running", "", double(running_));
+
+  header(o, "lynx_prefix_cache_requests_total", "counter",
+         "Requests admitted while the prefix cache is on.");
+  sample(o, "lynx_prefix_cache_requests_total", "", double(prefix_.lookups));
+  header(o, "lynx_prefix_cache_hits_total", "counter",
+         "Requests admitted with a prompt prefix from the cache.");
+  sample(o, "lynx_prefix_cache_hits_total", "", double(prefix_.hits));
+  header(o, "lynx_prefix_cache_prompt_tokens_total", "counter",
+         "Prompt tokens of the requests admitted while the prefix cache is on.");
+  sample(o, "lynx_prefix_cache_prompt_tokens_total", "", double(prefix_.prompt_tokens));
+  header(o, "lynx_prefix_cache_cached_tokens_total", "counter",
+         "Prompt tokens taken from the prefix cache instead of evaluated.");
+  sample(o, "lynx_prefix_cache_cached_tokens_total", "", double(prefix_.reused_tokens));
+  header(o, "lynx_prefix_cache_evictions_total", "counter",
+         "Prefix cache entries freed to stay within --cache-ram.");
+  sample(o, "lynx_prefix_cache_evictions_total", "", double(prefix_.evictions));
+  header(o, "lynx_prefix_cache_hit_ratio", "gauge",
+         "Cached prompt tokens over prompt tokens, since start.");
+  sample(o, "lynx_prefix_cache_hit_ratio", "",
+         prefix_.prompt_tokens > 0 ? double(prefix_.reused_tokens) / double(prefix_.prompt_tokens)
+                                   : 0.0);
+  header(o, "lynx_prefix_cache_entries", "gauge", "Finished sequences the prefix cache holds.");
+  sample(o, "lynx_prefix_cache_entries", "", double(prefix_.entries));
+  header(o, "lynx_prefix_cache_bytes", "gauge", "KV cache bytes the prefix cache holds.");
+  sample(o, "lynx_prefix_cache_bytes", "", double(prefix_.bytes));
 
   header(o, "lynx_time_to_first_token_seconds", "histogram",
          "From request arrival to its first generated token.");

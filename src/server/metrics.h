@@ -12,6 +12,7 @@
 
 #include "lynx/context.h"
 #include "lynx/routing.h"
+#include "lynx/scheduler.h"
 
 namespace lynx::server {
 
@@ -47,6 +48,7 @@ class Metrics {
   void step(const StepStats& st, double seconds, const std::vector<RoutingStats>& routing);
   // Gauges set by the engine loop.
   void set_queue(int64_t waiting, int64_t running);
+  void set_prefix_cache(const PrefixCacheStats& s);
 
   std::string render(const std::string& routing_spec) const;
 
@@ -59,6 +61,7 @@ class Metrics {
   uint64_t steps_ = 0, decode_steps_ = 0;
   double weight_bytes_ = 0, expert_bytes_ = 0;
   int64_t waiting_ = 0, running_ = 0;
+  PrefixCacheStats prefix_;
   StepStats last_;  // last step with decode tokens (per-layer distinct experts)
   std::vector<RoutingStats> routing_;
 };

@@ -307,7 +307,7 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
     std::deque<server::Event> evs;
     bool done = false;
     std::string error;
-    int completion = 0;
+    int completion = 0, cached = 0;
     json routing_usage;
     {
       std::unique_lock lk(task->mu);
@@ -316,6 +316,7 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
       done = task->done();
       error = task->error;
       for (const auto& r : task->results) completion += r.completion_tokens;
+      if (!task->results.empty()) cached = task->results[0].cached_tokens;
       if (done) routing_usage = server::routing_usage(task->results, api.routing_levels);
     }
     for (const server::Event& ev : evs) {
@@ -329,8 +330,8 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
     if (!error.empty()) {
       if (!send(ApiError(500, error, "", "", "server_error").body())) return false;
     } else if (p.include_usage) {
-      json usage =
-          server::usage_chunk(p, ids.id, ids.created, model_name, int(p.prompt.size()), completion);
+      json usage = server::usage_chunk(p, ids.id, ids.created, model_name, int(p.prompt.size()),
+                                       completion, cached);
       usage["usage"]["routing"] = std::move(routing_usage);
       if (!send(usage)) return false;
     }

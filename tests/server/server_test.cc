@@ -148,6 +148,45 @@ TEST(Server, CompletionUsageAndStreamingMatch) {
   expect_metric(srv, "lynx_http_responses_total{endpoint=\"/v1/completions\",code=\"200\"}", 2);
 }
 
+// The prefix cache: turn 2 of a conversation (turn 1's prompt and answer, then more) starts
+// from turn 1's KV cache, reports it in usage.prompt_tokens_details.cached_tokens and in
+// /metrics, and answers what a server without the cache answers.
+TEST(Server, PrefixCacheServesTheNextTurn) {
+  ServerOptions with = tiny_options();
+  with.cache_ram_bytes = size_t(16) << 20;
+  Running cached(with), plain(tiny_options());
+  auto complete = [](const Running& srv, const std::string& prompt, bool stream) {
+    json body = {{"model", "tiny"},  {"prompt", prompt},   {"max_tokens", 12},
+                 {"temperature", 0}, {"ignore_eos", true}, {"stream", stream}};
+    if (!stream) return post(srv, "/v1/completions", body.dump()).j();
+    body["stream_options"] = {{"include_usage", true}};
+    Stream s = post_stream(srv, "/v1/completions", body.dump());
+    json out = s.chunks().back();  // the usage chunk
+    out["text"] = text_of(s, false);
+    return out;
+  };
+  const json t1 = complete(cached, "Hello, world", false);
+  ASSERT_TRUE(t1.contains("usage")) << t1.dump();
+  EXPECT_EQ(t1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const std::string turn2 = "Hello, world" + t1["choices"][0]["text"].get<std::string>() + " more";
+  const json t2 = complete(cached, turn2, false);
+  const json p2 = complete(plain, turn2, false);
+  EXPECT_EQ(t2["choices"][0]["text"], p2["choices"][0]["text"]);
+  EXPECT_GE(t2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 12);
+  EXPECT_LT(t2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            t2["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(p2["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // Streaming: the usage chunk carries it too (turn 2 again: now all but its last token).
+  const json s2 = complete(cached, turn2, true);
+  EXPECT_EQ(s2["text"], p2["choices"][0]["text"]);
+  EXPECT_EQ(s2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            s2["usage"]["prompt_tokens"].get<int>() - 1);
+  expect_metric(cached, "lynx_prefix_cache_requests_total", 3);
+  expect_metric(cached, "lynx_prefix_cache_hits_total", 2);
+  expect_metric(cached, "lynx_prefix_cache_entries", 2);
+  expect_metric(plain, "lynx_prefix_cache_requests_total", 0);
+}
+
 TEST(Server, ChatStreamingAndNonStreaming) {
   Running srv(tiny_options());
   const std::string body =

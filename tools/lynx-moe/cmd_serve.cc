@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <thread>
 
 #include "bf16_acts.h"
@@ -46,6 +47,26 @@ void check_seconds(const char* flag, double v, double lo, double hi) {
              std::to_string(int(lo)) + " and " + std::to_string(int(hi)) + " (got " +
              std::to_string(v) + ")");
   }
+}
+
+// --cache-ram in bytes: the MiB asked for, at most a quarter of MemAvailable (the cache must
+// not crowd out the model and the running sequences); off under expert parallelism, whose
+// followers mirror rank 0's sequences by id and position and cannot follow a copied prefix.
+size_t cache_ram_bytes(int64_t mib, bool expert_parallel) {
+  if (mib == 0 || expert_parallel) return 0;
+  size_t limit = SIZE_MAX;
+  std::ifstream f("/proc/meminfo");
+  for (std::string key; f >> key;) {
+    size_t kib = 0;
+    f >> kib;
+    if (key == "MemAvailable:") {
+      limit = kib * 1024 / 4;
+      break;
+    }
+    f.ignore(1 << 10, '\n');
+  }
+  const size_t want = mib < 0 ? SIZE_MAX : size_t(mib) << 20;
+  return std::max<size_t>(1, std::min(want, limit));
 }
 
 // Every serve flag with a range: nonsense is refused before the model is loaded.
@@ -164,6 +185,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--chat-format", o->chat_format,
                   "Chat format name (default: from tokenizer.chat_template, else chatml)");
   cmd->add_option("--max-n", o->max_n, "Largest n (choices per request)");
+  auto cache_mib = std::make_shared<int64_t>(8192);
+  cmd->add_option("--cache-ram", *cache_mib,
+                  "Prefix cache: MiB of finished requests' KV caches kept for prompts that "
+                  "start with the same tokens (0 = off, -1 = no limit; at most a quarter of "
+                  "the memory available at start)")
+      ->capture_default_str();
   auto tpot_ms = std::make_shared<double>(0);
   cmd->add_option("--tpot-slo", *tpot_ms,
                   "P99 TPOT target in ms: routing strength follows the load along the ladder "
@@ -200,8 +227,12 @@ void register_serve(CLI::App& app) {
                   "Seconds a keep-alive connection may wait for its next request");
   auto ep_flags = std::make_shared<EpFlags>();
   add_ep_flags(cmd, ep_flags.get());
-  cmd->callback([cmd, o, trace, key_file, ep_flags, tpot_ms, bf16_acts] {
+  cmd->callback([cmd, o, trace, key_file, ep_flags, tpot_ms, bf16_acts, cache_mib] {
     o->tpot_slo_s = *tpot_ms / 1e3;
+    if (*cache_mib < -1 || *cache_mib > (int64_t(1) << 30)) {
+      bad_flag("--cache-ram: must be MiB between 0 (off) and 2^30, or -1 (no limit)");
+    }
+    o->cache_ram_bytes = cache_ram_bytes(*cache_mib, ep_flags->on);
     // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
     // starts threads of its own) and taken synchronously with sigwait below: no handler, no
     // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
@@ -287,6 +318,9 @@ void register_serve(CLI::App& app) {
                std::to_string(o->max_connections) + " may not all be accepted");
       }
       Server srv(*o);
+      o->log(o->cache_ram_bytes == 0
+                 ? std::string("prefix cache: off") + (ep.on() ? " (expert parallelism)" : "")
+                 : "prefix cache: up to " + std::to_string(o->cache_ram_bytes >> 20) + " MiB");
       if (*bf16_acts) {
         o->log("bf16-acts: BF16/F16 products on kernel " +
                std::string(kernels::bf16_kernel_name(kernels::bf16_kernel())));
