@@ -11,41 +11,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "lynx/context.h"
+#include "lynx/sampler.h"
 
 namespace lynx {
-
-struct SamplingParams {
-  float temperature = 0.f;  // 0 = greedy
-  int top_k = 0;            // 0 = off
-  float top_p = 1.f;        // 1 = off
-  uint64_t seed = 0;
-};
-
-// Seeded sampler: the same seed and logits give the same tokens.
-class Sampler {
- public:
-  explicit Sampler(const SamplingParams& p);
-  int32_t sample(std::span<const float> logits);
-  // log-probability of `token` under the (temperature-scaled) distribution last sampled from.
-  float last_logprob(int32_t token) const;
-
- private:
-  SamplingParams p_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
-  float last_logsum_ = 0.f;
-  float last_max_ = 0.f;
-  std::span<const float> last_logits_;
-};
-
-// Greedy arg max (lowest id on ties).
-int32_t argmax(std::span<const float> logits);
 
 enum class FinishReason : uint8_t { kNone, kLength, kStop, kCancelled, kError };
 // "length", "stop", "cancelled", "error" (the OpenAI API's finish_reason values and the
@@ -115,7 +88,8 @@ class Scheduler {
   ~Scheduler();
 
   // Queues a request; returns its id. Throws lynx::Error on an invalid request (empty prompt,
-  // prompt + max_tokens beyond the context limit, max_tokens < 1).
+  // prompt + max_tokens beyond the context limit, max_tokens < 1, sampling parameters that
+  // check_sampling_params refuses).
   int64_t submit(GenerationRequest req);
   // Ends a request at the next step boundary (its KV cache is freed then).
   void cancel(int64_t id);

@@ -6,19 +6,9 @@
 #include "runtime/prefix_cache.h"
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
-#include <numeric>
 
 namespace lynx {
-
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
-  }
-  return best;
-}
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -34,80 +24,6 @@ const char* finish_reason_name(FinishReason r) {
       return "none";
   }
 }
-
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
-
-int32_t Sampler::sample(std::span<const float> logits) {
-  last_logits_ = logits;
-  if (p_.temperature <= 0.f) {
-    const int32_t best = argmax(logits);
-    last_max_ = logits[size_t(best)];
-    double s = 0;
-    for (float v : logits) s += std::exp(double(v - last_max_));
-    last_logsum_ = float(std::log(s));
-    return best;
-  }
-  // Temperature, then top-k, then top-p (nucleus), then a seeded draw: the order llama.cpp's
-  // and vLLM's default samplers apply them. Logits are scaled relative to their maximum,
-  // (l - max) / T <= 0, so that a tiny temperature (down to subnormal floats) drives the
-  // others towards -inf (probability 0) instead of overflowing every logit to inf: the limit
-  // of sampling as T -> 0 is the greedy choice (a uniform draw among exact ties).
-  const float top = logits[size_t(argmax(logits))];
-  cand_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    cand_[i] = {(logits[i] - top) / p_.temperature, int32_t(i)};
-  }
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  size_t n = cand_.size();
-  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = size_t(p_.top_k);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
-  std::vector<double> prob(n);  // cand_[0].first is 0, the largest
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(cand_[i].first));
-  if (p_.top_p < 1.f) {
-    double acc = 0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; ++i) {
-      acc += prob[i] / sum;
-      if (acc >= double(p_.top_p)) {
-        keep = i + 1;
-        break;
-      }
-    }
-    n = keep;
-    sum = std::accumulate(prob.begin(), prob.begin() + long(n), 0.0);
-  }
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double r = u(rng_), acc = 0;
-  int32_t pick = cand_[n - 1].second;
-  for (size_t i = 0; i < n; ++i) {
-    acc += prob[i];
-    if (r < acc) {
-      pick = cand_[i].second;
-      break;
-    }
-  }
-  // log-softmax over the full temperature-scaled distribution, for logprobs.
-  double s = 0;
-  for (float v : logits) s += std::exp(double((v - top) / p_.temperature));
-  last_max_ = top;
-  last_logsum_ = float(std::log(s));
-  return pick;
-}
-
-float Sampler::last_logprob(int32_t token) const {
-  if (last_logits_.empty() || token < 0 || size_t(token) >= last_logits_.size()) return 0.f;
-  if (p_.temperature <= 0.f) return last_logits_[size_t(token)] - last_max_ - last_logsum_;
-  return (last_logits_[size_t(token)] - last_max_) / p_.temperature - last_logsum_;
-}
-
-// ---------------------------------------------------------------------------------------
 
 namespace {
 struct Active {
@@ -156,6 +72,7 @@ struct Scheduler::Impl {
 
 void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
   Sampler sampler(req.sampling);
+  sampler.set_prompt(req.prompt);  // the repetition penalty's window starts in the prompt
   active.push_back(std::make_unique<Active>(Active{id, -1, std::move(req), std::move(sampler)}));
   Active* a = active.back().get();
   LoopSequence ls;
@@ -258,6 +175,7 @@ int64_t Scheduler::submit(GenerationRequest req) {
     if (t < 0 || t >= n_vocab)
       throw Error("prompt token id " + std::to_string(t) + " out of range");
   }
+  check_sampling_params(req.sampling, n_vocab);
   const int64_t id = impl_->next_id++;
   impl_->waiting.emplace_back(id, std::move(req));
   return id;

@@ -1,6 +1,9 @@
 // `lynx-moe generate`: a batch of prompts generated together (continuous batching), once per
 // routing policy, printing the texts, speed, and distinct experts per layer for each.
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "bf16_acts.h"
@@ -20,7 +23,11 @@ struct Args {
   std::string model, prompt, prompts_file, routing = "topk", record_trace;
   int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
   uint64_t seed = 1;
-  float temp = 0.f, top_p = 1.f;
+  float temp = 0.f, top_p = 1.f, min_p = 0.f, typical_p = 1.f;
+  float presence_penalty = 0.f, frequency_penalty = 0.f, repeat_penalty = 1.f;
+  int repeat_last_n = 64;
+  std::vector<std::string> logit_bias;  // ID=BIAS
+  SamplingParams sampling;              // the above, parsed (seed set per sequence)
   bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
   bool bf16_acts = false;
   std::string chat_format, system;
@@ -76,9 +83,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
     if (r.prompt.empty()) throw Error("prompt " + std::to_string(i) + " tokenizes to nothing");
     run.prompt_tokens += int64_t(r.prompt.size());
     r.max_tokens = a.n_predict;
-    r.sampling.temperature = a.temp;
-    r.sampling.top_k = a.top_k;
-    r.sampling.top_p = a.top_p;
+    r.sampling = a.sampling;
     r.sampling.seed = a.seed + i;  // copies of one prompt still differ when sampling
     if (!a.ignore_eos) {
       for (int32_t id = 0; id < tok.n_vocab(); ++id) {
@@ -124,6 +129,38 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   return run;
 }
 
+// --logit-bias values: ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS; a bias of -inf or false
+// bans the token.
+std::vector<LogitBias> parse_logit_bias(const std::vector<std::string>& values) {
+  std::vector<LogitBias> out;
+  for (const std::string& v : values) {
+    auto bad = [&](const std::string& why) {
+      throw UsageError("--logit-bias " + v + ": " + why + " (want ID=BIAS, e.g. 15043=-100)");
+    };
+    const size_t at = v.find_first_of("=+-");
+    if (at == 0 || at == std::string::npos) bad("no token id");
+    const std::string id = v.substr(0, at);
+    std::string bias = v.substr(v[at] == '=' ? at + 1 : at);
+    if (id.find_first_not_of("0123456789") != std::string::npos || id.size() > 9) {
+      bad("the token id is not a non-negative integer");
+    }
+    LogitBias b;
+    b.token = int32_t(std::stol(id));
+    if (bias == "-inf" || bias == "false") {
+      b.bias = kBanBias;
+    } else {
+      char* end = nullptr;
+      const double x = bias.empty() ? NAN : std::strtod(bias.c_str(), &end);
+      if (bias.empty() || *end != '\0' || !(x >= -100 && x <= 100)) {
+        bad("the bias must be a number in [-100, 100], -inf or false");
+      }
+      b.bias = float(x);
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_generate(CLI::App& app) {
@@ -143,6 +180,25 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--temp", a->temp, "Temperature (0 = greedy)")->check(number_in(0, 1e4));
   cmd->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(int_in(0, 1 << 30));
   cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)")->check(number_in(0, 1, true));
+  cmd->add_option("--min-p", a->min_p, "Min-p sampling: keep p >= MIN_P * p_max (0 = off)")
+      ->check(number_in(0, 1));
+  cmd->add_option("--typical-p,--typical", a->typical_p, "Locally typical sampling (1 = off)")
+      ->check(number_in(0, 1, true));
+  cmd->add_option("--presence-penalty", a->presence_penalty,
+                  "OpenAI presence penalty over the generated tokens (0 = off)")
+      ->check(number_in(-2, 2));
+  cmd->add_option("--frequency-penalty", a->frequency_penalty,
+                  "OpenAI frequency penalty over the generated tokens (0 = off)")
+      ->check(number_in(-2, 2));
+  cmd->add_option("--repeat-penalty", a->repeat_penalty,
+                  "Repetition penalty over the last --repeat-last-n tokens (1 = off)")
+      ->check(number_in(0, 100, true));
+  cmd->add_option("--repeat-last-n", a->repeat_last_n,
+                  "Tokens of prompt + output the repetition penalty sees (-1 = all, 0 = off)")
+      ->check(int_in(-1, INT32_MAX));
+  cmd->add_option("--logit-bias", a->logit_bias,
+                  "ID=BIAS added to a token's logit (BIAS in [-100, 100], -inf or false bans); "
+                  "repeatable");
   cmd->add_option("--routing", a->routing,
                   "Routing policy spec; several separated by ';' run one after the other");
   cmd->add_option("--record-trace", a->record_trace,
@@ -174,8 +230,24 @@ void register_generate(CLI::App& app) {
       for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
         prompts.push_back(base[size_t(i) % base.size()]);
       }
+      SamplingParams& sp = a->sampling;
+      sp.temperature = a->temp;
+      sp.top_k = a->top_k;
+      sp.top_p = a->top_p;
+      sp.min_p = a->min_p;
+      sp.typical_p = a->typical_p;
+      sp.presence_penalty = a->presence_penalty;
+      sp.frequency_penalty = a->frequency_penalty;
+      sp.repeat_penalty = a->repeat_penalty;
+      sp.repeat_last_n = a->repeat_last_n;
+      sp.logit_bias = parse_logit_bias(a->logit_bias);
       auto model = ep.load_model(a->model, !a->exact_acts);
       check_specs_fit(specs, *model, "--routing");
+      try {
+        check_sampling_params(sp, model->config().n_vocab);
+      } catch (const Error& e) {
+        throw UsageError(e.what());
+      }
       auto tok = Tokenizer::from_gguf(model->file());
       const ModelConfig& c = model->config();
       std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
