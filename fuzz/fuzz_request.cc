@@ -15,6 +15,7 @@
 #include <string>
 
 #include "lynx/chat.h"
+#include "lynx/error.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
 #include "lynx/tokenizer.h"
@@ -75,6 +76,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (int32_t id : p.prompt) {
       if (id < 0 || id >= s.tok->n_vocab()) __builtin_trap();
+    }
+    // Sampling parameters the scheduler accepts (it throws lynx::Error on the rest).
+    try {
+      lynx::check_sampling_params(p.sampling, s.tok->n_vocab());
+    } catch (const lynx::Error&) {
+      __builtin_trap();
     }
   } catch (const lynx::server::ApiError& e) {
     if (e.status < 400 || e.status > 499) __builtin_trap();

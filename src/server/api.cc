@@ -1,13 +1,14 @@
 // OpenAI request parsing/validation and response bodies (see api.h). Field semantics follow
 // the OpenAI API reference for /v1/completions and /v1/chat/completions; fields this engine
-// cannot honour (echo, best_of > 1, logit_bias, penalties, tools) are refused with a 400
-// naming them rather than silently ignored.
+// cannot honour (echo, best_of > 1, suffix, tools) are refused with a 400 naming them rather
+// than silently ignored. Sampling fields: docs/serving.md, "Sampling".
 #include "server/api.h"
 
 #include "lynx/error.h"
 #include "lynx/routing.h"
 
 #include <algorithm>
+#include <charconv>
 #include <random>
 
 namespace lynx::server {
@@ -212,12 +213,6 @@ void refuse_unsupported(const json& body) {
       v && !(v->is_string() && v->get<std::string>().empty())) {
     bad_value("suffix", "is not supported");
   }
-  if (const json* v = field(body, "logit_bias"); v && !v->empty()) {
-    bad_value("logit_bias", "is not supported");
-  }
-  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
-    if (get_num(body, k, -2, 2, 0) != 0) bad_value(k, "is not supported (only 0)");
-  }
   for (const char* k : {"tools", "functions"}) {
     if (const json* v = field(body, k); v && !v->empty()) bad_value(k, "are not supported");
   }
@@ -229,6 +224,105 @@ void refuse_unsupported(const json& body) {
       bad_value("response_format", "supports only {\"type\": \"text\"}");
     }
   }
+}
+
+[[noreturn]] void bad_bias(const std::string& what, const char* code = "invalid_value") {
+  throw ApiError(400, what, "logit_bias", code);
+}
+
+// OpenAI's form, {"token id": bias}, and llama-server's, [[token id or text, bias], ...], with
+// a bias of false for a ban (llama-server); text is tokenized and each of its tokens biased.
+std::vector<LogitBias> logit_bias(const json& body, const ApiModel& m) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return {};
+  const int n_vocab = m.tok->n_vocab();
+  auto id_of = [&](int64_t id, const std::string& shown) {
+    if (id < 0 || id >= n_vocab) {
+      bad_bias("'logit_bias' has token id " + shown + ", outside the vocabulary (0 to " +
+               std::to_string(n_vocab - 1) + ")");
+    }
+    return int32_t(id);
+  };
+  auto bias_of = [](const json& b, const std::string& at) {
+    if (b.is_boolean()) {
+      if (!b.get<bool>()) return kBanBias;
+      bad_bias("'" + at + "' is true: a bias is a number, or false to ban the token");
+    }
+    if (!b.is_number()) bad_bias("'" + at + "' must be a number or false", "invalid_type");
+    const double x = b.get<double>();
+    if (!(x >= -100 && x <= 100)) {
+      bad_bias("'" + at + "' must be between -100 and 100 (got " + b.dump() + ")");
+    }
+    return float(x);
+  };
+  std::vector<LogitBias> out;
+  if (v->is_object()) {
+    for (const auto& [key, b] : v->items()) {
+      int64_t id = -1;
+      const char* end = key.data() + key.size();
+      const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+      if (key.empty() || ptr != end ||
+          (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+        bad_bias("'logit_bias' key \"" + key + "\" is not a token id (a decimal integer)");
+      }
+      if (ec == std::errc::result_out_of_range) id = -1;
+      out.push_back({id_of(id, key), bias_of(b, "logit_bias[\"" + key + "\"]")});
+    }
+  } else if (v->is_array()) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      const std::string at = "logit_bias[" + std::to_string(i) + "]";
+      if (!e.is_array() || e.size() != 2) {
+        bad_bias("'" + at + "' must be a [token id or text, bias] pair", "invalid_type");
+      }
+      const float bias = bias_of(e[1], at + "[1]");
+      if (e[0].is_number_integer()) {
+        const bool huge = e[0].is_number_unsigned() && e[0].get<uint64_t>() > uint64_t(INT64_MAX);
+        out.push_back({id_of(huge ? -1 : e[0].get<int64_t>(), e[0].dump()), bias});
+      } else if (e[0].is_string()) {
+        const std::vector<int32_t> toks = m.tok->encode(e[0].get<std::string>(), false, false);
+        if (toks.empty()) bad_bias("'" + at + "[0]' tokenizes to nothing");
+        for (int32_t t : toks) out.push_back({id_of(t, std::to_string(t)), bias});
+      } else {
+        bad_bias("'" + at + "[0]' must be a token id or a string", "invalid_type");
+      }
+    }
+  } else {
+    bad_bias(
+        "'logit_bias' must be an object mapping token ids to biases, or an array of "
+        "[token id, bias] pairs",
+        "invalid_type");
+  }
+  std::vector<bool> banned(size_t(n_vocab), false);
+  size_t n_banned = 0;
+  for (const LogitBias& b : out) {
+    if (b.bias == kBanBias && !banned[size_t(b.token)]) {
+      banned[size_t(b.token)] = true;
+      ++n_banned;
+    }
+  }
+  if (n_vocab > 0 && n_banned == size_t(n_vocab)) bad_bias("'logit_bias' bans every token");
+  return out;
+}
+
+// Penalties, min_p, typical_p and logit_bias (top_k, top_p, temperature and seed are read by
+// the caller).
+void sampling_fields(const json& body, const ApiModel& m, SamplingParams& s) {
+  s.min_p = float(get_num(body, "min_p", 0, 1, 0));
+  s.typical_p = float(get_num(body, "typical_p", 0, 1, 1));
+  if (s.typical_p <= 0) bad_value("typical_p", "must be greater than 0 (1 = off)");
+  s.presence_penalty = float(get_num(body, "presence_penalty", -2, 2, 0));
+  s.frequency_penalty = float(get_num(body, "frequency_penalty", -2, 2, 0));
+  // vLLM's name and llama-server's for one setting.
+  const bool vllm = field(body, "repetition_penalty") != nullptr;
+  if (vllm && field(body, "repeat_penalty")) {
+    bad_value("repeat_penalty", "and 'repetition_penalty' name one setting: send one of them");
+  }
+  const char* rk = vllm ? "repetition_penalty" : "repeat_penalty";
+  s.repeat_penalty = float(get_num(body, rk, 0, 100, 1));
+  if (s.repeat_penalty <= 0) bad_value(rk, "must be greater than 0 (1 = off)");
+  s.repeat_last_n = int(get_int(body, "repeat_last_n", -1, INT32_MAX, 64));
+  s.logit_bias = logit_bias(body, m);
 }
 
 json chat_logprobs(const std::vector<std::string>& text, const std::vector<float>& lp) {
@@ -358,6 +452,7 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
   if (p.sampling.top_p <= 0) bad_value("top_p", "must be greater than 0");
   p.sampling.top_k = int(get_int(body, "top_k", -1, 1 << 20, 0));
   if (p.sampling.top_k < 0) p.sampling.top_k = 0;  // vLLM's -1 = off
+  sampling_fields(body, m, p.sampling);
   const json* seed = field(body, "seed");
   if (seed && !seed->is_number_integer()) bad_type("seed", "an integer");
   // -1 is llama-server's "a random seed"; other negative seeds would wrap to 2^64 - n.

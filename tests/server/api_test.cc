@@ -1,6 +1,8 @@
 // Request parsing and stop-string streaming, without HTTP.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "lynx/model.h"
 #include "server/api.h"
 #include "util.h"
@@ -130,6 +132,34 @@ TEST(ParseCompletion, RejectsBadInputNamingTheField) {
       {R"({"prompt":"a","model":"gpt-4"})", "model", "model_not_found"},
       {R"({"prompt":"a","routing":"lynx"})", "routing", "invalid_value"},
       {R"({"prompt":"a","echo":true})", "echo", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"300":1}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"-1":1}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"99999999999999999999999":1}})", "logit_bias",
+       "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"abc":1}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"5 ":1}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"5":101}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"5":-100.5}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":{"5":"1"}})", "logit_bias", "invalid_type"},
+      {R"({"prompt":"a","logit_bias":{"5":true}})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":[[5]]})", "logit_bias", "invalid_type"},
+      {R"({"prompt":"a","logit_bias":[[300,1]]})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":[[1.5,1]]})", "logit_bias", "invalid_type"},
+      {R"({"prompt":"a","logit_bias":[["",1]]})", "logit_bias", "invalid_value"},
+      {R"({"prompt":"a","logit_bias":5})", "logit_bias", "invalid_type"},
+      {R"({"prompt":"a","presence_penalty":2.5})", "presence_penalty", "invalid_value"},
+      {R"({"prompt":"a","frequency_penalty":-3})", "frequency_penalty", "invalid_value"},
+      {R"({"prompt":"a","frequency_penalty":"1"})", "frequency_penalty", "invalid_type"},
+      {R"({"prompt":"a","repeat_penalty":0})", "repeat_penalty", "invalid_value"},
+      {R"({"prompt":"a","repetition_penalty":-1})", "repetition_penalty", "invalid_value"},
+      {R"({"prompt":"a","repetition_penalty":1.1,"repeat_penalty":1.2})", "repeat_penalty",
+       "invalid_value"},
+      {R"({"prompt":"a","repeat_last_n":-2})", "repeat_last_n", "invalid_value"},
+      {R"({"prompt":"a","repeat_last_n":1.5})", "repeat_last_n", "invalid_type"},
+      {R"({"prompt":"a","min_p":1.5})", "min_p", "invalid_value"},
+      {R"({"prompt":"a","min_p":true})", "min_p", "invalid_type"},
+      {R"({"prompt":"a","typical_p":0})", "typical_p", "invalid_value"},
+      {R"({"prompt":"a","typical_p":1.01})", "typical_p", "invalid_value"},
       {R"({"prompt":"a","stream_options":{"include_usage":true}})", "stream_options",
        "invalid_value"},
       {R"({"prompt":[1,99999]})", "prompt", "invalid_value"},
@@ -218,6 +248,11 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
                                            "logit_bias",
                                            "presence_penalty",
                                            "frequency_penalty",
+                                           "repeat_penalty",
+                                           "repetition_penalty",
+                                           "repeat_last_n",
+                                           "min_p",
+                                           "typical_p",
                                            "tools",
                                            "functions",
                                            "response_format"};
@@ -280,6 +315,76 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "response_format.type");
+  }
+}
+
+// The sampling controls clients send: OpenAI's penalties and logit_bias map, llama-server's
+// repeat_penalty / repeat_last_n / min_p / typical_p and its logit_bias array (false bans,
+// text is tokenized), vLLM's repetition_penalty.
+TEST(ParseCompletion, SamplingControls) {
+  const ApiModel m = fx().api();
+  CompletionParams p = parse_completion(R"({"prompt":"a"})", false, m);
+  EXPECT_FALSE(p.sampling.adjusts_logits());
+  EXPECT_EQ(p.sampling.repeat_last_n, 64);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.f);
+  EXPECT_FLOAT_EQ(p.sampling.typical_p, 1.f);
+  p = parse_completion(
+      R"({"prompt":"a","presence_penalty":-2,"frequency_penalty":1.5,"repeat_penalty":1.1,)"
+      R"("repeat_last_n":-1,"min_p":0.05,"typical_p":0.9,"top_k":-1,)"
+      R"("logit_bias":{"7":-100,"0":100,"12":false,"299":0.5}})",
+      false, m);
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, -2.f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, 1.5f);
+  EXPECT_FLOAT_EQ(p.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(p.sampling.repeat_last_n, -1);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(p.sampling.typical_p, 0.9f);
+  EXPECT_EQ(p.sampling.top_k, 0);
+  std::map<int32_t, float> bias;
+  for (const LogitBias& b : p.sampling.logit_bias) bias[b.token] = b.bias;
+  EXPECT_EQ(bias, (std::map<int32_t, float>{{0, 100.f}, {7, -100.f}, {12, kBanBias}, {299, 0.5f}}));
+  p = parse_completion(R"({"prompt":"a","repetition_penalty":1.3})", false, m);
+  EXPECT_FLOAT_EQ(p.sampling.repeat_penalty, 1.3f);
+  // llama-server's array: ids, false, and text whose tokens all get the bias.
+  p = parse_completion(R"({"prompt":"a","logit_bias":[[3,-1.5],[4,false],["ab",2]]})", false, m);
+  const std::vector<int32_t> ab = fx().tok->encode("ab", false, false);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 2 + ab.size());
+  EXPECT_EQ(p.sampling.logit_bias[0].token, 3);
+  EXPECT_FLOAT_EQ(p.sampling.logit_bias[0].bias, -1.5f);
+  EXPECT_EQ(p.sampling.logit_bias[1].bias, kBanBias);
+  for (size_t i = 0; i < ab.size(); ++i) {
+    EXPECT_EQ(p.sampling.logit_bias[2 + i].token, ab[i]);
+    EXPECT_FLOAT_EQ(p.sampling.logit_bias[2 + i].bias, 2.f);
+  }
+  // Empty forms are no bias; chat takes the same fields.
+  EXPECT_TRUE(
+      parse_completion(R"({"prompt":"a","logit_bias":{}})", false, m).sampling.logit_bias.empty());
+  EXPECT_TRUE(
+      parse_completion(R"({"prompt":"a","logit_bias":[]})", false, m).sampling.logit_bias.empty());
+  p = parse_completion(
+      R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5,"logit_bias":{"9":3}})",
+      true, m);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, 0.5f);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 1u);
+  // A ban of every token leaves nothing to sample: a 400, as is the message naming the key.
+  json all = json::array();
+  for (int i = 0; i < fx().tok->n_vocab(); ++i) all.push_back({i, false});
+  json body = {{"prompt", "a"}, {"logit_bias", all}};
+  try {
+    parse_completion(body.dump(), false, m);
+    ADD_FAILURE() << "accepted a ban of every token";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "logit_bias");
+  }
+  all.erase(all.size() - 1);
+  body["logit_bias"] = all;
+  EXPECT_EQ(parse_completion(body.dump(), false, m).sampling.logit_bias.size(), all.size());
+  try {
+    parse_completion(R"({"prompt":"a","logit_bias":{"5":1,"1000":2}})", false, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("vocabulary"), std::string::npos) << e.what();
   }
 }
 
