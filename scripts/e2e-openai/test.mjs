@@ -1,6 +1,7 @@
 // End-to-end test of `lynx-moe serve` with the official OpenAI client (npm `openai`):
 // models, completions and chat completions, non-streaming and streaming, usage counts,
-// stop strings, the "routing": "exact" extension, error objects. Exits non-zero on failure.
+// stop strings, the "routing": "exact" extension, logit_bias and penalties, error objects.
+// Exits non-zero on failure.
 // Usage: node test.mjs BASE_URL API_KEY
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -89,6 +90,27 @@ await check("stop string", async () => {
   });
   assert.equal(r.choices[0].text, greedy.slice(0, greedy.indexOf(stop)));
   assert.equal(r.choices[0].finish_reason, "stop");
+});
+
+await check("sampling controls: logit_bias, penalties", async () => {
+  // Token 120 is the byte 'x' of the synthetic byte-level vocabulary: +100 forces it, and the
+  // penalties (on every token generated so far) do not outweigh the bias.
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "hi" }], max_tokens: 6, temperature: 0,
+    ignore_eos: true, logit_bias: { "120": 100 }, frequency_penalty: 0.5, presence_penalty: 0.5,
+  });
+  assert.equal(r.choices[0].message.content, "xxxxxx");
+  const p = await client.completions.create({
+    model, prompt: "Once upon a time", max_tokens: 16, temperature: 0, ignore_eos: true,
+    frequency_penalty: 2, presence_penalty: 1,
+  });
+  assert.notEqual(p.choices[0].text, greedy);
+  await assert.rejects(
+    client.completions.create({ model, prompt: "x", max_tokens: 1, logit_bias: { "300": 1 } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "logit_bias");
+  await assert.rejects(
+    client.completions.create({ model, prompt: "x", max_tokens: 1, presence_penalty: 3 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "presence_penalty");
 });
 
 await check("errors are APIError objects", async () => {
