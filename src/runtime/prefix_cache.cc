@@ -2,6 +2,7 @@
 #include "runtime/prefix_cache.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "lynx/error.h"
 
@@ -28,25 +29,37 @@ void PrefixCache::clear() {
   stats_.bytes = 0;
 }
 
-PrefixCache::Reuse PrefixCache::acquire(std::span<const int32_t> prompt, int32_t max_len,
-                                        std::span<const Live> live) {
-  ++stats_.lookups;
-  stats_.prompt_tokens += int64_t(prompt.size());
+PrefixCache::Best PrefixCache::find(std::span<const int32_t> prompt, int32_t max_len,
+                                    std::span<const Live> live) const {
   // The longest prefix; an entry wins a tie with a running sequence (no copy when it is whole).
-  int32_t best = 0;
-  size_t best_entry = entries_.size();
-  const Live* best_live = nullptr;
+  Best b;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const int32_t held = std::min<int32_t>(int32_t(entries_[i].tokens.size()),
                                            ctx_.sequence_length(entries_[i].seq));
     const int32_t n = common_prefix(prompt, entries_[i].tokens, std::min(max_len, held));
-    if (n > best) best = n, best_entry = i;
+    if (n > b.len) b = {n, i, nullptr};
   }
   for (const Live& l : live) {
     const int32_t held = std::min<int32_t>(int32_t(l.tokens.size()), ctx_.sequence_length(l.seq));
     const int32_t n = common_prefix(prompt, l.tokens, std::min(max_len, held));
-    if (n > best) best = n, best_entry = entries_.size(), best_live = &l;
+    if (n > b.len) b = {n, SIZE_MAX, &l};
   }
+  return b;
+}
+
+int32_t PrefixCache::longest(std::span<const int32_t> prompt, int32_t max_len,
+                             std::span<const Live> live) const {
+  return find(prompt, max_len, live).len;
+}
+
+PrefixCache::Reuse PrefixCache::acquire(std::span<const int32_t> prompt, int32_t max_len,
+                                        std::span<const Live> live) {
+  ++stats_.lookups;
+  stats_.prompt_tokens += int64_t(prompt.size());
+  const Best found = find(prompt, max_len, live);
+  const int32_t best = found.len;
+  const size_t best_entry = found.entry;
+  const Live* best_live = found.live;
   if (best == 0) return {};
   Reuse r{-1, best};
   if (best_live == nullptr) {

@@ -41,6 +41,9 @@ class PrefixCache {
   // evaluated, for its logits), held by an entry or a `live` sequence. The returned sequence
   // belongs to the caller.
   Reuse acquire(std::span<const int32_t> prompt, int32_t max_len, std::span<const Live> live);
+  // The length acquire would reuse now, taking nothing.
+  int32_t longest(std::span<const int32_t> prompt, int32_t max_len,
+                  std::span<const Live> live) const;
   // A finished request's sequence and the tokens its KV cache holds (the first
   // Context::sequence_length of them count). Kept, then entries evicted down to the bound
   // (this one too, if it alone is larger).
@@ -58,6 +61,12 @@ class PrefixCache {
     uint64_t used;  // the use clock when last stored or read
   };
   void evict_to(size_t max_bytes);
+  struct Best {
+    int32_t len = 0;
+    size_t entry = SIZE_MAX;  // an entry's index, or
+    const Live* live = nullptr;
+  };
+  Best find(std::span<const int32_t> prompt, int32_t max_len, std::span<const Live> live) const;
 
   Context& ctx_;
   size_t max_bytes_;

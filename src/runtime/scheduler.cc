@@ -37,6 +37,7 @@ struct Active {
   // With the prefix cache: the prompt and the generated tokens fed back so far (the first
   // Context::sequence_length of them are in the KV cache).
   std::vector<int32_t> tokens = {};
+  int32_t prompt_len = 0;
 };
 }  // namespace
 
@@ -61,6 +62,18 @@ struct Scheduler::Impl {
     std::erase_if(active, [a](const auto& p) { return p.get() == a; });
   }
   void admit(int64_t id, GenerationRequest req);
+  // `live`: the running sequences other than `except`, with the tokens they hold.
+  void gather_live(const Active* except) {
+    live.clear();
+    for (const auto& o : active) {
+      if (o.get() != except && o->seq >= 0) live.push_back({o->seq, o->tokens});
+    }
+  }
+  // With the prefix cache: whether a waiting request should wait for a running one's prefill,
+  // which will hold a longer prefix of its prompt than anything does now (the choices of an
+  // `n > 1` request, requests sent together with one system prompt): admitted at once, each
+  // would evaluate the shared part itself.
+  bool should_wait(const std::vector<int32_t>& prompt);
   // A step's eval threw: the requests it names (NonFiniteError), or else every request with
   // tokens in the step, finish with kError; the context did not advance any sequence, so the
   // others go on with the next step.
@@ -79,11 +92,9 @@ void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
   PrefixCache::Reuse reuse;
   if (cache) {
     // Running sequences may share the prefix too (they are copied from, not taken).
-    live.clear();
-    for (const auto& o : active) {
-      if (o.get() != a && o->seq >= 0) live.push_back({o->seq, o->tokens});
-    }
+    gather_live(a);
     a->tokens = a->req.prompt;
+    a->prompt_len = int32_t(a->tokens.size());
     const auto& p = a->req.prompt;
     reuse = cache->acquire(p, int32_t(p.size()) - 1, live);
     ls.seq = reuse.seq;
@@ -108,6 +119,22 @@ void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
     throw;
   }
   if (a->req.on_admit) a->req.on_admit(reuse.len);
+}
+
+bool Scheduler::Impl::should_wait(const std::vector<int32_t>& prompt) {
+  constexpr int32_t kWorthWaiting = 16;  // tokens; a few cost less to evaluate than to wait
+  const int32_t max_len = int32_t(prompt.size()) - 1;
+  gather_live(nullptr);
+  const int32_t now = cache->longest(prompt, max_len, live);
+  for (const auto& a : active) {
+    if (a->seq < 0 || ctx.sequence_length(a->seq) >= a->prompt_len) continue;  // not prefilling
+    const auto& t = a->tokens;
+    const size_t n = std::min({prompt.size(), size_t(a->prompt_len), size_t(max_len)});
+    const auto shared = int32_t(
+        std::mismatch(prompt.begin(), prompt.begin() + long(n), t.begin()).first - prompt.begin());
+    if (shared >= now + kWorthWaiting) return true;
+  }
+  return false;
 }
 
 void Scheduler::Impl::fail_step(const Error& e) {
@@ -222,6 +249,7 @@ bool Scheduler::step() {
     }
   }
   while (!s.waiting.empty() && int(s.active.size()) < s.opts.max_batch) {
+    if (s.cache && s.should_wait(s.waiting.front().second.prompt)) break;  // admitted after it
     auto [id, req] = std::move(s.waiting.front());
     s.waiting.pop_front();
     s.admit(id, std::move(req));

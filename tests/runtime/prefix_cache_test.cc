@@ -220,6 +220,37 @@ TEST(PrefixCache, RunningRequestsShareAPrefix) {
   EXPECT_EQ(b.out, alone(with(30)));
 }
 
+// Requests sent together with one prompt (the choices of an n > 1 request): the later ones
+// wait for the first one's prefill and copy it instead of evaluating the prompt each; the
+// request with another prompt behind them is served too.
+TEST(PrefixCache, RequestsSentTogetherShareThePrompt) {
+  auto m = Model::load(kFixtures + "olmoe-q8_0.gguf");
+  const int V = m->config().n_vocab;
+  const auto p = tokens(60, 8, V);
+  ContextOptions co;
+  co.n_threads = 2;
+  co.n_ctx = 128;
+  Context ctx(*m, co);
+  SchedulerOptions so;
+  so.prefix_cache_bytes = size_t(16) << 20;
+  so.max_step_tokens = 16;  // the prompt takes four steps
+  Scheduler s(ctx, so);
+  std::vector<Turn> t(4);
+  for (int i = 0; i < 3; ++i) s.submit(request(p, 6, t[size_t(i)]));
+  s.submit(request(tokens(20, 9, V), 6, t[3]));
+  s.run_until_idle();
+  EXPECT_EQ(t[0].cached, 0);
+  // They wait while the first one's prefill would give them 16 tokens or more than it holds:
+  // admitted at 48 of 60 (16 a step), they evaluate the last 12 themselves.
+  EXPECT_EQ(t[1].cached, 48);
+  EXPECT_EQ(t[2].cached, 48);
+  EXPECT_EQ(t[3].cached, 0);
+  EXPECT_EQ(s.stats().prefill_tokens, 60 + 12 + 12 + 20);
+  for (int i = 1; i < 3; ++i) EXPECT_EQ(t[size_t(i)].out, t[0].out);
+  EXPECT_EQ(t[0].why, FinishReason::kLength);
+  EXPECT_EQ(t[3].why, FinishReason::kLength);
+}
+
 // A bound smaller than two entries: the least recently used goes, the bytes held stay within
 // the bound, and the context holds only what the cache holds once every request ended.
 TEST(PrefixCache, BoundEvictsTheLeastRecentlyUsed) {
