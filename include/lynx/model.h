@@ -93,6 +93,9 @@ struct ModelConfig {
   int qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int n_layer_dense_lead = 0;  // leading_dense_block_count: layers before the first MoE one
   int n_expert_shared = 0;     // expert_shared_count (deepseek2: shared width = n * n_ff_exp)
+  // interleave_moe_layer_step (ernie4_5-moe): from n_layer_dense_lead on, layer il is MoE when
+  // (il + 1) % n_moe_layer_step == 0, dense otherwise.
+  int n_moe_layer_step = 1;
   // Partial rotary embedding (glm4moe's rope.dimension_count < head_dim): only the first n_rot
   // dimensions of each q/k head rotate (NEOX pairs (i, i + n_rot/2)); 0 = the whole head.
   int n_rot = 0;

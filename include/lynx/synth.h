@@ -42,13 +42,18 @@ struct SynthShape {
   // as the released files have them (SynthOptions::expert_type overrides).
   int sliding_window = 0;
   bool mxfp4_experts = false;
+  // ernie4_5-moe: from n_layer_dense_lead on, every moe_layer_step-th layer is MoE (the
+  // others dense, n_ff wide); tied_output: no output.weight (the output shares token_embd).
+  int moe_layer_step = 1;
+  bool tied_output = false;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
-// layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, and small ones used by tests and the demo
-// (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe,
-// tiny-glm4moe-qknorm, tiny-gpt-oss, tiny-minimax-m2). Throws lynx::Error for an unknown name.
+// layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, ernie4_5-moe (ERNIE-4.5-21B-A3B), and small
+// ones used by tests and the demo (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3,
+// tiny-glm4moe, tiny-glm4moe-qknorm, tiny-gpt-oss, tiny-minimax-m2, tiny-ernie4_5-moe). Throws
+// lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

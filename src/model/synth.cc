@@ -351,6 +351,56 @@ const SynthShape kShapes[] = {
      .select_bias = true,
      .norm_topk = true,
      .n_rot = 16},
+    // ERNIE-4.5-21B-A3B (config.json of baidu/ERNIE-4.5-21B-A3B-PT, HF's Ernie4_5_MoeConfig
+    // defaults): 28 layers, the first dense (moe_layer_start_index 1, width 12288), then 64
+    // experts of width 1536, 6 per token, 2 shared experts (one FFN of 3072, no gate); softmax
+    // with selection bias, renormalized; 20 query and 4 key/value heads of 128, normal rope over
+    // the whole head, base 5e5, eps 1e-5; vocabulary 103424, tied embeddings. context_length
+    // 4096 (the real 131072 would size a server's KV cache).
+    {.name = "ernie4_5-moe",
+     .arch = "ernie4_5-moe",
+     .n_layer = 28,
+     .n_embd = 2560,
+     .n_head = 20,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_vocab = 103424,
+     .n_ctx = 4096,
+     .n_ff = 12288,
+     .n_expert = 64,
+     .n_expert_used = 6,
+     .n_ff_exp = 1536,
+     .n_ff_shexp = 3072,
+     .rope_base = 5e5f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .select_bias = true,
+     .norm_topk = true,
+     .tied_output = true},
+    // A small ernie4_5-moe for tests (the fixtures' shape): a dense layer, then two MoE layers
+    // of 8 experts (3 per token) and 2 shared; heads x head_dim (64) differs from n_embd (32).
+    {.name = "tiny-ernie4_5-moe",
+     .arch = "ernie4_5-moe",
+     .n_layer = 3,
+     .n_embd = 32,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 16,
+     .n_vocab = 300,
+     .n_ctx = 2048,
+     .n_ff = 64,
+     .n_expert = 8,
+     .n_expert_used = 3,
+     .n_ff_exp = 32,
+     .n_ff_shexp = 64,
+     .rope_base = 5e5f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .select_bias = true,
+     .norm_topk = true,
+     .tied_output = true},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
@@ -467,6 +517,7 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
   c.n_layer_dense_lead =
       s.n_expert > 0 ? std::min(s.n_layer_dense_lead, s.n_layer - 1) : s.n_layer_dense_lead;
   c.n_expert_shared = s.n_expert_shared;
+  c.n_moe_layer_step = s.moe_layer_step;
   c.n_swa = s.sliding_window;
   if (s.yarn_factor > 0.f) {
     c.yarn.on = true;
@@ -626,7 +677,7 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
   const float in_std = 1.f / std::sqrt(float(E));
   sw.matrix("token_embd.weight", o.type, E, s.n_vocab, 1, 1.f);
   sw.vector("output_norm.weight", E, 1.f, 0.05f);
-  sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
+  if (!s.tied_output) sw.matrix("output.weight", o.type, E, s.n_vocab, 1, in_std);
   // The trunk's layers, then the NextN blocks (a layer of the same kinds plus their own
   // tensors), which block_count counts (the family's write_metadata).
   for (int il = 0; il < s.n_layer + c.n_layer_nextn; ++il) {

@@ -439,6 +439,22 @@ def test_minimax_m2_rope_and_goldens():
         assert np.array_equal(got.reshape(-1), want), name
 
 
+def test_ernie4_5_moe_rope_and_goldens():
+    import ernie4_5_moe_ref as ER
+    rng = np.random.default_rng(13)
+    v = rng.standard_normal(16)
+    # HF's interleaved rotate_half with repeat_interleave'd cos / sin is ggml's normal rope
+    # (pairs (2i, 2i + 1); reference.py), over the whole head.
+    assert np.allclose(ER.rope(v, 7, 5e5), R.rope(v, 7, R.ROPE_NORM, 5e5))
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "ernie4_5-moe")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-ernie4_5-moe-f32", "tiny-ernie4_5-moe-q8_0"):
+        got = ER.forward(ER.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:
