@@ -401,6 +401,56 @@ const SynthShape kShapes[] = {
      .select_bias = true,
      .norm_topk = true,
      .tied_output = true},
+    // dots.llm1 (config.json of rednote-hilab/dots.llm1.inst): 62 layers, the first dense
+    // (intermediate_size 10944), then 128 experts of width 1408, 6 per token, and 2 shared
+    // (one FFN of 2816); sigmoid with selection bias, renormalized, routed scale 2.5; 32 query
+    // and 32 key/value heads of 128 with per-head q/k RMSNorm, NEOX rope on every dim, base
+    // 1e7, eps 1e-5; vocabulary 152064. context_length 4096 (the real 32768 would size a
+    // server's KV cache).
+    {.name = "dots1",
+     .arch = "dots1",
+     .n_layer = 62,
+     .n_embd = 4096,
+     .n_head = 32,
+     .n_head_kv = 32,
+     .head_dim = 128,
+     .n_vocab = 152064,
+     .n_ctx = 4096,
+     .n_ff = 10944,
+     .n_expert = 128,
+     .n_expert_used = 6,
+     .n_ff_exp = 1408,
+     .rope_base = 1e7f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f},
+    // A small dots1 for tests: head_dim x heads (96) differs from n_embd (64), one dense layer,
+    // 2 shared experts, routed scale 2.5.
+    {.name = "tiny-dots1",
+     .arch = "dots1",
+     .n_layer = 3,
+     .n_embd = 64,
+     .n_head = 4,
+     .n_head_kv = 4,
+     .head_dim = 24,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 64,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 32,
+     .rope_base = 1e7f,
+     .rms_eps = 1e-5f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 2,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.

@@ -455,6 +455,21 @@ def test_ernie4_5_moe_rope_and_goldens():
         assert np.array_equal(got.reshape(-1), want), name
 
 
+def test_dots1_rope_and_goldens():
+    import dots1_ref as D
+    rng = np.random.default_rng(13)
+    v = rng.standard_normal(24)
+    # HF's rotate_half over the whole head is ggml's NEOX rope (reference.py).
+    assert np.allclose(D.rope(v, 5, 1e7), R.rope(v, 5, R.ROPE_NEOX, 1e7))
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "dots1")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-dots1-f32", "tiny-dots1-q8_0"):
+        got = D.forward(D.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:

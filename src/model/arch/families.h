@@ -15,5 +15,6 @@ extern const ArchDesc kGlm4Moe;     // glm4moe.cc: GLM-4.5, GLM-4.5-Air
 extern const ArchDesc kGptOss;      // gpt_oss.cc: gpt-oss-20b / 120b
 extern const ArchDesc kMinimaxM2;   // minimax_m2.cc: MiniMax-M2 / M2.1 / M2.5
 extern const ArchDesc kErnie45Moe;  // ernie4_5_moe.cc: ERNIE-4.5-21B-A3B / 300B-A47B
+extern const ArchDesc kDots1;       // dots1.cc: dots.llm1 (rednote-hilab)
 
 }  // namespace lynx::arch
