@@ -117,6 +117,7 @@ const Case kCases[] = {
     {"glm4_moe", "glm4moe:tiny-glm4moe", "glm4moe"},
     {"glm4_moe_qknorm", "glm4moe:tiny-glm4moe-qknorm", "glm4moe"},
     {"minimax_m2", "minimax-m2:tiny-minimax-m2-f32", "minimax-m2"},
+    {"dots1", "dots1:tiny-dots1-f32", "dots1"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

@@ -500,5 +500,28 @@ TEST(ConvertErrors, MinimaxM2ConfigOutsideTheArchitecture) {
   expect_error(d, {"'" + name + "' is missing", "blk.1.exp_probs_b.bias"});
 }
 
+// What llama.cpp's dots1 cannot run is refused by name: another scoring function, q/k/v biases,
+// fewer key/value heads than heads, group-limited routing, rope scaling.
+TEST(ConvertErrors, Dots1ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "dots1");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("scoring_func", "softmax", {"scoring_func 'softmax'"});
+  expect_with("attention_bias", true, {"attention_bias", "dots1"});
+  expect_with("num_key_value_heads", 2, {"num_key_value_heads"});
+  json c = good;
+  c["n_group"] = 4;
+  c["topk_group"] = 2;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"n_group 4 / topk_group 2"});
+  expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

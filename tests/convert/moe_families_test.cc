@@ -1,6 +1,7 @@
-// `convert` for gpt-oss, GLM-4.5 and MiniMax-M2 beyond the golden logits (convert_test.cc): the
-// MXFP4 experts kept bit for bit or decoded by --type, the nibble layouts stated by hand, the NextN
-// layer written as llama.cpp writes it and skipped by the loader, the keys of each family.
+// `convert` for gpt-oss, GLM-4.5, MiniMax-M2 and dots.llm1 beyond the golden logits
+// (convert_test.cc): the MXFP4 experts kept bit for bit or decoded by --type, the nibble layouts
+// stated by hand, the NextN layer written as llama.cpp writes it and skipped by the loader, the
+// keys of each family.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -340,9 +341,42 @@ TEST(ConvertMinimaxM2, TensorsAndKeys) {
   EXPECT_EQ(f.get_float("minimax-m2.rope.freq_base"), 5e6);
 }
 
+// dots.llm1: every tensor of the fixture the checkpoint was made from comes back with its
+// values (experts stacked, the dense lead, the per-head q/k norms, the selection bias, the
+// shared experts), and the keys are those llama.cpp's Dots1Model writes.
+TEST(ConvertDots1, TensorsAndKeys) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("dots1", "f32");
+  const auto got = gguf::File::open(out);
+  const auto want = gguf::File::open(kFixtures + "dots1/tiny-dots1-f32.gguf");
+  ASSERT_EQ(got.tensors().size(), want.tensors().size());
+  for (const auto& b : want.tensors()) {
+    const gguf::TensorInfo* a = got.find_tensor(b.name);
+    ASSERT_NE(a, nullptr) << b.name;
+    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+    EXPECT_EQ(values(*a), values(b)) << b.name;
+  }
+  EXPECT_EQ(got.get_string("general.architecture"), "dots1");
+  for (const char* k :
+       {"block_count", "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+        "feed_forward_length", "expert_feed_forward_length", "expert_count", "expert_used_count",
+        "attention.key_length", "attention.value_length", "attention.head_count_kv"}) {
+    const std::string key = std::string("dots1.") + k;
+    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+  }
+  EXPECT_EQ(got.get_float("dots1.expert_weights_scale"), 2.5);
+  EXPECT_TRUE(got.get_bool("dots1.expert_weights_norm"));
+  EXPECT_EQ(got.get_int("dots1.expert_gating_func"), 2);
+  EXPECT_EQ(got.find("dots1.expert_group_count"), nullptr);
+  EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ(got.tensor("blk.1.attn_q_norm.weight").ne[0], 24);       // per head
+  EXPECT_EQ(got.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);  // the dense lead
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2"}) {
+  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -21,6 +21,9 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
   - minimax-m2 (fixtures/minimax-m2, F32): experts as Mixtral's (block_sparse_moe.experts.N.w1 /
     w3 / w2), block_sparse_moe.gate, block_sparse_moe.e_score_correction_bias, the config's
     rotary_dim / num_local_experts / scoring_func;
+  - dots1 (fixtures/dots1, F32): experts mlp.experts.N.gate_proj / up_proj / down_proj,
+    mlp.gate, mlp.gate.e_score_correction_bias, mlp.shared_experts, the config's
+    n_routed_experts / first_k_dense_replace / routed_scaling_factor / scoring_func noaux_tc;
   - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
     (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
@@ -34,7 +37,7 @@ qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe, glm4_moe, minimax_m2 and gpt_oss are written as two shards with model.safetensors.index.json,
+qwen2moe, glm4_moe, minimax_m2, dots1 and gpt_oss are written as two shards with model.safetensors.index.json,
 deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
@@ -303,10 +306,13 @@ def hf_tensors(g, arch, config):
         if arch in ("llama", "minimax-m2") and rest == "ffn_gate_inp.weight":
             out.append((p + "block_sparse_moe.gate.weight", x))
             continue
+        if arch == "dots1" and rest == "exp_probs_b.bias":
+            out.append((p + "mlp.gate.e_score_correction_bias", x))
+            continue
         if arch == "minimax-m2" and rest == "exp_probs_b.bias":
             out.append((p + "block_sparse_moe.e_score_correction_bias", x))
             continue
-        if arch in ("deepseek2", "glm4moe") and rest.startswith("ffn_") and "shexp" in rest:
+        if arch in ("deepseek2", "glm4moe", "dots1") and rest.startswith("ffn_") and "shexp" in rest:
             out.append((p + GQA_NAMES[rest].replace("shared_expert.", "shared_experts."), x))
             continue
         if rest in ("attn_k_b.weight", "attn_v_b.weight"):
@@ -411,6 +417,29 @@ def glm4moe_extra(g, arch):
         "n_group": 1,
         "topk_group": 1,
         "rope_scaling": None,
+    }
+
+
+def dots1_extra(g, arch):
+    """dots.llm1's config.json fields (n_routed_experts, moe_intermediate_size,
+    first_k_dense_replace, scoring_func noaux_tc; n_group / topk_group null as released)."""
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    return {
+        "architectures": ["Dots1ForCausalLM"],
+        "head_dim": k("attention.key_length"),
+        "attention_bias": False,
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "n_routed_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "n_shared_experts": k("expert_shared_count"),
+        "first_k_dense_replace": k("leading_dense_block_count"),
+        "routed_scaling_factor": float(k("expert_weights_scale")),
+        "norm_topk_prob": bool(k("expert_weights_norm")),
+        "scoring_func": "noaux_tc",
+        "n_group": None,
+        "topk_group": None,
+        "rope_scaling": None,
+        "tie_word_embeddings": False,
     }
 
 
@@ -643,6 +672,7 @@ def main(argv):
                  glm4moe_extra)
     from_fixture(out, "minimax_m2", f("minimax-m2/tiny-minimax-m2-f32.gguf"), "minimax_m2",
                  minimax_m2_extra, shards=2)
+    from_fixture(out, "dots1", f("dots1/tiny-dots1-f32.gguf"), "dots1", dots1_extra, shards=2)
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
