@@ -36,6 +36,7 @@ enum class ChatFamily {
   kGlm45,      // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
   kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
   kMinimaxM2,  // MiniMax-M2 / M2.1 / M2.5 ]~!b[]~b]system ... [e~[ ]~b]user ... ]~b]ai
+  kDots1,      // dots.llm1.inst <|system|> ... <|userprompt|> ... <|response|> ...
 };
 
 struct ChatFormat {

@@ -39,6 +39,8 @@ constexpr NameEntry kNames[] = {
     {"gpt-oss", ChatFamily::kHarmony, "harmony"},
     {"minimax-m2", ChatFamily::kMinimaxM2, "minimax-m2"},
     {"minimax", ChatFamily::kMinimaxM2, "minimax-m2"},
+    {"dots1", ChatFamily::kDots1, "dots1"},
+    {"dots", ChatFamily::kDots1, "dots1"},
 };
 
 using util::contains;
@@ -321,6 +323,34 @@ std::string render_minimax_m2(const ChatFormat& f, std::span<const ChatMessage> 
   return s;
 }
 
+// dots.llm1.inst, as llama.cpp's and ik_llama.cpp's built-in LLM_CHAT_TEMPLATE_DOTS1 renders
+// it (chosen there by "<|endofuserprompt|>" in the template): "<|system|>{s}<|endofsystem|>",
+// "<|userprompt|>{u}<|endofuserprompt|>", "<|response|>{a}<|endofresponse|>", no separators;
+// generation prompt "<|response|>". Without a leading system message the template's default
+// system text comes first ("You are a helpful assistant.", as ms-swift's dots1 template has it).
+std::string render_dots1(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s;
+  if (m.empty() || m[0].role != "system") {
+    s = "<|system|>" +
+        (f.default_system.empty() ? std::string("You are a helpful assistant.")
+                                  : f.default_system) +
+        "<|endofsystem|>";
+  }
+  for (const ChatMessage& msg : m) {
+    if (msg.role == "system") {
+      s += "<|system|>" + msg.content + "<|endofsystem|>";
+    } else if (msg.role == "user") {
+      s += "<|userprompt|>" + msg.content + "<|endofuserprompt|>";
+    } else if (msg.role == "assistant") {
+      s += "<|response|>" + msg.content + "<|endofresponse|>";
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<|response|>";
+  return s;
+}
+
 // MiniMax-M2's model identity: the first `set model_identity = "..."` literal of its template
 // (the released templates name the model there); empty when there is none.
 std::string minimax_identity(std::string_view tmpl) {
@@ -369,9 +399,9 @@ bool ChatFormat::renders_bos() const {
 }
 
 const std::vector<std::string>& chat_format_names() {
-  static const std::vector<std::string> names = {"chatml",    "mistral",   "tulu", "deepseek2",
-                                                 "deepseek3", "llama3",    "phi3", "glm4.5",
-                                                 "harmony",   "minimax-m2"};
+  static const std::vector<std::string> names = {"chatml",    "mistral",    "tulu", "deepseek2",
+                                                 "deepseek3", "llama3",     "phi3", "glm4.5",
+                                                 "harmony",   "minimax-m2", "dots1"};
   return names;
 }
 
@@ -397,6 +427,8 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
     name = "harmony";
   } else if (contains(t, "]~b]ai") && contains(t, "[e~[")) {
     name = "minimax-m2";
+  } else if (contains(t, "<|endofuserprompt|>")) {
+    name = "dots1";
   } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
@@ -466,6 +498,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_harmony(fmt, messages, add_generation_prompt);
     case ChatFamily::kMinimaxM2:
       return render_minimax_m2(fmt, messages, add_generation_prompt);
+    case ChatFamily::kDots1:
+      return render_dots1(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

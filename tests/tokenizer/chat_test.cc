@@ -92,6 +92,13 @@ const char* kMinimaxM2Template =  // abridged (MiniMaxAI/MiniMax-M2 chat_templat
     "~ '\\n' }}{%- if add_generation_prompt -%}{{- ']~b]ai' ~ '\\n' ~ '<think>' ~ '\\n' "
     "}}{%- endif -%}";
 
+const char* kDots1Template =  // abridged (dots.llm1.inst's markers)
+    "{% if messages[0]['role'] == 'system' %}<|system|>{{ messages[0]['content'] }}"
+    "<|endofsystem|>{% endif %}{% for message in messages %}{% if message['role'] == 'user' %}"
+    "<|userprompt|>{{ message['content'] }}<|endofuserprompt|>{% elif message['role'] == "
+    "'assistant' %}<|response|>{{ message['content'] }}<|endofresponse|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|response|>{% endif %}";
+
 TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kHarmonyTemplate).name, "harmony");
   EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
@@ -105,6 +112,7 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kPhi3Template).name, "phi3");
   EXPECT_EQ(chat_format_from_template(kGlm45Template).name, "glm4.5");
   EXPECT_EQ(chat_format_from_template(kMinimaxM2Template).name, "minimax-m2");
+  EXPECT_EQ(chat_format_from_template(kDots1Template).name, "dots1");
   // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
   EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
 }
@@ -293,6 +301,25 @@ TEST(ChatRender, MinimaxM2) {
             "<think>\na\n</think>\n\nc[e~[\n");
   const std::vector<ChatMessage> tool = {{"tool", "{}"}};
   EXPECT_THROW(render_chat(plain, tool, true), Error);
+}
+
+// dots.llm1.inst, as llama.cpp's and ik_llama.cpp's built-in renderer writes these turns, with
+// the default system text first when the conversation has none.
+TEST(ChatRender, Dots1) {
+  const auto f = chat_format_from_template(kDots1Template, "", "<|endofresponse|>");
+  EXPECT_EQ(f.family, ChatFamily::kDots1);
+  EXPECT_FALSE(f.renders_bos());
+  EXPECT_EQ(chat_format_from_name("dots").name, "dots1");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<|system|>You are terse.<|endofsystem|><|userprompt|>Hi<|endofuserprompt|>"
+            "<|response|>Hello.<|endofresponse|><|userprompt|>2+2?<|endofuserprompt|>"
+            "<|response|>");
+  const std::vector<ChatMessage> plain = {{"user", "Q"}};
+  EXPECT_EQ(render_chat(f, plain, false),
+            "<|system|>You are a helpful assistant.<|endofsystem|><|userprompt|>Q"
+            "<|endofuserprompt|>");
+  const std::vector<ChatMessage> tool = {{"tool", "{}"}};
+  EXPECT_THROW(render_chat(f, tool, true), Error);
 }
 
 }  // namespace
