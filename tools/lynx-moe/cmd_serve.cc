@@ -154,247 +154,277 @@ const char* sigabbrev(int sig) {
   }
 }
 
-}  // namespace
+// serve's flags, parsed into one place the run reads.
+struct ServeArgs {
+  ServerOptions o;
+  std::string key_file, trace;
+  double tpot_ms = 0;
+  bool bf16_acts = false;
+  int64_t cache_mib = 8192;
+  EpFlags ep;
+};
 
-void register_serve(CLI::App& app) {
-  auto o = std::make_shared<ServerOptions>();
-  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching)");
-  cmd->add_option("-m,--model", o->model_path, "GGUF model file (with a tokenizer)")->required();
-  cmd->add_option("--host", o->host, "Address to bind (default loopback)");
-  cmd->add_option("--port", o->port, "Port (0 = any free port)");
-  cmd->add_option("--routing", o->routing, "Routing policy spec (topk, lynx:alpha=3,beta=4, ...)");
-  cmd->add_option("--max-batch", o->max_batch, "Sequences decoding together");
-  cmd->add_option("--max-step-tokens", o->max_step_tokens,
+void add_flags(CLI::App* cmd, ServeArgs& a) {
+  cmd->add_option("-m,--model", a.o.model_path, "GGUF model file (with a tokenizer)")->required();
+  cmd->add_option("--host", a.o.host, "Address to bind (default loopback)");
+  cmd->add_option("--port", a.o.port, "Port (0 = any free port)");
+  cmd->add_option("--routing", a.o.routing, "Routing policy spec (topk, lynx:alpha=3,beta=4, ...)");
+  cmd->add_option("--max-batch", a.o.max_batch, "Sequences decoding together");
+  cmd->add_option("--max-step-tokens", a.o.max_step_tokens,
                   "Token budget of one step (decode tokens + prefill chunks)");
-  cmd->add_option("-c,--ctx", o->n_ctx,
+  cmd->add_option("-c,--ctx", a.o.n_ctx,
                   "Context limit per sequence (prompt + completion; default: the model's "
                   "trained context length)");
-  cmd->add_option("--max-queue", o->max_queue, "Requests waiting for a slot before 429");
-  cmd->add_option("--api-key", o->api_key,
+  cmd->add_option("--max-queue", a.o.max_queue, "Requests waiting for a slot before 429");
+  cmd->add_option("--api-key", a.o.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 and /metrics (visible in ps: "
                   "prefer --api-key-file or LYNX_API_KEY)");
-  auto key_file = std::make_shared<std::string>();
-  cmd->add_option("--api-key-file", *key_file, "Read the API key from the first line of FILE");
-  cmd->add_option("-t,--threads", o->n_threads, "Compute threads (default: all cores)");
-  add_exact_acts_flag(cmd, &o->exact_activations);
-  auto bf16_acts = std::make_shared<bool>(false);
-  add_bf16_acts_flag(cmd, bf16_acts.get());
-  cmd->add_option("--http-threads", o->http_threads,
+  cmd->add_option("--api-key-file", a.key_file, "Read the API key from the first line of FILE");
+  cmd->add_option("-t,--threads", a.o.n_threads, "Compute threads (default: all cores)");
+  add_exact_acts_flag(cmd, &a.o.exact_activations);
+  add_bf16_acts_flag(cmd, &a.bf16_acts);
+  cmd->add_option("--http-threads", a.o.http_threads,
                   "HTTP worker threads (default max-batch + max-queue + 4)");
-  cmd->add_option("--model-name", o->model_name, "Model id served (default: general.name)");
-  cmd->add_option("--chat-format", o->chat_format,
+  cmd->add_option("--model-name", a.o.model_name, "Model id served (default: general.name)");
+  cmd->add_option("--chat-format", a.o.chat_format,
                   "Chat format name (default: from tokenizer.chat_template, else chatml)");
-  cmd->add_option("--max-n", o->max_n, "Largest n (choices per request)");
-  auto cache_mib = std::make_shared<int64_t>(8192);
-  cmd->add_option("--cache-ram", *cache_mib,
+  cmd->add_option("--max-n", a.o.max_n, "Largest n (choices per request)");
+  cmd->add_option("--cache-ram", a.cache_mib,
                   "Prefix cache: MiB of finished requests' KV caches kept for prompts that "
                   "start with the same tokens (0 = off, -1 = no limit; at most a quarter of "
                   "the memory available at start)")
       ->capture_default_str();
-  auto tpot_ms = std::make_shared<double>(0);
-  cmd->add_option("--tpot-slo", *tpot_ms,
+  cmd->add_option("--tpot-slo", a.tpot_ms,
                   "P99 TPOT target in ms: routing strength follows the load along the ladder "
                   "(0 = off: --routing throughout)");
-  cmd->add_option("--routing-ladder", o->routing_ladder,
+  cmd->add_option("--routing-ladder", a.o.routing_ladder,
                   "Routing levels 'SPEC[@PCT];...' from exact up (PCT: measured perplexity "
                   "cost in %); default: exact and --routing, or with --tpot-slo and --routing "
                   "topk, cover at increasing strength (docs/serving.md)");
-  cmd->add_option("--accuracy-budget", o->accuracy_budget_pct,
+  cmd->add_option("--accuracy-budget", a.o.accuracy_budget_pct,
                   "Highest perplexity cost in % a routing level may have (needs costs on the "
                   "ladder)");
-  cmd->add_option("--slo-window", o->slo_window_steps,
+  cmd->add_option("--slo-window", a.o.slo_window_steps,
                   "Decode steps in the --tpot-slo controller's measured TPOT and the time "
                   "constant of its feedback (default 16)");
-  cmd->add_option("--slo-tail", o->slo_tail_requests,
+  cmd->add_option("--slo-tail", a.o.slo_tail_requests,
                   "Finished requests whose P90 TPOT the --tpot-slo controller holds under 0.85 "
                   "x target by lowering its step threshold (default 16; 0 = off)");
-  cmd->add_flag("--allow-request-routing", o->allow_request_routing,
+  cmd->add_flag("--allow-request-routing", a.o.allow_request_routing,
                 "Requests may name a routing level or spec and cap theirs (max_routing_level)");
-  auto trace = std::make_shared<std::string>();
-  cmd->add_option("--routing-trace", *trace,
+  cmd->add_option("--routing-trace", a.trace,
                   "Replay router logits recorded from a trained model (see bench)");
-  cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+  cmd->add_option("--shutdown-timeout", a.o.shutdown_timeout_s,
                   "Seconds in-flight requests get to finish on SIGINT/SIGTERM");
-  cmd->add_option("--max-connections", o->max_connections,
+  cmd->add_option("--max-connections", a.o.max_connections,
                   "Open connections in total (503 beyond)");
-  cmd->add_option("--max-connections-per-ip", o->max_connections_per_ip,
+  cmd->add_option("--max-connections-per-ip", a.o.max_connections_per_ip,
                   "Open connections per client address (429 beyond)");
-  cmd->add_option("--header-timeout", o->header_timeout_s,
+  cmd->add_option("--header-timeout", a.o.header_timeout_s,
                   "Seconds a client has to send a request's line and headers (408 after)");
-  cmd->add_option("--body-timeout", o->body_timeout_s,
+  cmd->add_option("--body-timeout", a.o.body_timeout_s,
                   "Seconds a client has to send a request's body (408 after)");
-  cmd->add_option("--idle-timeout", o->idle_timeout_s,
+  cmd->add_option("--idle-timeout", a.o.idle_timeout_s,
                   "Seconds a keep-alive connection may wait for its next request");
-  auto ep_flags = std::make_shared<EpFlags>();
-  add_ep_flags(cmd, ep_flags.get());
-  cmd->callback([cmd, o, trace, key_file, ep_flags, tpot_ms, bf16_acts, cache_mib] {
-    o->tpot_slo_s = *tpot_ms / 1e3;
-    if (*cache_mib < -1 || *cache_mib > (int64_t(1) << 30)) {
-      bad_flag("--cache-ram: must be MiB between 0 (off) and 2^30, or -1 (no limit)");
-    }
-    o->cache_ram_bytes = cache_ram_bytes(*cache_mib, ep_flags->on);
-    // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
-    // starts threads of its own) and taken synchronously with sigwait below: no handler, no
-    // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
-    // SIGHUP (the terminal or the ssh session went away) drains like SIGTERM; SIGUSR1 and
-    // SIGUSR2, whose default action would kill the process and cut every stream, are taken
-    // and ignored (under expert parallelism SIGUSR1 is how a failed collective, from any
-    // thread, wakes the wait below).
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&sigs, s);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-    check_bf16_acts_combo(*bf16_acts, ep_flags->on);
-    // The mode reaches the engine's context through the options hook (expert parallelism,
-    // the hook's other user, is refused with it just above) and /metrics through the extra
-    // lines, which expert parallelism replaces with its own.
-    if (*bf16_acts) {
-      o->configure_options = [](ContextOptions& co) { co.bf16_activations = true; };
-    }
-    o->extra_metrics = [on = *bf16_acts] { return bf16_acts_metrics(on); };
-    ExpertParallel::run(*ep_flags, [&](ExpertParallel& ep) {
-      // A key source that is present but empty (`--api-key "$KEY"` with KEY unset, or
-      // LYNX_API_KEY="") is refused: serving without authentication must be asked for by
-      // leaving every source out, never by an empty value.
-      const char* env_key = std::getenv("LYNX_API_KEY");
-      const bool has_env = env_key != nullptr;
-      const bool has_flag = cmd->count("--api-key") > 0;
-      validate(*o, int(has_flag) + int(!key_file->empty()) + int(has_env),
-               cmd->count("--accuracy-budget") > 0);
-      try {
-        if (has_flag) check_api_key(o->api_key, "--api-key");
-        if (has_env) check_api_key(env_key, "LYNX_API_KEY");
-        if (!key_file->empty()) o->api_key = read_api_key_file(*key_file);
-      } catch (const Error& e) {
-        throw UsageError(e.what());
-      }
-      if (has_env) o->api_key = env_key;
-      if (!trace->empty()) {
-        auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
-        o->configure_context = [path = *trace, replay](Context& ctx) {
-          *replay = std::make_unique<TraceReplay>(path, ctx.model().config());
-          ctx.set_router_override((*replay)->override_fn());
-        };
-      }
-      if (ep.on() && ep.rank() != 0) {
-        // The followers' signals stay blocked: they stop when rank 0 has shut the server
-        // down and says so (signal rank 0 to stop the job gracefully).
-        follow_steps(*o, ep);
-        return;
-      }
-      if (ep.on()) {
-        o->load_model = [&ep](const std::string& path, const LoadOptions& lo) {
-          return ep.load_model(path, lo.repack, lo.repack_float);
-        };
-        auto engine_ctx = std::make_shared<Context*>(nullptr);
-        o->configure_options = [&ep, engine_ctx](ContextOptions& co) {
-          ep.configure(co);
-          co.before_eval = [&ep, engine_ctx](std::span<const BatchToken> batch) {
-            ep.send_step((*engine_ctx)->routing(), batch);
-          };
-        };
-        o->configure_context = [engine_ctx, inner = o->configure_context](Context& ctx) {
-          *engine_ctx = &ctx;
-          if (inner) inner(ctx);
-        };
-        // The engine's context is the first one configured (id 0).
-        o->extra_metrics = [&ep] { return ep_metrics_text(ep.totals(0)); };
-      }
-      o->log = [](const std::string& s) {
-        std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
-        std::fflush(stderr);
-      };
-      // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so
-      // that --max-connections, not EMFILE, is what refuses clients.
-      rlimit nofile{};
-      if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-        nofile.rlim_cur = nofile.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &nofile);
-      }
-      if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
-          nofile.rlim_cur < rlim_t(o->max_connections) + 64) {
-        o->log("warning: " + std::to_string(nofile.rlim_cur) +
-               " file descriptors allowed; --max-connections " +
-               std::to_string(o->max_connections) + " may not all be accepted");
-      }
-      Server srv(*o);
-      o->log(o->cache_ram_bytes == 0
-                 ? std::string("prefix cache: off") + (ep.on() ? " (expert parallelism)" : "")
-                 : "prefix cache: up to " + std::to_string(o->cache_ram_bytes >> 20) + " MiB");
-      if (*bf16_acts) {
-        o->log("bf16-acts: BF16/F16 products on kernel " +
-               std::string(kernels::bf16_kernel_name(kernels::bf16_kernel())));
-      }
-      std::atomic<bool> ep_failed{false};
-      // A collective that failed (deadline, dead transport, interrupt): from the engine
-      // thread, before the step's exception; every request is answered 503 from now on, and
-      // the wait below ends the job.
-      ep.set_failure_hook([&srv, &ep_failed](const std::string& why) {
-        srv.fail(why);
-        ep_failed = true;
-        kill(getpid(), SIGUSR1);
-      });
-      srv.start();
-      siginfo_t info{};
-      int sig = 0;
-      for (;;) {
-        sig = sigwaitinfo(&sigs, &info);
-        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || (sig == SIGUSR1 && ep_failed)) {
-          break;
-        }
-        if (sig == SIGUSR1 || sig == SIGUSR2) o->log(std::string(strsignal(sig)) + ": ignored");
-      }
-      if (sig == SIGUSR1) end_after_failure(ep, *o, kEpFailGrace_s);
-      if (ep.on() && info.si_code == SI_USER && info.si_pid == getppid()) {
-        // From the MPI launcher (mpirun or orted): OpenMPI is ending the job, because a rank
-        // died or mpirun itself was signalled, and kills this process odls_base_sigkill_timeout
-        // (1 s) later. No graceful stop fits in that: stop waiting for the peers now, so the
-        // requests in flight are answered 503, and exit first.
-        const std::string why =
-            "expert parallel: the MPI runtime is ending the job (a rank died, or mpirun was "
-            "signalled)";
-        srv.fail(why);
-        ep.interrupt(why);
-        end_after_failure(ep, *o, kEpKilledGrace_s, true);
-      }
-      o->log(std::string("received ") + sigabbrev(sig) +
-             ", shutting down (a second SIGINT, SIGTERM or SIGHUP exits at once)");
-      // The graceful stop runs beside this thread, which keeps listening: a second signal, or
-      // the stop overrunning its documented bound, ends the process without waiting.
-      std::atomic<bool> done{false};
-      std::thread stopper([&] {
-        srv.stop();
-        done = true;
-        kill(getpid(), SIGTERM);  // wakes the wait below
-      });
-      const double bound = o->shutdown_timeout_s + Server::kShutdownSlack_s;
-      const double deadline = now_seconds() + bound;
-      int again;
-      for (;;) {
-        const double left = std::max(0.0, deadline - now_seconds());
-        timespec ts{time_t(left), long((left - double(time_t(left))) * 1e9)};
-        again = sigtimedwait(&sigs, nullptr, &ts);
-        if (again < 0 && errno == EINTR) continue;
-        // The user signals stay ignored while draining (the stopper's own SIGTERM and a
-        // failed collective's SIGUSR1 still end the wait).
-        if (again == SIGUSR2 || (again == SIGUSR1 && !ep_failed)) continue;
-        break;
-      }
-      if (again == SIGUSR1 && ep_failed) {
-        // A peer failed during the graceful stop: the stop cannot finish (the steps cannot).
-        stopper.detach();
-        end_after_failure(ep, *o, kEpFailGrace_s);
-      }
-      if (!done) {
-        o->log(again > 0 ? "second signal: exiting now"
-                         : "shutdown overran its bound: exiting now");
-        std::fflush(nullptr);
-        std::_Exit(again > 0 ? 128 + again : 1);
-      }
-      stopper.join();
-      ep.send_stop();
-    });
+  add_ep_flags(cmd, &a.ep);
+}
+
+// The API key from at most one of --api-key, --api-key-file and LYNX_API_KEY. A source that is
+// present but empty (`--api-key "$KEY"` with KEY unset, or LYNX_API_KEY="") is refused:
+// serving without authentication must be asked for by leaving every source out, never by an
+// empty value. Also validates every other flag (validate).
+void resolve_api_key(CLI::App* cmd, ServeArgs& a) {
+  const char* env_key = std::getenv("LYNX_API_KEY");
+  const bool has_env = env_key != nullptr;
+  const bool has_flag = cmd->count("--api-key") > 0;
+  validate(a.o, int(has_flag) + int(!a.key_file.empty()) + int(has_env),
+           cmd->count("--accuracy-budget") > 0);
+  try {
+    if (has_flag) check_api_key(a.o.api_key, "--api-key");
+    if (has_env) check_api_key(env_key, "LYNX_API_KEY");
+    if (!a.key_file.empty()) a.o.api_key = read_api_key_file(a.key_file);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (has_env) a.o.api_key = env_key;
+}
+
+// Rank 0 of --expert-parallel: its shard, each step sent to the other ranks before it runs,
+// and the ranks' totals in /metrics (the engine's context is the first one configured, id 0).
+void wire_expert_parallel(ServerOptions& o, ExpertParallel& ep) {
+  o.load_model = [&ep](const std::string& path, const LoadOptions& lo) {
+    return ep.load_model(path, lo.repack, lo.repack_float);
+  };
+  auto engine_ctx = std::make_shared<Context*>(nullptr);
+  o.configure_options = [&ep, engine_ctx](ContextOptions& co) {
+    ep.configure(co);
+    co.before_eval = [&ep, engine_ctx](std::span<const BatchToken> batch) {
+      ep.send_step((*engine_ctx)->routing(), batch);
+    };
+  };
+  o.configure_context = [engine_ctx, inner = o.configure_context](Context& ctx) {
+    *engine_ctx = &ctx;
+    if (inner) inner(ctx);
+  };
+  o.extra_metrics = [&ep] { return ep_metrics_text(ep.totals(0)); };
+}
+
+// Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so that
+// --max-connections, not EMFILE, is what refuses clients.
+void raise_fd_limit(const ServerOptions& o) {
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < rlim_t(o.max_connections) + 64) {
+    o.log("warning: " + std::to_string(nofile.rlim_cur) +
+          " file descriptors allowed; --max-connections " + std::to_string(o.max_connections) +
+          " may not all be accepted");
+  }
+}
+
+// Serves until a stop signal, then stops gracefully within the documented bound (or at once on
+// a second signal). Ends the job instead when a collective of expert parallelism failed.
+void serve_until_signalled(ServerOptions& o, bool bf16_acts, ExpertParallel& ep,
+                           const sigset_t& sigs) {
+  Server srv(o);
+  if (o.cache_ram_bytes > 0) {
+    o.log("prefix cache: up to " + std::to_string(o.cache_ram_bytes >> 20) + " MiB");
+  } else {
+    o.log(ep.on() ? "prefix cache: off (expert parallelism)" : "prefix cache: off");
+  }
+  if (bf16_acts) {
+    o.log("bf16-acts: BF16/F16 products on kernel " +
+          std::string(kernels::bf16_kernel_name(kernels::bf16_kernel())));
+  }
+  std::atomic<bool> ep_failed{false};
+  // A collective that failed (deadline, dead transport, interrupt): from the engine
+  // thread, before the step's exception; every request is answered 503 from now on, and
+  // the wait below ends the job.
+  ep.set_failure_hook([&srv, &ep_failed](const std::string& why) {
+    srv.fail(why);
+    ep_failed = true;
+    kill(getpid(), SIGUSR1);
   });
+  srv.start();
+  siginfo_t info{};
+  int sig = 0;
+  for (;;) {
+    sig = sigwaitinfo(&sigs, &info);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || (sig == SIGUSR1 && ep_failed)) {
+      break;
+    }
+    if (sig == SIGUSR1 || sig == SIGUSR2) o.log(std::string(strsignal(sig)) + ": ignored");
+  }
+  if (sig == SIGUSR1) end_after_failure(ep, o, kEpFailGrace_s);
+  if (ep.on() && info.si_code == SI_USER && info.si_pid == getppid()) {
+    // From the MPI launcher (mpirun or orted): OpenMPI is ending the job, because a rank
+    // died or mpirun itself was signalled, and kills this process odls_base_sigkill_timeout
+    // (1 s) later. No graceful stop fits in that: stop waiting for the peers now, so the
+    // requests in flight are answered 503, and exit first.
+    const std::string why =
+        "expert parallel: the MPI runtime is ending the job (a rank died, or mpirun was "
+        "signalled)";
+    srv.fail(why);
+    ep.interrupt(why);
+    end_after_failure(ep, o, kEpKilledGrace_s, true);
+  }
+  o.log(std::string("received ") + sigabbrev(sig) +
+        ", shutting down (a second SIGINT, SIGTERM or SIGHUP exits at once)");
+  // The graceful stop runs beside this thread, which keeps listening: a second signal, or
+  // the stop overrunning its documented bound, ends the process without waiting.
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    srv.stop();
+    done = true;
+    kill(getpid(), SIGTERM);  // wakes the wait below
+  });
+  const double bound = o.shutdown_timeout_s + Server::kShutdownSlack_s;
+  const double deadline = now_seconds() + bound;
+  int again;
+  for (;;) {
+    const double left = std::max(0.0, deadline - now_seconds());
+    timespec ts{time_t(left), long((left - double(time_t(left))) * 1e9)};
+    again = sigtimedwait(&sigs, nullptr, &ts);
+    if (again < 0 && errno == EINTR) continue;
+    // The user signals stay ignored while draining (the stopper's own SIGTERM and a
+    // failed collective's SIGUSR1 still end the wait).
+    if (again == SIGUSR2 || (again == SIGUSR1 && !ep_failed)) continue;
+    break;
+  }
+  if (again == SIGUSR1 && ep_failed) {
+    // A peer failed during the graceful stop: the stop cannot finish (the steps cannot).
+    stopper.detach();
+    end_after_failure(ep, o, kEpFailGrace_s);
+  }
+  if (!done) {
+    o.log(again > 0 ? "second signal: exiting now" : "shutdown overran its bound: exiting now");
+    std::fflush(nullptr);
+    std::_Exit(again > 0 ? 128 + again : 1);
+  }
+  stopper.join();
+  ep.send_stop();
+}
+
+void run(CLI::App* cmd, ServeArgs& a) {
+  ServerOptions& o = a.o;
+  o.tpot_slo_s = a.tpot_ms / 1e3;
+  if (a.cache_mib < -1 || a.cache_mib > (int64_t(1) << 30)) {
+    bad_flag("--cache-ram: must be MiB between 0 (off) and 2^30, or -1 (no limit)");
+  }
+  o.cache_ram_bytes = cache_ram_bytes(a.cache_mib, a.ep.on);
+  // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask; MPI
+  // starts threads of its own) and taken synchronously with sigwait below: no handler, no
+  // global flag, and the shutdown runs on an ordinary thread where it may lock and join.
+  // SIGHUP (the terminal or the ssh session went away) drains like SIGTERM; SIGUSR1 and
+  // SIGUSR2, whose default action would kill the process and cut every stream, are taken
+  // and ignored (under expert parallelism SIGUSR1 is how a failed collective, from any
+  // thread, wakes the wait below).
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&sigs, s);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  check_bf16_acts_combo(a.bf16_acts, a.ep.on);
+  // The mode reaches the engine's context through the options hook (expert parallelism,
+  // the hook's other user, is refused with it just above) and /metrics through the extra
+  // lines, which expert parallelism replaces with its own.
+  if (a.bf16_acts) {
+    o.configure_options = [](ContextOptions& co) { co.bf16_activations = true; };
+  }
+  o.extra_metrics = [on = a.bf16_acts] { return bf16_acts_metrics(on); };
+  ExpertParallel::run(a.ep, [&](ExpertParallel& ep) {
+    resolve_api_key(cmd, a);
+    if (!a.trace.empty()) {
+      auto replay = std::make_shared<std::unique_ptr<TraceReplay>>();
+      o.configure_context = [path = a.trace, replay](Context& ctx) {
+        *replay = std::make_unique<TraceReplay>(path, ctx.model().config());
+        ctx.set_router_override((*replay)->override_fn());
+      };
+    }
+    if (ep.on() && ep.rank() != 0) {
+      // The followers' signals stay blocked: they stop when rank 0 has shut the server down
+      // and says so (signal rank 0 to stop the job gracefully).
+      follow_steps(o, ep);
+      return;
+    }
+    if (ep.on()) wire_expert_parallel(o, ep);
+    o.log = [](const std::string& s) {
+      std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
+      std::fflush(stderr);
+    };
+    raise_fd_limit(o);
+    serve_until_signalled(o, a.bf16_acts, ep, sigs);
+  });
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (continuous batching)");
+  add_flags(cmd, *a);
+  cmd->callback([cmd, a] { run(cmd, *a); });
 }
 
 }  // namespace lynx::cli
