@@ -266,7 +266,9 @@ void write_tokenizer(const TokenizerInput& in, gguf::Writer& w) {
   const json& cfg = *static_cast<const json*>(in.config);
   Vocab v;
   std::vector<std::string> merges;
-  const bool spm = in.arch == "llama" && fs::exists(dir / "tokenizer.model");
+  // SentencePiece where llama.cpp's converter reads tokenizer.model (Mixtral / Llama, ERNIE-4.5).
+  const bool spm =
+      (in.arch == "llama" || in.arch == "ernie4_5-moe") && fs::exists(dir / "tokenizer.model");
   if (spm) {
     v = read_spm(dir / "tokenizer.model", in.n_vocab);
     w.set("tokenizer.ggml.model", gguf::Value::str("llama"));

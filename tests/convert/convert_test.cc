@@ -118,6 +118,7 @@ const Case kCases[] = {
     {"glm4_moe_qknorm", "glm4moe:tiny-glm4moe-qknorm", "glm4moe"},
     {"minimax_m2", "minimax-m2:tiny-minimax-m2-f32", "minimax-m2"},
     {"dots1", "dots1:tiny-dots1-f32", "dots1"},
+    {"ernie4_5_moe", "ernie4_5-moe:tiny-ernie4_5-moe-f32", "ernie4_5-moe"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

@@ -523,5 +523,25 @@ TEST(ConvertErrors, Dots1ConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// ERNIE-4.5-MoE switches llama.cpp's graph has one answer to are refused by name.
+TEST(ConvertErrors, Ernie45MoeConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "ernie4_5_moe");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("use_bias", true, {"use_bias", "ernie4_5-moe"});
+  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
+  expect_with("moe_layer_end_index", 1, {"moe_layer_end_index 1"});
+  expect_with("moe_layer_interval", 0, {"moe_layer_interval"});
+  json c = good;
+  c.erase("moe_layer_start_index");
+  write_json(d + "/config.json", c);
+  expect_error(d, {"moe_layer_start_index"});
+}
+
 }  // namespace
 }  // namespace lynx

@@ -374,9 +374,41 @@ TEST(ConvertDots1, TensorsAndKeys) {
   fs::remove(out);
 }
 
+// ERNIE-4.5-MoE: every tensor of the fixture the checkpoint was made from comes back with its
+// values (the dense lead layer, experts stacked, the [1, N] selection bias as an N-vector, the
+// shared experts; no output.weight: tied), and the keys are those llama.cpp's Ernie4_5MoeModel
+// writes, the shared width HF's moe_intermediate_size x moe_num_shared_experts.
+TEST(ConvertErnie45Moe, TensorsAndKeys) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("ernie4_5_moe", "f32");
+  const auto got = gguf::File::open(out);
+  const auto want = gguf::File::open(kFixtures + "ernie4_5-moe/tiny-ernie4_5-moe-f32.gguf");
+  ASSERT_EQ(got.tensors().size(), want.tensors().size());
+  for (const auto& b : want.tensors()) {
+    const gguf::TensorInfo* a = got.find_tensor(b.name);
+    ASSERT_NE(a, nullptr) << b.name;
+    EXPECT_EQ(a->n_elements(), b.n_elements()) << b.name;
+    EXPECT_EQ(a->ne[0], b.ne[0]) << b.name;
+    EXPECT_EQ(values(*a), values(b)) << b.name;
+  }
+  EXPECT_EQ(got.find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(got.get_string("general.architecture"), "ernie4_5-moe");
+  for (const char* k :
+       {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+        "expert_shared_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
+        "interleave_moe_layer_step", "feed_forward_length", "attention.key_length",
+        "attention.value_length", "attention.head_count_kv"}) {
+    const std::string key = std::string("ernie4_5-moe.") + k;
+    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+  }
+  EXPECT_EQ(got.get_int("ernie4_5-moe.expert_shared_feed_forward_length"), 64);
+  EXPECT_EQ(got.find("ernie4_5-moe.expert_gating_func"), nullptr);
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1"}) {
+  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "ernie4_5_moe"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -24,6 +24,9 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
   - dots1 (fixtures/dots1, F32): experts mlp.experts.N.gate_proj / up_proj / down_proj,
     mlp.gate, mlp.gate.e_score_correction_bias, mlp.shared_experts, the config's
     n_routed_experts / first_k_dense_replace / routed_scaling_factor / scoring_func noaux_tc;
+  - ernie4_5-moe (fixtures/ernie4_5-moe, F32): experts mlp.experts.N.*, mlp.gate,
+    mlp.moe_statics.e_score_correction_bias ([1, N] as HF stores it), mlp.shared_experts.*, no
+    lm_head (tied), the config's moe_* fields;
   - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
     (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
@@ -37,7 +40,7 @@ qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe, glm4_moe, minimax_m2, dots1 and gpt_oss are written as two shards with model.safetensors.index.json,
+qwen2moe, glm4_moe, minimax_m2, dots1, ernie4_5_moe and gpt_oss are written as two shards with model.safetensors.index.json,
 deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
@@ -312,7 +315,11 @@ def hf_tensors(g, arch, config):
         if arch == "minimax-m2" and rest == "exp_probs_b.bias":
             out.append((p + "block_sparse_moe.e_score_correction_bias", x))
             continue
-        if arch in ("deepseek2", "glm4moe", "dots1") and rest.startswith("ffn_") and "shexp" in rest:
+        if arch == "ernie4_5-moe" and rest == "exp_probs_b.bias":
+            out.append((p + "mlp.moe_statics.e_score_correction_bias", x.reshape(1, -1)))
+            continue
+        if arch in ("deepseek2", "glm4moe", "dots1", "ernie4_5-moe") and rest.startswith("ffn_") \
+                and "shexp" in rest:
             out.append((p + GQA_NAMES[rest].replace("shared_expert.", "shared_experts."), x))
             continue
         if rest in ("attn_k_b.weight", "attn_v_b.weight"):
@@ -463,6 +470,28 @@ def minimax_m2_extra(g, arch):
         "attn_type_list": [1] * n,
         "use_mtp": True,
         "num_mtp_modules": 3,
+        "rope_scaling": None,
+    }
+
+
+def ernie4_5_moe_extra(g, arch):
+    """ERNIE-4.5-MoE's config.json fields (Ernie4_5_MoeConfig: moe_num_experts, moe_k,
+    moe_intermediate_size, moe_num_shared_experts, moe_layer_start_index / _end_index /
+    _interval, use_bias)."""
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    return {
+        "architectures": ["Ernie4_5_MoeForCausalLM"],
+        "head_dim": k("attention.key_length"),
+        "hidden_act": "silu",
+        "use_bias": False,
+        "moe_num_experts": k("expert_count"),
+        "moe_k": k("expert_used_count"),
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "moe_num_shared_experts": k("expert_shared_count", 0),
+        "moe_layer_start_index": k("leading_dense_block_count"),
+        "moe_layer_end_index": k("block_count") - 1,
+        "moe_layer_interval": k("interleave_moe_layer_step"),
+        "moe_norm_min": 1e-12,
         "rope_scaling": None,
     }
 
@@ -673,6 +702,8 @@ def main(argv):
     from_fixture(out, "minimax_m2", f("minimax-m2/tiny-minimax-m2-f32.gguf"), "minimax_m2",
                  minimax_m2_extra, shards=2)
     from_fixture(out, "dots1", f("dots1/tiny-dots1-f32.gguf"), "dots1", dots1_extra, shards=2)
+    from_fixture(out, "ernie4_5_moe", f("ernie4_5-moe/tiny-ernie4_5-moe-f32.gguf"),
+                 "ernie4_5_moe", ernie4_5_moe_extra, shards=2)
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
