@@ -451,6 +451,77 @@ const SynthShape kShapes[] = {
      .select_bias = true,
      .norm_topk = true,
      .weights_scale = 2.5f},
+    // Qwen3-VL-30B-A3B-Instruct's language model (text_config of its config.json): Qwen3-30B-A3B's
+    // shape (48 layers, 128 experts of 768, 8 per token, 32 query / 4 key-value heads of 128)
+    // with rope base 5e6; qwen3vlmoe writes mrope_section [24, 20, 20] (+ 0) and 3 deepstack
+    // layers (the vision tower's deepstack_visual_indexes).
+    {"qwen3-vl-30b", "qwen3vlmoe", 48, 2048, 32, 4, 128, 151936, 4096, 0, 128, 8, 768, 0, 5e6f,
+     1e-6f},
+    // A small qwen3vlmoe for tests: 4 query / 2 key-value heads of 32 (q_dim 128 != n_embd 64).
+    {"tiny-qwen3vlmoe", "qwen3vlmoe", 3, 64, 4, 2, 32, 512, 2048, 0, 16, 4, 32, 0, 10000.f, 1e-6f},
+    // Mistral Small 4 (Mistral4Config, mistralai/Mistral-Small-4-119B-2603): 36 layers, all MoE
+    // (first_k_dense_replace 0), 128 experts of 2048, 4 per token, softmax, renormalized, scale
+    // 1, one shared expert; MLA with q_lora_rank 1024, kv_lora_rank 256, qk_nope / qk_rope /
+    // v heads 64 / 64 / 128, 32 heads; YaRN factor 128 over 8192 positions, mscale_all_dim 1
+    // (log multiplier 0.1), rope base 10000; vocabulary 131072; eps 1e-6.
+    {.name = "mistral-small-4",
+     .arch = "mistral4",
+     .n_layer = 36,
+     .n_embd = 4096,
+     .n_head = 32,
+     .n_head_kv = 32,
+     .head_dim = 128,
+     .n_vocab = 131072,
+     .n_ctx = 4096,
+     .n_ff = 12288,
+     .n_expert = 128,
+     .n_expert_used = 4,
+     .n_ff_exp = 2048,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .q_lora_rank = 1024,
+     .kv_lora_rank = 256,
+     .qk_nope_dim = 64,
+     .qk_rope_dim = 64,
+     .v_head_dim = 128,
+     .n_layer_dense_lead = 0,
+     .n_expert_shared = 1,
+     .norm_topk = true,
+     .yarn_factor = 128.f,
+     .yarn_orig_ctx = 8192,
+     .yarn_log_mul = 0.1f},
+    // GLM-5 (zai-org/GLM-5 config.json, GlmMoeDsaForCausalLM) at reduced depth (5 of its 78
+    // layers: its 3 dense ones, 2 MoE): hidden 6144, 64 heads, MLA with q_lora_rank 2048,
+    // kv_lora_rank 512, qk_nope / qk_rope / v heads 192 / 64 / 256; dense width 12288; 256
+    // experts of 2048, 8 per token, sigmoid with selection bias, renormalized, scale 2.5, one
+    // shared; rope base 1e6 without scaling; eps 1e-5; vocabulary 154880. The DSA indexer's
+    // keys are written, its tensors not (the engine does not run it); no NextN block.
+    {.name = "glm-5",
+     .arch = "glm-dsa",
+     .n_layer = 5,
+     .n_embd = 6144,
+     .n_head = 64,
+     .n_head_kv = 64,
+     .head_dim = 256,
+     .n_vocab = 154880,
+     .n_ctx = 4096,
+     .n_ff = 12288,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 2048,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-5f,
+     .q_lora_rank = 2048,
+     .kv_lora_rank = 512,
+     .qk_nope_dim = 192,
+     .qk_rope_dim = 64,
+     .v_head_dim = 256,
+     .n_layer_dense_lead = 3,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.

@@ -470,6 +470,43 @@ def test_dots1_rope_and_goldens():
         assert np.array_equal(got.reshape(-1), want), name
 
 
+def test_qwen3vlmoe_rope_and_goldens():
+    import dots1_ref as D
+    import qwen3vlmoe_ref as Q
+    rng = np.random.default_rng(17)
+    # Text positions (t = h = w = p): HF's interleaved M-RoPE is the NEOX rope over the whole
+    # head, whatever the sections (the released [24, 20, 20] of 64 frequencies, the fixtures'
+    # [6, 5, 5] of 16, others).
+    for d, sec in ((128, [24, 20, 20]), (32, [6, 5, 5]), (32, [8, 4, 4]), (16, [2, 3, 3])):
+        for p in (0, 1, 7, 1000, 200000):
+            v = rng.standard_normal(d)
+            assert np.allclose(Q.rope(v, (p, p, p), 5e6, sec), D.rope(v, p, 5e6))
+    # With distinct components the interleave matters (the vision path, not run here), and
+    # ggml's IMROPE agrees with HF on every frequency the t / h / w interleave covers.
+    v = rng.standard_normal(128)
+    pa = (40, 43, 47)
+    assert not np.allclose(Q.rope(v, pa, 5e6, [24, 20, 20]), D.rope(v, 40, 5e6))
+    cov = [i for i in range(64) if i not in (61, 62)]
+    cov = cov + [i + 64 for i in cov]
+    assert np.allclose(Q.ggml_imrope(v, pa + (0,), 5e6, [24, 20, 20, 0])[cov],
+                       Q.rope(v, pa, 5e6, [24, 20, 20])[cov])
+    # llama.cpp gives a text token the positions [p, p, p, 0]: frequencies 61 and 62 of 64
+    # (outside the interleave, 3 x 20 = 60 for h and w) take the 4th component and do not
+    # rotate, where HF turns them by p x 4.1e-7 and p x 3.2e-7 rad.
+    p = 8192
+    a = Q.ggml_imrope(v, (p, p, p, 0), 5e6, [24, 20, 20, 0])
+    b = Q.rope(v, (p, p, p), 5e6, [24, 20, 20])
+    assert sorted(np.nonzero(np.abs(a - b) > 1e-12)[0].tolist()) == [61, 62, 125, 126]
+    assert np.allclose(Q.ggml_imrope(v, (p, p, p, p), 5e6, [24, 20, 20, 0]), b)
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "qwen3vlmoe")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-qwen3vlmoe-f32", "tiny-qwen3vlmoe-q8_0"):
+        got = Q.forward(Q.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:

@@ -208,7 +208,17 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool rep
                  double(done) / 1e9, double(total) / 1e9);
     if (done >= total) std::fprintf(stderr, "\n");
   };
-  return Model::load(path, opts);
+  auto m = Model::load(path, opts);
+  if (m->config().arch == "glm-dsa") {
+    // GLM-5's DeepSeek sparse attention: its indexer is not run (src/model/arch/deepseek2.cc).
+    const int64_t top_k = m->file().get_int("glm-dsa.attention.indexer.top_k", 2048);
+    std::fprintf(stderr,
+                 "note: glm-dsa: the DSA indexer is not run; attention is dense MLA over every "
+                 "cached token, the same as the model's sparse attention while a sequence holds "
+                 "at most its top_k = %lld tokens, not beyond\n",
+                 static_cast<long long>(top_k));
+  }
+  return m;
 }
 
 std::vector<int> parse_int_list(const std::string& s, const std::string& flag) {

@@ -10,7 +10,22 @@
 //   expert_shared_count shared experts (one FFN of width expert_shared_count * n_ff_exp);
 // - softmax gating (V2) or sigmoid with the selection bias exp_probs_b (V3), group-limited
 //   top-k, expert_weights_norm / expert_weights_scale.
+//
+// Two more architecture names run as deepseek2, as llama.cpp and ik_llama.cpp run them (the
+// same hparams reader, tensor loader and graph; llama-arch.cpp names, llama-hparams.cpp):
+// - mistral4 (Mistral Small 4, 119B-A6B): DeepSeek-V3's layout under its own name: MLA with
+//   q_lora_rank, YaRN with DeepSeek's convention, softmax routing, one shared expert;
+// - glm-dsa (GLM-5, GlmMoeDsaForCausalLM): MLA + MoE as DeepSeek-V3 (sigmoid + exp_probs_b,
+//   the first layers dense), nextn_predict_layers NextN blocks after the trunk (never run,
+//   as for glm4moe), and the DeepSeek sparse-attention "lightning indexer" of every layer
+//   (blk.N.indexer.{k_norm.weight, k_norm.bias, proj.weight, attn_k.weight, attn_q_b.weight},
+//   attention.indexer.{head_count, key_length, top_k}). The indexer picks the top_k (2,048)
+//   cached tokens each query attends to; lynx-moe does not run it and attends to every cached
+//   token, which is the same attention while a sequence holds at most top_k tokens, and dense
+//   attention (not GLM-5's) beyond. Its tensors are checked by name and shape and left unused.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "model/arch/families.h"
@@ -174,6 +189,58 @@ LayerKind layer(const ModelConfig& c, int il) {
   return k;
 }
 
+// glm-dsa: the trunk's layers (block_count counts the NextN blocks after it), then deepseek2's
+// keys; an absent expert_gating_func is sigmoid (GLM-5 routes as DeepSeek-V3, and llama.cpp
+// and ik_llama.cpp default glm-dsa to sigmoid); the indexer's tensors are the known five, of
+// the shapes the indexer keys give.
+void read_glm_dsa(const gguf::File& f, ModelConfig& c) {
+  const int nextn = int_in(f, key(c, "nextn_predict_layers"), 0, 0, c.n_layer - 1);
+  c.n_layer_nextn = nextn;
+  c.n_layer -= nextn;
+  read(f, c);
+  if (f.find(key(c, "expert_gating_func")) == nullptr) c.gating.func = GatingFunc::kSigmoid;
+  const int heads = int_in(f, key(c, "attention.indexer.head_count"), 0, 0, kMaxDim);
+  const int len = int_in(f, key(c, "attention.indexer.key_length"), 0, 0, kMaxDim);
+  int_in(f, key(c, "attention.indexer.top_k"), 2048, 1, kMaxDim);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    int il = -1, n = 0;
+    if (std::sscanf(t.name.c_str(), "blk.%d.indexer.%n", &il, &n) != 1 || n == 0) continue;
+    const std::string what = t.name.substr(size_t(n));
+    std::vector<int64_t> want;
+    if (what == "k_norm.weight" || what == "k_norm.bias") want = {len};
+    if (what == "proj.weight") want = {c.n_embd, heads};
+    if (what == "attn_k.weight") want = {c.n_embd, len};
+    if (what == "attn_q_b.weight") want = {c.q_lora_rank, int64_t(heads) * len};
+    if (want.empty()) {
+      throw Error("tensor '" + t.name + "' is not one of the DSA indexer's tensors (" +
+                  "k_norm.weight, k_norm.bias, proj.weight, attn_k.weight, attn_q_b.weight)");
+    }
+    if (heads == 0 || len == 0) {
+      throw Error("tensor '" + t.name + "' needs metadata " +
+                  key(c, "attention.indexer.head_count") + " and " +
+                  key(c, "attention.indexer.key_length"));
+    }
+    bool ok = t.n_dims == int(want.size());
+    for (size_t d = 0; d < want.size() && ok; ++d) ok = t.ne[d] == want[d];
+    if (!ok) {
+      std::string w;
+      for (int64_t x : want) w += (w.empty() ? "" : ", ") + std::to_string(x);
+      throw Error("tensor '" + t.name + "' has shape " + t.shape_string() + ", expected [" + w +
+                  "]");
+    }
+  }
+}
+
+// The indexer's keys as GLM-5 has them (32 heads of 128, top 2,048); synth writes no indexer
+// tensors (the engine does not read them).
+void write_glm_dsa(const ModelConfig& c, gguf::Writer& w) {
+  write(c, w);
+  auto u32 = [&](const char* k, int v) { w.set(key(c, k), gguf::Value::u32(uint32_t(v))); };
+  u32("attention.indexer.head_count", 32);
+  u32("attention.indexer.key_length", 128);
+  u32("attention.indexer.top_k", 2048);
+}
+
 }  // namespace
 
 constexpr ArchDesc kDeepseek2 = {
@@ -187,5 +254,19 @@ constexpr ArchDesc kDeepseek2 = {
     .layer_kind = layer,
     .yarn_convention = yarn,
 };
+
+constexpr ArchDesc kMistral4 = [] {
+  ArchDesc d = kDeepseek2;
+  d.name = "mistral4";
+  return d;
+}();
+
+constexpr ArchDesc kGlmDsa = [] {
+  ArchDesc d = kDeepseek2;
+  d.name = "glm-dsa";
+  d.read_metadata = read_glm_dsa;
+  d.write_metadata = write_glm_dsa;
+  return d;
+}();
 
 }  // namespace lynx::arch
