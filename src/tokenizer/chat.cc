@@ -432,7 +432,12 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
   } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
-    if (contains(t, "<think></think>") && contains(t, "<|assistant|>")) name = "glm4.5";
+    // GLM-5.2's has the think blocks too but opens with a "<|system|>Reasoning Effort: .."
+    // turn of its own (ik_llama.cpp's models/templates/GLM-5.2.jinja): not this format either.
+    if (contains(t, "<think></think>") && contains(t, "<|assistant|>") &&
+        !contains(t, "Reasoning Effort")) {
+      name = "glm4.5";
+    }
   } else if (contains(t, "<|im_start|>")) {
     name = "chatml";
   } else if (contains(t, "[INST]")) {

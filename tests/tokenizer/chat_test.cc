@@ -115,6 +115,14 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kDots1Template).name, "dots1");
   // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
   EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
+  // GLM-5.2 (glm-dsa): GLM-4.5's markers, but a reasoning-effort system turn first (abridged
+  // from ik_llama.cpp's models/templates/GLM-5.2.jinja): not rendered as glm4.5.
+  EXPECT_THROW(chat_format_from_template(
+                   "[gMASK]<sop>{%- if enable_thinking is not defined or enable_thinking -%}"
+                   "<|system|>Reasoning Effort: {{ effective_reasoning_effort | capitalize }}"
+                   "{%- endif -%}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+                   "{% endfor %}<|assistant|><think></think>"),
+               Error);
 }
 
 TEST(ChatDetect, UnknownTemplateAndNameAreErrors) {
