@@ -140,6 +140,11 @@ struct Weight {
 struct LayerWeights {
   const float* attn_norm = nullptr;
   Weight wq, wk, wv, wo;
+  // A fused [q; k; v] projection (attn_qkv, bailingmoe2): bound here, then split at load into
+  // the wq / wk / wv row views of it (no copy) and cleared; qkv_fused remembers the file's
+  // layout (the imatrix names the one tensor).
+  Weight wqkv;
+  bool qkv_fused = false;
   // MLA (deepseek2): q through a low-rank pair (wq_a, q_a_norm, wq_b) or wq directly; the
   // latent and rope part from wkv_a_mqa, the latent normed by kv_a_norm; per head, wk_b
   // [kv_lora x qk_nope] absorbs the key up-projection into q and wv_b [v x kv_lora] the value

@@ -251,9 +251,14 @@ ImatrixCollector::ImatrixCollector(const Model& model, bool process_output)
   for (int il = 0; il < model.config().n_layer; ++il) {
     const LayerWeights& L = model.layer(il);
     const std::string p = "blk." + std::to_string(il) + ".";
-    add(L.wq, p + "attn_q.weight");
-    add(L.wk, p + "attn_k.weight");
-    add(L.wv, p + "attn_v.weight");
+    if (L.qkv_fused) {
+      // One tensor in the file; its three row views read the same activations.
+      add(L.wq, p + "attn_qkv.weight");
+    } else {
+      add(L.wq, p + "attn_q.weight");
+      add(L.wk, p + "attn_k.weight");
+      add(L.wv, p + "attn_v.weight");
+    }
     add(L.wo, p + "attn_output.weight");
     add(L.ffn_gate, p + "ffn_gate.weight");
     add(L.ffn_up, p + "ffn_up.weight");

@@ -269,6 +269,24 @@ void finish_mla(const Binder& b, const ModelConfig& c, const std::string& p, Lay
   l.wkv_b = {};  // read once, here
 }
 
+// A fused attn_qkv: its first q_dim rows are wq, the next kv_dim wk, the last kv_dim wv
+// (llama.cpp's build_qkv splits it the same way); views into the file mapping, no copy.
+void split_qkv(const ModelConfig& c, LayerWeights& l) {
+  if (!l.wqkv.present()) return;
+  auto rows = [&](int64_t first, int64_t n) {
+    Weight w = l.wqkv;
+    w.data = l.wqkv.data + size_t(first) * l.wqkv.row_bytes;
+    w.rows = n;
+    w.mat_bytes = w.row_bytes * size_t(n);
+    return w;
+  };
+  l.wq = rows(0, c.q_dim());
+  l.wk = rows(c.q_dim(), c.kv_dim());
+  l.wv = rows(c.q_dim() + c.kv_dim(), c.kv_dim());
+  l.wqkv = {};
+  l.qkv_fused = true;
+}
+
 // Stage 2, per layer: the tensors of the layer's block kinds, by the family's tables.
 LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
   LayerWeights l;
@@ -279,6 +297,7 @@ LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c
     if (arch::group_applies(c, g)) bind_group(b, c, g, p, l);
   }
   if (kind.attn == AttnKind::kMla) finish_mla(b, c, p, l);
+  split_qkv(c, l);
   if (kind.ffn == FfnKind::kDense) {
     if (c.n_ff <= 0) throw Error("dense model without feed_forward_length");
   } else if (c.n_ff_exp <= 0) {

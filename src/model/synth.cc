@@ -522,6 +522,66 @@ const SynthShape kShapes[] = {
      .select_bias = true,
      .norm_topk = true,
      .weights_scale = 2.5f},
+    // Ling-mini-2.0 (config.json of inclusionAI/Ling-mini-2.0, BailingMoeV2ForCausalLM): 20
+    // layers, the first dense (intermediate_size 5120), then 256 experts of width 512, 8 per
+    // token, within the best 4 of 8 groups, and 1 shared expert of 512; sigmoid with selection
+    // bias, renormalized, routed scale 2.5; 16 query and 4 key/value heads of 128 through a
+    // fused attn_qkv, per-head q/k RMSNorm, NEOX rope on 64 of 128 dims (partial_rotary_factor
+    // 0.5), base 600000, eps 1e-6; vocabulary 157184; one MTP block after the trunk
+    // (num_nextn_predict_layers 1). context_length 4096 (the real 32768 would size a server's
+    // KV cache).
+    {.name = "ling-mini-2.0",
+     .arch = "bailingmoe2",
+     .n_layer = 20,
+     .n_embd = 2048,
+     .n_head = 16,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_vocab = 157184,
+     .n_ctx = 4096,
+     .n_ff = 5120,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 512,
+     .rope_base = 600000.f,
+     .rms_eps = 1e-6f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 8,
+     .n_group_used = 4,
+     .n_rot = 64,
+     .n_nextn = 1},
+    // A small bailingmoe2 for tests: 4 query and 2 key/value heads of 24 (q 96 rows, k and v 48
+    // each, fused), rope on 12 of 24 dims, one dense layer, 3 of 16 experts per token within
+    // the best 2 of 4 groups, one shared expert, routed scale 2.5.
+    {.name = "tiny-bailingmoe2",
+     .arch = "bailingmoe2",
+     .n_layer = 3,
+     .n_embd = 64,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 24,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 64,
+     .n_expert = 16,
+     .n_expert_used = 3,
+     .n_ff_exp = 32,
+     .rope_base = 600000.f,
+     .rms_eps = 1e-6f,
+     .n_layer_dense_lead = 1,
+     .n_expert_shared = 1,
+     .sigmoid = true,
+     .select_bias = true,
+     .norm_topk = true,
+     .weights_scale = 2.5f,
+     .n_group = 4,
+     .n_group_used = 2,
+     .n_rot = 12},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.

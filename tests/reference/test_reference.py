@@ -507,6 +507,24 @@ def test_qwen3vlmoe_rope_and_goldens():
         assert np.array_equal(got.reshape(-1), want), name
 
 
+def test_bailingmoe2_partial_rope_and_goldens():
+    import bailingmoe2_ref as B
+    rng = np.random.default_rng(17)
+    v = rng.standard_normal(24)
+    # HF's rotate_half over the first 12 dims is ggml's NEOX rope on those dims (reference.py);
+    # the other 12 pass through.
+    got = B.rope(v, 5, 600000.0, 12)
+    assert np.allclose(got[:12], R.rope(v[:12], 5, R.ROPE_NEOX, 600000.0))
+    assert np.array_equal(got[12:], v[12:])
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "bailingmoe2")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-bailingmoe2-f32", "tiny-bailingmoe2-q8_0"):
+        got = B.forward(B.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     for name, fn in tests:

@@ -20,6 +20,7 @@ enum class Dim : uint8_t {
   kEmbd,        // n_embd
   kQ,           // n_head * head_dim
   kKV,          // n_head_kv * head_dim
+  kQkv,         // (n_head + 2 n_head_kv) * head_dim (a fused attn_qkv's rows)
   kHeadDim,     // head_dim
   kFf,          // dense FFN width
   kFfExp,       // expert FFN width
@@ -141,6 +142,13 @@ inline constexpr TensorSpec kGqaTensors[] = {
     {"attn_q.weight", Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
     {"attn_k.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wk},
     {"attn_v.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wv},
+    {"attn_output.weight", Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+};
+// Attention with one fused projection (attn_qkv: q rows, then k, then v), split at load.
+inline constexpr TensorSpec kFusedQkvTensors[] = {
+    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+     Init::kNorm},
+    {"attn_qkv.weight", Dim::kEmbd, Dim::kQkv, Dim::kOne, &LayerWeights::wqkv},
     {"attn_output.weight", Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
 };
 inline constexpr TensorSpec kQkvBias[] = {

@@ -9,9 +9,10 @@ namespace lynx::arch {
 namespace {
 
 // One row per family file (families.h); the order is the one error messages list.
-constexpr const ArchDesc* kAll[] = {
-    &kLlama,  &kQwen2Moe,  &kQwen3Moe,   &kOlmoe, &kQwen2,      &kQwen3,    &kDeepseek2, &kGlm4Moe,
-    &kGptOss, &kMinimaxM2, &kErnie45Moe, &kDots1, &kQwen3VlMoe, &kMistral4, &kGlmDsa};
+constexpr const ArchDesc* kAll[] = {&kLlama,      &kQwen2Moe,  &kQwen3Moe,   &kOlmoe,
+                                    &kQwen2,      &kQwen3,     &kDeepseek2,  &kGlm4Moe,
+                                    &kGptOss,     &kMinimaxM2, &kErnie45Moe, &kDots1,
+                                    &kQwen3VlMoe, &kMistral4,  &kGlmDsa,     &kBailingMoe2};
 
 }  // namespace
 
@@ -125,6 +126,8 @@ int64_t dim(const ModelConfig& c, Dim d) {
       return c.q_dim();
     case Dim::kKV:
       return c.kv_dim();
+    case Dim::kQkv:
+      return c.q_dim() + 2 * c.kv_dim();
     case Dim::kHeadDim:
       return c.head_dim;
     case Dim::kFf:
