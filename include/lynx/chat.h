@@ -37,6 +37,7 @@ enum class ChatFamily {
   kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
   kMinimaxM2,  // MiniMax-M2 / M2.1 / M2.5 ]~!b[]~b]system ... [e~[ ]~b]user ... ]~b]ai
   kDots1,      // dots.llm1.inst <|system|> ... <|userprompt|> ... <|response|> ...
+  kLing2,      // Ling 2.0 (bailingmoe2) <role>SYSTEM</role> ... <role>HUMAN</role> ...
 };
 
 struct ChatFormat {

@@ -41,6 +41,9 @@ constexpr NameEntry kNames[] = {
     {"minimax", ChatFamily::kMinimaxM2, "minimax-m2"},
     {"dots1", ChatFamily::kDots1, "dots1"},
     {"dots", ChatFamily::kDots1, "dots1"},
+    {"ling2", ChatFamily::kLing2, "ling2"},
+    {"bailing2", ChatFamily::kLing2, "ling2"},
+    {"bailingmoe2", ChatFamily::kLing2, "ling2"},
 };
 
 using util::contains;
@@ -351,6 +354,74 @@ std::string render_dots1(const ChatFormat& f, std::span<const ChatMessage> m, bo
   return s;
 }
 
+// Ling 2.0 (Ling-mini-2.0 / Ling-flash-2.0 / Ling-1T), as its released chat_template renders
+// system/user/assistant/tool turns (no tool definitions or tool calls): "<role>SYSTEM</role>",
+// the first message's content + "\n" when it is a system message, then "detailed thinking
+// off<|role_end|>" (always; the template's thinking_option is 'off'); "<role>HUMAN</role>{u}
+// <|role_end|>" (no space); a later system message "<role>SYSTEM</role>{s}<|role_end|>";
+// "<role>ASSISTANT</role>{a}<|role_end|>", where an answer holding "</think>" is split as the
+// template splits it (the reasoning: before the first close, after the last "<think>",
+// '\n'-stripped; the answer: after the last close, '\n'-stripped at the start) and the
+// reasoning written as "\n<think>\n{r}\n</think>\n\n" only after the last user message;
+// consecutive tool messages as one "<role>OBSERVATION</role>" turn of
+// "\n<tool_response>\n{t}\n</tool_response>" each; generation prompt "<role>ASSISTANT</role>".
+// Unlike llama.cpp's built-in LLM_CHAT_TEMPLATE_BAILING2, which writes a leading system
+// message as its own turn without the "detailed thinking off" line, this is the template's text.
+std::string render_ling2(const ChatFormat& f, std::span<const ChatMessage> m, bool gen) {
+  std::string s = "<role>SYSTEM</role>";
+  if (!m.empty() && m[0].role == "system") s += m[0].content + "\n";
+  s += "detailed thinking off<|role_end|>";
+  // The last user message that is not a wrapped tool response (the template's
+  // last_query_index; the last message when there is none).
+  std::ptrdiff_t last_query = std::ptrdiff_t(m.size()) - 1;
+  for (size_t i = m.size(); i-- > 0;) {
+    const std::string& c = m[i].content;
+    const bool wrapped = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+    if (m[i].role == "user" && !wrapped) {
+      last_query = std::ptrdiff_t(i);
+      break;
+    }
+  }
+  auto lstrip_nl = [](std::string x) { return x.erase(0, x.find_first_not_of('\n')); };
+  auto strip_nl = [&](std::string x) {
+    x = lstrip_nl(std::move(x));
+    const size_t e = x.find_last_not_of('\n');
+    x.erase(e == std::string::npos ? 0 : e + 1);
+    return x;
+  };
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "user") {
+      s += "<role>HUMAN</role>" + msg.content + "<|role_end|>";
+    } else if (msg.role == "system") {
+      if (i > 0) s += "<role>SYSTEM</role>" + msg.content + "<|role_end|>";
+    } else if (msg.role == "assistant") {
+      std::string content = msg.content, reasoning;
+      const size_t close = content.find("</think>");
+      if (close != std::string::npos) {
+        reasoning = content.substr(0, close);
+        const size_t open = reasoning.rfind("<think>");
+        if (open != std::string::npos) reasoning = reasoning.substr(open + 7);
+        reasoning = strip_nl(reasoning);
+        content = lstrip_nl(content.substr(content.rfind("</think>") + 8));
+      }
+      s += "<role>ASSISTANT</role>";
+      if (!reasoning.empty() && std::ptrdiff_t(i) > last_query) {
+        s += "\n<think>\n" + reasoning + "\n</think>\n\n";
+      }
+      s += content + "<|role_end|>";
+    } else if (msg.role == "tool") {
+      if (i == 0 || m[i - 1].role != "tool") s += "<role>OBSERVATION</role>";
+      s += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+      if (i + 1 == m.size() || m[i + 1].role != "tool") s += "<|role_end|>";
+    } else {
+      bad_role(f, msg.role);
+    }
+  }
+  if (gen) s += "<role>ASSISTANT</role>";
+  return s;
+}
+
 // MiniMax-M2's model identity: the first `set model_identity = "..."` literal of its template
 // (the released templates name the model there); empty when there is none.
 std::string minimax_identity(std::string_view tmpl) {
@@ -399,9 +470,9 @@ bool ChatFormat::renders_bos() const {
 }
 
 const std::vector<std::string>& chat_format_names() {
-  static const std::vector<std::string> names = {"chatml",    "mistral",    "tulu", "deepseek2",
-                                                 "deepseek3", "llama3",     "phi3", "glm4.5",
-                                                 "harmony",   "minimax-m2", "dots1"};
+  static const std::vector<std::string> names = {"chatml",    "mistral",    "tulu",  "deepseek2",
+                                                 "deepseek3", "llama3",     "phi3",  "glm4.5",
+                                                 "harmony",   "minimax-m2", "dots1", "ling2"};
   return names;
 }
 
@@ -429,6 +500,10 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
     name = "minimax-m2";
   } else if (contains(t, "<|endofuserprompt|>")) {
     name = "dots1";
+  } else if (contains(t, "<role>HUMAN</role>") && contains(t, "<|role_end|>")) {
+    // Ling 2.0's template (thinking off). Another Bailing template (Ling 1.x has no
+    // <|role_end|>; Ring 2.0's was not at hand to check) would be rendered wrong: no name.
+    if (contains(t, "thinking_option = 'off'")) name = "ling2";
   } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
@@ -505,6 +580,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_minimax_m2(fmt, messages, add_generation_prompt);
     case ChatFamily::kDots1:
       return render_dots1(fmt, messages, add_generation_prompt);
+    case ChatFamily::kLing2:
+      return render_ling2(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

@@ -99,6 +99,14 @@ const char* kDots1Template =  // abridged (dots.llm1.inst's markers)
     "'assistant' %}<|response|>{{ message['content'] }}<|endofresponse|>{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|response|>{% endif %}";
 
+const char* kLing2Template =  // abridged (Ling-mini-2.0's tokenizer_config.json chat_template)
+    "{% set thinking_option = 'off' %}\n{{- '<role>SYSTEM</role>' }}\n{%- if messages[0].role "
+    "== 'system' %}\n    {{- messages[0].content + '\\n' }}\n{%- endif %}\n{{- 'detailed "
+    "thinking ' + thinking_option + '<|role_end|>' }}\n{%- for message in messages %}\n    {%- "
+    "if message.role == \"user\" %}\n        {{- '<role>HUMAN</role>' + message.content + "
+    "'<|role_end|>' }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    "
+    "{{- '<role>ASSISTANT</role>' }}\n{%- endif %}";
+
 TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kHarmonyTemplate).name, "harmony");
   EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
@@ -113,6 +121,9 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kGlm45Template).name, "glm4.5");
   EXPECT_EQ(chat_format_from_template(kMinimaxM2Template).name, "minimax-m2");
   EXPECT_EQ(chat_format_from_template(kDots1Template).name, "dots1");
+  EXPECT_EQ(chat_format_from_template(kLing2Template).name, "ling2");
+  // A Bailing template without Ling 2.0's thinking_option is no match at all.
+  EXPECT_THROW(chat_format_from_template("<role>HUMAN</role>{{ m }}<|role_end|>"), Error);
   // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
   EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
   // GLM-5.2 (glm-dsa): GLM-4.5's markers, but a reasoning-effort system turn first (abridged
@@ -328,6 +339,49 @@ TEST(ChatRender, Dots1) {
             "<|endofuserprompt|>");
   const std::vector<ChatMessage> tool = {{"tool", "{}"}};
   EXPECT_THROW(render_chat(f, tool, true), Error);
+}
+
+// Ling 2.0: the expected strings are what Jinja2 (trim_blocks, lstrip_blocks, as HF renders)
+// gives for the released template (Ling-mini-2.0's chat_template, tools left out) on the same
+// messages: the "detailed thinking off" system turn always, a first system message's text
+// before it, reasoning kept only after the last user message, later system messages and tool
+// turns as the template writes them.
+TEST(ChatRender, Ling2) {
+  const auto f = chat_format_from_template(kLing2Template, "", "<|role_end|>");
+  EXPECT_EQ(f.family, ChatFamily::kLing2);
+  EXPECT_FALSE(f.renders_bos());
+  EXPECT_EQ(chat_format_from_name("bailingmoe2").name, "ling2");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<role>SYSTEM</role>You are terse.\ndetailed thinking off<|role_end|>"
+            "<role>HUMAN</role>Hi<|role_end|><role>ASSISTANT</role>Hello.<|role_end|>"
+            "<role>HUMAN</role>2+2?<|role_end|><role>ASSISTANT</role>");
+  const std::vector<ChatMessage> think = {{"user", "Q1"},
+                                          {"assistant", "<think>\nr1\n</think>\n\nA1"},
+                                          {"user", "Q2"},
+                                          {"assistant", "<think>\n\nr2\n\n</think>\n\nA2"}};
+  EXPECT_EQ(render_chat(f, think, false),
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Q1<|role_end|>"
+            "<role>ASSISTANT</role>A1<|role_end|><role>HUMAN</role>Q2<|role_end|>"
+            "<role>ASSISTANT</role>\n<think>\nr2\n</think>\n\nA2<|role_end|>");
+  // A user message that wraps a tool response is not the last query.
+  const std::vector<ChatMessage> wrapped = {{"user", "Q"},
+                                            {"assistant", "x<think>\n\nr\n</think>\n\nA"},
+                                            {"user", "<tool_response>z</tool_response>"},
+                                            {"assistant", "<think>r2</think>A2"}};
+  EXPECT_EQ(render_chat(f, wrapped, false),
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Q<|role_end|>"
+            "<role>ASSISTANT</role>\n<think>\nr\n</think>\n\nA<|role_end|><role>HUMAN</role>"
+            "<tool_response>z</tool_response><|role_end|><role>ASSISTANT</role>\n<think>\nr2\n"
+            "</think>\n\nA2<|role_end|>");
+  const std::vector<ChatMessage> tools = {
+      {"user", "Q"}, {"system", "S2"}, {"tool", "T1"}, {"tool", "T2"}, {"assistant", "A"}};
+  EXPECT_EQ(render_chat(f, tools, true),
+            "<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>Q<|role_end|>"
+            "<role>SYSTEM</role>S2<|role_end|><role>OBSERVATION</role>\n<tool_response>\nT1\n"
+            "</tool_response>\n<tool_response>\nT2\n</tool_response><|role_end|>"
+            "<role>ASSISTANT</role>A<|role_end|><role>ASSISTANT</role>");
+  const std::vector<ChatMessage> other = {{"developer", "x"}};
+  EXPECT_THROW(render_chat(f, other, true), Error);
 }
 
 }  // namespace
