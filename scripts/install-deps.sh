@@ -16,6 +16,7 @@ PKGS=(
   clang libclang-rt-14-dev  # libFuzzer target for the GGUF reader
   python3 python3-numpy # independent reference forward pass (tests/reference)
   python3-matplotlib    # scripts/plot.py: the figures, from the commands' JSON
+  python3-jinja2        # reference renderer of the chat-template goldens (tests/template)
 )
 if [[ "${1:-}" == "--train" ]]; then
   PKGS+=(python3-torch libopenblas0)
