@@ -13,6 +13,7 @@ HfConfig::HfConfig(nlohmann::json j, std::string path) : j_(std::move(j)), path_
     throw Error(path_ + ": no \"model_type\" string (is this a Hugging Face config.json?)");
   }
   model_type_ = j_["model_type"].get<std::string>();
+  lift_text_config();
   lift_rope_parameters();
   check_sizes();
 }
@@ -51,6 +52,24 @@ void HfConfig::check_sizes() const {
     fail("num_attention_heads (" + std::to_string(get_int("num_attention_heads")) +
          ") is not a multiple of num_key_value_heads (" +
          std::to_string(get_int("num_key_value_heads")) + ")");
+  }
+}
+
+// Vision-language checkpoints (qwen3_vl_moe) nest the language model's fields in
+// "text_config": they are lifted to the top level, where the family rules read them (the
+// top-level model_type stays; a field given both ways must agree).
+void HfConfig::lift_text_config() {
+  if (model_type_ != "qwen3_vl_moe") return;
+  if (!j_.contains("text_config") || !j_["text_config"].is_object()) {
+    fail("\"text_config\" (the language model's fields) is missing or not an object");
+  }
+  const nlohmann::json tc = j_["text_config"];
+  for (const auto& [k, v] : tc.items()) {
+    if (k == "model_type") continue;
+    if (j_.contains(k) && j_[k] != v) {
+      fail("\"" + k + "\" is " + j_[k].dump() + " but text_config." + k + " is " + v.dump());
+    }
+    j_[k] = v;
   }
 }
 

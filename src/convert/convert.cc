@@ -205,8 +205,13 @@ void fill_fused(const Planned& p, uint8_t* dst, int n_threads) {
   }
 }
 
+bool half(Transform t) {
+  return t == Transform::kHalfGate || t == Transform::kHalfUp || t == Transform::kHalfDown;
+}
+
 bool fused(Transform t) {
-  return t == Transform::kFusedGate || t == Transform::kFusedUp || t == Transform::kFusedDown;
+  return t == Transform::kFusedGate || t == Transform::kFusedUp || t == Transform::kFusedDown ||
+         half(t);
 }
 
 // Fills the bytes of one planned tensor (rows of every part, in order), `threads` at a time.
@@ -309,6 +314,7 @@ class Planner {
   // module), which llama.cpp's converter drops too.
   bool ignored(const std::string& name) const {
     if (name.ends_with("rotary_emb.inv_freq")) return true;
+    if (f_.ignore_prefix && name.starts_with(f_.ignore_prefix)) return true;
     const std::string pre = "model.layers.";
     if (name.compare(0, pre.size(), pre) == 0) {
       const int64_t il = std::atoll(name.c_str() + pre.size());
@@ -371,17 +377,22 @@ class Planner {
 
   // gpt-oss's experts (Transform::kFused*): MXFP4 blocks + scales, or the dequantized tensor.
   // Output per expert: rows x cols = (ff x hidden) for gate / up, (hidden x ff) for down.
+  // Qwen3-VL-MoE's (Transform::kHalf*): float only, gate and up the two halves of the outputs.
   void add_fused(const TensorRule& r, Planned& p, const std::string& hf) {
-    const int64_t hidden = c_.get_int("hidden_size"), ff = c_.get_int("intermediate_size");
-    const bool down = r.transform == Transform::kFusedDown;
+    const bool halves = half(r.transform);
+    const int64_t hidden = c_.get_int("hidden_size");
+    const int64_t ff = c_.get_int(halves ? "moe_intermediate_size" : "intermediate_size");
+    const bool down = r.transform == Transform::kFusedDown || r.transform == Transform::kHalfDown;
     p.rows = down ? hidden : ff;
     p.cols = down ? ff : hidden;
-    p.step = down ? 1 : 2;
-    p.off = r.transform == Transform::kFusedUp ? 1 : 0;
-    const int64_t src_rows = p.rows * p.step, E = n_expert_;
+    p.step = down || halves ? 1 : 2;
+    p.off = r.transform == Transform::kFusedUp ? 1 : r.transform == Transform::kHalfUp ? ff : 0;
+    const int64_t src_rows = down || !halves ? p.rows * p.step : 2 * ff, E = n_expert_;
     const std::string rows_s = std::to_string(src_rows), cols_s = std::to_string(p.cols);
-    const std::string what = down ? "" : " (gate and up rows interleaved)";
-    if (ck_.find(hf + "_blocks") || ck_.find(hf + "_scales")) {
+    const std::string what = down     ? ""
+                             : halves ? " (gate then up outputs)"
+                                      : " (gate and up rows interleaved)";
+    if (!halves && (ck_.find(hf + "_blocks") || ck_.find(hf + "_scales"))) {
       const StTensor& b = need(hf + "_blocks", p.name);
       const StTensor& s = need(hf + "_scales", p.name);
       if (p.cols % 32 != 0) bad_shape(b, "MXFP4 rows of a multiple of 32 values, not " + cols_s);
@@ -400,9 +411,10 @@ class Planner {
       }
     } else {
       if (!ck_.find(hf)) {
-        throw Error("tensor '" + hf + "_blocks' (MXFP4) or '" + hf +
-                    "' (dequantized) is missing from the checkpoint (" + f_.model_type +
-                    " needs it for " + p.name + ")");
+        throw Error((halves ? "tensor '" + hf + "'"
+                            : "tensor '" + hf + "_blocks' (MXFP4) or '" + hf + "' (dequantized)") +
+                    " is missing from the checkpoint (" + f_.model_type + " needs it for " +
+                    p.name + ")");
       }
       const StTensor& t = need(hf, p.name);
       if (t.dtype == DType::kU8 || t.shape != std::vector<int64_t>{E, p.cols, src_rows}) {

@@ -36,6 +36,10 @@
 //   exp_probs_b.bias, mlp.shared_experts.* -> *_shexp, q/k unpermuted (normal rope on HF's
 //   interleaved pairs), moe_layer_start_index / moe_layer_interval -> leading_dense_block_count /
 //   interleave_moe_layer_step, the SentencePiece tokenizer.model when there is one.
+// - qwen3_vl_moe -> `qwen3vlmoe` (Qwen3VLMoeTextModel): text_config lifted, the language model's
+//   tensors under model.language_model. as qwen3_moe's, experts fused per layer
+//   (mlp.experts.gate_up_proj [E, hidden, 2F] split in halves, down_proj [E, F, hidden]),
+//   mrope_section -> rope.dimension_sections, the vision tower (model.visual.*) not converted.
 // Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
 // DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
@@ -191,6 +195,29 @@ constexpr TensorRule kExperts[] = {
     {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight",
      When::kMoeLayer},
 };
+// Qwen3-VL-MoE: the language model under model.language_model., experts fused per layer.
+constexpr TensorRule kVlGlobal[] = {
+    {"token_embd.weight", "model.language_model.embed_tokens.weight"},
+    {"output_norm.weight", "model.language_model.norm.weight"},
+    {"output.weight", "lm_head.weight", When::kOptional},
+};
+constexpr TensorRule kVlLayer[] = {
+    {"blk.{L}.attn_norm.weight", "model.language_model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_q.weight", "model.language_model.layers.{L}.self_attn.q_proj.weight"},
+    {"blk.{L}.attn_k.weight", "model.language_model.layers.{L}.self_attn.k_proj.weight"},
+    {"blk.{L}.attn_v.weight", "model.language_model.layers.{L}.self_attn.v_proj.weight"},
+    {"blk.{L}.attn_output.weight", "model.language_model.layers.{L}.self_attn.o_proj.weight"},
+    {"blk.{L}.attn_q_norm.weight", "model.language_model.layers.{L}.self_attn.q_norm.weight"},
+    {"blk.{L}.attn_k_norm.weight", "model.language_model.layers.{L}.self_attn.k_norm.weight"},
+    {"blk.{L}.ffn_norm.weight", "model.language_model.layers.{L}.post_attention_layernorm.weight"},
+    {"blk.{L}.ffn_gate_inp.weight", "model.language_model.layers.{L}.mlp.gate.weight"},
+    {"blk.{L}.ffn_gate_exps.weight", "model.language_model.layers.{L}.mlp.experts.gate_up_proj",
+     When::kAlways, Transform::kHalfGate},
+    {"blk.{L}.ffn_up_exps.weight", "model.language_model.layers.{L}.mlp.experts.gate_up_proj",
+     When::kAlways, Transform::kHalfUp},
+    {"blk.{L}.ffn_down_exps.weight", "model.language_model.layers.{L}.mlp.experts.down_proj",
+     When::kAlways, Transform::kHalfDown},
+};
 constexpr TensorRule kQwenSharedExpert[] = {
     {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_expert.gate_proj.weight",
      When::kShared},
@@ -307,6 +334,7 @@ constexpr Keys kDeepseekK[] = {kBaseKeys, kDeepseekKeys};
 constexpr Rules kLlamaL[] = {kLlamaAttn, kDenseFfn, kMixtralExperts};
 constexpr Rules kQwen2MoeL[] = {kGqaAttn, kQkvBias, kExperts, kQwenSharedExpert};
 constexpr Rules kQkNormMoeL[] = {kGqaAttn, kQkNorm, kExperts};
+constexpr Rules kQwen3VlMoeL[] = {kVlLayer};
 constexpr Rules kQwen2L[] = {kGqaAttn, kQkvBias, kDenseFfn};
 constexpr Rules kQwen3L[] = {kGqaAttn, kQkNorm, kDenseFfn};
 constexpr Rules kDeepseekL[] = {kMlaAttn, kDenseFfn, kExperts, kDeepseekExperts};
@@ -346,6 +374,47 @@ void llama_extra(const HfConfig& c, gguf::Writer& w) {
 
 void plain_extra(const HfConfig& c, gguf::Writer&) {
   no_rope_scaling(c);
+}
+
+// Qwen3-VL-MoE's language model (llama.cpp's Qwen3VLMoeTextModel): rope_scaling (or
+// rope_parameters) carries mrope_section [t, h, w] -> rope.dimension_sections [t, h, w, 0], the
+// vision tower's deepstack_visual_indexes count -> n_deepstack_layers; every layer MoE.
+void qwen3vl_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "qwen3vlmoe";
+  const nlohmann::json& j = c.json();
+  const nlohmann::json* rope = nullptr;
+  for (const char* k : {"rope_scaling", "rope_parameters"}) {
+    if (j.contains(k) && j[k].is_object() && j[k].contains("mrope_section")) rope = &j[k];
+  }
+  if (!rope) c.fail("rope_scaling.mrope_section (interleaved M-RoPE) is missing");
+  const std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+  if (type != "default") c.fail("rope type '" + type + "' is not supported (default M-RoPE only)");
+  if (rope->contains("mrope_interleaved") && !(*rope)["mrope_interleaved"].get<bool>()) {
+    c.fail("mrope_interleaved false (Qwen2-VL's chunked M-RoPE) is not this architecture");
+  }
+  const nlohmann::json& ms = (*rope)["mrope_section"];
+  if (!ms.is_array() || ms.size() != 3) c.fail("mrope_section must be 3 integers");
+  std::vector<int32_t> sections;
+  for (const auto& v : ms) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4096) {
+      c.fail("mrope_section must be 3 integers >= 0");
+    }
+    sections.push_back(v.get<int32_t>());
+  }
+  sections.push_back(0);
+  w.set(key(a, "rope.dimension_sections"), gguf::Value::i32_array(sections));
+  int64_t deepstack = 0;
+  if (j.contains("vision_config") && j["vision_config"].is_object() &&
+      j["vision_config"].contains("deepstack_visual_indexes")) {
+    const auto& d = j["vision_config"]["deepstack_visual_indexes"];
+    if (!d.is_array()) c.fail("vision_config.deepstack_visual_indexes must be a list");
+    deepstack = int64_t(d.size());
+  }
+  w.set(key(a, "n_deepstack_layers"), gguf::Value::u32(uint32_t(deepstack)));
+  if (c.get_int("decoder_sparse_step", 1) != 1 ||
+      (j.contains("mlp_only_layers") && !j["mlp_only_layers"].empty())) {
+    c.fail("decoder_sparse_step / mlp_only_layers with dense layers are not supported");
+  }
 }
 
 void olmoe_extra(const HfConfig& c, gguf::Writer& w) {
@@ -666,6 +735,17 @@ constexpr Family kQwen3Moe = {
     .extra_keys = plain_extra,
     .n_expert_key = "num_experts",
 };
+constexpr Family kQwen3VlMoe = {
+    .model_type = "qwen3_vl_moe",
+    .arch = "qwen3vlmoe",
+    .keys = kQwenMoeK,
+    .global = kVlGlobal,
+    .layer = kQwen3VlMoeL,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = qwen3vl_extra,
+    .n_expert_key = "num_experts",
+    .ignore_prefix = "model.visual.",
+};
 constexpr Family kOlmoe = {
     .model_type = "olmoe",
     .arch = "olmoe",
@@ -782,9 +862,10 @@ constexpr Family kErnie45Moe = {
     .shared_key = "moe_num_shared_experts",
 };
 
-constexpr const Family* kFamilies[] = {
-    &kMixtral,    &kLlama,      &kMistral, &kQwen2Moe, &kQwen3Moe,  &kOlmoe, &kQwen2,     &kQwen3,
-    &kDeepseekV2, &kDeepseekV3, &kGptOss,  &kGlm4Moe,  &kMinimaxM2, &kDots1, &kErnie45Moe};
+constexpr const Family* kFamilies[] = {&kMixtral,  &kLlama,      &kMistral,    &kQwen2Moe,
+                                       &kQwen3Moe, &kQwen3VlMoe, &kOlmoe,      &kQwen2,
+                                       &kQwen3,    &kDeepseekV2, &kDeepseekV3, &kGptOss,
+                                       &kGlm4Moe,  &kMinimaxM2,  &kDots1,      &kErnie45Moe};
 
 }  // namespace
 

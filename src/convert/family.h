@@ -29,6 +29,7 @@ class HfConfig {
 
  private:
   const nlohmann::json& at(const char* key) const;
+  void lift_text_config();
   void lift_rope_parameters();
   void check_sizes() const;
   nlohmann::json j_;
@@ -77,6 +78,12 @@ enum class Transform : uint8_t {
   kFusedGate,
   kFusedUp,
   kFusedDown,  // every row
+  // Qwen3-VL-MoE's experts, one float tensor per layer for all experts, inputs first:
+  // gate_up_proj [n_expert, hidden, 2F] (gate the first F outputs, up the last F; HF chunks it
+  // in two) and down_proj [n_expert, F, hidden]; F = moe_intermediate_size.
+  kHalfGate,
+  kHalfUp,
+  kHalfDown,
   // [n_expert, 2n] interleaved gate / up biases: the even or odd columns.
   kEvenCols,
   kOddCols,
@@ -110,6 +117,9 @@ struct Family {
   // converted (kNextn rules; block_count includes them, as llama.cpp writes it); null: such
   // layers are dropped.
   const char* nextn_key = nullptr;
+  // Checkpoint tensors under this prefix are not converted (a vision tower that llama.cpp's
+  // converter writes to a separate mmproj file); null: every tensor must be used.
+  const char* ignore_prefix = nullptr;
 };
 
 std::span<const Family* const> families();

@@ -119,6 +119,7 @@ const Case kCases[] = {
     {"minimax_m2", "minimax-m2:tiny-minimax-m2-f32", "minimax-m2"},
     {"dots1", "dots1:tiny-dots1-f32", "dots1"},
     {"ernie4_5_moe", "ernie4_5-moe:tiny-ernie4_5-moe-f32", "ernie4_5-moe"},
+    {"qwen3_vl_moe", "qwen3vlmoe:tiny-qwen3vlmoe-f32", "qwen3vlmoe"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

@@ -523,6 +523,38 @@ TEST(ConvertErrors, Dots1ConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// Qwen3-VL-MoE: the M-RoPE and the layer pattern llama.cpp's graph runs; the fused experts'
+// layout.
+TEST(ConvertErrors, Qwen3VlMoeConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "qwen3_vl_moe");
+  const json good = read_json(d + "/config.json");
+  auto expect_text = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c["text_config"][key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_text("rope_scaling", json{{"mrope_section", {6, 5, 5}}, {"mrope_interleaved", false}},
+              {"mrope_interleaved false"});
+  expect_text("rope_scaling", json{{"rope_type", "yarn"}, {"mrope_section", {6, 5, 5}}},
+              {"rope type 'yarn'"});
+  expect_text("rope_scaling", json{{"mrope_section", {6, 5}}}, {"mrope_section must be 3"});
+  expect_text("mlp_only_layers", json::array({0}), {"mlp_only_layers"});
+  json c = good;
+  c["text_config"].erase("rope_scaling");
+  write_json(d + "/config.json", c);
+  expect_error(d, {"mrope_section", "missing"});
+  c = good;
+  c.erase("text_config");
+  write_json(d + "/config.json", c);
+  expect_error(d, {"text_config"});
+  c = good;
+  c["text_config"]["moe_intermediate_size"] = 16;  // the fused experts are 32 wide
+  write_json(d + "/config.json", c);
+  expect_error(d, {"gate_up_proj", "gate then up outputs"});
+  write_json(d + "/config.json", good);
+}
+
 // ERNIE-4.5-MoE switches llama.cpp's graph has one answer to are refused by name.
 TEST(ConvertErrors, Ernie45MoeConfigOutsideTheArchitecture) {
   CHECKPOINT(d, "ernie4_5_moe");

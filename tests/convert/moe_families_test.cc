@@ -374,6 +374,38 @@ TEST(ConvertDots1, TensorsAndKeys) {
   fs::remove(out);
 }
 
+// Qwen3-VL-MoE: the language model's tensors come back with the fixture's values (the fused
+// experts split into gate / up halves and transposed), the vision tower is left out, and the
+// M-RoPE sections and deepstack count are written as llama.cpp writes them.
+TEST(ConvertQwen3VlMoe, TensorsAndKeys) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("qwen3_vl_moe", "f32");
+  const auto got = gguf::File::open(out);
+  const auto want = gguf::File::open(kFixtures + "qwen3vlmoe/tiny-qwen3vlmoe-f32.gguf");
+  ASSERT_EQ(got.tensors().size(), want.tensors().size());
+  for (const auto& b : want.tensors()) {
+    const gguf::TensorInfo* a = got.find_tensor(b.name);
+    ASSERT_NE(a, nullptr) << b.name;
+    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+    EXPECT_EQ(values(*a), values(b)) << b.name;
+  }
+  EXPECT_EQ(got.get_string("general.architecture"), "qwen3vlmoe");
+  std::vector<int64_t> sec;
+  for (const auto& v : got.find("qwen3vlmoe.rope.dimension_sections")->as_array()) {
+    sec.push_back(v.as_int());
+  }
+  EXPECT_EQ(sec, (std::vector<int64_t>{6, 5, 5, 0}));
+  EXPECT_EQ(got.get_int("qwen3vlmoe.n_deepstack_layers"), 2);
+  for (const char* k : {"block_count", "expert_count", "expert_used_count",
+                        "expert_feed_forward_length", "attention.key_length",
+                        "attention.head_count_kv"}) {
+    const std::string key = std::string("qwen3vlmoe.") + k;
+    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+  }
+  EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "qwen2");
+  fs::remove(out);
+}
+
 // ERNIE-4.5-MoE: every tensor of the fixture the checkpoint was made from comes back with its
 // values (the dense lead layer, experts stacked, the [1, N] selection bias as an N-vector, the
 // shared experts; no output.weight: tied), and the keys are those llama.cpp's Ernie4_5MoeModel

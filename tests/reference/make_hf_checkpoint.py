@@ -677,6 +677,49 @@ def dense_qwen(out_dir, name, model_type, arch, dtype, seed):
     G.write_gguf(os.path.join(d, "expected.gguf"), kv, tensors)
 
 
+def qwen3vl_from_fixture(out_dir, name, gguf_path):
+    """Qwen3-VL-MoE (model_type qwen3_vl_moe) from the qwen3vlmoe fixture: the language model's
+    fields nested in text_config (mrope_section from rope.dimension_sections), its tensors under
+    model.language_model., the experts fused per layer as transformers stores them
+    (mlp.experts.gate_up_proj [E, hidden, 2F]: gate then up outputs, inputs first;
+    mlp.experts.down_proj [E, F, hidden]), and a stand-in vision tower tensor (model.visual.*)
+    the converter must leave out."""
+    g = G.read_gguf(gguf_path)
+    arch = "qwen3vlmoe"
+    text = common_config(g, arch, "qwen3_vl_moe_text")
+    text.update(qwen_moe_extra(True)(g, arch))
+    tie = text.pop("tie_word_embeddings")
+    text.pop("torch_dtype")
+    sections = [int(x) for x in gguf_kv(g, arch, "rope.dimension_sections")]
+    text["rope_scaling"] = {"mrope_interleaved": True, "mrope_section": sections[:3],
+                            "rope_type": "default"}
+    text["decoder_sparse_step"] = 1
+    text["mlp_only_layers"] = []
+    n_ds = gguf_kv(g, arch, "n_deepstack_layers")
+    config = {"model_type": "qwen3_vl_moe", "architectures": ["Qwen3VLMoeForConditionalGeneration"],
+              "text_config": text, "tie_word_embeddings": tie, "torch_dtype": "float32",
+              "vision_config": {"depth": 2, "deepstack_visual_indexes": list(range(n_ds))}}
+    n_exp = text["num_experts"]
+    flat = dict(hf_tensors(g, arch, text))
+    tensors = []
+    for il in range(text["num_hidden_layers"]):
+        p = "model.layers.%d.mlp.experts." % il
+        gate = [flat.pop(p + "%d.gate_proj.weight" % e) for e in range(n_exp)]
+        up = [flat.pop(p + "%d.up_proj.weight" % e) for e in range(n_exp)]
+        down = [flat.pop(p + "%d.down_proj.weight" % e) for e in range(n_exp)]
+        q = "model.language_model.layers.%d.mlp.experts." % il
+        tensors.append((q + "gate_up_proj", np.stack(
+            [np.concatenate([gt.T, ut.T], axis=1) for gt, ut in zip(gate, up)])))
+        tensors.append((q + "down_proj", np.stack([d.T for d in down])))
+    for n, x in flat.items():
+        tensors.append((n if n == "lm_head.weight" else
+                        "model.language_model." + n[len("model."):], x))
+    tensors.append(("model.visual.patch_embed.proj.weight",
+                    np.ones((8, 3, 2, 2, 2), dtype=np.float32)))
+    tok = make_tokenizer(text["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), config, tensors, "F32", 2, tok)
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -704,6 +747,7 @@ def main(argv):
     from_fixture(out, "dots1", f("dots1/tiny-dots1-f32.gguf"), "dots1", dots1_extra, shards=2)
     from_fixture(out, "ernie4_5_moe", f("ernie4_5-moe/tiny-ernie4_5-moe-f32.gguf"),
                  "ernie4_5_moe", ernie4_5_moe_extra, shards=2)
+    qwen3vl_from_fixture(out, "qwen3_vl_moe", f("qwen3vlmoe/tiny-qwen3vlmoe-f32.gguf"))
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
