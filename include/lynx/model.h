@@ -20,7 +20,9 @@ enum class WeightLayout : uint8_t;
 struct ModelArena;  // owned F32 copies of small tensors (norms, biases), packed weights
 
 enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
-enum class QKNorm : uint8_t { kNone, kPerHead, kFull };
+// q/k RMSNorm: none, per head (head_dim weights), over the whole row, or per head after the
+// rope (hunyuan-moe: the released code and llama.cpp's graph rotate first).
+enum class QKNorm : uint8_t { kNone, kPerHead, kFull, kPerHeadAfterRope };
 
 // The block kinds of one layer (src/model/arch/: each family says which layer has which).
 enum class AttnKind : uint8_t {

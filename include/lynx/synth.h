@@ -51,10 +51,11 @@ struct SynthShape {
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
 // layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, ernie4_5-moe (ERNIE-4.5-21B-A3B), dots1,
-// qwen3-vl-30b, mistral-small-4, glm-5 (5 of its 78 layers), ling-mini-2.0 (bailingmoe2), and small
-// ones used by tests and the demo (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3,
-// tiny-glm4moe, tiny-glm4moe-qknorm, tiny-gpt-oss, tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1,
-// tiny-qwen3vlmoe, tiny-bailingmoe2). Throws lynx::Error for an unknown name.
+// qwen3-vl-30b, mistral-small-4, glm-5 (5 of its 78 layers), ling-mini-2.0 (bailingmoe2),
+// hunyuan-a13b, and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
+// tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm, tiny-gpt-oss,
+// tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1, tiny-qwen3vlmoe, tiny-bailingmoe2,
+// tiny-hunyuan-moe). Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -168,6 +168,12 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     const float* cs = &B.rope_cs[size_t(t) * rd];  // rd/2 (cos, sin) pairs
     for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, rd, cs, c.rope);
     for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, rd, cs, c.rope);
+    if (c.qk_norm == QKNorm::kPerHeadAfterRope) {
+      for (int h = 0; h < c.n_head; ++h)
+        kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < c.n_head_kv; ++h)
+        kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
+    }
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);

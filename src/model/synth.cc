@@ -582,6 +582,53 @@ const SynthShape kShapes[] = {
      .n_group = 4,
      .n_group_used = 2,
      .n_rot = 12},
+    // Hunyuan-A13B (config.json of tencent/Hunyuan-A13B-Instruct): 32 layers, every one MoE: 64
+    // experts of width 3072 (moe_intermediate_size), 8 per token, softmax renormalized, plus
+    // one shared MLP of 3072 (intermediate_size, num_shared_expert 1); 32 query and 8
+    // key/value heads of 128, NEOX rope then per-head q/k RMSNorm; rope base 1e4 with NTK alpha
+    // 1000 folded in as llama.cpp's converter writes it (1e4 * 1000^(128/126)); eps 1e-5;
+    // vocabulary 128167, tied embeddings. context_length 4096 (llama.cpp's converter writes
+    // 262144, which would size a server's KV cache).
+    {.name = "hunyuan-a13b",
+     .arch = "hunyuan-moe",
+     .n_layer = 32,
+     .n_embd = 4096,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_vocab = 128167,
+     .n_ctx = 4096,
+     .n_ff = 3072,
+     .n_expert = 64,
+     .n_expert_used = 8,
+     .n_ff_exp = 3072,
+     .n_ff_shexp = 3072,
+     .rope_base = 11158839.9251f,
+     .rms_eps = 1e-5f,
+     .n_expert_shared = 1,
+     .norm_topk = true,
+     .tied_output = true},
+    // A small hunyuan-moe for tests: heads x head_dim (64) differs from n_embd (32), the shared
+    // MLP (64) is wider than the experts (32), 8 experts, 3 per token, tied embeddings.
+    {.name = "tiny-hunyuan-moe",
+     .arch = "hunyuan-moe",
+     .n_layer = 3,
+     .n_embd = 32,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 16,
+     .n_vocab = 320,
+     .n_ctx = 2048,
+     .n_ff = 32,
+     .n_expert = 8,
+     .n_expert_used = 3,
+     .n_ff_exp = 32,
+     .n_ff_shexp = 64,
+     .rope_base = 11158839.9251f,
+     .rms_eps = 1e-5f,
+     .n_expert_shared = 1,
+     .norm_topk = true,
+     .tied_output = true},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.

@@ -523,6 +523,29 @@ def test_bailingmoe2_partial_rope_and_goldens():
         got = B.forward(B.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
         want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
         assert np.array_equal(got.reshape(-1), want), name
+def test_hunyuan_moe_rope_norm_order_and_goldens():
+    import hunyuan_moe_ref as HY
+    rng = np.random.default_rng(14)
+    v = rng.standard_normal(16)
+    # HF's rotate_half over the whole head is ggml's NEOX rope (reference.py).
+    assert np.allclose(HY.rope(v, 5, 1.1e7), R.rope(v, 5, R.ROPE_NEOX, 1.1e7))
+    # llama.cpp's converter folds NTK alpha 1000 into the base: 1e4 * 1000^(128/126).
+    assert abs(HY.ntk_alpha_base(1e4, 1000.0, 128) - 11158839.9251) < 1e-3
+    # The rope keeps a head's norm, so the order only matters through the norm weights: with
+    # unit weights both orders agree, with the fixture's they do not.
+    w = np.ones(16)
+    assert np.allclose(HY.head(v, 5, 1e4, w, 1e-5, True), HY.head(v, 5, 1e4, w, 1e-5, False))
+    # The stored goldens are what the reference computes from the committed files, and the
+    # norms-before-rope order (transformers' port) gives other logits.
+    d = os.path.join(FIXTURES, "hunyuan-moe")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-hunyuan-moe-f32", "tiny-hunyuan-moe-q8_0"):
+        m = HY.load(os.path.join(d, name + ".gguf"))
+        got = HY.forward(m, toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+    other = HY.forward(m, toks, rope_first=False).astype("<f4").reshape(-1)
+    assert np.max(np.abs(other - want)) > 1e-3 * np.max(np.abs(want))
 
 
 def main():

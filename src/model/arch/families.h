@@ -20,5 +20,6 @@ extern const ArchDesc kMinimaxM2;    // minimax_m2.cc: MiniMax-M2 / M2.1 / M2.5
 extern const ArchDesc kErnie45Moe;   // ernie4_5_moe.cc: ERNIE-4.5-21B-A3B / 300B-A47B
 extern const ArchDesc kDots1;        // dots1.cc: dots.llm1 (rednote-hilab)
 extern const ArchDesc kBailingMoe2;  // bailingmoe2.cc: Ling / Ring 2.0 (inclusionAI)
+extern const ArchDesc kHunyuanMoe;   // hunyuan_moe.cc: Hunyuan-A13B (Tencent)
 
 }  // namespace lynx::arch

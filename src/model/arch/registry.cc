@@ -9,10 +9,10 @@ namespace lynx::arch {
 namespace {
 
 // One row per family file (families.h); the order is the one error messages list.
-constexpr const ArchDesc* kAll[] = {&kLlama,      &kQwen2Moe,  &kQwen3Moe,   &kOlmoe,
-                                    &kQwen2,      &kQwen3,     &kDeepseek2,  &kGlm4Moe,
-                                    &kGptOss,     &kMinimaxM2, &kErnie45Moe, &kDots1,
-                                    &kQwen3VlMoe, &kMistral4,  &kGlmDsa,     &kBailingMoe2};
+constexpr const ArchDesc* kAll[] = {
+    &kLlama,      &kQwen2Moe, &kQwen3Moe, &kOlmoe,       &kQwen2,      &kQwen3,
+    &kDeepseek2,  &kGlm4Moe,  &kGptOss,   &kMinimaxM2,   &kErnie45Moe, &kDots1,
+    &kQwen3VlMoe, &kMistral4, &kGlmDsa,   &kBailingMoe2, &kHunyuanMoe};
 
 }  // namespace
 
