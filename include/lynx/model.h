@@ -135,8 +135,11 @@ struct Weight {
   size_t row_bytes = 0;
   size_t mat_bytes = 0;
   kernels::WeightLayout layout{};  // kRows
+  // [n_mat] or nullptr: matrix i at mats[i] instead of data + i * mat_bytes (routed experts
+  // read into the expert tier's slots, as the tiered executor hands them to the kernels).
+  const uint8_t* const* mats = nullptr;
   bool present() const { return data != nullptr; }
-  const uint8_t* mat(int64_t i) const { return data + i * mat_bytes; }
+  const uint8_t* mat(int64_t i) const { return mats ? mats[i] : data + i * mat_bytes; }
 };
 
 struct LayerWeights {
@@ -213,7 +216,24 @@ struct LoadOptions {
   // file is then not read ahead as a whole either. Computing with an expert not kept reads
   // it from the file (correct, but slow and resident).
   std::function<bool(int layer, int expert)> keep_expert;
+
+  // The expert tier (docs/offload.md): the routed experts stay in the file and a fixed pool
+  // of slots holds the ones in use, read on demand with direct I/O; the dense weights are
+  // loaded as always. Logits are bit-identical to the fully loaded model's.
+  // mem_budget: the bytes this process may use; 0: the lower of the memory cgroup's room and
+  // MemAvailable. expert_cache: bytes of slots; -1 (default): a tier only when the file does
+  // not fit the budget, with what the budget leaves after the dense weights and a reserve;
+  // 0: never (every expert loaded); > 0: a tier of that size (at least one slot) whatever
+  // the file's size. Not with keep_expert (expert parallelism loads its shard whole).
+  size_t mem_budget = 0;
+  int64_t expert_cache = -1;
+  int expert_readers = 4;  // reader threads of the tier
+  // Replaces the tier's file reads: reads n bytes at file offset `off` into dst, throwing
+  // lynx::Error on failure (fault injection in tests). Empty: pread on the file.
+  std::function<void(uint64_t off, size_t n, uint8_t* dst)> expert_read;
 };
+
+class ExpertTier;  // src/model/expert_tier.h
 
 class Model {
  public:
@@ -229,18 +249,28 @@ class Model {
   const float* output_norm() const { return output_norm_; }
   // Bytes of one expert's three matrices (gate, up, down) in layer `il`.
   size_t expert_bytes(int il) const;
+  // The expert tier when the routed experts are read on demand (LoadOptions::expert_cache);
+  // nullptr when they are all loaded. Contexts made on the model compute through it.
+  ExpertTier* expert_tier() const { return tier_.get(); }
+  // Why the tier is on or off, and its size (for the commands' load line).
+  const std::string& expert_tier_summary() const { return tier_summary_; }
 
  private:
   Model(gguf::File file) : file_(std::move(file)) {}
   // The stages of load after the configuration (model.cc).
   void bind_weights();
   void pack_weights(const LoadOptions& opts);
+  // Decides on the expert tier and makes it (model_tier.cc); true when it is on.
+  bool plan_expert_tier(const LoadOptions& opts);
+  bool routed_expert(const Weight& w) const;
   gguf::File file_;
   ModelConfig cfg_;
   std::vector<LayerWeights> layers_;
   Weight token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::shared_ptr<ModelArena> arena_;
+  std::shared_ptr<ExpertTier> tier_;
+  std::string tier_summary_;
 };
 
 // Architectures this engine runs (general.architecture values).

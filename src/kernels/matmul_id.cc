@@ -25,18 +25,23 @@ void expert_rows(const MatIdJob& j, int ex, int64_t r0, int64_t r1, int off, int
 }  // namespace
 
 void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJob> jobs) {
+  matmul_id(pool, plan, jobs, plan.active);
+}
+
+void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJob> jobs,
+               std::span<const int32_t> experts) {
   if (jobs.empty()) return;
   const int64_t R = jobs[0].w.rows;
   for (const MatIdJob& j : jobs) {
     if (j.w.rows != R) throw Error("matmul_id: the jobs' matrices differ in rows");
   }
-  const int64_t n_active = plan.n_active();
+  const int64_t n_active = int64_t(experts.size());
   pool.parallel_for(
       n_active * R,
       [&](int64_t b, int64_t e, int) {
         while (b < e) {
           const int64_t ai = b / R, r0 = b % R, r1 = std::min<int64_t>(R, r0 + (e - b));
-          const int ex = plan.active[size_t(ai)];
+          const int ex = experts[size_t(ai)];
           const int off = plan.offset[size_t(ex)], cnt = plan.count[size_t(ex)];
           for (const MatIdJob& j : jobs) expert_rows(j, ex, r0, r1, off, cnt);
           b += r1 - r0;

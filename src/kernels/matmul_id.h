@@ -15,14 +15,18 @@
 namespace lynx::kernels {
 
 // n_mat matrices [rows x cols] of `type` back to back, mat_bytes apart, stored in `layout`
-// (an expert tensor: matrix e is expert e).
+// (an expert tensor: matrix e is expert e); or, when `mats` is set, matrix e wherever
+// mats[e] points (the expert tier's slots, src/model/expert_tier.h).
 struct ExpertMatrices {
   TensorType type = TensorType::F32;
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
   size_t mat_bytes = 0;
   WeightLayout layout = WeightLayout::kRows;
-  const uint8_t* mat(int64_t e) const { return data + size_t(e) * mat_bytes; }
+  const uint8_t* const* mats = nullptr;  // [n_mat] or nullptr
+  const uint8_t* mat(int64_t e) const {
+    return mats ? mats[size_t(e)] : data + size_t(e) * mat_bytes;
+  }
 };
 
 // One product of matmul_id: y[row * w.rows + r] = W_e[r] . x[row] for every grouped row `row`
@@ -43,8 +47,12 @@ struct MatIdJob {
 // number of rows (they run in the same chunks: gate and up share their input, so a chunk
 // reads it once for both). Each output is what matmul_rows / matmul_rows_q8 over the whole
 // matrix gives (bit-identical for any pool size and any plan). Throws lynx::Error when the
-// jobs' row counts differ.
+// jobs' row counts differ. `experts` (a subset of plan.active) limits the products to those
+// experts' grouped rows, the others' rows left as they are: each row's result is the same
+// whichever subset computes it (the expert tier runs a plan in parts that fit its slots).
 void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJob> jobs);
+void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJob> jobs,
+               std::span<const int32_t> experts);
 
 // out[t * cols ...] = sum over the token's slots s, in slot order, of plan.weight[t, s] *
 // y[plan.assign_row[t, s]] (inactive slots skipped; a token without active slots gets

@@ -9,6 +9,7 @@
 #include "model/cpu_expert_executor.h"
 #include "model/forward.h"
 #include "model/step_observer.h"
+#include "model/tiered_expert_executor.h"
 
 namespace lynx {
 
@@ -160,6 +161,18 @@ int positive_threads(int n) {
   return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
 }
 
+// The routed-expert step: the caller's (expert parallelism), else this process's kernels,
+// through the expert tier when the model has one.
+std::unique_ptr<ExpertExecutor> make_executor(const Model& m, const ContextOptions& o,
+                                              kernels::ThreadPool& pool, bool int_acts,
+                                              bool bf16_acts) {
+  if (o.make_experts) return o.make_experts(pool, int_acts);
+  if (m.expert_tier()) {
+    return std::make_unique<TieredExpertExecutor>(*m.expert_tier(), m, pool, int_acts, bf16_acts);
+  }
+  return std::make_unique<CpuExpertExecutor>(pool, int_acts, bf16_acts);
+}
+
 }  // namespace
 
 Context::Impl::Impl(const Model& m, const ContextOptions& o)
@@ -167,8 +180,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       pool(positive_threads(o.n_threads)),
       int_acts(!o.exact_activations),
       bf16_acts(o.bf16_activations),
-      experts(o.make_experts ? o.make_experts(pool, int_acts)
-                             : std::make_unique<CpuExpertExecutor>(pool, int_acts, bf16_acts)),
+      experts(make_executor(m, o, pool, int_acts, bf16_acts)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   if (!experts) throw Error("ContextOptions::make_experts returned no executor");

@@ -21,13 +21,14 @@ void ensure(V& v, size_t n) {
 }
 
 kernels::ExpertMatrices matrices(const Weight& w) {
-  return {w.type, w.data, w.rows, w.cols, w.mat_bytes, w.layout};
+  return {w.type, w.data, w.rows, w.cols, w.mat_bytes, w.layout, w.mats};
 }
 
 // y[r] += bias[e] for every grouped row r of expert e ([rows x n] and [N x n]; gpt-oss).
-void add_expert_bias(const kernels::ExpertPlan& plan, const float* bias, float* y, int64_t n) {
+void add_expert_bias(const kernels::ExpertPlan& plan, std::span<const int32_t> experts,
+                     const float* bias, float* y, int64_t n) {
   if (!bias) return;
-  for (const int32_t e : plan.active) {
+  for (const int32_t e : experts) {
     const float* b = bias + size_t(e) * size_t(n);
     for (int32_t r = plan.offset[size_t(e)]; r < plan.offset[size_t(e) + 1]; ++r) {
       float* row = y + size_t(r) * size_t(n);
@@ -54,6 +55,11 @@ void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x
 
 const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                                      const LayerWeights& layer) {
+  return rows(plan, x, layer, plan.active);
+}
+
+const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                     const LayerWeights& layer, std::span<const int32_t> experts) {
   const Weight &wg = layer.gate_exps, &wu = layer.up_exps, &wd = layer.down_exps;
   const int64_t E = x.cols, F = wg.rows;
   const int rows = plan.rows();
@@ -66,11 +72,19 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   ensure(gate_, size_t(rows) * F);
   ensure(up_, size_t(rows) * F);
   ensure(down_, size_t(rows) * E);
+  // The grouped rows computed here (every row when `experts` is the whole plan).
+  wave_rows_.clear();
+  for (const int32_t e : experts) {
+    for (int32_t r = plan.offset[size_t(e)]; r < plan.offset[size_t(e) + 1]; ++r) {
+      wave_rows_.push_back(r);
+    }
+  }
+  const int64_t n_wave = int64_t(wave_rows_.size());
 
   // (rows, E) input rows: each grouped row a copy of its token's row of x.
   if (!int_gate || !int_up || act_hook_) {
     ensure(xin_, size_t(rows) * E);
-    for (int r = 0; r < rows; ++r) {
+    for (const int32_t r : wave_rows_) {
       std::memcpy(&xin_[size_t(r) * E], x.x + size_t(plan.row_token[size_t(r)]) * E,
                   sizeof(float) * E);
     }
@@ -84,32 +98,42 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     if (kernels::act_type_is_q8k(w->type)) {
       if (std::exchange(rows_k, true)) continue;
       xq_rows_.k.resize(rows, E);
-      for (int r = 0; r < rows; ++r) xq_rows_.k.copy_row(r, xq.k, plan.row_token[size_t(r)]);
+      for (const int32_t r : wave_rows_) xq_rows_.k.copy_row(r, xq.k, plan.row_token[size_t(r)]);
     } else {
       if (std::exchange(rows_q8, true)) continue;
       xq_rows_.resize(rows, E);
-      for (int r = 0; r < rows; ++r) xq_rows_.copy_row(r, xq, plan.row_token[size_t(r)]);
+      for (const int32_t r : wave_rows_) xq_rows_.copy_row(r, xq, plan.row_token[size_t(r)]);
     }
   }
 
-  // The BF16 fast mode rounds the grouped rows once for gate and up.
+  // The BF16 fast mode rounds the grouped rows once for gate and up (all rows: the rounding
+  // is per row, so rows of other parts are rounded again to the same values).
   if (bf_gate || bf_up) kernels::round_acts_bf16(xin_.data(), E, rows, E, xb_rows_);
 
+  // Reports expert e's grouped rows of `w` (input rows `in`, `cols` wide) to the hook.
+  auto report = [&](const Weight& w, const float* in, int64_t cols) {
+    if (!act_hook_) return;
+    hook_counts_.assign(size_t(plan.n_expert), 0);
+    for (const int32_t e : experts) {
+      const int32_t off = plan.offset[size_t(e)], cnt = plan.count[size_t(e)];
+      hook_counts_[size_t(e)] = cnt;
+      (*act_hook_)(w, in + size_t(off) * size_t(cols), cnt, hook_counts_);
+      hook_counts_[size_t(e)] = 0;
+    }
+  };
+
   // (rows, F) gate and up, one pass over the plan (a chunk reads its input rows once).
-  const std::span<const int32_t> per_expert(plan.count.data(), size_t(plan.n_expert));
-  if (act_hook_) {
-    (*act_hook_)(wg, xin_.data(), rows, per_expert);
-    (*act_hook_)(wu, xin_.data(), rows, per_expert);
-  }
+  report(wg, xin_.data(), E);
+  report(wu, xin_.data(), E);
   const kernels::MatIdJob gate_up[2] = {
       {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data(),
        bf_gate ? &xb_rows_ : nullptr},
       {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data(),
        bf_up ? &xb_rows_ : nullptr},
   };
-  kernels::matmul_id(pool_, plan, gate_up);
-  add_expert_bias(plan, layer.gate_exps_b, gate_.data(), F);
-  add_expert_bias(plan, layer.up_exps_b, up_.data(), F);
+  kernels::matmul_id(pool_, plan, gate_up, experts);
+  add_expert_bias(plan, experts, layer.gate_exps_b, gate_.data(), F);
+  add_expert_bias(plan, experts, layer.up_exps_b, up_.data(), F);
 
   // (rows, F) SwiGLU in place in gate, quantized for the down projection on the integer path.
   if (int_down) {
@@ -118,25 +142,32 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     } else {
       xq_hidden_.resize(rows, F);
     }
-    pool_.parallel_for(
-        rows,
-        [&](int64_t r0, int64_t r1, int) {
-          activate(layer.expert_act, &gate_[size_t(r0) * F], &up_[size_t(r0) * F],
-                   &gate_[size_t(r0) * F], (r1 - r0) * F);
-          kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, int(r0), int(r1), xq_hidden_);
-        },
-        std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
-  } else {
-    activate(layer.expert_act, gate_.data(), up_.data(), gate_.data(), int64_t(rows) * F);
-    if (bf_down) kernels::round_acts_bf16(gate_.data(), F, rows, F, xb_hidden_);
   }
+  // Runs of consecutive rows of the part, split across the pool.
+  pool_.parallel_for(
+      n_wave,
+      [&](int64_t i0, int64_t i1, int) {
+        while (i0 < i1) {
+          int64_t i = i0 + 1;
+          while (i < i1 && wave_rows_[size_t(i)] == wave_rows_[size_t(i - 1)] + 1) ++i;
+          const int r0 = wave_rows_[size_t(i0)], r1 = r0 + int(i - i0);
+          activate(layer.expert_act, &gate_[size_t(r0) * F], &up_[size_t(r0) * F],
+                   &gate_[size_t(r0) * F], int64_t(r1 - r0) * F);
+          if (int_down) {
+            kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, r0, r1, xq_hidden_);
+          }
+          i0 = i;
+        }
+      },
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
+  if (!int_down && bf_down) kernels::round_acts_bf16(gate_.data(), F, rows, F, xb_hidden_);
 
   // (rows, E) down; run() then mixes them into (T, E).
-  if (act_hook_) (*act_hook_)(wd, gate_.data(), rows, per_expert);
+  report(wd, gate_.data(), F);
   const kernels::MatIdJob down[1] = {{matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr,
                                       down_.data(), bf_down ? &xb_hidden_ : nullptr}};
-  kernels::matmul_id(pool_, plan, down);
-  add_expert_bias(plan, layer.down_exps_b, down_.data(), E);  // before the routing weight
+  kernels::matmul_id(pool_, plan, down, experts);
+  add_expert_bias(plan, experts, layer.down_exps_b, down_.data(), E);  // before the routing weight
   return down_.data();
 }
 

@@ -1,6 +1,7 @@
 // The expert step on this process's CPU kernels: grouped matmuls over the plan
 // (kernels::matmul_id), SwiGLU, and the weighted mix (kernels::mix_id).
 #pragma once
+#include <span>
 #include <vector>
 
 #include "kernels/matmul_bf16.h"
@@ -26,6 +27,12 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // elsewhere (src/dist) mixes them itself with kernels::mix_id.
   const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                     const LayerWeights& layer);
+  // The same for the rows of `experts` only (a subset of plan.active, ascending): their rows
+  // of the returned [plan.rows() x n_embd] are written, the others' kept from earlier calls
+  // with the same plan. Each row is bit-identical to what rows() gives it (the expert tier
+  // computes a plan in parts that fit its slots).
+  const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+                    std::span<const int32_t> experts);
   // Reports the grouped input rows of the gate/up and down products (Context::
   // set_activation_hook); nullptr: none.
   void set_activation_hook(const Context::ActivationHook* h) override { act_hook_ = h; }
@@ -39,6 +46,8 @@ class CpuExpertExecutor final : public ExpertExecutor {
   std::vector<float> xin_;                 // [rows x E] F32 input rows (float path)
   std::vector<float> gate_, up_;           // [rows x F]
   std::vector<float> down_;                // [rows x E]
+  std::vector<int32_t> wave_rows_;         // the grouped rows of the experts computed
+  std::vector<int32_t> hook_counts_;       // [N] rows per expert for one expert's hook call
   kernels::QuantizedActs xq_rows_;         // [rows x E] quantized input rows (integer path)
   kernels::QuantizedActs xq_hidden_;       // [rows x F] quantized SwiGLU output (integer path)
   kernels::Bf16Acts xb_rows_, xb_hidden_;  // the same two rounded to BF16 (BF16 fast mode)

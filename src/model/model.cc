@@ -338,7 +338,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->cfg_ = read_config(m->file_);
   m->arena_ = std::make_shared<ModelArena>();
   m->bind_weights();
-  if (opts.prefetch && !opts.keep_expert) m->file_.prefetch(opts.progress);
+  const bool tier = m->plan_expert_tier(opts);
+  // With the tier the experts are never read through the mapping; the dense weights are
+  // read as the packing copies them.
+  if (opts.prefetch && !opts.keep_expert && !tier) m->file_.prefetch(opts.progress);
   release_nextn_blocks(m->file_, m->cfg_);
   if (opts.repack || opts.repack_float) m->pack_weights(opts);
   return m;
@@ -386,7 +389,9 @@ void Model::pack_weights(const LoadOptions& opts) {
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
                       &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps,
                       &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
-      if (w->present() && w->data != token_embd_.data) weights.push_back(w);
+      if (w->present() && w->data != token_embd_.data && !(tier_ && routed_expert(*w))) {
+        weights.push_back(w);
+      }
     }
   }
   if (output_.data != token_embd_.data) weights.push_back(&output_);

@@ -1,0 +1,356 @@
+// ExpertTier (see expert_tier.h). Why direct reads and why the least recently used slot:
+// docs/offload.md.
+#include "model/expert_tier.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "lynx/error.h"
+
+namespace lynx {
+namespace {
+
+constexpr size_t kAlign = 4096;  // O_DIRECT: offsets, lengths and buffers in whole blocks
+
+size_t align64(size_t n) {
+  return (n + 63) / 64 * 64;
+}
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace
+
+// A buffer aligned for O_DIRECT, grown on demand.
+struct ExpertTier::Staging {
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  ~Staging() { std::free(p); }
+  uint8_t* get(size_t bytes) {
+    if (bytes > n) {
+      std::free(p);
+      p = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+      if (!p) throw Error("expert tier: cannot allocate a read buffer of " + std::to_string(bytes));
+      n = bytes;
+    }
+    return p;
+  }
+};
+
+namespace {
+
+// Reads [off, off + n) of fd into buf (which has room for it), looping over short reads.
+// Returns the bytes read (less than n only at the end of the file).
+size_t pread_all(int fd, uint8_t* buf, size_t n, uint64_t off) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, buf + got, n - got, off_t(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::strerror(errno));
+    }
+    if (r == 0) break;
+    got += size_t(r);
+  }
+  return got;
+}
+
+}  // namespace
+
+size_t ExpertTier::slot_bytes_for(std::span<const TierLayer> layers) {
+  size_t most = 0;
+  for (const TierLayer& l : layers) {
+    if (l.layer < 0) continue;
+    most = std::max(
+        most, align64(l.gate.mat_bytes) + align64(l.up.mat_bytes) + align64(l.down.mat_bytes));
+  }
+  return most;
+}
+
+ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert,
+                       int n_slots, int readers, TierReadFn read)
+    : layers_(std::move(layers)), n_expert_(n_expert), n_slots_(n_slots), read_(std::move(read)) {
+  if (n_slots < 1) throw Error("expert tier: at least one slot is needed");
+  if (n_expert < 1) throw Error("expert tier: the model has no routed experts");
+  slot_bytes_ = slot_bytes_for(layers_);
+  up_off_.assign(layers_.size(), 0);
+  down_off_.assign(layers_.size(), 0);
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    up_off_[il] = align64(layers_[il].gate.mat_bytes);
+    down_off_[il] = up_off_[il] + align64(layers_[il].up.mat_bytes);
+  }
+  pool_ = std::make_unique<kernels::PackedWeights>(size_t(n_slots) * slot_bytes_);
+  if (!read_) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    direct_ = fd_ >= 0;
+    if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // tmpfs: no O_DIRECT
+    if (fd_ < 0) throw Error(path + ": cannot open for expert reads: " + std::strerror(errno));
+  }
+  slots_.resize(size_t(n_slots));
+  where_.assign(layers_.size() * size_t(n_expert), -1);
+  for (int s = 0; s < n_slots; ++s) lru_push(s);
+  stats_.slots = n_slots;
+  stats_.slot_bytes = slot_bytes_;
+  for (int i = 0; i < std::max(1, readers); ++i) readers_.emplace_back([this] { reader_main(); });
+}
+
+ExpertTier::~ExpertTier() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : readers_) t.join();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// ---- The unpinned slots in order of last use (a doubly linked list over slot indices) ----
+
+void ExpertTier::lru_push(int s) {
+  Slot& x = slots_[size_t(s)];
+  x.prev = lru_tail_;
+  x.next = -1;
+  if (lru_tail_ >= 0) {
+    slots_[size_t(lru_tail_)].next = s;
+  } else {
+    lru_head_ = s;
+  }
+  lru_tail_ = s;
+  x.in_lru = true;
+}
+
+void ExpertTier::lru_push_front(int s) {
+  Slot& x = slots_[size_t(s)];
+  x.prev = -1;
+  x.next = lru_head_;
+  if (lru_head_ >= 0) {
+    slots_[size_t(lru_head_)].prev = s;
+  } else {
+    lru_tail_ = s;
+  }
+  lru_head_ = s;
+  x.in_lru = true;
+}
+
+void ExpertTier::lru_remove(int s) {
+  Slot& x = slots_[size_t(s)];
+  if (!x.in_lru) return;
+  if (x.prev >= 0) {
+    slots_[size_t(x.prev)].next = x.next;
+  } else {
+    lru_head_ = x.next;
+  }
+  if (x.next >= 0) {
+    slots_[size_t(x.next)].prev = x.prev;
+  } else {
+    lru_tail_ = x.prev;
+  }
+  x.prev = x.next = -1;
+  x.in_lru = false;
+}
+
+// ---- Claims ----
+
+void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& out) {
+  if (il < 0 || size_t(il) >= layers_.size() || layers_[size_t(il)].layer < 0) {
+    throw Error("expert tier: layer " + std::to_string(il) + " has no routed experts");
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    const size_t before = out.size();
+    // Resident (or being read by another step): pinned where they are.
+    size_t kept = 0;
+    for (const int32_t e : want) {
+      if (e < 0 || e >= n_expert_) throw Error("expert tier: expert id out of range");
+      const int s = where_[size_t(il) * size_t(n_expert_) + size_t(e)];
+      if (s < 0) {
+        want[kept++] = e;
+        continue;
+      }
+      Slot& x = slots_[size_t(s)];
+      if (x.pins++ == 0) lru_remove(s);
+      out.push_back({e, s, x.state == Slot::kReady});
+      ++stats_.hits;
+    }
+    want.resize(kept);
+    // The rest into the least recently used unpinned slots, read by the reader threads.
+    kept = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int32_t e = want[i];
+      const int s = lru_head_;
+      if (s < 0) {
+        want[kept++] = e;
+        continue;
+      }
+      lru_remove(s);
+      Slot& x = slots_[size_t(s)];
+      if (x.layer >= 0) {
+        where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
+        if (x.state == Slot::kReady) ++stats_.evictions;
+      }
+      x.layer = il;
+      x.expert = e;
+      x.state = Slot::kReading;
+      x.error.clear();
+      x.pins = 1;
+      where_[size_t(il) * size_t(n_expert_) + size_t(e)] = s;
+      queue_.push_back(s);
+      out.push_back({e, s, false});
+      ++stats_.misses;
+    }
+    want.resize(kept);
+    if (out.size() > before) {
+      for (size_t i = before; i < out.size(); ++i) slots_[size_t(out[i].slot)].last_use = ++clock_;
+      lk.unlock();
+      work_cv_.notify_all();
+      return;
+    }
+    if (want.empty()) return;
+    cv_.wait(lk);  // every slot pinned by other steps: wait for one to be released
+  }
+}
+
+void ExpertTier::wait(const Claim& c) {
+  if (c.ready) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  const Slot& x = slots_[size_t(c.slot)];
+  if (x.state == Slot::kReading) {
+    const uint64_t t0 = now_ns();
+    cv_.wait(lk, [&] { return x.state != Slot::kReading; });
+    stats_.wait_ns += now_ns() - t0;
+  }
+  if (x.state == Slot::kFailed) {
+    throw Error("expert tier: reading expert " + std::to_string(c.expert) + " of layer " +
+                std::to_string(x.layer) + ": " + x.error);
+  }
+}
+
+bool ExpertTier::ready(const Claim& c) {
+  if (c.ready) return true;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (slots_[size_t(c.slot)].state == Slot::kReading) return false;
+  }
+  wait(c);  // done: throws when the read failed
+  return true;
+}
+
+void ExpertTier::release(std::span<const Claim> claims) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const Claim& c : claims) {
+      Slot& x = slots_[size_t(c.slot)];
+      if (x.pins <= 0 || --x.pins > 0) continue;
+      if (x.state == Slot::kFailed || x.state == Slot::kReading) {
+        // A failed read leaves nothing: the slot goes first to the next miss. (kReading with
+        // no pins cannot happen: the reader finishes before its claimer releases.)
+        if (x.layer >= 0) where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
+        x.layer = x.expert = -1;
+        x.state = Slot::kEmpty;
+        lru_push_front(c.slot);
+      } else {
+        lru_push(c.slot);
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+ExpertTierStats ExpertTier::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  ExpertTierStats s = stats_;
+  s.resident = 0;
+  for (const Slot& x : slots_) s.resident += x.state == Slot::kReady;
+  return s;
+}
+
+// ---- Reads ----
+
+void ExpertTier::reader_main() {
+  Staging staging;
+  for (;;) {
+    int s = -1, il = -1, e = -1;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      s = queue_.front();
+      queue_.pop_front();
+      il = slots_[size_t(s)].layer;
+      e = slots_[size_t(s)].expert;
+    }
+    std::string error;
+    uint64_t bytes = 0;
+    const uint64_t t0 = now_ns();
+    try {
+      const TierLayer& l = layers_[size_t(il)];
+      uint8_t* dst = pool_->data() + size_t(s) * slot_bytes_;
+      bytes += read_matrix(l.gate, e, dst, staging);
+      bytes += read_matrix(l.up, e, dst + up_off_[size_t(il)], staging);
+      bytes += read_matrix(l.down, e, dst + down_off_[size_t(il)], staging);
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+    const uint64_t dt = now_ns() - t0;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      Slot& x = slots_[size_t(s)];
+      x.state = error.empty() ? Slot::kReady : Slot::kFailed;
+      x.error = error;
+      stats_.bytes_read += bytes;
+      stats_.read_ns += dt;
+      stats_.read_errors += !error.empty();
+    }
+    cv_.notify_all();
+  }
+}
+
+// Reads expert e's matrix of `m` and writes it into dst in the slot's layout. Returns the
+// bytes read.
+size_t ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging) {
+  const uint64_t off = m.offset + uint64_t(e) * m.mat_bytes;
+  const uint8_t* src = nullptr;
+  size_t bytes = 0;
+  if (read_) {
+    src = staging.get(m.mat_bytes);
+    read_(off, m.mat_bytes, const_cast<uint8_t*>(src));
+    bytes = m.mat_bytes;
+  } else {
+    const uint64_t a0 = direct_ ? off / kAlign * kAlign : off;
+    const uint64_t a1 =
+        direct_ ? (off + m.mat_bytes + kAlign - 1) / kAlign * kAlign : off + m.mat_bytes;
+    uint8_t* buf = staging.get(size_t(a1 - a0));
+    const size_t got = pread_all(fd_, buf, size_t(a1 - a0), a0);
+    if (got < size_t(off + m.mat_bytes - a0)) {
+      throw Error("the file ends at byte " + std::to_string(a0 + got) + ", before the expert's " +
+                  std::to_string(off + m.mat_bytes) + " (truncated or replaced?)");
+    }
+    // Buffered reads (no O_DIRECT here): drop the pages, so the page cache does not hold the
+    // experts a second time against the memory budget.
+    if (!direct_) ::posix_fadvise(fd_, off_t(a0), off_t(a1 - a0), POSIX_FADV_DONTNEED);
+    src = buf + (off - a0);
+    bytes = size_t(a1 - a0);
+  }
+  switch (m.layout) {
+    case kernels::WeightLayout::kInterleaved16:
+      kernels::interleave16_into(m.type, src, dst, m.cols, 0, m.rows / kernels::kInterleaveRows);
+      break;
+    case kernels::WeightLayout::kPanel16:
+      kernels::panel16_into(m.type, src, dst, m.cols, 0, m.rows / kernels::kPanelRows);
+      break;
+    default:
+      std::memcpy(dst, src, m.mat_bytes);
+  }
+  return bytes;
+}
+
+}  // namespace lynx

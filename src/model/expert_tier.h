@@ -1,0 +1,139 @@
+// The expert tier (docs/offload.md): for a model file larger than the memory the process may
+// use, the routed experts stay in the file and a fixed pool of slots holds the ones in use,
+// each slot one expert's gate, up and down matrices in the layout the kernels read (the same
+// bytes the resident loader would have packed, so products are bit-identical). A step claims
+// the slots of the experts its plan needs: resident ones are pinned (hits), the others get
+// the least recently used unpinned slots and are read by a pool of reader threads with
+// direct I/O (misses), while the step computes what is already there.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/weight_pack.h"
+#include "lynx/model.h"
+
+namespace lynx {
+
+// Where one expert matrix of a layer is in the file and how its slot copy is laid out.
+struct TierMatrix {
+  gguf::TensorType type = gguf::TensorType::F32;
+  uint64_t offset = 0;  // file offset of expert 0's matrix
+  size_t mat_bytes = 0;
+  int64_t rows = 0, cols = 0;
+  kernels::WeightLayout layout = kernels::WeightLayout::kRows;
+};
+struct TierLayer {
+  int layer = -1;  // -1: a layer without routed experts
+  TierMatrix gate, up, down;
+};
+
+// Reads n bytes at file offset `off` into dst; throws lynx::Error on failure (a short read
+// included). The default reads `path` with O_DIRECT where the file system allows it.
+using TierReadFn = std::function<void(uint64_t off, size_t n, uint8_t* dst)>;
+
+struct ExpertTierStats {
+  uint64_t hits = 0, misses = 0;  // expert claims found resident / read from the file
+  uint64_t bytes_read = 0;        // bytes read from the file (whole aligned blocks)
+  uint64_t read_ns = 0;           // reader threads' time in reads, summed over threads
+  uint64_t wait_ns = 0;           // steps' time waiting for reads
+  uint64_t evictions = 0;         // resident experts replaced
+  uint64_t read_errors = 0;
+  int slots = 0;
+  size_t slot_bytes = 0;
+  int resident = 0;  // slots holding an expert now
+};
+
+class ExpertTier {
+ public:
+  // `layers` [n_layer] (routed layers with layer >= 0), n_expert experts each, `n_slots`
+  // slots (at least 1), `readers` reader threads. `read` empty: read `path` directly.
+  ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert, int n_slots,
+             int readers, TierReadFn read = {});
+  ~ExpertTier();
+  ExpertTier(const ExpertTier&) = delete;
+  ExpertTier& operator=(const ExpertTier&) = delete;
+
+  // Bytes of one slot for these layers (the largest expert, each matrix 64-byte aligned).
+  static size_t slot_bytes_for(std::span<const TierLayer> layers);
+
+  struct Claim {
+    int32_t expert = 0;
+    int slot = 0;
+    bool ready = false;  // resident when claimed (else being read)
+  };
+  // Claims slots for experts of `want` (layer il): every one already resident is pinned, the
+  // others take unpinned slots (least recently used first) and are queued for reading, as many
+  // as there are slots to take; the claims are appended to `out` and the claimed experts
+  // removed from `want`. Blocks while no slot at all can be claimed (others' steps hold every
+  // slot), so each call claims at least one expert of a non-empty `want`.
+  void claim(int il, std::vector<int32_t>& want, std::vector<Claim>& out);
+  // Waits until the claim's read is done; throws lynx::Error naming the layer, the expert and
+  // the read's error when it failed (the claim is then released).
+  void wait(const Claim& c);
+  // Whether the claim's read is done, without waiting (throws as wait does when it failed).
+  bool ready(const Claim& c);
+  // Unpins the claims (their experts stay resident until evicted).
+  void release(std::span<const Claim> claims);
+  // The slot's matrices (valid while the claim is held).
+  const uint8_t* gate(int slot) const { return slot_ptr(slot); }
+  const uint8_t* up(int slot, int il) const { return slot_ptr(slot) + up_off_[size_t(il)]; }
+  const uint8_t* down(int slot, int il) const { return slot_ptr(slot) + down_off_[size_t(il)]; }
+
+  const TierLayer& layer(int il) const { return layers_[size_t(il)]; }
+  int n_slots() const { return n_slots_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+  ExpertTierStats stats() const;
+
+ private:
+  struct Slot {
+    int layer = -1, expert = -1;  // what it holds (or is being read into); -1: empty
+    int pins = 0;
+    uint64_t last_use = 0;
+    enum State : uint8_t { kEmpty, kReading, kReady, kFailed } state = kEmpty;
+    std::string error;
+    int prev = -1, next = -1;  // neighbours in the list of unpinned slots
+    bool in_lru = false;
+  };
+  struct Staging;  // an aligned read buffer per reader thread
+  const uint8_t* slot_ptr(int slot) const { return pool_->data() + size_t(slot) * slot_bytes_; }
+  void reader_main();
+  size_t read_matrix(const TierMatrix& m, int expert, uint8_t* dst, Staging& staging);
+  // The unpinned slots, least recently used first (empty and failed slots at the front).
+  void lru_push(int s);
+  void lru_push_front(int s);
+  void lru_remove(int s);
+
+  std::vector<TierLayer> layers_;
+  std::vector<size_t> up_off_, down_off_;  // per layer, within a slot
+  int n_expert_ = 0;
+  int n_slots_ = 0;
+  size_t slot_bytes_ = 0;
+  std::unique_ptr<kernels::PackedWeights> pool_;
+  TierReadFn read_;
+  int fd_ = -1;
+  bool direct_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // slot state changes (reads done, pins released)
+  std::condition_variable work_cv_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> where_;  // [layer * n_expert + expert] -> slot, -1: not resident
+  std::deque<int> queue_;       // slots to read
+  int lru_head_ = -1, lru_tail_ = -1;
+  uint64_t clock_ = 0;
+  ExpertTierStats stats_;
+  bool stop_ = false;
+  std::vector<std::thread> readers_;
+};
+
+}  // namespace lynx

@@ -1,0 +1,116 @@
+// Model::plan_expert_tier: whether the routed experts are loaded or read on demand through
+// the expert tier, and the tier's size (docs/offload.md).
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels/weight_pack.h"
+#include "lynx/error.h"
+#include "lynx/model.h"
+#include "model/expert_tier.h"
+#include "model/memory_budget.h"
+
+namespace lynx {
+namespace {
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(size_t(1) << 30));
+  return buf;
+}
+
+}  // namespace
+
+bool Model::routed_expert(const Weight& w) const {
+  for (const LayerWeights& l : layers_) {
+    if (w.n_mat > 1 &&
+        (w.data == l.gate_exps.data || w.data == l.up_exps.data || w.data == l.down_exps.data)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Model::plan_expert_tier(const LoadOptions& opts) {
+  const ModelConfig& c = cfg_;
+  if (!c.is_moe() || opts.expert_cache == 0) return false;
+  if (opts.keep_expert) {
+    if (opts.expert_cache > 0) {
+      throw Error("the expert tier cannot be combined with expert parallelism yet");
+    }
+    return false;
+  }
+  // The file's view of each routed layer's experts, and the layout the loader would pack.
+  kernels::PackOptions po;
+  po.interleave_int = opts.repack;
+  po.panel_float = opts.repack_float;
+  const uint8_t* base = nullptr;  // the mapping's first byte (file offset 0)
+  for (const gguf::TensorInfo& t : file_.tensors()) {
+    base = t.data - file_.data_offset() - t.offset;
+    break;
+  }
+  auto matrix = [&](const Weight& w) {
+    TierMatrix m;
+    m.type = w.type;
+    m.offset = uint64_t(w.data - base);
+    m.mat_bytes = w.mat_bytes;
+    m.rows = w.rows;
+    m.cols = w.cols;
+    const kernels::MatrixRef ref{w.type,  w.data,      w.rows,      w.cols,
+                                 w.n_mat, w.row_bytes, w.mat_bytes, w.layout};
+    m.layout = (opts.repack || opts.repack_float) ? kernels::preferred_layout(ref, po)
+                                                  : kernels::WeightLayout::kRows;
+    return m;
+  };
+  std::vector<TierLayer> layers(layers_.size());
+  size_t routed = 0;
+  for (int il = 0; il < c.n_layer; ++il) {
+    if (!c.layer_routed(il)) continue;
+    const LayerWeights& l = layers_[size_t(il)];
+    layers[size_t(il)] = {il, matrix(l.gate_exps), matrix(l.up_exps), matrix(l.down_exps)};
+    routed += expert_bytes(il) * size_t(c.n_expert);
+  }
+  const size_t slot = ExpertTier::slot_bytes_for(layers);
+  if (slot == 0) return false;
+  const size_t file = file_.file_size();
+  const size_t dense = file > routed ? file - routed : 0;
+
+  size_t cache = 0;
+  std::string why;
+  if (opts.expert_cache > 0) {
+    cache = size_t(opts.expert_cache);
+    why = "asked for";
+  } else {
+    const MemoryBudget detected =
+        opts.mem_budget ? MemoryBudget{opts.mem_budget, "--mem-budget"} : detect_memory_budget();
+    // Room for the KV cache, the step's buffers and the page cache of the file's small
+    // tensors: a tenth of the budget, at least 512 MiB.
+    const size_t reserve = std::max(detected.bytes / 10, size_t(512) << 20);
+    if (file + reserve <= detected.bytes) {
+      tier_summary_ = "experts loaded: the file (" + gib(double(file)) + ") fits the budget (" +
+                      gib(double(detected.bytes)) + ", " + detected.source + ")";
+      return false;
+    }
+    const size_t used = dense + reserve;
+    cache = detected.bytes > used ? detected.bytes - used : 0;
+    why = "the file (" + gib(double(file)) + ") does not fit the budget (" +
+          gib(double(detected.bytes)) + ", " + detected.source + ")";
+  }
+  // One token's experts at least, so that a step can always move on; never more slots than
+  // experts.
+  int64_t n_slots = int64_t(cache / slot);
+  if (opts.expert_cache <= 0) n_slots = std::max<int64_t>(n_slots, c.n_expert_used);
+  int64_t total = 0;
+  for (const TierLayer& l : layers) total += l.layer >= 0 ? c.n_expert : 0;
+  n_slots = std::clamp<int64_t>(n_slots, 1, std::max<int64_t>(1, total));
+  tier_ = std::make_shared<ExpertTier>(file_.path(), std::move(layers), c.n_expert, int(n_slots),
+                                       opts.expert_readers, opts.expert_read);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%) in %s of slots; ",
+                (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),
+                gib(double(size_t(n_slots) * slot)).c_str());
+  tier_summary_ = std::string("expert tier: ") + buf + why + "; dense weights " +
+                  gib(double(dense)) + " loaded";
+  return true;
+}
+
+}  // namespace lynx

@@ -1,0 +1,108 @@
+// TieredExpertExecutor (see tiered_expert_executor.h).
+#include "model/tiered_expert_executor.h"
+
+#include <algorithm>
+
+#include "kernels/matmul_id.h"
+#include "lynx/error.h"
+
+namespace lynx {
+
+TieredExpertExecutor::TieredExpertExecutor(ExpertTier& tier, const Model& model,
+                                           kernels::ThreadPool& pool, bool int_acts, bool bf16_acts)
+    : tier_(tier), model_(model), cpu_(pool, int_acts, bf16_acts) {
+  const size_t n = size_t(model.config().n_expert);
+  gate_.assign(n, nullptr);
+  up_.assign(n, nullptr);
+  down_.assign(n, nullptr);
+}
+
+int TieredExpertExecutor::layer_index(const LayerWeights& layer) const {
+  const int n = model_.config().n_layer;
+  for (int il = 0; il < n; ++il) {
+    if (&model_.layer(il) == &layer) return il;
+  }
+  throw Error("expert tier: the layer is not one of the model's");
+}
+
+void TieredExpertExecutor::set_activation_hook(const Context::ActivationHook* h) {
+  user_hook_ = h;
+  if (!h) {
+    cpu_.set_activation_hook(nullptr);
+    return;
+  }
+  hook_ = [this](const Weight& w, const float* x, int64_t n_rows,
+                 std::span<const int32_t> per_expert) {
+    const LayerWeights& l = model_.layer(hook_layer_);
+    const Weight* own = &w == &view_.gate_exps   ? &l.gate_exps
+                        : &w == &view_.up_exps   ? &l.up_exps
+                        : &w == &view_.down_exps ? &l.down_exps
+                                                 : &w;
+    (*user_hook_)(*own, x, n_rows, per_expert);
+  };
+  cpu_.set_activation_hook(&hook_);
+}
+
+void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                               const LayerWeights& layer, float* out) {
+  const int il = layer_index(layer);
+  const TierLayer& tl = tier_.layer(il);
+  hook_layer_ = il;
+  view_ = layer;
+  view_.gate_exps.mats = gate_.data();
+  view_.up_exps.mats = up_.data();
+  view_.down_exps.mats = down_.data();
+  view_.gate_exps.layout = tl.gate.layout;
+  view_.up_exps.layout = tl.up.layout;
+  view_.down_exps.layout = tl.down.layout;
+
+  // Claims hold slots pinned: released on every way out, a failed read included.
+  struct Release {
+    ExpertTier& tier;
+    std::vector<ExpertTier::Claim>& claims;
+    ~Release() {
+      tier.release(claims);
+      claims.clear();
+    }
+  };
+  const float* rows = cpu_.rows(plan, x, view_, {});  // sizes the rows when nothing is active
+  want_.assign(plan.active.begin(), plan.active.end());
+  while (!want_.empty()) {
+    claims_.clear();
+    Release release{tier_, claims_};
+    tier_.claim(il, want_, claims_);
+    for (const ExpertTier::Claim& c : claims_) {
+      gate_[size_t(c.expert)] = tier_.gate(c.slot);
+      up_[size_t(c.expert)] = tier_.up(c.slot, il);
+      down_[size_t(c.expert)] = tier_.down(c.slot, il);
+    }
+    // What is resident now, computed while the rest is read; then each part that has been
+    // read by the time the previous part is done.
+    std::vector<bool> done(claims_.size(), false);
+    size_t left = claims_.size();
+    while (left > 0) {
+      part_.clear();
+      for (size_t i = 0; i < claims_.size(); ++i) {
+        if (!done[i] && tier_.ready(claims_[i])) {
+          part_.push_back(claims_[i].expert);
+          done[i] = true;
+        }
+      }
+      if (part_.empty()) {  // nothing read yet: wait for the first one still out
+        for (size_t i = 0; i < claims_.size(); ++i) {
+          if (done[i]) continue;
+          tier_.wait(claims_[i]);
+          part_.push_back(claims_[i].expert);
+          done[i] = true;
+          break;
+        }
+      }
+      std::sort(part_.begin(), part_.end());
+      left -= part_.size();
+      rows = cpu_.rows(plan, x, view_, part_);
+    }
+  }
+  kernels::mix_id(plan, rows, x.cols, out);
+}
+
+}  // namespace lynx

@@ -1,0 +1,39 @@
+// The expert step over the expert tier (expert_tier.h): the plan's experts are claimed in the
+// tier's slots and computed in parts, first those already resident while the reader threads
+// read the others, then each read expert as soon as it is there; every row is what the
+// resident CpuExpertExecutor computes, bit for bit (the slots hold the same packed bytes).
+#pragma once
+#include <vector>
+
+#include "model/cpu_expert_executor.h"
+#include "model/expert_tier.h"
+
+namespace lynx {
+
+class TieredExpertExecutor final : public ExpertExecutor {
+ public:
+  TieredExpertExecutor(ExpertTier& tier, const Model& model, kernels::ThreadPool& pool,
+                       bool int_acts, bool bf16_acts = false);
+
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+           float* out) override;
+  // The hook sees the model's own expert weights (the imatrix collector finds them by
+  // address), not the slot views this executor computes with.
+  void set_activation_hook(const Context::ActivationHook* h) override;
+
+ private:
+  int layer_index(const LayerWeights& layer) const;
+
+  ExpertTier& tier_;
+  const Model& model_;
+  CpuExpertExecutor cpu_;
+  LayerWeights view_;  // the layer with its experts' matrices in the slots
+  std::vector<const uint8_t*> gate_, up_, down_;  // [N] slot matrices of the claimed experts
+  std::vector<int32_t> want_, part_;
+  std::vector<ExpertTier::Claim> claims_;
+  const Context::ActivationHook* user_hook_ = nullptr;
+  Context::ActivationHook hook_;  // user_hook_ with the view's weights mapped back
+  int hook_layer_ = -1;
+};
+
+}  // namespace lynx

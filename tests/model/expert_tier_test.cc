@@ -1,0 +1,256 @@
+// The expert tier (src/model/expert_tier.h): a model whose routed experts are read into a
+// bounded pool of slots computes the logits of the fully loaded model bit for bit, at every
+// pool size down to one slot, in prefill, decode and batched steps, on every MoE fixture of
+// tests/reference (each family and weight type), in both activation modes; reads that fail
+// fail the step with a clear error and leave the model usable; two contexts share a tier.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "../scratch.h"
+#include "lynx/context.h"
+#include "lynx/error.h"
+#include "lynx/model.h"
+#include "model/expert_tier.h"
+#include "model/memory_budget.h"
+
+namespace lynx {
+namespace {
+
+const std::string kFixtures = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/";
+
+struct MoeFixture {
+  std::string name, file;
+  std::vector<int32_t> tokens;
+};
+
+// The fixtures of goldens.json whose models have routed experts.
+std::vector<MoeFixture> moe_fixtures() {
+  std::ifstream f(kFixtures + "goldens.json");
+  EXPECT_TRUE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<MoeFixture> out;
+  for (const auto& x : j["fixtures"]) {
+    const auto& routing = x["routing"];
+    bool moe = false;
+    for (const auto& layer : routing) moe = moe || !layer.empty();
+    if (!moe) continue;
+    out.push_back({x["name"], kFixtures + x["file"].get<std::string>(),
+                   x["tokens"].get<std::vector<int32_t>>()});
+  }
+  return out;
+}
+
+LoadOptions resident() {
+  LoadOptions o;
+  o.expert_cache = 0;
+  return o;
+}
+
+LoadOptions tier_of(const Model& m, int slots) {
+  LoadOptions o;
+  size_t slot = 0;
+  for (int il = 0; il < m.config().n_layer; ++il) {
+    if (m.config().layer_routed(il)) slot = std::max(slot, m.expert_bytes(il) + 192);
+  }
+  o.expert_cache = int64_t(slot) * slots;
+  return o;
+}
+
+// Every position's logits of: the first half of the tokens prefilled in sequence A, then the
+// rest decoded one by one in A while B, started with the same tokens reversed, runs beside it
+// in the same batches (distinct tokens per step, so the plan has many experts).
+std::vector<float> run(const Model& m, const std::vector<int32_t>& toks, bool exact) {
+  ContextOptions co;
+  co.n_ctx = 64;
+  co.n_threads = 2;
+  co.exact_activations = exact;
+  Context ctx(m, co);
+  const int32_t a = ctx.new_sequence(), b = ctx.new_sequence();
+  const size_t half = toks.size() / 2;
+  std::vector<BatchToken> batch;
+  std::vector<float> out;
+  auto collect = [&] {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto l = ctx.logits(int(i));
+      out.insert(out.end(), l.begin(), l.end());
+    }
+  };
+  for (size_t i = 0; i < half; ++i) {
+    batch.push_back({toks[i], a, int32_t(i), kTokenPrefill, true});
+    batch.push_back({toks[toks.size() - 1 - i], b, int32_t(i), kTokenPrefill, true});
+  }
+  ctx.eval(batch);
+  collect();
+  for (size_t i = half; i < toks.size(); ++i) {
+    batch.clear();
+    batch.push_back({toks[i], a, int32_t(i), 0, true});
+    batch.push_back({toks[toks.size() - 1 - i], b, int32_t(i), 0, true});
+    ctx.eval(batch);
+    collect();
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+TEST(ExpertTier, LogitsBitIdenticalAtEveryPoolSize) {
+  const auto fixtures = moe_fixtures();
+  ASSERT_GE(fixtures.size(), 8u);
+  for (const MoeFixture& fx : fixtures) {
+    SCOPED_TRACE(fx.name);
+    const auto full = Model::load(fx.file, resident());
+    ASSERT_EQ(full->expert_tier(), nullptr);
+    const int n_exp = full->config().n_expert;
+    for (const bool exact : {false, true}) {
+      const std::vector<float> want = run(*full, fx.tokens, exact);
+      for (const int slots : {1, 3, n_exp * full->config().n_layer}) {
+        SCOPED_TRACE("slots " + std::to_string(slots) + (exact ? " exact" : " int"));
+        const auto tiered = Model::load(fx.file, tier_of(*full, slots));
+        ASSERT_NE(tiered->expert_tier(), nullptr);
+        EXPECT_TRUE(same_bits(run(*tiered, fx.tokens, exact), want));
+        const ExpertTierStats s = tiered->expert_tier()->stats();
+        EXPECT_EQ(s.slots, std::min(slots, n_exp * full->config().n_layer));
+        EXPECT_GT(s.misses, 0u);
+        EXPECT_EQ(s.read_errors, 0u);
+        if (slots == 1) {
+          EXPECT_GT(s.evictions, 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(ExpertTier, ResidentExpertsAreNotReadAgain) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  const auto m = Model::load(fx.file, tier_of(*full, 1 << 20));
+  run(*m, fx.tokens, false);
+  const ExpertTierStats first = m->expert_tier()->stats();
+  run(*m, fx.tokens, false);
+  const ExpertTierStats second = m->expert_tier()->stats();
+  EXPECT_EQ(second.misses, first.misses);  // every expert used the first time is still there
+  EXPECT_EQ(second.bytes_read, first.bytes_read);
+  EXPECT_GT(second.hits, first.hits);
+  EXPECT_EQ(second.evictions, 0u);
+}
+
+// A reader that fails while `fail` is set: the step throws an error naming the tier, the
+// expert and the read's message, no slot keeps the failed expert, and once reads work again
+// a new sequence gets the loaded model's logits.
+TEST(ExpertTier, FailedReadsFailTheStepOnly) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  const std::vector<float> want = run(*full, fx.tokens, false);
+  LoadOptions o = tier_of(*full, 2);
+  std::atomic<bool> fail{false};
+  const int fd = ::open(fx.file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  o.expert_read = [&](uint64_t off, size_t n, uint8_t* dst) {
+    if (fail) throw Error("injected EIO");
+    if (::pread(fd, dst, n, off_t(off)) != ssize_t(n)) throw Error("short read");
+  };
+  const auto m = Model::load(fx.file, o);
+  fail = true;
+  try {
+    run(*m, fx.tokens, false);
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert tier: reading expert"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("injected EIO"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(m->expert_tier()->stats().read_errors, 0u);
+  EXPECT_EQ(m->expert_tier()->stats().resident, 0);
+  fail = false;
+  EXPECT_TRUE(same_bits(run(*m, fx.tokens, false), want));
+  ::close(fd);
+}
+
+// The file truncated under a running model: the reads past its new end fail with a message
+// that says so (never a SIGBUS: the tier reads with pread, not through the mapping).
+TEST(ExpertTier, TruncatedFileIsAClearError) {
+  const MoeFixture fx = moe_fixtures().front();
+  const std::string copy = test::scratch_path("tier_truncated.gguf");
+  std::filesystem::copy_file(fx.file, copy, std::filesystem::copy_options::overwrite_existing);
+  const auto full = Model::load(copy, resident());
+  const auto m = Model::load(copy, tier_of(*full, 1));
+  // Cut inside the expert tensor that ends last, if nothing the model reads through the
+  // mapping (token_embd) lies beyond it.
+  const gguf::File& f = m->file();
+  uint64_t cut = 0, beyond = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const uint64_t end = f.data_offset() + t.offset + t.n_bytes;
+    if (t.name.find("_exps.weight") != std::string::npos) {
+      cut = std::max(cut, end - t.n_bytes / 2);
+    } else if (t.name == "token_embd.weight") {
+      beyond = std::max(beyond, end);
+    }
+  }
+  if (beyond > cut) GTEST_SKIP() << "token_embd lies after the experts in this file";
+  std::filesystem::resize_file(copy, cut);
+  try {
+    run(*m, fx.tokens, false);
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+// Two contexts on one model step at the same time through a pool smaller than one step's
+// experts: each gets the loaded model's logits (claims wait for slots, never deadlock).
+TEST(ExpertTier, ContextsShareThePool) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  const std::vector<float> want = run(*full, fx.tokens, false);
+  const auto m = Model::load(fx.file, tier_of(*full, 2));
+  std::vector<float> got[2];
+  std::thread t0([&] { got[0] = run(*m, fx.tokens, false); });
+  std::thread t1([&] { got[1] = run(*m, fx.tokens, false); });
+  t0.join();
+  t1.join();
+  EXPECT_TRUE(same_bits(got[0], want));
+  EXPECT_TRUE(same_bits(got[1], want));
+}
+
+// By default the tier is on exactly when the file does not fit the budget.
+TEST(ExpertTier, OnWhenTheFileDoesNotFitTheBudget) {
+  const MoeFixture fx = moe_fixtures().front();
+  const size_t size = std::filesystem::file_size(fx.file);
+  LoadOptions small;
+  small.mem_budget = size / 2;  // the reserve alone (512 MiB) is larger: the minimum pool
+  const auto a = Model::load(fx.file, small);
+  ASSERT_NE(a->expert_tier(), nullptr);
+  EXPECT_GE(a->expert_tier()->n_slots(), a->config().n_expert_used);
+  EXPECT_NE(a->expert_tier_summary().find("does not fit"), std::string::npos)
+      << a->expert_tier_summary();
+  LoadOptions big;
+  big.mem_budget = size + (size_t(1) << 30);
+  const auto b = Model::load(fx.file, big);
+  EXPECT_EQ(b->expert_tier(), nullptr);
+  EXPECT_NE(b->expert_tier_summary().find("fits"), std::string::npos);
+}
+
+TEST(MemorySize, Parses) {
+  EXPECT_EQ(parse_memory_size("1024"), 1024u);
+  EXPECT_EQ(parse_memory_size("2K"), 2048u);
+  EXPECT_EQ(parse_memory_size("512M"), size_t(512) << 20);
+  EXPECT_EQ(parse_memory_size("1.5GiB"), size_t(3) << 29);
+  EXPECT_EQ(parse_memory_size("24g"), size_t(24) << 30);
+  EXPECT_THROW(parse_memory_size("lots"), Error);
+  EXPECT_THROW(parse_memory_size("12X"), Error);
+  EXPECT_THROW(parse_memory_size("-1G"), Error);
+  EXPECT_GT(detect_memory_budget().bytes, 0u);
+}
+
+}  // namespace
+}  // namespace lynx
