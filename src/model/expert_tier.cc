@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -97,7 +98,12 @@ ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, i
   }
   slots_.resize(size_t(n_slots));
   where_.assign(layers_.size() * size_t(n_expert), -1);
-  for (int s = 0; s < n_slots; ++s) lru_push(s);
+  use_.assign(where_.size(), Use{});
+  // Uses halve every 8 steps: long enough to tell a hot expert from one a single batch
+  // wanted, short enough to follow the requests as they change (docs/offload.md).
+  int routed = 0;
+  for (const TierLayer& l : layers_) routed += l.layer >= 0;
+  half_life_ = 8.0 * std::max(1, routed);
   stats_.slots = n_slots;
   stats_.slot_bytes = slot_bytes_;
   for (int i = 0; i < std::max(1, readers); ++i) readers_.emplace_back([this] { reader_main(); });
@@ -113,49 +119,73 @@ ExpertTier::~ExpertTier() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-// ---- The unpinned slots in order of last use (a doubly linked list over slot indices) ----
+// ---- Eviction: the least used experts' slots ----
 
-void ExpertTier::lru_push(int s) {
-  Slot& x = slots_[size_t(s)];
-  x.prev = lru_tail_;
-  x.next = -1;
-  if (lru_tail_ >= 0) {
-    slots_[size_t(lru_tail_)].next = s;
-  } else {
-    lru_head_ = s;
-  }
-  lru_tail_ = s;
-  x.in_lru = true;
+double ExpertTier::uses(const Use& u) const {
+  return u.count * std::exp2(-double(clock_ - u.at) / half_life_);
 }
 
-void ExpertTier::lru_push_front(int s) {
-  Slot& x = slots_[size_t(s)];
-  x.prev = -1;
-  x.next = lru_head_;
-  if (lru_head_ >= 0) {
-    slots_[size_t(lru_head_)].prev = s;
-  } else {
-    lru_tail_ = s;
+// Slots for the missing experts `want` of layer il: free[i] gets want[i]'s slot, or -1 when
+// it has to wait for a later claim. The slots fall in two groups: kept experts, which stay
+// until an expert used more comes, and transient ones, which hold whatever a step needs
+// beyond them and go first (at least kMinTransient of them, so that a step's misses are read
+// several at a time). A missing expert used more than the least used kept one replaces it;
+// the others go to empty slots (then kept), transient ones, or kept slots turned transient
+// while there are fewer than kMinTransient. Without that, a step whose experts outnumber the
+// slots would evict every expert the next layers will want (a least-recently-used pool hits
+// nothing when the experts of one step do not fit).
+void ExpertTier::place(int il, const std::vector<int32_t>& want, std::vector<int>& free) {
+  free.assign(want.size(), -1);
+  if (want.empty()) return;
+  std::vector<std::pair<double, int>> empty, transient, kept;  // (uses, slot)
+  for (int s = 0; s < n_slots_; ++s) {
+    const Slot& x = slots_[size_t(s)];
+    // A slot still being read stays out even when its claimer gave up (a failed step
+    // releases its claims while other reads of the step may be in flight).
+    if (x.pins > 0 || x.state == Slot::kReading) continue;
+    if (x.layer < 0) {
+      empty.push_back({0.0, s});
+      continue;
+    }
+    const double u = uses(use_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)]);
+    (x.transient ? transient : kept).push_back({u, s});
   }
-  lru_head_ = s;
-  x.in_lru = true;
-}
-
-void ExpertTier::lru_remove(int s) {
-  Slot& x = slots_[size_t(s)];
-  if (!x.in_lru) return;
-  if (x.prev >= 0) {
-    slots_[size_t(x.prev)].next = x.next;
-  } else {
-    lru_head_ = x.next;
+  std::sort(kept.begin(), kept.end());
+  std::vector<size_t> order(want.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto use_of = [&](size_t i) {
+    return use_[size_t(il) * size_t(n_expert_) + size_t(want[i])].count;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return use_of(a) > use_of(b); });
+  auto assign = [&](size_t i, int s, bool transient_slot) {
+    free[i] = s;
+    Slot& x = slots_[size_t(s)];
+    n_transient_ += int(transient_slot) - int(x.transient && x.layer >= 0);
+    x.transient = transient_slot;
+  };
+  // Empty slots first; then the most used missing experts replace kept ones used less even
+  // without this claim's use (a margin of one use: else every step's experts would displace
+  // the kept ones the step did not want, and the pool would churn as a least-recently-used
+  // one does); the others go to transient slots, or kept slots turned transient up to the
+  // minimum.
+  size_t o = 0, k = 0, ie = 0, it = 0;
+  for (; o < order.size() && ie < empty.size(); ++o) assign(order[o], empty[ie++].second, false);
+  for (; o < order.size() && k < kept.size() && use_of(order[o]) - 1 > kept[k].first; ++o, ++k) {
+    assign(order[o], kept[k].second, false);
   }
-  if (x.next >= 0) {
-    slots_[size_t(x.next)].prev = x.prev;
-  } else {
-    lru_tail_ = x.prev;
+  const int min_transient = std::clamp(kMinTransient, 1, std::max(1, n_slots_ / 2));
+  for (; o < order.size(); ++o) {
+    if (it < transient.size()) {
+      assign(order[o], transient[it++].second, true);
+    } else if (k < kept.size() && n_transient_ < min_transient) {
+      assign(order[o], kept[k++].second, true);
+    } else {
+      break;
+    }
   }
-  x.prev = x.next = -1;
-  x.in_lru = false;
+  // Progress: a claim that got nothing takes the least used kept slot.
+  if (o == 0 && k < kept.size()) assign(order[0], kept[k].second, true);
 }
 
 // ---- Claims ----
@@ -165,33 +195,36 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
     throw Error("expert tier: layer " + std::to_string(il) + " has no routed experts");
   }
   std::unique_lock<std::mutex> lk(mu_);
+  ++clock_;
+  for (const int32_t e : want) {
+    if (e < 0 || e >= n_expert_) throw Error("expert tier: expert id out of range");
+    Use& u = use_[size_t(il) * size_t(n_expert_) + size_t(e)];
+    u.count = uses(u) + 1;
+    u.at = clock_;
+  }
+  std::vector<int> free;
   for (;;) {
     const size_t before = out.size();
     // Resident (or being read by another step): pinned where they are.
     size_t kept = 0;
     for (const int32_t e : want) {
-      if (e < 0 || e >= n_expert_) throw Error("expert tier: expert id out of range");
       const int s = where_[size_t(il) * size_t(n_expert_) + size_t(e)];
       if (s < 0) {
         want[kept++] = e;
         continue;
       }
       Slot& x = slots_[size_t(s)];
-      if (x.pins++ == 0) lru_remove(s);
+      ++x.pins;
       out.push_back({e, s, x.state == Slot::kReady});
       ++stats_.hits;
     }
     want.resize(kept);
-    // The rest into the least recently used unpinned slots, read by the reader threads.
-    kept = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
+    // The rest into slots (place()), read by the reader threads.
+    place(il, want, free);
+    for (size_t i = 0; i < free.size(); ++i) {
+      if (free[i] < 0) continue;
       const int32_t e = want[i];
-      const int s = lru_head_;
-      if (s < 0) {
-        want[kept++] = e;
-        continue;
-      }
-      lru_remove(s);
+      const int s = free[i];
       Slot& x = slots_[size_t(s)];
       if (x.layer >= 0) {
         where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
@@ -207,9 +240,12 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
       out.push_back({e, s, false});
       ++stats_.misses;
     }
+    kept = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (free[i] < 0) want[kept++] = want[i];
+    }
     want.resize(kept);
     if (out.size() > before) {
-      for (size_t i = before; i < out.size(); ++i) slots_[size_t(out[i].slot)].last_use = ++clock_;
       lk.unlock();
       work_cv_.notify_all();
       return;
@@ -250,15 +286,12 @@ void ExpertTier::release(std::span<const Claim> claims) {
     for (const Claim& c : claims) {
       Slot& x = slots_[size_t(c.slot)];
       if (x.pins <= 0 || --x.pins > 0) continue;
-      if (x.state == Slot::kFailed || x.state == Slot::kReading) {
-        // A failed read leaves nothing: the slot goes first to the next miss. (kReading with
-        // no pins cannot happen: the reader finishes before its claimer releases.)
+      if (x.state == Slot::kFailed) {  // a failed read leaves nothing: the slot is empty
         if (x.layer >= 0) where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
         x.layer = x.expert = -1;
         x.state = Slot::kEmpty;
-        lru_push_front(c.slot);
-      } else {
-        lru_push(c.slot);
+        n_transient_ -= int(x.transient);
+        x.transient = false;
       }
     }
   }
@@ -289,41 +322,40 @@ void ExpertTier::reader_main() {
       e = slots_[size_t(s)].expert;
     }
     std::string error;
-    uint64_t bytes = 0;
-    const uint64_t t0 = now_ns();
+    uint64_t bytes = 0, read_ns = 0, repack_ns = 0;
     try {
       const TierLayer& l = layers_[size_t(il)];
       uint8_t* dst = pool_->data() + size_t(s) * slot_bytes_;
-      bytes += read_matrix(l.gate, e, dst, staging);
-      bytes += read_matrix(l.up, e, dst + up_off_[size_t(il)], staging);
-      bytes += read_matrix(l.down, e, dst + down_off_[size_t(il)], staging);
+      read_matrix(l.gate, e, dst, staging, bytes, read_ns, repack_ns);
+      read_matrix(l.up, e, dst + up_off_[size_t(il)], staging, bytes, read_ns, repack_ns);
+      read_matrix(l.down, e, dst + down_off_[size_t(il)], staging, bytes, read_ns, repack_ns);
     } catch (const std::exception& ex) {
       error = ex.what();
     }
-    const uint64_t dt = now_ns() - t0;
     {
       std::lock_guard<std::mutex> lk(mu_);
       Slot& x = slots_[size_t(s)];
       x.state = error.empty() ? Slot::kReady : Slot::kFailed;
       x.error = error;
       stats_.bytes_read += bytes;
-      stats_.read_ns += dt;
+      stats_.read_ns += read_ns;
+      stats_.repack_ns += repack_ns;
       stats_.read_errors += !error.empty();
     }
     cv_.notify_all();
   }
 }
 
-// Reads expert e's matrix of `m` and writes it into dst in the slot's layout. Returns the
-// bytes read.
-size_t ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging) {
+void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging,
+                             uint64_t& bytes, uint64_t& read_ns, uint64_t& repack_ns) {
   const uint64_t off = m.offset + uint64_t(e) * m.mat_bytes;
+  const uint64_t t0 = now_ns();
   const uint8_t* src = nullptr;
-  size_t bytes = 0;
   if (read_) {
-    src = staging.get(m.mat_bytes);
-    read_(off, m.mat_bytes, const_cast<uint8_t*>(src));
-    bytes = m.mat_bytes;
+    uint8_t* buf = staging.get(m.mat_bytes);
+    read_(off, m.mat_bytes, buf);
+    src = buf;
+    bytes += m.mat_bytes;
   } else {
     const uint64_t a0 = direct_ ? off / kAlign * kAlign : off;
     const uint64_t a1 =
@@ -338,8 +370,10 @@ size_t ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging
     // experts a second time against the memory budget.
     if (!direct_) ::posix_fadvise(fd_, off_t(a0), off_t(a1 - a0), POSIX_FADV_DONTNEED);
     src = buf + (off - a0);
-    bytes = size_t(a1 - a0);
+    bytes += a1 - a0;
   }
+  const uint64_t t1 = now_ns();
+  read_ns += t1 - t0;
   switch (m.layout) {
     case kernels::WeightLayout::kInterleaved16:
       kernels::interleave16_into(m.type, src, dst, m.cols, 0, m.rows / kernels::kInterleaveRows);
@@ -350,7 +384,7 @@ size_t ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging
     default:
       std::memcpy(dst, src, m.mat_bytes);
   }
-  return bytes;
+  repack_ns += now_ns() - t1;
 }
 
 }  // namespace lynx

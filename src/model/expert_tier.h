@@ -2,9 +2,10 @@
 // use, the routed experts stay in the file and a fixed pool of slots holds the ones in use,
 // each slot one expert's gate, up and down matrices in the layout the kernels read (the same
 // bytes the resident loader would have packed, so products are bit-identical). A step claims
-// the slots of the experts its plan needs: resident ones are pinned (hits), the others get
-// the least recently used unpinned slots and are read by a pool of reader threads with
-// direct I/O (misses), while the step computes what is already there.
+// the slots of the experts its plan needs: resident ones are pinned (hits), the others take
+// the unpinned slots whose experts are used least (a use count per expert, resident or not,
+// halved every few steps) and are read by a pool of reader threads with direct I/O (misses),
+// while the step computes what is already there.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -45,6 +46,7 @@ struct ExpertTierStats {
   uint64_t hits = 0, misses = 0;  // expert claims found resident / read from the file
   uint64_t bytes_read = 0;        // bytes read from the file (whole aligned blocks)
   uint64_t read_ns = 0;           // reader threads' time in reads, summed over threads
+  uint64_t repack_ns = 0;         // reader threads' time laying slots out, summed
   uint64_t wait_ns = 0;           // steps' time waiting for reads
   uint64_t evictions = 0;         // resident experts replaced
   uint64_t read_errors = 0;
@@ -72,7 +74,7 @@ class ExpertTier {
     bool ready = false;  // resident when claimed (else being read)
   };
   // Claims slots for experts of `want` (layer il): every one already resident is pinned, the
-  // others take unpinned slots (least recently used first) and are queued for reading, as many
+  // others take unpinned slots (least used experts first) and are queued for reading, as many
   // as there are slots to take; the claims are appended to `out` and the claimed experts
   // removed from `want`. Blocks while no slot at all can be claimed (others' steps hold every
   // slot), so each call claims at least one expert of a non-empty `want`.
@@ -98,20 +100,26 @@ class ExpertTier {
   struct Slot {
     int layer = -1, expert = -1;  // what it holds (or is being read into); -1: empty
     int pins = 0;
-    uint64_t last_use = 0;
     enum State : uint8_t { kEmpty, kReading, kReady, kFailed } state = kEmpty;
     std::string error;
-    int prev = -1, next = -1;  // neighbours in the list of unpinned slots
-    bool in_lru = false;
+    bool transient = false;  // holds an expert beyond the kept ones (place())
   };
+  // Uses of an expert, decayed: `count` as of claim number `at`, halving every half_life_
+  // claims.
+  struct Use {
+    double count = 0;
+    uint64_t at = 0;
+  };
+  double uses(const Use& u) const;
   struct Staging;  // an aligned read buffer per reader thread
   const uint8_t* slot_ptr(int slot) const { return pool_->data() + size_t(slot) * slot_bytes_; }
   void reader_main();
-  size_t read_matrix(const TierMatrix& m, int expert, uint8_t* dst, Staging& staging);
-  // The unpinned slots, least recently used first (empty and failed slots at the front).
-  void lru_push(int s);
-  void lru_push_front(int s);
-  void lru_remove(int s);
+  // Reads expert e's matrix of m into dst in the slot's layout; adds the bytes read and the
+  // nanoseconds spent in the read and in the repack.
+  void read_matrix(const TierMatrix& m, int expert, uint8_t* dst, Staging& staging, uint64_t& bytes,
+                   uint64_t& read_ns, uint64_t& repack_ns);
+  void place(int il, const std::vector<int32_t>& want, std::vector<int>& free);
+  static constexpr int kMinTransient = 16;
 
   std::vector<TierLayer> layers_;
   std::vector<size_t> up_off_, down_off_;  // per layer, within a slot
@@ -129,7 +137,9 @@ class ExpertTier {
   std::vector<Slot> slots_;
   std::vector<int32_t> where_;  // [layer * n_expert + expert] -> slot, -1: not resident
   std::deque<int> queue_;       // slots to read
-  int lru_head_ = -1, lru_tail_ = -1;
+  std::vector<Use> use_;        // [layer * n_expert + expert]
+  double half_life_ = 1;        // in claims (one per routed layer and step)
+  int n_transient_ = 0;         // slots holding an expert with transient set
   uint64_t clock_ = 0;
   ExpertTierStats stats_;
   bool stop_ = false;

@@ -23,6 +23,7 @@
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
+#include "model/expert_tier.h"
 #include "trace_replay.h"
 
 namespace lynx::cli {
@@ -85,16 +86,18 @@ PromptList read_prompt_file(const std::string& path, int n_vocab, int prompt, in
 }
 
 struct Sample {
-  double step_s = 0;                   // mean decode step time
-  double prefill_tps = 0;              // prompt tokens per second
-  double distinct = 0;                 // mean distinct experts per MoE layer per decode step
-  double bytes = 0;                    // weight bytes read per decode step
-  std::vector<int64_t> expert_tokens;  // [layer x expert] over the decode steps
-  double route_s = 0;                  // routing policy time per decode step
-  double expert_s = 0;                 // time in the routed experts per decode step
-  double expert_bytes = 0;             // expert weight bytes read per decode step
-  std::vector<RankShare> ranks;        // --expert-parallel: each rank's share, summed over
-  int gen_steps = 0;                   // the gen_steps decode steps
+  double step_s = 0;                        // mean decode step time
+  double prefill_tps = 0;                   // prompt tokens per second
+  double distinct = 0;                      // mean distinct experts per MoE layer per decode step
+  double bytes = 0;                         // weight bytes read per decode step
+  std::vector<int64_t> expert_tokens;       // [layer x expert] over the decode steps
+  double route_s = 0;                       // routing policy time per decode step
+  double expert_s = 0;                      // time in the routed experts per decode step
+  double expert_bytes = 0;                  // expert weight bytes read per decode step
+  double disk_bytes = 0;                    // expert tier: bytes read from the file per decode step
+  double tier_misses = 0, tier_claims = 0;  // expert tier: per decode step
+  std::vector<RankShare> ranks;             // --expert-parallel: each rank's share, summed over
+  int gen_steps = 0;                        // the gen_steps decode steps
 };
 
 struct Row {
@@ -175,7 +178,15 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     for (size_t i = 0; i < P; ++i) {
       const size_t p = (size_t(g) + i) % P;
       Sample& s = out[p];
+      const ExpertTierStats t0 =
+          model.expert_tier() ? model.expert_tier()->stats() : ExpertTierStats{};
       s.step_s += loops[p]->step().seconds;
+      if (model.expert_tier()) {
+        const ExpertTierStats t1 = model.expert_tier()->stats();
+        s.disk_bytes += double(t1.bytes_read - t0.bytes_read);
+        s.tier_misses += double(t1.misses - t0.misses);
+        s.tier_claims += double(t1.misses + t1.hits - t0.misses - t0.hits);
+      }
       const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
       s.bytes += double(st.weight_bytes);
@@ -203,6 +214,9 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.route_s /= a.gen;
     s.expert_s /= a.gen;
     s.expert_bytes /= a.gen;
+    s.disk_bytes /= a.gen;
+    s.tier_misses /= a.gen;
+    s.tier_claims /= a.gen;
     s.expert_tokens = ctxs[p]->expert_tokens();
     s.gen_steps = a.gen;
   }
@@ -340,8 +354,11 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
     wtype = gguf::tensor_type_name(model.layer(0).ffn_up.type);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
-    std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes;
+    std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims;
     for (const auto& s : row.reps) {
+      disk.push_back(s.disk_bytes);
+      miss.push_back(s.tier_misses);
+      claims.push_back(s.tier_claims);
       ems.push_back(s.expert_s * 1e3);
       ebytes.push_back(s.expert_bytes);
       tps.push_back(row.batch / s.step_s);
@@ -406,6 +423,11 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
                    {"speedup_sd", stddev(rep_speedup)},
                    {"expert_speedup_sd", stddev(rep_espeedup)}});
     if (!row.reps.empty() && !row.reps[0].ranks.empty()) out.back().update(rank_summary(c, row));
+    if (model.expert_tier()) {  // bytes read from the file per decoded token, the tier's hit rate
+      out.back()["disk_bytes_per_token"] = mean(disk) / row.batch;
+      out.back()["tier_misses_per_step"] = mean(miss);
+      out.back()["tier_hit_rate"] = mean(claims) > 0 ? 1.0 - mean(miss) / mean(claims) : 0.0;
+    }
     // Tokens per expert of each layer over the last repetition's decode steps (plot.py's
     // heatmaps).
     if (c.is_moe() && !row.reps.empty() &&
@@ -507,6 +529,23 @@ void print_md(const ModelConfig& c, const nlohmann::json& out, const Peaks& pk,
   }
 }
 
+// The expert tier's rows: bytes read from the file per decoded token and the hit rate of
+// the decode steps' expert claims.
+void print_tier_md(const Model& model, const nlohmann::json& out) {
+  if (!model.expert_tier()) return;
+  std::printf(
+      "\n%s\n\n| policy | batch | decode tok/s | disk MB / token | misses / step | hit rate |\n"
+      "|---|---:|---:|---:|---:|---:|\n",
+      model.expert_tier_summary().c_str());
+  for (const auto& j : out) {
+    std::printf("| %s | %d | %.2f | %.2f | %.1f | %.3f |\n", j["policy"].get<std::string>().c_str(),
+                j["batch"].get<int>(), j["decode_tps"].get<double>(),
+                j["disk_bytes_per_token"].get<double>() / 1e6,
+                j["tier_misses_per_step"].get<double>(), j["tier_hit_rate"].get<double>());
+  }
+  std::printf("\n%s\n", expert_tier_line(model).c_str());
+}
+
 void run_bench(const Args& a, const std::vector<int>& batches, const std::vector<int>& threads,
                const std::vector<std::string>& policies, ExpertParallel& ep) {
   auto model = ep.load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
@@ -557,6 +596,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
                         {"weight_layout", layout},
                         {"rows", out}};
   if (!a.trace.empty()) doc["routing_trace"] = a.trace;
+  if (model->expert_tier()) doc["expert_tier"] = model->expert_tier_summary();
   for (auto& [t, g] : pk.bw) doc["peak_read_bandwidth_gbps"][std::to_string(t)] = g;
   for (auto& [t, g] : pk.fma) doc["fma_peak_gflops"][std::to_string(t)] = g;
   if (ep.on()) {
@@ -581,6 +621,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   }
   print_md(c, out, pk, commit, acts.c_str(), layout);
   print_ranks_md(out);
+  print_tier_md(*model, out);
 }
 
 }  // namespace

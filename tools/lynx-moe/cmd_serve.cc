@@ -269,6 +269,20 @@ void wire_expert_parallel(ServerOptions& o, ExpertParallel& ep) {
   o.extra_metrics = [&ep] { return ep_metrics_text(ep.totals(0)); };
 }
 
+// A single process: the model loaded with the expert tier's flags (--mem-budget,
+// --expert-cache), the tier's counters in /metrics beside the BF16 mode's line.
+void wire_expert_tier(ServerOptions& o, ExpertParallel& ep, bool bf16_acts) {
+  auto model = std::make_shared<const Model*>(nullptr);
+  o.load_model = [&ep, model](const std::string& path, const LoadOptions& lo) {
+    auto m = ep.load_model(path, lo.repack, lo.repack_float);
+    *model = m.get();
+    return m;
+  };
+  o.extra_metrics = [bf16_acts, model] {
+    return bf16_acts_metrics(bf16_acts) + (*model ? expert_tier_metrics(**model) : "");
+  };
+}
+
 // Each connection is a descriptor: raise the soft limit (often 1024) to the hard one so that
 // --max-connections, not EMFILE, is what refuses clients.
 void raise_fd_limit(const ServerOptions& o) {
@@ -408,7 +422,11 @@ void run(CLI::App* cmd, ServeArgs& a) {
       follow_steps(o, ep);
       return;
     }
-    if (ep.on()) wire_expert_parallel(o, ep);
+    if (ep.on()) {
+      wire_expert_parallel(o, ep);
+    } else {
+      wire_expert_tier(o, ep, a.bf16_acts);
+    }
     o.log = [](const std::string& s) {
       std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
       std::fflush(stderr);

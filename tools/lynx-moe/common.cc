@@ -17,6 +17,8 @@
 
 #include "kernels/matmul_bf16.h"
 #include "lynx/error.h"
+#include "model/expert_tier.h"
+#include "model/memory_budget.h"
 #include "routing/policies.h"
 #include "util/file.h"
 
@@ -187,10 +189,84 @@ std::string bf16_acts_metrics(bool on) {
          kernel + "\"} " + (on ? "1" : "0") + "\n";
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool repack_float) {
+void add_tier_flags(CLI::App* cmd, TierFlags* f) {
+  cmd->add_option("--mem-budget", f->mem_budget,
+                  "Memory the process may use (e.g. 16G); a model file larger than this reads "
+                  "its routed experts on demand through the expert tier (docs/offload.md). "
+                  "Default: the memory cgroup's room or MemAvailable, whichever is lower");
+  cmd->add_option("--expert-cache", f->expert_cache,
+                  "Bytes of expert slots of the expert tier (e.g. 8G): a tier of this size "
+                  "whatever the file's size; 0 loads every expert. Default: a tier only when "
+                  "the file does not fit --mem-budget");
+  cmd->add_option("--expert-readers", f->readers, "Reader threads of the expert tier (default 4)")
+      ->check(CLI::Range(1, 64));
+}
+
+void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
+  try {
+    if (!f.mem_budget.empty()) opts.mem_budget = parse_memory_size(f.mem_budget);
+    if (!f.expert_cache.empty()) opts.expert_cache = int64_t(parse_memory_size(f.expert_cache));
+  } catch (const Error& e) {
+    throw UsageError(std::string(!f.expert_cache.empty() ? "--expert-cache / " : "") +
+                     "--mem-budget: " + e.what());
+  }
+  opts.expert_readers = f.readers;
+}
+
+std::string expert_tier_line(const Model& model) {
+  const ExpertTier* t = model.expert_tier();
+  if (!t) return {};
+  const ExpertTierStats s = t->stats();
+  const uint64_t claims = s.hits + s.misses;
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "expert tier: %llu hits, %llu misses (%.1f%% hit), %.2f GB read (%.2f GB/s per "
+                "reader while reading; %.2f s reading, %.2f s laying out), %.2f s waiting, %llu "
+                "evictions, %d/%d slots resident",
+                (unsigned long long)s.hits, (unsigned long long)s.misses,
+                claims ? 100.0 * double(s.hits) / double(claims) : 0.0, double(s.bytes_read) / 1e9,
+                s.read_ns ? double(s.bytes_read) / double(s.read_ns) : 0.0, double(s.read_ns) / 1e9,
+                double(s.repack_ns) / 1e9, double(s.wait_ns) / 1e9, (unsigned long long)s.evictions,
+                s.resident, s.slots);
+  return buf;
+}
+
+std::string expert_tier_metrics(const Model& model) {
+  const ExpertTier* t = model.expert_tier();
+  if (!t) return {};
+  const ExpertTierStats s = t->stats();
+  std::string o;
+  auto counter = [&](const char* name, const char* help, double v, const char* type) {
+    char num[40];
+    std::snprintf(num, sizeof num, "%.17g", v);
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+         name + " " + num + "\n";
+  };
+  counter("lynx_expert_tier_hits_total", "Expert claims found resident in the expert tier.",
+          double(s.hits), "counter");
+  counter("lynx_expert_tier_misses_total", "Expert claims read from the model file.",
+          double(s.misses), "counter");
+  counter("lynx_expert_tier_read_bytes_total", "Bytes the expert tier read from the model file.",
+          double(s.bytes_read), "counter");
+  counter("lynx_expert_tier_read_seconds_total", "Reader threads' time in reads, summed.",
+          double(s.read_ns) / 1e9, "counter");
+  counter("lynx_expert_tier_wait_seconds_total", "Steps' time waiting for expert reads.",
+          double(s.wait_ns) / 1e9, "counter");
+  counter("lynx_expert_tier_evictions_total", "Resident experts replaced.", double(s.evictions),
+          "counter");
+  counter("lynx_expert_tier_read_errors_total", "Expert reads that failed.", double(s.read_errors),
+          "counter");
+  counter("lynx_expert_tier_slots", "Expert slots of the tier.", double(s.slots), "gauge");
+  counter("lynx_expert_tier_resident", "Slots holding an expert.", double(s.resident), "gauge");
+  return o;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool repack_float,
+                                  const TierFlags& tier) {
   LoadOptions opts;
   opts.repack = repack;
   opts.repack_float = repack_float;
+  apply_tier_flags(tier, opts);
   const bool tty = isatty(STDERR_FILENO);
   int last = -1;
   opts.progress = [&](size_t done, size_t total) {
@@ -209,6 +285,7 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool rep
     if (done >= total) std::fprintf(stderr, "\n");
   };
   auto m = Model::load(path, opts);
+  if (m->expert_tier()) std::fprintf(stderr, "%s\n", m->expert_tier_summary().c_str());
   if (m->config().arch == "glm-dsa") {
     // GLM-5's DeepSeek sparse attention: its indexer is not run (src/model/arch/deepseek2.cc).
     const int64_t top_k = m->file().get_int("glm-dsa.attention.indexer.top_k", 2048);

@@ -61,8 +61,23 @@ void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations);
 // false with --exact-acts, whose float path would read interleaved quantized weights through a
 // copy back to rows (slower than rows: docs/benchmarks.md). `repack_float`:
 // LoadOptions::repack_float.
+// The expert tier (docs/offload.md): --mem-budget SIZE (default: the memory cgroup's room or
+// MemAvailable) and --expert-cache SIZE (slots; 0 = every expert loaded; default: a tier
+// only when the file does not fit the budget), --expert-readers N.
+struct TierFlags {
+  std::string mem_budget, expert_cache;
+  int readers = 4;
+};
+void add_tier_flags(CLI::App* cmd, TierFlags* flags);
+// The flags into `opts` (UsageError on a malformed size).
+void apply_tier_flags(const TierFlags& flags, LoadOptions& opts);
+// One line of the tier's counters ("expert tier: 1234 hits, ..."); empty without a tier.
+std::string expert_tier_line(const Model& model);
+// Prometheus lines of the tier's counters (lynx_expert_tier_*); empty without a tier.
+std::string expert_tier_metrics(const Model& model);
+
 std::unique_ptr<Model> load_model(const std::string& path, bool repack = true,
-                                  bool repack_float = true);
+                                  bool repack_float = true, const TierFlags& tier = {});
 
 // "1,2,4" -> {1, 2, 4}; throws lynx::Error naming `flag` on a malformed item.
 std::vector<int> parse_int_list(const std::string& s, const std::string& flag);

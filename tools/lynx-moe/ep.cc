@@ -28,6 +28,7 @@ void add_ep_flags(CLI::App* cmd, EpFlags* f) {
                   "hung or dead and the job ends (serve answers 503 first); default 30")
       ->check(CLI::Range(0.1, 86400.0))
       ->needs(ep);
+  add_tier_flags(cmd, &f->tier);
 }
 
 std::string ep_metrics_text(const std::vector<RankShare>& ranks) {
@@ -93,12 +94,17 @@ std::vector<RankShare> shares(const std::vector<dist::RankStats>& all) {
 }  // namespace
 
 struct ExpertParallel::Impl {
+  TierFlags tier;
   std::unique_ptr<dist::Session> session;
   std::vector<std::unique_ptr<dist::MpiExpertExecutor*>> made;  // per configured context
 };
 
 ExpertParallel::ExpertParallel(const EpFlags& f) : impl_(std::make_unique<Impl>()) {
+  impl_->tier = f.tier;
   if (!f.on) return;
+  if (!f.tier.expert_cache.empty()) {
+    throw UsageError("--expert-cache cannot be combined with --expert-parallel yet");
+  }
   dist::SessionOptions o;
   o.placement_file = f.placement;
   o.combine = f.combine == "gather" ? dist::Combine::kGather : dist::Combine::kAllReduce;
@@ -145,7 +151,7 @@ int ExpertParallel::ranks() const {
 
 std::unique_ptr<Model> ExpertParallel::load_model(const std::string& path, bool repack,
                                                   bool repack_float) {
-  if (!on()) return cli::load_model(path, repack, repack_float);
+  if (!on()) return cli::load_model(path, repack, repack_float, impl_->tier);
   LoadOptions lo;
   lo.repack = repack;
   lo.repack_float = repack_float;
@@ -207,9 +213,12 @@ void ExpertParallel::follow(Context& ctx) {
 
 #else  // a build without MPI
 
-struct ExpertParallel::Impl {};
+struct ExpertParallel::Impl {
+  TierFlags tier;
+};
 
 ExpertParallel::ExpertParallel(const EpFlags& f) : impl_(std::make_unique<Impl>()) {
+  impl_->tier = f.tier;
   if (f.on) {
     throw UsageError(
         "--expert-parallel: this build has no MPI support (install OpenMPI with "
@@ -231,7 +240,7 @@ int ExpertParallel::ranks() const {
 }
 std::unique_ptr<Model> ExpertParallel::load_model(const std::string& path, bool repack,
                                                   bool repack_float) {
-  return cli::load_model(path, repack, repack_float);
+  return cli::load_model(path, repack, repack_float, impl_->tier);
 }
 int ExpertParallel::configure(ContextOptions&) {
   return -1;

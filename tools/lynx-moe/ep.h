@@ -19,6 +19,7 @@ struct EpFlags {
   std::string placement;              // JSON from `lynx-moe place`; empty: contiguous
   std::string combine = "allreduce";  // allreduce | gather
   double timeout_s = 30;              // --ep-timeout: deadline of a step's collectives
+  TierFlags tier;                     // --mem-budget, --expert-cache (add_ep_flags adds them)
 };
 void add_ep_flags(CLI::App* cmd, EpFlags* flags);
 
