@@ -7,6 +7,7 @@ namespace lynx::cli {
 
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_chat_template(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_synth(CLI::App& app);

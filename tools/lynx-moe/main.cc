@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   // Registration order is the order --help lists the commands in.
   lynx::cli::register_inspect(app);
   lynx::cli::register_tokenize(app);
+  lynx::cli::register_chat_template(app);
   lynx::cli::register_generate(app);
   lynx::cli::register_logits(app);
   lynx::cli::register_synth(app);
