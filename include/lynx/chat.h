@@ -26,18 +26,19 @@ struct ChatMessage {
 };
 
 enum class ChatFamily {
-  kChatML,     // Qwen2/Qwen3(-MoE) and other <|im_start|> models
-  kMistral,    // Mixtral / Mistral v1 [INST] ... [/INST]
-  kTulu,       // OLMoE / OLMo / Tulu <|user|> <|assistant|>
-  kDeepSeek2,  // DeepSeek-V2(-Lite) "User: ... Assistant:"
-  kDeepSeek3,  // DeepSeek-V3 <｜User｜> <｜Assistant｜>
-  kLlama3,     // Llama 3 <|start_header_id|>
-  kPhi3,       // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
-  kGlm45,      // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
-  kHarmony,    // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
-  kMinimaxM2,  // MiniMax-M2 / M2.1 / M2.5 ]~!b[]~b]system ... [e~[ ]~b]user ... ]~b]ai
-  kDots1,      // dots.llm1.inst <|system|> ... <|userprompt|> ... <|response|> ...
-  kLing2,      // Ling 2.0 (bailingmoe2) <role>SYSTEM</role> ... <role>HUMAN</role> ...
+  kChatML,      // Qwen2/Qwen3(-MoE) and other <|im_start|> models
+  kMistral,     // Mixtral / Mistral v1 [INST] ... [/INST]
+  kTulu,        // OLMoE / OLMo / Tulu <|user|> <|assistant|>
+  kDeepSeek2,   // DeepSeek-V2(-Lite) "User: ... Assistant:"
+  kDeepSeek3,   // DeepSeek-V3 <｜User｜> <｜Assistant｜>
+  kLlama3,      // Llama 3 <|start_header_id|>
+  kPhi3,        // Phi-3 / Phi-3.5-MoE <|user|> ... <|end|>
+  kGlm45,       // GLM-4.5 / 4.5-Air [gMASK]<sop><|system|> ... <|assistant|>
+  kHarmony,     // gpt-oss (OpenAI's harmony format) <|start|>{role}<|message|> ... <|end|>
+  kMinimaxM2,   // MiniMax-M2 / M2.1 / M2.5 ]~!b[]~b]system ... [e~[ ]~b]user ... ]~b]ai
+  kDots1,       // dots.llm1.inst <|system|> ... <|userprompt|> ... <|response|> ...
+  kLing2,       // Ling 2.0 (bailingmoe2) <role>SYSTEM</role> ... <role>HUMAN</role> ...
+  kHunyuanMoe,  // Hunyuan-A13B-Instruct <|startoftext|> ... <|extra_4|> / <|extra_0|> ... <|eos|>
 };
 
 struct ChatFormat {

@@ -44,6 +44,8 @@ constexpr NameEntry kNames[] = {
     {"ling2", ChatFamily::kLing2, "ling2"},
     {"bailing2", ChatFamily::kLing2, "ling2"},
     {"bailingmoe2", ChatFamily::kLing2, "ling2"},
+    {"hunyuan-moe", ChatFamily::kHunyuanMoe, "hunyuan-moe"},
+    {"hunyuan", ChatFamily::kHunyuanMoe, "hunyuan-moe"},
 };
 
 using util::contains;
@@ -422,6 +424,46 @@ std::string render_ling2(const ChatFormat& f, std::span<const ChatMessage> m, bo
   return s;
 }
 
+// Hunyuan-A13B-Instruct, as its Jinja template renders a conversation (checked with Jinja2):
+// a non-empty first message that is a system message is "<|startoftext|>{s}<|extra_4|>"; a
+// user turn is "<|startoftext|>{u}<|extra_0|>", except the turn right after that head, which is
+// "{u}<|extra_0|>" (the head's <|startoftext|> opens it), and, after an empty first message, the
+// template's "<|startoftext|><|startoftext|>{u}<|extra_0|>"; an assistant turn "{a}<|eos|>";
+// nothing between turns and no generation prompt (the model answers right after <|extra_0|>,
+// its reasoning as "<think>\n...\n</think>\n<answer>\n...\n</answer>", which past turns keep
+// as written). A system message after the first is written bare, as the template writes it.
+// llama.cpp's built-in LLM_CHAT_TEMPLATE_HUNYUAN_MOE differs on the turn after the head (it
+// repeats <|startoftext|>). Other roles are refused.
+std::string render_hunyuan_moe(const ChatFormat& f, std::span<const ChatMessage> m, bool) {
+  std::string s;
+  bool has_head = true;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    std::string content = msg.content;
+    if (i == 0) {
+      if (content.empty()) {
+        has_head = false;
+      } else if (msg.role == "system") {
+        content = "<|startoftext|>" + content + "<|extra_4|>";
+      }
+    }
+    if (msg.role == "user") {
+      if (i == 1 && !has_head) content = "<|startoftext|>" + content;
+      if (i == 1 && has_head) {
+        content += "<|extra_0|>";
+      } else {
+        content = "<|startoftext|>" + content + "<|extra_0|>";
+      }
+    } else if (msg.role == "assistant") {
+      content += "<|eos|>";
+    } else if (msg.role != "system") {
+      bad_role(f, msg.role);
+    }
+    s += content;
+  }
+  return s;
+}
+
 // MiniMax-M2's model identity: the first `set model_identity = "..."` literal of its template
 // (the released templates name the model there); empty when there is none.
 std::string minimax_identity(std::string_view tmpl) {
@@ -454,8 +496,9 @@ std::string chatml_default_system(std::string_view tmpl) {
 }  // namespace
 
 bool ChatFormat::renders_bos() const {
-  if (family == ChatFamily::kGlm45) return true;      // "[gMASK]<sop>" always leads
-  if (family == ChatFamily::kMinimaxM2) return true;  // "]~!b[" (its BOS) always leads
+  if (family == ChatFamily::kGlm45) return true;       // "[gMASK]<sop>" always leads
+  if (family == ChatFamily::kMinimaxM2) return true;   // "]~!b[" (its BOS) always leads
+  if (family == ChatFamily::kHunyuanMoe) return true;  // "<|startoftext|>" (its BOS) leads
   if (bos_token.empty()) return false;
   switch (family) {
     case ChatFamily::kMistral:
@@ -470,9 +513,9 @@ bool ChatFormat::renders_bos() const {
 }
 
 const std::vector<std::string>& chat_format_names() {
-  static const std::vector<std::string> names = {"chatml",    "mistral",    "tulu",  "deepseek2",
-                                                 "deepseek3", "llama3",     "phi3",  "glm4.5",
-                                                 "harmony",   "minimax-m2", "dots1", "ling2"};
+  static const std::vector<std::string> names = {
+      "chatml", "mistral", "tulu",       "deepseek2", "deepseek3", "llama3",     "phi3",
+      "glm4.5", "harmony", "minimax-m2", "dots1",     "ling2",     "hunyuan-moe"};
   return names;
 }
 
@@ -504,6 +547,8 @@ ChatFormat chat_format_from_template(std::string_view t, std::string bos, std::s
     // Ling 2.0's template (thinking off). Another Bailing template (Ling 1.x has no
     // <|role_end|>; Ring 2.0's was not at hand to check) would be rendered wrong: no name.
     if (contains(t, "thinking_option = 'off'")) name = "ling2";
+  } else if (contains(t, "<|startoftext|>") && contains(t, "<|extra_4|>")) {
+    name = "hunyuan-moe";
   } else if (contains(t, "[gMASK]<sop>")) {
     // GLM-4.5 / 4.6 (the empty think block of past turns); other GLM templates (GLM-4,
     // GLM-4.7) differ in their newlines and would be rendered wrong: no name, ask for one.
@@ -582,6 +627,8 @@ std::string render_chat(const ChatFormat& fmt, std::span<const ChatMessage> mess
       return render_dots1(fmt, messages, add_generation_prompt);
     case ChatFamily::kLing2:
       return render_ling2(fmt, messages, add_generation_prompt);
+    case ChatFamily::kHunyuanMoe:
+      return render_hunyuan_moe(fmt, messages, add_generation_prompt);
   }
   throw Error("render_chat: unknown chat family");
 }

@@ -107,6 +107,13 @@ const char* kLing2Template =  // abridged (Ling-mini-2.0's tokenizer_config.json
     "'<|role_end|>' }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    "
     "{{- '<role>ASSISTANT</role>' }}\n{%- endif %}";
 
+const char* kHunyuanMoeTemplate =  // abridged (Hunyuan's has_head template)
+    "{% for message in messages %}{% set content = message['content'] %}{% if loop.index0 == 0 "
+    "and message['role'] == 'system' %}{% set content = '<|startoftext|>' + content + "
+    "'<|extra_4|>' %}{% endif %}{% if message['role'] == 'user' %}{% set content = "
+    "'<|startoftext|>' + content + '<|extra_0|>' %}{% elif message['role'] == 'assistant' %}{% "
+    "set content = content + '<|eos|>' %}{% endif %}{{ content }}{% endfor %}";
+
 TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kHarmonyTemplate).name, "harmony");
   EXPECT_EQ(chat_format_from_template(kQwen2Template).name, "chatml");
@@ -124,6 +131,7 @@ TEST(ChatDetect, FamiliesFromTemplates) {
   EXPECT_EQ(chat_format_from_template(kLing2Template).name, "ling2");
   // A Bailing template without Ling 2.0's thinking_option is no match at all.
   EXPECT_THROW(chat_format_from_template("<role>HUMAN</role>{{ m }}<|role_end|>"), Error);
+  EXPECT_EQ(chat_format_from_template(kHunyuanMoeTemplate).name, "hunyuan-moe");
   // Its <|user|> / <|assistant|> are not Tulu's: another GLM template is no match at all.
   EXPECT_THROW(chat_format_from_template(kGlm4Template), Error);
   // GLM-5.2 (glm-dsa): GLM-4.5's markers, but a reasoning-effort system turn first (abridged
@@ -382,6 +390,26 @@ TEST(ChatRender, Ling2) {
             "<role>ASSISTANT</role>A<|role_end|><role>ASSISTANT</role>");
   const std::vector<ChatMessage> other = {{"developer", "x"}};
   EXPECT_THROW(render_chat(f, other, true), Error);
+}
+
+// Hunyuan-A13B-Instruct: the strings are what Jinja2 renders from the has_head template for
+// the same messages (a system head, then the user turn without its own <|startoftext|>; a
+// user-first conversation; an empty head).
+TEST(ChatRender, HunyuanMoe) {
+  const auto f = chat_format_from_template(kHunyuanMoeTemplate, "<|startoftext|>", "<|eos|>");
+  EXPECT_EQ(f.family, ChatFamily::kHunyuanMoe);
+  EXPECT_TRUE(f.renders_bos());
+  EXPECT_EQ(chat_format_from_name("hunyuan").name, "hunyuan-moe");
+  EXPECT_EQ(render_chat(f, kConv, true),
+            "<|startoftext|>You are terse.<|extra_4|>Hi<|extra_0|>Hello.<|eos|>"
+            "<|startoftext|>2+2?<|extra_0|>");
+  const std::vector<ChatMessage> plain = {{"user", "Q"}, {"assistant", "A"}, {"user", "R"}};
+  EXPECT_EQ(render_chat(f, plain, true),
+            "<|startoftext|>Q<|extra_0|>A<|eos|><|startoftext|>R<|extra_0|>");
+  const std::vector<ChatMessage> empty_head = {{"system", ""}, {"user", "Q"}};
+  EXPECT_EQ(render_chat(f, empty_head, true), "<|startoftext|><|startoftext|>Q<|extra_0|>");
+  const std::vector<ChatMessage> tool = {{"tool", "{}"}};
+  EXPECT_THROW(render_chat(f, tool, true), Error);
 }
 
 }  // namespace
