@@ -28,6 +28,10 @@
 # Engine lynx2 is a second lynx-moe run with LYNX2_ARGS instead (default --bf16-acts), so that
 # two modes of lynx-moe are measured interleaved in the same passes: -e lynx,lynx2,ik.
 #
+# BW_SIZES sets the buffers (MiB) of the bandwidth probe (default 256,512,1024,2048; smaller
+# inside a memory cgroup, scripts/offload-bench.sh); IK_RTR=0 runs ik_llama.cpp without -rtr
+# (the weights then stay in the file mapping, as llama.cpp's do).
+#
 # -w sets OMP_WAIT_POLICY for the peers (OpenMP threads; default passive): with the default
 # active policy their barriers spin, and on a machine whose cores are shared with other work a
 # spinning thread holds the core its partner needs; on this project's shared 2-vCPU VM that made
@@ -130,7 +134,7 @@ awk -v n="$maxb" -v vocab="$vocab" -v len="$((prefill > prompt ? prefill : promp
 
 probe_bw() {  # the peak over buffer sizes of lynx-moe's segment-best read probe
   "$lynx" bench -m models/lynx-moe-8x2.gguf --batch 1 --prompt 1 --gen 1 -r 1 \
-    --threads "$threads" --bw-sizes 256,512,1024,2048 -o json 2>/dev/null |
+    --threads "$threads" --bw-sizes "${BW_SIZES:-256,512,1024,2048}" -o json 2>/dev/null |
     jq -r ".peak_read_bandwidth_gbps[\"$threads\"]"
 }
 
@@ -159,7 +163,7 @@ run_engine() {  # engine file pass
       ;;
     ik | llama)
       local rtr=""
-      [[ $e == ik ]] && rtr=--rtr
+      [[ $e == ik && ${IK_RTR:-1} != 0 ]] && rtr=--rtr
       if OMP_WAIT_POLICY=$omp_wait LD_LIBRARY_PATH="$(cat "$work/lib-$e")" "$work/peer-$e" -m "$f" -f "$work/prompts" \
         -b "$batches" -p "$prompt" -g "$gen" -t "$threads" -q "$prefill" $rtr \
         >"$out" 2>"$work/err"; then

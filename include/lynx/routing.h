@@ -75,6 +75,11 @@ struct RoutingInput {
   int n_tokens = 0;                // T
   int layer = 0;                   // MoE layer index (for layer-adaptive policies and stats)
   const GatingConfig* gating = nullptr;
+  // [N] 1 = the expert is in memory, 0 = it would be read from the model file (the expert
+  // tier, docs/offload.md); nullptr: every expert is in memory. Batch-aware policies count
+  // resident experts as loaded anyway, so low-confidence choices move onto them (lynx, oea);
+  // exact policies ignore it.
+  const uint8_t* resident = nullptr;
 };
 
 // The contract every policy keeps: each token gets exactly k DISTINCT valid expert ids in

@@ -31,6 +31,10 @@ class ExpertExecutor {
   // set_activation_hook; the imatrix collector); nullptr: none. An executor that computes
   // only some experts here reports only those; the default reports nothing.
   virtual void set_activation_hook(const Context::ActivationHook* /*hook*/) {}
+
+  // [N] 1 = expert e of layer il is in memory now, for the routing (RoutingInput::resident);
+  // nullptr: every expert is (the default). Valid until the next call.
+  virtual const uint8_t* resident(int /*il*/) { return nullptr; }
 };
 
 }  // namespace lynx

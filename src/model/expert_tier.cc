@@ -298,6 +298,14 @@ void ExpertTier::release(std::span<const Claim> claims) {
   cv_.notify_all();
 }
 
+void ExpertTier::resident(int il, std::vector<uint8_t>& out) const {
+  out.assign(size_t(n_expert_), 0);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int e = 0; e < n_expert_; ++e) {
+    out[size_t(e)] = where_[size_t(il) * size_t(n_expert_) + size_t(e)] >= 0 ? 1 : 0;
+  }
+}
+
 ExpertTierStats ExpertTier::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   ExpertTierStats s = stats_;

@@ -95,6 +95,8 @@ class ExpertTier {
   int n_slots() const { return n_slots_; }
   size_t slot_bytes() const { return slot_bytes_; }
   ExpertTierStats stats() const;
+  // out[e] = 1 when expert e of layer il is in a slot (read or being read), else 0.
+  void resident(int il, std::vector<uint8_t>& out) const;
 
  private:
   struct Slot {

@@ -376,7 +376,7 @@ void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const We
 // The router stays F32 as llama.cpp keeps it.
 void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
            std::span<const BatchToken> batch, const Router& router, MatIn& xn, StepBuffers& B,
-           StepObserver& obs) {
+           StepObserver& obs, const uint8_t* resident) {
   project(cp, L.router, xn, B.router.data(), obs);
   add_bias(L.router_b, B.router.data(), xn.n_tok, c.n_expert);
   if (router.override_logits) router.override_logits(il, batch, B.router.data());
@@ -393,6 +393,7 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
   in.n_tokens = xn.n_tok;
   in.layer = il;
   in.gating = &c.gating;
+  in.resident = resident;
   RoutingOutput out{B.ids.data(), B.weights.data()};
   obs.routing_begin();
   router.policy.route(in, out);
@@ -416,7 +417,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     return;
   }
 
-  route(cp, c, L, il, batch, router, xn, B, obs);
+  route(cp, c, L, il, batch, router, xn, B, obs, experts.resident(il));
   obs.experts_begin();
   B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
   experts.run(B.plan, xn, L, B.tmp.data());

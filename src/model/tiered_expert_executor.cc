@@ -43,6 +43,11 @@ void TieredExpertExecutor::set_activation_hook(const Context::ActivationHook* h)
   cpu_.set_activation_hook(&hook_);
 }
 
+const uint8_t* TieredExpertExecutor::resident(int il) {
+  tier_.resident(il, resident_);
+  return resident_.data();
+}
+
 void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                                const LayerWeights& layer, float* out) {
   const int il = layer_index(layer);

@@ -20,6 +20,7 @@ class TieredExpertExecutor final : public ExpertExecutor {
   // The hook sees the model's own expert weights (the imatrix collector finds them by
   // address), not the slot views this executor computes with.
   void set_activation_hook(const Context::ActivationHook* h) override;
+  const uint8_t* resident(int il) override;
 
  private:
   int layer_index(const LayerWeights& layer) const;
@@ -34,6 +35,7 @@ class TieredExpertExecutor final : public ExpertExecutor {
   const Context::ActivationHook* user_hook_ = nullptr;
   Context::ActivationHook hook_;  // user_hook_ with the view's weights mapped back
   int hook_layer_ = -1;
+  std::vector<uint8_t> resident_;  // resident(): the tier's snapshot
 };
 
 }  // namespace lynx

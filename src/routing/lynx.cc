@@ -201,6 +201,13 @@ void LynxPolicy::route(const RoutingInput& in, RoutingOutput& out) {
 
   st_.loaded.assign(n, 0);
   int n_loaded = 0;
+  // With the expert tier, the experts in memory cost no read: loaded, as a prefill's are.
+  if (in.resident) {
+    for (int e = 0; e < n; ++e) {
+      st_.loaded[e] = in.resident[e] ? 1 : 0;
+      n_loaded += st_.loaded[e];
+    }
+  }
   if (p_.piggyback_prefill && st_.B < in.n_tokens) {
     for (int t = 0; t < in.n_tokens; ++t) {
       if (is_remappable(in, t)) continue;

@@ -32,7 +32,8 @@ class OeaPolicy final : public RoutingPolicy {
     }
     u0_.clear();
     for (int32_t e = 0; e < n; ++e) {
-      if (in_u0_[e]) u0_.push_back(e);
+      // With the expert tier, the experts in memory are loaded anyway too.
+      if (in_u0_[e] || (in.resident && in.resident[e])) u0_.push_back(e);
     }
     chosen_.resize(k);
     for (int t = 0; t < in.n_tokens; ++t) {

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <memory>
+#include <random>
 
 #include "helpers.h"
 #include "routing/lynx.h"
@@ -220,6 +221,45 @@ TEST(LynxHand, DefaultAlphaBetaReproducesPublishedSettings) {
   pol.route(in, out);
   EXPECT_EQ(pol.state().alpha, 0.7f);
   EXPECT_EQ(pol.state().beta, 1.f);
+}
+
+// The expert tier (RoutingInput::resident): experts in memory count as loaded, so they join U.
+// In the example t2's exact pair {e4, e3} loses e3 (no other token wants it); with e3 resident
+// it keeps it, while the others route as before. With every expert resident lynx is exact
+// top-k; with none, what it is without the flags.
+TEST(LynxHand, ResidentExpertsCountAsLoaded) {
+  routing::LynxPolicy pol(params(true));
+  test::Step s(kZ, 3, GatingConfig{8, 2, GatingFunc::kSoftmax, true, 1.f});
+  std::vector<uint8_t> resident(8, 0);
+  resident[3] = 1;
+  auto in = s.in();
+  in.resident = resident.data();
+  auto out = s.out();
+  pol.route(in, out);
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 2, 4, 3}));
+
+  std::mt19937_64 rng(7);
+  const GatingConfig g{64, 4, GatingFunc::kSoftmax, true, 1.f};
+  const std::vector<float> z = test::random_logits(rng, 16, 64, 1.5f, false);
+  auto routed = [&](const uint8_t* res) {
+    routing::LynxPolicy p(routing::LynxParams{});
+    test::Step st(z, 16, g);
+    auto i = st.in();
+    i.resident = res;
+    auto o = st.out();
+    p.route(i, o);
+    return st.ids;
+  };
+  test::Step exact(z, 16, g);
+  {
+    auto i = exact.in();
+    auto o = exact.out();
+    make_routing_policy("topk")->route(i, o);
+  }
+  const std::vector<uint8_t> all(64, 1), none(64, 0);
+  EXPECT_EQ(routed(all.data()), exact.ids);
+  EXPECT_EQ(routed(none.data()), routed(nullptr));
+  EXPECT_NE(routed(nullptr), exact.ids);  // the batch does remap without the tier
 }
 
 }  // namespace
