@@ -40,6 +40,16 @@
 //   tensors under model.language_model. as qwen3_moe's, experts fused per layer
 //   (mlp.experts.gate_up_proj [E, hidden, 2F] split in halves, down_proj [E, F, hidden]),
 //   mrope_section -> rope.dimension_sections, the vision tower (model.visual.*) not converted.
+// - bailing_moe_v2 (and bailing_moe with architectures BailingMoeV2ForCausalLM: Ling / Ring 2.0)
+//   -> `bailingmoe2` (BailingMoeV2Model): attention.query_key_value kept fused as attn_qkv
+//   (the loader splits it into row views), attention.dense -> attn_output,
+//   query_layernorm / key_layernorm -> attn_q_norm / attn_k_norm, model.word_embeddings ->
+//   token_embd, mlp.gate.expert_bias -> exp_probs_b.bias, mlp.shared_experts -> *_shexp, the
+//   first first_k_dense_replace layers dense; rope.dimension_count = head_dim x
+//   partial_rotary_factor (0.5 absent), expert_shared_feed_forward_length =
+//   moe_shared_expert_intermediate_size or moe_intermediate_size x num_shared_experts,
+//   n_group / topk_group, score_function sigmoid -> expert_gating_func 2; the
+//   num_nextn_predict_layers MTP layers after the trunk converted and counted in block_count.
 // Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
 // DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
@@ -135,6 +145,20 @@ constexpr KeyRule kErnieKeys[] = {
     {"moe_layer_start_index", "leading_dense_block_count", K::kU32, true},
     {"moe_layer_interval", "interleave_moe_layer_step", K::kU32, true},
     {"moe_num_shared_experts", "expert_shared_count"},
+};
+
+constexpr KeyRule kBailing2Keys[] = {
+    {"num_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"moe_intermediate_size", "expert_feed_forward_length", K::kU32, true},
+    {"first_k_dense_replace", "leading_dense_block_count", K::kU32, true},
+    {"num_shared_experts", "expert_shared_count", K::kU32, true},
+    {"routed_scaling_factor", "expert_weights_scale", K::kF32, true},
+    {"norm_topk_prob", "expert_weights_norm", K::kBool},
+    {"n_group", "expert_group_count"},
+    {"topk_group", "expert_group_used_count"},
+    {"num_nextn_predict_layers", "nextn_predict_layers"},
+    {"vocab_size", "vocab_size"},
 };
 
 constexpr TensorRule kGlobal[] = {
@@ -313,6 +337,30 @@ constexpr TensorRule kErnieExperts[] = {
     {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
      When::kShared},
 };
+// Ling / Ring 2.0 (BailingMoeV2): the fused projection kept fused, its own names.
+constexpr TensorRule kBailing2Global[] = {
+    {"token_embd.weight", "model.word_embeddings.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+constexpr TensorRule kBailing2Layer[] = {
+    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"blk.{L}.attn_qkv.weight", "model.layers.{L}.attention.query_key_value.weight"},
+    {"blk.{L}.attn_output.weight", "model.layers.{L}.attention.dense.weight"},
+    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.attention.query_layernorm.weight"},
+    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.attention.key_layernorm.weight"},
+    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.expert_bias", When::kMoeLayer},
+    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
+     When::kMoeLayer},
+    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
+     When::kMoeLayer},
+    // The MTP layer's norm after its FFN (llama.cpp's LAYER_OUT_NORM, required there).
+    {"blk.{L}.layer_output_norm.weight", "model.layers.{L}.final_layernorm.weight", When::kNextn},
+};
+
 // The next-token-prediction layer's own tensors (gguf-py tensor_mapping.py NEXTN_*).
 constexpr TensorRule kNextn[] = {
     {"blk.{L}.nextn.eh_proj.weight", "model.layers.{L}.eh_proj.weight", When::kNextn},
@@ -349,6 +397,8 @@ constexpr Rules kMinimaxL[] = {kGqaAttn, kQkNorm, kMinimaxExperts};
 
 constexpr Keys kDots1K[] = {kBaseKeys, kHeadDimKeys, kDots1Keys};
 constexpr Rules kDots1L[] = {kGqaAttn, kQkNorm, kDenseFfn, kExperts, kGlmExperts};
+constexpr Keys kBailing2K[] = {kBaseKeys, kHeadDimKeys, kBailing2Keys};
+constexpr Rules kBailing2L[] = {kBailing2Layer, kDenseFfn, kExperts, kNextn};
 constexpr Keys kErnieK[] = {kBaseKeys, kHeadDimKeys, kErnieKeys};
 constexpr Rules kErnieL[] = {kGqaAttn, kDenseFfn, kExperts, kErnieExperts};
 
@@ -680,6 +730,60 @@ bool ernie4_5_moe_layer(const HfConfig& c, int il) {
          (il + 1) % c.get_int("moe_layer_interval") == 0;
 }
 
+// Ling / Ring 2.0's config.json. model_type "bailing_moe" is also Ling 1.x's (BailingMoeModel,
+// another architecture): only BailingMoeV2ForCausalLM is taken under that name. What llama.cpp's
+// bailingmoe2 cannot express is refused rather than converted into a file that runs another
+// model: rope scaling, q/k/v or output biases, no q/k norm, another activation or router.
+void bailingmoe2_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "bailingmoe2";
+  const auto& j = c.json();
+  if (c.model_type() == "bailing_moe") {
+    const bool v2 = j.contains("architectures") && j.at("architectures").is_array() &&
+                    !j.at("architectures").empty() &&
+                    j.at("architectures")[0] == "BailingMoeV2ForCausalLM";
+    if (!v2) {
+      c.fail(
+          "architectures is not BailingMoeV2ForCausalLM: Ling 1.x (BailingMoeForCausalLM) is "
+          "another architecture, not supported");
+    }
+  }
+  no_rope_scaling(c);
+  if (c.get_bool("use_qkv_bias", false) || c.get_bool("use_bias", false)) {
+    c.fail(
+        "use_qkv_bias / use_bias is true, but bailingmoe2 (llama.cpp's and lynx-moe's) has "
+        "no biases");
+  }
+  if (!c.get_bool("use_qk_norm", true)) {
+    c.fail("use_qk_norm is false, but bailingmoe2 (llama.cpp's and lynx-moe's) needs q/k norms");
+  }
+  if (c.get_string("hidden_act", "silu") != "silu") {
+    c.fail("hidden_act '" + c.get_string("hidden_act", "") + "' is not supported (silu)");
+  }
+  const std::string score = c.get_string("score_function", "sigmoid");
+  if (score != "sigmoid") {
+    c.fail("score_function '" + score + "' is not supported (sigmoid: HF's router has no other)");
+  }
+  w.set(key(a, "expert_gating_func"), gguf::Value::u32(2));
+  const int64_t head = c.has("head_dim")
+                           ? c.get_int("head_dim")
+                           : c.get_int("hidden_size") / c.get_int("num_attention_heads");
+  const double prf = c.get_float("partial_rotary_factor", 0.5);
+  const int64_t rot = int64_t(double(head) * prf);
+  if (!(prf > 0 && prf <= 1) || rot < 2 || rot % 2 != 0) {
+    c.fail("partial_rotary_factor " + std::to_string(prf) + " x head dimension " +
+           std::to_string(head) + " must give an even number of rotated dimensions");
+  }
+  w.set(key(a, "rope.dimension_count"), gguf::Value::u32(uint32_t(rot)));
+  const int64_t shared = c.has("moe_shared_expert_intermediate_size")
+                             ? c.get_int("moe_shared_expert_intermediate_size")
+                             : c.get_int("moe_intermediate_size") * c.get_int("num_shared_experts");
+  w.set(key(a, "expert_shared_feed_forward_length"), gguf::Value::u32(uint32_t(shared)));
+  // block_count counts the MTP layers (BailingMoeV2Model's block_count).
+  w.set(key(a, "block_count"),
+        gguf::Value::u32(
+            uint32_t(c.get_int("num_hidden_layers") + c.get_int("num_nextn_predict_layers", 0))));
+}
+
 bool glm4moe_moe_layer(const HfConfig& c, int il) {
   return il >= c.get_int("first_k_dense_replace", 0);
 }
@@ -862,10 +966,37 @@ constexpr Family kErnie45Moe = {
     .shared_key = "moe_num_shared_experts",
 };
 
-constexpr const Family* kFamilies[] = {&kMixtral,  &kLlama,      &kMistral,    &kQwen2Moe,
-                                       &kQwen3Moe, &kQwen3VlMoe, &kOlmoe,      &kQwen2,
-                                       &kQwen3,    &kDeepseekV2, &kDeepseekV3, &kGptOss,
-                                       &kGlm4Moe,  &kMinimaxM2,  &kDots1,      &kErnie45Moe};
+constexpr Family kBailingMoe2 = {
+    .model_type = "bailing_moe_v2",
+    .arch = "bailingmoe2",
+    .keys = kBailing2K,
+    .global = kBailing2Global,
+    .layer = kBailing2L,
+    .tokenizer_pre = "bailingmoe2",
+    .extra_keys = bailingmoe2_extra,
+    .moe_layer = glm4moe_moe_layer,
+    .n_expert_key = "num_experts",
+    .shared_key = "num_shared_experts",
+    .nextn_key = "num_nextn_predict_layers",
+};
+constexpr Family kBailingMoe2AsV1Name = {
+    .model_type = "bailing_moe",
+    .arch = "bailingmoe2",
+    .keys = kBailing2K,
+    .global = kBailing2Global,
+    .layer = kBailing2L,
+    .tokenizer_pre = "bailingmoe2",
+    .extra_keys = bailingmoe2_extra,
+    .moe_layer = glm4moe_moe_layer,
+    .n_expert_key = "num_experts",
+    .shared_key = "num_shared_experts",
+    .nextn_key = "num_nextn_predict_layers",
+};
+
+constexpr const Family* kFamilies[] = {
+    &kMixtral, &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
+    &kOlmoe,   &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
+    &kGlm4Moe, &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name};
 
 }  // namespace
 

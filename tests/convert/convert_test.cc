@@ -120,6 +120,7 @@ const Case kCases[] = {
     {"dots1", "dots1:tiny-dots1-f32", "dots1"},
     {"ernie4_5_moe", "ernie4_5-moe:tiny-ernie4_5-moe-f32", "ernie4_5-moe"},
     {"qwen3_vl_moe", "qwen3vlmoe:tiny-qwen3vlmoe-f32", "qwen3vlmoe"},
+    {"bailing_moe_v2", "bailingmoe2:tiny-bailingmoe2-f32", "bailingmoe2"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

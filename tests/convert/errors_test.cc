@@ -575,5 +575,30 @@ TEST(ConvertErrors, Ernie45MoeConfigOutsideTheArchitecture) {
   expect_error(d, {"moe_layer_start_index"});
 }
 
+// What llama.cpp's bailingmoe2 cannot run is refused by name: another router, biases, no q/k
+// norm, another activation, rope scaling; Ling 1.x under the shared model_type name.
+TEST(ConvertErrors, BailingMoe2ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "bailing_moe_v2");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("score_function", "softmax", {"score_function 'softmax'"});
+  expect_with("use_qkv_bias", true, {"use_qkv_bias", "bailingmoe2"});
+  expect_with("use_qk_norm", false, {"use_qk_norm"});
+  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
+  expect_with("partial_rotary_factor", 0.3, {"partial_rotary_factor"});
+  expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
+  json v1 = good;
+  v1["model_type"] = "bailing_moe";
+  v1["architectures"] = json::array({"BailingMoeForCausalLM"});
+  write_json(d + "/config.json", v1);
+  expect_error(d, {"BailingMoeV2ForCausalLM", "Ling 1.x"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

@@ -438,9 +438,55 @@ TEST(ConvertErnie45Moe, TensorsAndKeys) {
   fs::remove(out);
 }
 
+// Ling 2.0: every tensor of the fixture the checkpoint was made from comes back with its values
+// (attn_qkv kept fused, Ling's own names, the group keys), the checkpoint's MTP layer is written
+// after the trunk as llama.cpp writes it (block_count 3, nextn_predict_layers 1,
+// layer_output_norm) and skipped by the loader, and the keys are those llama.cpp's
+// BailingMoeV2Model writes.
+TEST(ConvertBailingMoe2, TensorsKeysAndTheMtpLayer) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("bailing_moe_v2", "f32");
+  const auto got = gguf::File::open(out);
+  const auto want = gguf::File::open(kFixtures + "bailingmoe2/tiny-bailingmoe2-f32.gguf");
+  for (const auto& b : want.tensors()) {
+    const gguf::TensorInfo* a = got.find_tensor(b.name);
+    ASSERT_NE(a, nullptr) << b.name;
+    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+    EXPECT_EQ(values(*a), values(b)) << b.name;
+  }
+  EXPECT_EQ(got.get_string("general.architecture"), "bailingmoe2");
+  for (const char* k : {"leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+                        "feed_forward_length", "expert_feed_forward_length", "expert_count",
+                        "expert_used_count", "attention.key_length", "attention.value_length",
+                        "attention.head_count_kv", "rope.dimension_count", "expert_group_count",
+                        "expert_group_used_count", "expert_shared_feed_forward_length"}) {
+    const std::string key = std::string("bailingmoe2.") + k;
+    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
+  }
+  EXPECT_EQ(got.get_int("bailingmoe2.rope.dimension_count"), 12);
+  EXPECT_EQ(got.get_int("bailingmoe2.block_count"), 3);
+  EXPECT_EQ(got.get_int("bailingmoe2.nextn_predict_layers"), 1);
+  EXPECT_EQ(got.get_float("bailingmoe2.expert_weights_scale"), 2.5);
+  EXPECT_TRUE(got.get_bool("bailingmoe2.expert_weights_norm"));
+  EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "bailingmoe2");
+  EXPECT_EQ(got.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);  // the dense lead
+  EXPECT_EQ(got.find_tensor("blk.0.attn_q.weight"), nullptr);        // kept fused
+  for (const char* t :
+       {"blk.2.nextn.eh_proj.weight", "blk.2.nextn.enorm.weight", "blk.2.nextn.hnorm.weight",
+        "blk.2.layer_output_norm.weight", "blk.2.attn_qkv.weight", "blk.2.ffn_up_exps.weight"}) {
+    EXPECT_NE(got.find_tensor(t), nullptr) << t;
+  }
+  EXPECT_EQ(got.tensor("blk.2.nextn.eh_proj.weight").ne[0], 128);
+  auto m = Model::load(out);
+  EXPECT_EQ(m->config().n_layer, 2);
+  EXPECT_EQ(m->config().n_layer_nextn, 1);
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "ernie4_5_moe"}) {
+  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",
+                        "bailing_moe", "ernie4_5_moe"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -27,6 +27,12 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
   - ernie4_5-moe (fixtures/ernie4_5-moe, F32): experts mlp.experts.N.*, mlp.gate,
     mlp.moe_statics.e_score_correction_bias ([1, N] as HF stores it), mlp.shared_experts.*, no
     lm_head (tied), the config's moe_* fields;
+  - bailing_moe_v2 (fixtures/bailingmoe2, F32): Ling 2.0's names (model.word_embeddings,
+    attention.query_key_value kept fused, attention.dense, query_layernorm / key_layernorm,
+    mlp.gate.expert_bias, mlp.shared_experts), the config's n_group / topk_group /
+    partial_rotary_factor / score_function; plus one MTP layer after the trunk
+    (num_nextn_predict_layers 1: the last layer's tensors again, eh_proj, enorm, hnorm,
+    final_layernorm), which the converter writes and the loader skips;
   - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
     (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
@@ -40,7 +46,7 @@ qwen2 and qwen3 (dense) have no golden: their weights are drawn here (F16 and BF
 exercise those dtypes) and expected.gguf is written beside them from the same values, with
 the llama.cpp names; the test compares the converted file with it tensor by tensor.
 
-qwen2moe, glm4_moe, minimax_m2, dots1, ernie4_5_moe and gpt_oss are written as two shards with model.safetensors.index.json,
+qwen2moe, glm4_moe, minimax_m2, dots1, ernie4_5_moe, bailing_moe_v2 and gpt_oss are written as two shards with model.safetensors.index.json,
 deepseek_v2 as three;
 mixtral also gets a SentencePiece tokenizer.model (protobuf written by hand), which the
 converter prefers for the llama family, as llama.cpp's does.
@@ -269,6 +275,16 @@ GQA_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
     "nextn.hnorm.weight": "hnorm.weight",
     "nextn.shared_head_norm.weight": "shared_head.norm.weight",
 }
+BAILING2_NAMES = {  # Ling 2.0's own names under model.layers.N.
+    "attn_qkv.weight": "attention.query_key_value.weight",
+    "attn_output.weight": "attention.dense.weight",
+    "attn_q_norm.weight": "attention.query_layernorm.weight",
+    "attn_k_norm.weight": "attention.key_layernorm.weight",
+    "exp_probs_b.bias": "mlp.gate.expert_bias",
+    "ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
+    "ffn_up_shexp.weight": "mlp.shared_experts.up_proj.weight",
+    "ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight",
+}
 EXPERT_NAMES = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
                 "ffn_down_exps.weight": "down_proj"}
 MIXTRAL_EXPERT_NAMES = {"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3",
@@ -282,6 +298,9 @@ def hf_tensors(g, arch, config):
     kb = {}
     for name, t in g.tensors.items():
         x = t.to_numpy().astype(np.float32)
+        if name == "token_embd.weight" and arch == "bailingmoe2":
+            out.append(("model.word_embeddings.weight", x))
+            continue
         if name == "token_embd.weight":
             out.append(("model.embed_tokens.weight", x))
             continue
@@ -308,6 +327,9 @@ def hf_tensors(g, arch, config):
             x = unpermute(x, n_kv)
         if arch in ("llama", "minimax-m2") and rest == "ffn_gate_inp.weight":
             out.append((p + "block_sparse_moe.gate.weight", x))
+            continue
+        if arch == "bailingmoe2" and rest in BAILING2_NAMES:
+            out.append((p + BAILING2_NAMES[rest], x))
             continue
         if arch == "dots1" and rest == "exp_probs_b.bias":
             out.append((p + "mlp.gate.e_score_correction_bias", x))
@@ -448,6 +470,57 @@ def dots1_extra(g, arch):
         "rope_scaling": None,
         "tie_word_embeddings": False,
     }
+
+
+def bailingmoe2_extra(g, arch):
+    """Ling-mini-2.0's config.json fields (num_experts, moe_intermediate_size,
+    first_k_dense_replace, n_group / topk_group, partial_rotary_factor, score_function), one MTP
+    layer after the trunk."""
+    k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
+    return {
+        "architectures": ["BailingMoeV2ForCausalLM"],
+        "head_dim": k("attention.key_length"),
+        "partial_rotary_factor": k("rope.dimension_count") / k("attention.key_length"),
+        "use_qkv_bias": False,
+        "use_bias": False,
+        "use_qk_norm": True,
+        "hidden_act": "silu",
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "moe_shared_expert_intermediate_size": k("expert_shared_feed_forward_length"),
+        "num_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "num_shared_experts": k("expert_shared_count"),
+        "first_k_dense_replace": k("leading_dense_block_count"),
+        "routed_scaling_factor": float(k("expert_weights_scale")),
+        "norm_topk_prob": bool(k("expert_weights_norm")),
+        "n_group": k("expert_group_count"),
+        "topk_group": k("expert_group_used_count"),
+        "score_function": "sigmoid",
+        "num_nextn_predict_layers": 1,
+        "rope_scaling": None,
+        "tie_word_embeddings": False,
+    }
+
+
+def bailingmoe2_from_fixture(out_dir, name, gguf_path):
+    """The fixture as a Ling 2.0 checkpoint, plus one MTP layer (model.layers.<n_layer>): the
+    last layer's tensors again and the MTP layer's own (eh_proj, enorm, hnorm,
+    final_layernorm), small values; no output depends on it."""
+    g = G.read_gguf(gguf_path)
+    arch = g.get("general.architecture")
+    config = common_config(g, arch, "bailing_moe_v2")
+    config.update(bailingmoe2_extra(g, arch))
+    tensors = hf_tensors(g, arch, config)
+    n, E = config["num_hidden_layers"], config["hidden_size"]
+    last = "model.layers.%d." % (n - 1)
+    mtp = "model.layers.%d." % n
+    tensors += [(mtp + t[len(last):], x) for t, x in tensors if t.startswith(last)]
+    rng = np.random.default_rng(2026)
+    tensors += [(mtp + "eh_proj.weight", (0.02 * rng.standard_normal((E, 2 * E))).astype(np.float32))]
+    for norm in ("enorm", "hnorm", "final_layernorm"):
+        tensors.append((mtp + norm + ".weight", np.ones(E, dtype=np.float32)))
+    tok = make_tokenizer(config["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), config, tensors, "F32", 2, tok)
 
 
 def minimax_m2_extra(g, arch):
@@ -748,6 +821,7 @@ def main(argv):
     from_fixture(out, "ernie4_5_moe", f("ernie4_5-moe/tiny-ernie4_5-moe-f32.gguf"),
                  "ernie4_5_moe", ernie4_5_moe_extra, shards=2)
     qwen3vl_from_fixture(out, "qwen3_vl_moe", f("qwen3vlmoe/tiny-qwen3vlmoe-f32.gguf"))
+    bailingmoe2_from_fixture(out, "bailing_moe_v2", f("bailingmoe2/tiny-bailingmoe2-f32.gguf"))
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)
