@@ -197,6 +197,36 @@ std::vector<int32_t> chat_prompt(const json& body, const ApiModel& m) {
     if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
     conv.push_back({role, message_content(msg, i)});
   }
+  if (m.chat_template) {
+    // The model's own template, with the variables transformers passes; each message keeps
+    // its other fields (name, tool_call_id, ...), its content flattened to text as above.
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < msgs->size(); ++i) {
+      nlohmann::ordered_json o;
+      o["role"] = conv[i].role;
+      o["content"] = conv[i].content;
+      for (auto it = (*msgs)[i].begin(); it != (*msgs)[i].end(); ++it)
+        if (it.key() != "role" && it.key() != "content") o[it.key()] = it.value();
+      messages.push_back(std::move(o));
+    }
+    const nlohmann::ordered_json ctx = {{"messages", std::move(messages)},
+                                        {"tools", nullptr},
+                                        {"documents", nullptr},
+                                        {"add_generation_prompt", true},
+                                        {"bos_token", m.chat.bos_token},
+                                        {"eos_token", m.chat.eos_token}};
+    try {
+      const std::string text = m.chat_template->render(ctx);
+      // Templates that write bos_token themselves (Llama 3, Mistral) must not get a second.
+      const bool has_bos = !m.chat.bos_token.empty() &&
+                           text.compare(0, m.chat.bos_token.size(), m.chat.bos_token) == 0;
+      return m.tok->encode(text, !has_bos, true);
+    } catch (const Error& e) {
+      if (m.log)
+        m.log(std::string("chat template failed, using the ") + m.chat.name +
+              " format: " + e.what());
+    }
+  }
   std::string text;
   try {
     text = render_chat(m.chat, conv, true);

@@ -4,6 +4,8 @@
 // error object), before anything reaches the engine.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "lynx/chat.h"
+#include "lynx/chat_template.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
 
@@ -32,6 +35,11 @@ struct ApiError : std::runtime_error {
 struct ApiModel {
   const Tokenizer* tok = nullptr;
   ChatFormat chat;
+  // The model's own tokenizer.chat_template, parsed (null when the file has none, it does not
+  // parse, or --chat-format names a built-in format). Chat prompts are rendered with it; when
+  // rendering fails, `chat` renders instead and `log` says why.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  std::function<void(const std::string&)> log;
   std::string name;  // served model id
   int n_ctx = 0;     // context limit per sequence
   int max_n = 8;

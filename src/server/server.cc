@@ -434,6 +434,21 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     s.api.chat = chat_format_from_name("chatml", bos, eos);
     s.log(std::string("no usable chat template (") + e.what() + "); chat uses chatml");
   }
+  // The model's own Jinja template renders chat prompts unless a format is named; the
+  // built-in format above is the fallback when it does not parse or render.
+  if (s.opts.chat_format.empty()) {
+    const std::string tmpl = s.model->file().get_string("tokenizer.chat_template", "");
+    if (!tmpl.empty()) {
+      try {
+        s.api.chat_template = std::make_shared<const ChatTemplate>(tmpl);
+        s.log("chat prompts: the model's chat template (fallback: " + s.api.chat.name + ")");
+      } catch (const Error& e) {
+        s.log(std::string("the chat template does not parse (") + e.what() + "); chat uses " +
+              s.api.chat.name);
+      }
+    }
+  }
+  s.api.log = [&s](const std::string& msg) { s.log(msg); };
   s.engine = std::make_unique<server::Engine>(*s.model, *s.tok, s.opts, s.metrics);
   const server::RoutingControl& rc = s.engine->routing_control();
   s.api.routing_levels.clear();

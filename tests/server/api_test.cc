@@ -440,3 +440,33 @@ TEST(ParseCompletion, NestingDepthIsBoundedBeforeParsing) {
 
 }  // namespace
 }  // namespace lynx::server
+
+namespace lynx::server {
+namespace {
+
+// A model's own Jinja chat template renders chat prompts; when it fails, the built-in format
+// renders instead and the failure is logged.
+TEST(ChatTemplatePrompt, RendersWithTheModelsTemplateElseFallsBack) {
+  ApiModel m = fx().api();
+  m.n_ctx = 512;  // room for the built-in ChatML prompt with its default system text
+  std::vector<std::string> logged;
+  m.log = [&](const std::string& s) { logged.push_back(s); };
+  m.chat_template = std::make_shared<const ChatTemplate>(
+      "{% for x in messages %}[{{ x.role }}:{{ x.content }}{{ '|' ~ x.name if x.name }}]"
+      "{% endfor %}{% if add_generation_prompt %}>{% endif %}");
+  const char* body =
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"h"},{"type":"text","text":"i"}],"name":"bob"}]})";
+  CompletionParams p = parse_completion(body, true, m);
+  EXPECT_EQ(p.prompt, fx().tok->encode("[system:s][user:hi|bob]>", true, true));
+  EXPECT_TRUE(logged.empty());
+  m.chat_template = std::make_shared<const ChatTemplate>("{{ raise_exception('no system') }}");
+  p = parse_completion(body, true, m);
+  ApiModel builtin = fx().api();
+  builtin.n_ctx = 512;
+  EXPECT_EQ(p.prompt, parse_completion(body, true, builtin).prompt);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("no system"), std::string::npos) << logged[0];
+}
+
+}  // namespace
+}  // namespace lynx::server
