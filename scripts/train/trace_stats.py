@@ -10,7 +10,7 @@ for the project's own checkpoints (its summarize(): median top-1 probability, to
 per layer and over all layers, so that a real model (OLMoE, Qwen, Mixtral after `lynx-moe
 convert`) lands on the same axes as the trained snapshots in docs/models.md.
 
-Trace format: src/routing/trace.h (version 1). The statistics are of the router's softmax
+Trace format: src/analysis/trace.h (version 1). The statistics are of the router's softmax
 over all N experts; a trace of a sigmoid router (DeepSeek-V3, GLM-4.5) is refused, because
 its per-expert scores are not a distribution and "top-1 probability" is not defined for it.
 """
@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from router_stats import summarize  # noqa: E402
 
-HEADER = struct.Struct("<4sIIIIBBHf")  # 28 bytes, see src/routing/trace.h
+HEADER = struct.Struct("<4sIIIIBBHf")  # 28 bytes, see src/analysis/trace.h
 RECORD = struct.Struct("<III")
 FLAG_PREFILL = 1
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "routing/trace.h"
+#include "analysis/trace.h"
 #include "util.h"
 
 namespace {
@@ -29,11 +29,11 @@ class EpCli : public ::testing::Test {
     // A trace of 2 layers, 8 experts, 2 per token, 64 tokens of random logits: the bundled
     // 8x2 model's expert count, so -m sizes fit it.
     trace_ = (dir_ / "t.lxrt").string();
-    lynx::routing::TraceHeader h;
+    lynx::analysis::TraceHeader h;
     h.n_layers = 2;
     h.n_expert = 8;
     h.n_expert_used = 2;
-    lynx::routing::TraceWriter w(trace_, h);
+    lynx::analysis::TraceWriter w(trace_, h);
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd(0.f, 2.f);
     std::vector<float> z(64 * 8);

@@ -14,7 +14,7 @@
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
-#include "routing/trace.h"
+#include "analysis/trace.h"
 
 namespace lynx::cli {
 namespace {
@@ -49,7 +49,7 @@ struct PolicyRun {
 
 PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
                      const std::vector<std::string>& prompts, const std::string& spec,
-                     routing::TraceWriter* trace, ExpertParallel& ep) {
+                     analysis::TraceWriter* trace, ExpertParallel& ep) {
   ContextOptions co;
   ep.configure(co);
   co.n_threads = a.threads;
@@ -255,18 +255,18 @@ void register_generate(CLI::App& app) {
                   a->parallel, a->n_predict);
       if (a->bf16_acts) std::printf("%s\n", bf16_acts_summary(*model).c_str());
       std::vector<PolicyRun> runs;
-      std::unique_ptr<routing::TraceWriter> trace;
+      std::unique_ptr<analysis::TraceWriter> trace;
       // Under --expert-parallel every rank computes the same trace: rank 0 writes it.
       if (!a->record_trace.empty() && ep.rank() == 0) {
         if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
-        routing::TraceHeader h;
+        analysis::TraceHeader h;
         h.n_layers = c.n_layer;
         h.n_expert = c.n_expert;
         h.n_expert_used = c.n_expert_used;
         h.func = c.gating.func;
         h.norm_topk = c.gating.norm_topk;
         h.weights_scale = c.gating.weights_scale;
-        trace = std::make_unique<routing::TraceWriter>(a->record_trace, h);
+        trace = std::make_unique<analysis::TraceWriter>(a->record_trace, h);
       }
       for (const std::string& spec : specs) {
         runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get(), ep));

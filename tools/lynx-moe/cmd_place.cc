@@ -1,4 +1,4 @@
-// `lynx-moe place`: the expert placement file for expert parallelism (routing/placement.h),
+// `lynx-moe place`: the expert placement file for expert parallelism (analysis/placement.h),
 // balanced from a recorded routing trace or contiguous, with the expected imbalance of both
 // on stderr.
 #include <cerrno>
@@ -9,8 +9,8 @@
 
 #include "commands.h"
 #include "common.h"
-#include "routing/placement.h"
-#include "routing/trace.h"
+#include "analysis/placement.h"
+#include "analysis/trace.h"
 
 namespace lynx::cli {
 namespace {
@@ -47,10 +47,10 @@ void run_place(const PlaceArgs& a) {
       throw UsageError("--trace: '" + a.trace + "' is a directory, expected a routing trace");
     }
   }
-  routing::ExpertLoad load;
+  analysis::ExpertLoad load;
   int n_expert = a.experts, n_layers = a.layers;
   if (!a.trace.empty()) {
-    load = routing::expert_load_from_trace(a.trace);
+    load = analysis::expert_load_from_trace(a.trace);
     if (a.experts && a.experts != load.n_expert) {
       throw UsageError("--experts " + std::to_string(a.experts) + " does not match the trace's " +
                        std::to_string(load.n_expert) + " experts");
@@ -65,18 +65,18 @@ void run_place(const PlaceArgs& a) {
                      std::to_string(n_expert) +
                      " experts per layer (each rank holds whole experts)");
   }
-  routing::Placement contiguous = routing::contiguous_placement(n_layers, n_expert, a.ranks);
-  routing::Placement placement = contiguous;
+  analysis::Placement contiguous = analysis::contiguous_placement(n_layers, n_expert, a.ranks);
+  analysis::Placement placement = contiguous;
   if (!a.contiguous) {
-    routing::BalanceOptions opt;
+    analysis::BalanceOptions opt;
     opt.coact_weight = a.coact;
-    placement = routing::balanced_placement(load, a.ranks, opt);
+    placement = analysis::balanced_placement(load, a.ranks, opt);
     // A layer the trace never routed keeps the contiguous default.
     for (size_t l = 0; l < load.count.size(); ++l) {
       if (load.tokens[l] == 0) placement.layers[l] = contiguous.layers[l];
     }
   }
-  const std::string json = routing::placement_to_json(placement);
+  const std::string json = analysis::placement_to_json(placement);
   if (!load.count.empty()) {
     std::fprintf(stderr,
                  "place: %d experts on %d ranks, %d layers; expected imbalance (max/mean "
@@ -85,9 +85,9 @@ void run_place(const PlaceArgs& a) {
     double sum_c = 0, sum_b = 0;
     for (int l = 0; l < n_layers; ++l) {
       const double ic =
-          routing::imbalance_factor(contiguous.layers[size_t(l)], load.count[size_t(l)], a.ranks);
+          analysis::imbalance_factor(contiguous.layers[size_t(l)], load.count[size_t(l)], a.ranks);
       const double ib =
-          routing::imbalance_factor(placement.layers[size_t(l)], load.count[size_t(l)], a.ranks);
+          analysis::imbalance_factor(placement.layers[size_t(l)], load.count[size_t(l)], a.ranks);
       sum_c += ic;
       sum_b += ib;
       std::fprintf(stderr, "  %5d  %6lld  %10.3f  %8.3f\n", l, (long long)load.tokens[size_t(l)],

@@ -18,8 +18,8 @@
 #include "lynx/gguf.h"
 #include "lynx/routing.h"
 #include "lynx/synth.h"
-#include "routing/simulate.h"
-#include "routing/trace.h"
+#include "analysis/simulate.h"
+#include "analysis/trace.h"
 
 namespace lynx::cli {
 namespace {
@@ -45,9 +45,9 @@ struct EpArgs {
 // Sizes from a GGUF model: routed expert tensors (blk.L.ffn_{gate,up,down}_exps) give the
 // expert bytes and the MoE layers; every other tensor is dense, except the token embedding
 // (a row lookup) unless the output projection is tied to it.
-routing::EpShape shape_from_model(const std::string& path, int* n_expert, int* k) {
+analysis::EpShape shape_from_model(const std::string& path, int* n_expert, int* k) {
   const gguf::File f = gguf::File::open(path);
-  routing::EpShape s;
+  analysis::EpShape s;
   double exp_bytes = 0, exp_params = 0, dense = 0;
   int moe_layers = 0, n = 0;
   for (const auto& t : f.tensors()) {
@@ -76,10 +76,10 @@ routing::EpShape shape_from_model(const std::string& path, int* n_expert, int* k
 }
 
 // Sizes of a known shape (lynx-moe synth --shape) at weight type `type`, without a file.
-routing::EpShape shape_from_synth(const SynthShape& sh, const std::string& type) {
+analysis::EpShape shape_from_synth(const SynthShape& sh, const std::string& type) {
   const gguf::TensorType t = gguf::tensor_type_from_name(type);
   auto mat = [&](int64_t in, int64_t out) { return double(gguf::row_size(t, in)) * double(out); };
-  routing::EpShape s;
+  analysis::EpShape s;
   s.hidden = sh.n_embd;
   s.moe_layers = sh.n_layer;
   s.expert_bytes = 2 * mat(sh.n_embd, sh.n_ff_exp) + mat(sh.n_ff_exp, sh.n_embd);
@@ -93,11 +93,11 @@ routing::EpShape shape_from_synth(const SynthShape& sh, const std::string& type)
   return s;
 }
 
-// A placement file of `lynx-moe place` (routing/placement.h); a malformed one is a broken
+// A placement file of `lynx-moe place` (analysis/placement.h); a malformed one is a broken
 // input file (lynx::Error, exit 1).
-routing::Placement read_placement(const std::string& path) {
+analysis::Placement read_placement(const std::string& path) {
   const std::string text = read_text_file(path, "--placement-file");
-  routing::Placement p;
+  analysis::Placement p;
   try {
     const auto j = nlohmann::json::parse(text);
     p.ranks = j.at("ranks").get<int>();
@@ -107,7 +107,7 @@ routing::Placement read_placement(const std::string& path) {
     throw Error("placement file '" + path + "': " + e.what());
   }
   try {
-    routing::validate_placement(p);
+    analysis::validate_placement(p);
   } catch (const Error& e) {
     throw Error("placement file '" + path + "': " + e.what());
   }
@@ -122,9 +122,9 @@ int single_int(const std::string& v, const std::string& flag) {
 }
 
 void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::string> specs,
-            routing::SimConfig cfg) {
+            analysis::SimConfig cfg) {
   for (auto& sp : specs) sp = make_routing_policy(sp)->spec();  // rows carry canonical specs
-  routing::EpConfig ec;
+  analysis::EpConfig ec;
   ec.ranks = parse_int_list(e.ranks, "--ranks");
   for (int r : ec.ranks) {
     if (r < 1 || r > (1 << 16)) {
@@ -133,7 +133,7 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   }
   if (!e.model.empty() && !e.shape.empty()) throw UsageError("give -m or --shape, not both");
   int model_n = 0, model_k = 0;
-  routing::EpShape shape;
+  analysis::EpShape shape;
   std::string source;
   if (!e.model.empty()) {
     if (std::filesystem::is_directory(e.model)) {
@@ -191,7 +191,7 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
     if (std::filesystem::is_directory(a.logits)) {
       throw UsageError("--trace: '" + a.logits + "' is a directory, expected a routing trace");
     }
-    n = routing::TraceReader(a.logits).header().n_expert;
+    n = analysis::TraceReader(a.logits).header().n_expert;
   }
   if (model_n && n != model_n) {
     throw UsageError("the routing has " + std::to_string(n) + " experts, the model shape " +
@@ -224,9 +224,9 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
       ec.ranks.push_back(ec.given.back().ranks);
     }
   }
-  std::vector<routing::MeasuredRow> measured;
+  std::vector<analysis::MeasuredRow> measured;
   if (!e.measured.empty()) {
-    measured = routing::parse_measured_csv(read_text_file(e.measured, "--measured"), e.measured);
+    measured = analysis::parse_measured_csv(read_text_file(e.measured, "--measured"), e.measured);
     // Simulate what the measurements need too.
     std::set<int> b(cfg.batches.begin(), cfg.batches.end()), r(ec.ranks.begin(), ec.ranks.end());
     for (const auto& m : measured) {
@@ -239,14 +239,14 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   }
   for (int r : ec.ranks) {
     try {
-      routing::expert_slices(n, r);
+      analysis::expert_slices(n, r);
     } catch (const Error& err) {
       throw UsageError(std::string("--ranks: ") + err.what());
     }
   }
   cfg.repeats = 1;  // nothing is timed
-  const auto rows = routing::simulate_ep(cfg, specs, ec);
-  const routing::CostParams& c = ec.cost;
+  const auto rows = analysis::simulate_ep(cfg, specs, ec);
+  const analysis::CostParams& c = ec.cost;
   char info[512];
   std::snprintf(
       info, sizeof info,
@@ -254,13 +254,13 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
       "mem %.0f GB/s, link %.1f GB/s, %.1f us, dense %.3f ms, %.0f GFLOP/s; %d steps, seed %llu",
       a.logits.empty() ? ("synthetic " + a.dist).c_str() : a.logits.c_str(), n,
       shape.expert_bytes / 1e6, shape.hidden, shape.moe_layers, shape.dense_bytes / 1e6,
-      c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6, 1e3 * routing::dense_seconds(shape, c),
+      c.mem_bw / 1e9, c.link_bw / 1e9, c.link_lat * 1e6, 1e3 * analysis::dense_seconds(shape, c),
       c.flops / 1e9, a.steps, (unsigned long long)a.seed);
   std::fprintf(stderr, "%s%s%s\n", info, source.empty() ? "" : "; sizes: ", source.c_str());
   if (!measured.empty()) {
-    std::fputs(routing::format_comparison(measured, rows, a.format).c_str(), stdout);
+    std::fputs(analysis::format_comparison(measured, rows, a.format).c_str(), stdout);
   } else {
-    std::fputs(routing::format_ep_rows(rows, a.format).c_str(), stdout);
+    std::fputs(analysis::format_ep_rows(rows, a.format).c_str(), stdout);
   }
 }
 
@@ -382,7 +382,7 @@ void register_route_sim(CLI::App& app) {
     if (!ep_mode && (!ep->measured.empty() || !ep->model.empty() || !ep->shape.empty())) {
       throw UsageError("-m, --shape and --measured need --ranks");
     }
-    routing::SimConfig cfg;
+    analysis::SimConfig cfg;
     cfg.batches = parse_int_list(a->batch, "--batch");
     cfg.steps = a->steps;
     cfg.repeats = a->repeats;
@@ -397,7 +397,7 @@ void register_route_sim(CLI::App& app) {
       run_ep(*a, *ep, cmd, specs, cfg);
       return;
     }
-    std::vector<routing::SimRow> rows;
+    std::vector<analysis::SimRow> rows;
     const auto experts =
         a->logits.empty() ? parse_int_list(a->experts, "--experts") : std::vector<int>{0};
     const auto ks = a->logits.empty() ? parse_int_list(a->k, "--k") : std::vector<int>{0};
@@ -421,7 +421,7 @@ void register_route_sim(CLI::App& app) {
             }
           }
         }
-        auto part = routing::simulate_routing(cfg, specs);
+        auto part = analysis::simulate_routing(cfg, specs);
         rows.insert(rows.end(), part.begin(), part.end());
       }
     }
@@ -432,7 +432,7 @@ void register_route_sim(CLI::App& app) {
       std::fprintf(stderr, "route-sim: trace %s, %d steps, seed %llu\n", a->logits.c_str(),
                    a->steps, (unsigned long long)a->seed);
     }
-    std::fputs(routing::format_sim_rows(rows, a->format).c_str(), stdout);
+    std::fputs(analysis::format_sim_rows(rows, a->format).c_str(), stdout);
   });
 }
 

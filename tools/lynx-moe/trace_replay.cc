@@ -2,12 +2,12 @@
 
 #include <cstring>
 
-#include "routing/trace.h"
+#include "analysis/trace.h"
 
 namespace lynx::cli {
 
 TraceReplay::TraceReplay(const std::string& path, const ModelConfig& model) {
-  routing::TraceReader r(path);
+  analysis::TraceReader r(path);
   const auto& h = r.header();
   if (h.n_expert != model.n_expert) {
     throw Error("routing trace " + path + " has " + std::to_string(h.n_expert) +
@@ -15,7 +15,7 @@ TraceReplay::TraceReplay(const std::string& path, const ModelConfig& model) {
   }
   n_expert_ = h.n_expert;
   layers_.resize(size_t(h.n_layers));
-  routing::TraceRecord rec;
+  analysis::TraceRecord rec;
   while (r.next(rec)) {
     auto& l = layers_[size_t(rec.layer)];
     l.insert(l.end(), rec.logits.begin(), rec.logits.end());

@@ -1,4 +1,4 @@
-#include "routing/ep_model.h"
+#include "analysis/ep_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "lynx/error.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 int expert_slices(int n_expert, int ranks) {
   if (n_expert < 1 || ranks < 1) {
@@ -163,4 +163,4 @@ EpPrediction predict(const EpAccum& a, int ranks, int slices, int batch, const E
   return p;
 }
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

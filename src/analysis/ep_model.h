@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 // Sizes the cost model needs, from a model file or a known shape (the command computes them).
 struct EpShape {
@@ -111,4 +111,4 @@ struct EpPrediction {
 EpPrediction predict(const EpAccum& a, int ranks, int slices, int batch, const EpShape& s,
                      const CostParams& c);
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

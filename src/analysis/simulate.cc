@@ -1,4 +1,4 @@
-#include "routing/simulate.h"
+#include "analysis/simulate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,9 +8,9 @@
 #include <memory>
 #include <numeric>
 
-#include "routing/trace.h"
+#include "analysis/trace.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 SynthLogits::SynthLogits(const SynthDist& d, int n_expert, uint64_t seed)
     : d_(d), n_(n_expert), rng_(seed) {
@@ -601,4 +601,4 @@ std::string format_comparison(const std::vector<MeasuredRow>& measured,
   return s;
 }
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

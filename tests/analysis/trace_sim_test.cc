@@ -7,9 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "helpers.h"
-#include "routing/simulate.h"
-#include "routing/trace.h"
+#include "../routing/helpers.h"
+#include "analysis/simulate.h"
+#include "analysis/trace.h"
 
 namespace lynx {
 namespace {
@@ -21,8 +21,8 @@ std::string temp_path(const std::string& name) {
       .string();
 }
 
-routing::TraceHeader header(int layers, int n, int k) {
-  routing::TraceHeader h;
+analysis::TraceHeader header(int layers, int n, int k) {
+  analysis::TraceHeader h;
   h.n_layers = layers;
   h.n_expert = n;
   h.n_expert_used = k;
@@ -39,20 +39,20 @@ TEST(Trace, RoundTrip) {
   const auto z1 = test::random_logits(rng, 1, 16, 1.f, false);
   const uint8_t flags[3] = {kTokenPrefill, kTokenPrefill, kTokenDecode};
   {
-    routing::TraceWriter w(path, header(2, 16, 4));
+    analysis::TraceWriter w(path, header(2, 16, 4));
     w.write(0, 0, 3, flags, z0.data());
     w.write(0, 1, 1, nullptr, z1.data());
     w.write(1, 1, 0, nullptr, nullptr);
     w.close();
   }
-  routing::TraceReader r(path);
+  analysis::TraceReader r(path);
   EXPECT_EQ(r.header().n_layers, 2);
   EXPECT_EQ(r.header().n_expert, 16);
   EXPECT_EQ(r.header().n_expert_used, 4);
   EXPECT_EQ(r.header().func, GatingFunc::kSigmoid);
   EXPECT_FALSE(r.header().norm_topk);
   EXPECT_EQ(r.header().weights_scale, 2.5f);
-  routing::TraceRecord rec;
+  analysis::TraceRecord rec;
   ASSERT_TRUE(r.next(rec));
   EXPECT_EQ(rec.step, 0);
   EXPECT_EQ(rec.layer, 0);
@@ -83,8 +83,8 @@ void put_bytes(const std::string& path, const std::vector<char>& b) {
 // Reads a whole trace, returning the error message ("" if it read cleanly).
 std::string read_all(const std::string& path) {
   try {
-    routing::TraceReader r(path);
-    routing::TraceRecord rec;
+    analysis::TraceReader r(path);
+    analysis::TraceRecord rec;
     while (r.next(rec)) {
     }
   } catch (const Error& e) {
@@ -97,7 +97,7 @@ TEST(Trace, RejectsBrokenFiles) {
   const std::string good = temp_path("good.lxrt"), bad = temp_path("bad.lxrt");
   {
     std::vector<float> z(2 * 8, 0.5f);
-    routing::TraceWriter w(good, header(2, 8, 2));
+    analysis::TraceWriter w(good, header(2, 8, 2));
     w.write(0, 1, 2, nullptr, z.data());
   }
   const auto bytes = file_bytes(good);
@@ -135,9 +135,9 @@ TEST(Trace, RejectsBrokenFiles) {
     EXPECT_NE(msg.find(c.what), std::string::npos) << c.what << ": got '" << msg << "'";
   }
   EXPECT_NE(read_all(temp_path("missing.lxrt")).find("cannot open"), std::string::npos);
-  EXPECT_THROW(routing::TraceWriter(bad, header(1, 4, 5)), Error);
+  EXPECT_THROW(analysis::TraceWriter(bad, header(1, 4, 5)), Error);
   {
-    routing::TraceWriter w(bad, header(1, 4, 2));
+    analysis::TraceWriter w(bad, header(1, 4, 2));
     std::vector<float> z(4);
     EXPECT_THROW(w.write(0, 1, 1, nullptr, z.data()), Error);  // layer out of range
   }
@@ -152,13 +152,13 @@ TEST(Trace, RejectsBrokenFiles) {
 // the ratio climbs back towards 1 (docs/routing.md shows the measured curve), so the
 // falling-ratio check stops at B = 16.
 TEST(Simulate, LynxActivatesFewerExpertsAndRatioFallsWithBatch) {
-  routing::SimConfig cfg;
+  analysis::SimConfig cfg;
   cfg.gating = {128, 8, GatingFunc::kSoftmax, true, 1.f};
   cfg.batches = {1, 4, 8, 16, 32, 64};
   cfg.steps = 40;
   cfg.seed = 2024;
   cfg.dist.name = "zipf";
-  const auto rows = routing::simulate_routing(cfg, {"topk", "lynx"});
+  const auto rows = analysis::simulate_routing(cfg, {"topk", "lynx"});
   ASSERT_EQ(rows.size(), 12u);
   std::vector<double> ratio;
   for (size_t i = 0; i < rows.size(); i += 2) {
@@ -186,37 +186,37 @@ TEST(Simulate, LynxActivatesFewerExpertsAndRatioFallsWithBatch) {
 
 TEST(Simulate, EveryDistributionAndSeedIsDeterministic) {
   for (const char* dist : {"gauss", "zipf", "topic"}) {
-    routing::SimConfig cfg;
+    analysis::SimConfig cfg;
     cfg.batches = {4};
     cfg.steps = 5;
     cfg.dist.name = dist;
-    const auto a = routing::simulate_routing(cfg, {"lynx", "oea:k0=4"});
-    const auto b = routing::simulate_routing(cfg, {"lynx", "oea:k0=4"});
+    const auto a = analysis::simulate_routing(cfg, {"lynx", "oea:k0=4"});
+    const auto b = analysis::simulate_routing(cfg, {"lynx", "oea:k0=4"});
     ASSERT_EQ(a.size(), 2u);
     EXPECT_EQ(a[0].stats.distinct_policy, b[0].stats.distinct_policy) << dist;
     EXPECT_EQ(a[1].stats.mass_kept, b[1].stats.mass_kept) << dist;
     cfg.seed = 99;
-    const auto c = routing::simulate_routing(cfg, {"lynx"});
+    const auto c = analysis::simulate_routing(cfg, {"lynx"});
     EXPECT_NE(a[0].stats.mass_kept, c[0].stats.mass_kept) << dist;
   }
-  routing::SimConfig bad;
+  analysis::SimConfig bad;
   bad.dist.name = "cauchy";
-  EXPECT_THROW(routing::simulate_routing(bad, {"topk"}), Error);
-  routing::SimConfig nob;
+  EXPECT_THROW(analysis::simulate_routing(bad, {"topk"}), Error);
+  analysis::SimConfig nob;
   nob.batches = {0};
-  EXPECT_THROW(routing::simulate_routing(nob, {"topk"}), Error);
-  EXPECT_THROW(routing::simulate_routing(routing::SimConfig{}, {"nope"}), Error);
+  EXPECT_THROW(analysis::simulate_routing(nob, {"topk"}), Error);
+  EXPECT_THROW(analysis::simulate_routing(analysis::SimConfig{}, {"nope"}), Error);
 }
 
 TEST(Simulate, ReplaysATrace) {
   const std::string path = temp_path("sim.lxrt");
   std::mt19937_64 rng(8);
   {
-    routing::TraceHeader h;
+    analysis::TraceHeader h;
     h.n_layers = 2;
     h.n_expert = 32;
     h.n_expert_used = 4;
-    routing::TraceWriter w(path, h);
+    analysis::TraceWriter w(path, h);
     for (int step = 0; step < 10; ++step) {
       for (int l = 0; l < 2; ++l) {
         const auto z = test::random_logits(rng, 3, 32, 1.f, false);
@@ -224,11 +224,11 @@ TEST(Simulate, ReplaysATrace) {
       }
     }
   }
-  routing::SimConfig cfg;
+  analysis::SimConfig cfg;
   cfg.trace_path = path;
   cfg.batches = {1, 8, 64};  // 64 > 30 rows per layer: sampled with replacement
   cfg.steps = 6;
-  const auto rows = routing::simulate_routing(cfg, {"topk", "lynx"});
+  const auto rows = analysis::simulate_routing(cfg, {"topk", "lynx"});
   ASSERT_EQ(rows.size(), 6u);
   for (const auto& r : rows) {
     EXPECT_EQ(r.n_expert, 32);  // from the trace, not cfg.gating
@@ -238,27 +238,27 @@ TEST(Simulate, ReplaysATrace) {
   }
   fs::remove(path);
   cfg.trace_path = temp_path("absent.lxrt");
-  EXPECT_THROW(routing::simulate_routing(cfg, {"topk"}), Error);
+  EXPECT_THROW(analysis::simulate_routing(cfg, {"topk"}), Error);
 }
 
 TEST(Simulate, OutputFormats) {
-  routing::SimConfig cfg;
+  analysis::SimConfig cfg;
   cfg.batches = {1, 16};
   cfg.steps = 3;
-  const auto rows = routing::simulate_routing(cfg, {"topk", "lynx:alpha=3,beta=4"});
-  const std::string md = routing::format_sim_rows(rows, "md");
+  const auto rows = analysis::simulate_routing(cfg, {"topk", "lynx:alpha=3,beta=4"});
+  const std::string md = analysis::format_sim_rows(rows, "md");
   EXPECT_NE(md.find("| policy | N | k | B |"), std::string::npos);
   EXPECT_NE(md.find("| lynx:alpha=3,beta=4 | 64 | 8 | 16 |"), std::string::npos);
   EXPECT_EQ(std::count(md.begin(), md.end(), '\n'), 2 + 4);
-  const std::string csv = routing::format_sim_rows(rows, "csv");
+  const std::string csv = analysis::format_sim_rows(rows, "csv");
   EXPECT_NE(csv.find("\"lynx:alpha=3,beta=4\",64,8,16,"), std::string::npos);
-  const auto js = nlohmann::json::parse(routing::format_sim_rows(rows, "json"));
+  const auto js = nlohmann::json::parse(analysis::format_sim_rows(rows, "json"));
   ASSERT_EQ(js.size(), 4u);
   EXPECT_EQ(js[3]["policy"], "lynx:alpha=3,beta=4");
   EXPECT_EQ(js[3]["batch"], 16);
   EXPECT_EQ(js[0]["ratio"], 1.0);
   EXPECT_LE(js[3]["distinct"].get<double>(), js[3]["distinct_exact"].get<double>());
-  EXPECT_THROW(routing::format_sim_rows(rows, "xml"), Error);
+  EXPECT_THROW(analysis::format_sim_rows(rows, "xml"), Error);
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
-#include "routing/placement.h"
+#include "analysis/placement.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "routing/trace.h"
+#include "analysis/trace.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 namespace {
 
 void check_ranks(int n_expert, int ranks) {
@@ -202,4 +202,4 @@ std::string placement_to_json(const Placement& p) {
   return s;
 }
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

@@ -6,18 +6,18 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "routing/ep_model.h"
-#include "routing/placement.h"
-#include "routing/simulate.h"
-#include "routing/trace.h"
+#include "analysis/ep_model.h"
+#include "analysis/placement.h"
+#include "analysis/simulate.h"
+#include "analysis/trace.h"
 
 namespace lynx {
 namespace {
 
 namespace fs = std::filesystem;
-using routing::EpShape;
-using routing::EpStep;
-using routing::EpStepCounter;
+using analysis::EpShape;
+using analysis::EpStep;
+using analysis::EpStepCounter;
 
 std::string temp_path(const std::string& name) {
   return (fs::temp_directory_path() / ("lynx_ep_" + std::to_string(::getpid()) + "_" + name))
@@ -32,28 +32,28 @@ std::vector<float> row(int n, std::initializer_list<int> hot) {
 }
 
 TEST(Placement, ContiguousSlicesWithEqualCounts) {
-  EXPECT_EQ(routing::contiguous_layer(8, 4), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(analysis::contiguous_layer(8, 4), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
   // R does not divide N: the first N % R ranks hold one more.
-  EXPECT_EQ(routing::contiguous_layer(5, 2), (std::vector<int>{0, 0, 0, 1, 1}));
-  EXPECT_EQ(routing::contiguous_layer(3, 1), (std::vector<int>{0, 0, 0}));
-  EXPECT_THROW(routing::contiguous_layer(4, 0), Error);
-  EXPECT_THROW(routing::contiguous_layer(4, 5), Error);
+  EXPECT_EQ(analysis::contiguous_layer(5, 2), (std::vector<int>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(analysis::contiguous_layer(3, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_THROW(analysis::contiguous_layer(4, 0), Error);
+  EXPECT_THROW(analysis::contiguous_layer(4, 5), Error);
 }
 
 TEST(Placement, GreedyLargestFirstByHand) {
   // Loads 8..1 on 2 ranks of 4: 8->r0, 7->r1, 6->r1, 5->r0, 4->r0 (13 = 13, lower rank),
   // 3->r1, 2->r1 (16 < 17; r1 is now full), 1->r0: both ranks 18.
   const std::vector<double> count = {8, 7, 6, 5, 4, 3, 2, 1};
-  const auto rank_of = routing::balance_layer(count, {}, 2);
+  const auto rank_of = analysis::balance_layer(count, {}, 2);
   EXPECT_EQ(rank_of, (std::vector<int>{0, 1, 1, 0, 0, 1, 1, 0}));
-  EXPECT_DOUBLE_EQ(routing::imbalance_factor(rank_of, count, 2), 1.0);
+  EXPECT_DOUBLE_EQ(analysis::imbalance_factor(rank_of, count, 2), 1.0);
   // Contiguous: 26 vs 10 around a mean of 18.
-  EXPECT_DOUBLE_EQ(routing::imbalance_factor(routing::contiguous_layer(8, 2), count, 2),
+  EXPECT_DOUBLE_EQ(analysis::imbalance_factor(analysis::contiguous_layer(8, 2), count, 2),
                    26.0 / 18.0);
 }
 
-routing::TraceHeader header(int layers, int n, int k) {
-  routing::TraceHeader h;
+analysis::TraceHeader header(int layers, int n, int k) {
+  analysis::TraceHeader h;
   h.n_layers = layers;
   h.n_expert = n;
   h.n_expert_used = k;
@@ -64,7 +64,7 @@ TEST(Placement, BalancedFromATraceBeatsContiguous) {
   // One layer, N = 4, k = 1: experts 0 and 1 get 3 tokens each, 2 and 3 one each.
   const std::string path = temp_path("place.lxrt");
   {
-    routing::TraceWriter w(path, header(1, 4, 1));
+    analysis::TraceWriter w(path, header(1, 4, 1));
     std::vector<float> z;
     for (int e : {0, 0, 0, 1, 1, 1, 2, 3}) {
       const auto r = row(4, {e});
@@ -73,19 +73,19 @@ TEST(Placement, BalancedFromATraceBeatsContiguous) {
     w.write(0, 0, 8, nullptr, z.data());
     w.close();
   }
-  const auto load = routing::expert_load_from_trace(path);
+  const auto load = analysis::expert_load_from_trace(path);
   ASSERT_EQ(load.count.size(), 1u);
   EXPECT_EQ(load.count[0], (std::vector<double>{3, 3, 1, 1}));
   EXPECT_EQ(load.tokens[0], 8);
-  const auto p = routing::balanced_placement(load, 2);
-  routing::validate_placement(p);  // every expert once, 2 per rank
+  const auto p = analysis::balanced_placement(load, 2);
+  analysis::validate_placement(p);  // every expert once, 2 per rank
   // 0->r0, 1->r1, 2->r0 (3 = 3, lower rank), 3->r1: 4 and 4.
   EXPECT_EQ(p.layers[0], (std::vector<int>{0, 1, 0, 1}));
-  EXPECT_DOUBLE_EQ(routing::imbalance_factor(p.layers[0], load.count[0], 2), 1.0);
-  const auto c = routing::contiguous_placement(1, 4, 2);
-  EXPECT_DOUBLE_EQ(routing::imbalance_factor(c.layers[0], load.count[0], 2), 1.5);  // 6 vs 4
+  EXPECT_DOUBLE_EQ(analysis::imbalance_factor(p.layers[0], load.count[0], 2), 1.0);
+  const auto c = analysis::contiguous_placement(1, 4, 2);
+  EXPECT_DOUBLE_EQ(analysis::imbalance_factor(c.layers[0], load.count[0], 2), 1.5);  // 6 vs 4
   // The file the MPI runtime reads.
-  const auto j = nlohmann::json::parse(routing::placement_to_json(p));
+  const auto j = nlohmann::json::parse(analysis::placement_to_json(p));
   EXPECT_EQ(j["ranks"], 2);
   EXPECT_EQ(j["experts"], 4);
   EXPECT_EQ(j["layers"], nlohmann::json::parse("[[0, 1, 0, 1]]"));
@@ -100,27 +100,27 @@ TEST(Placement, CoactivationWeightGroupsOrSpreads) {
     z.insert(z.end(), r.begin(), r.end());
   }
   std::vector<double> count, coact;
-  routing::add_expert_load(g, z.data(), 4, count, coact);
+  analysis::add_expert_load(g, z.data(), 4, count, coact);
   EXPECT_EQ(count, (std::vector<double>{2, 2, 2, 2}));
   EXPECT_EQ(coact[0 * 4 + 1], 2);
   EXPECT_EQ(coact[0 * 4 + 2], 0);
-  routing::BalanceOptions spread, group;
+  analysis::BalanceOptions spread, group;
   spread.coact_weight = 1;
   group.coact_weight = -2;
-  EXPECT_EQ(routing::balance_layer(count, coact, 2), (std::vector<int>{0, 1, 0, 1}));
-  EXPECT_EQ(routing::balance_layer(count, coact, 2, spread), (std::vector<int>{0, 1, 0, 1}));
-  EXPECT_EQ(routing::balance_layer(count, coact, 2, group), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(analysis::balance_layer(count, coact, 2), (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(analysis::balance_layer(count, coact, 2, spread), (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(analysis::balance_layer(count, coact, 2, group), (std::vector<int>{0, 0, 1, 1}));
 }
 
 TEST(Placement, ValidationRejectsBrokenPlacements) {
-  routing::Placement p = routing::contiguous_placement(2, 4, 2);
-  EXPECT_NO_THROW(routing::validate_placement(p));
+  analysis::Placement p = analysis::contiguous_placement(2, 4, 2);
+  EXPECT_NO_THROW(analysis::validate_placement(p));
   p.layers[1] = {0, 0, 0, 1};  // unequal counts
-  EXPECT_THROW(routing::validate_placement(p), Error);
+  EXPECT_THROW(analysis::validate_placement(p), Error);
   p.layers[1] = {0, 0, 1, 2};  // rank out of range
-  EXPECT_THROW(routing::validate_placement(p), Error);
+  EXPECT_THROW(analysis::validate_placement(p), Error);
   p.layers[1] = {0, 0, 1};  // an expert missing
-  EXPECT_THROW(routing::validate_placement(p), Error);
+  EXPECT_THROW(analysis::validate_placement(p), Error);
 }
 
 // Three tokens, N = 4, k = 2, experts {0, 1} on rank 0 and {2, 3} on rank 1:
@@ -145,10 +145,10 @@ TEST(EpModel, PerRankCountsByHand) {
 }
 
 TEST(EpModel, SlicedExpertsPastOneExpertPerRank) {
-  EXPECT_EQ(routing::expert_slices(8, 8), 1);
-  EXPECT_EQ(routing::expert_slices(8, 32), 4);
-  EXPECT_THROW(routing::expert_slices(8, 12), Error);
-  EXPECT_THROW(routing::expert_slices(8, 0), Error);
+  EXPECT_EQ(analysis::expert_slices(8, 8), 1);
+  EXPECT_EQ(analysis::expert_slices(8, 32), 4);
+  EXPECT_THROW(analysis::expert_slices(8, 12), Error);
+  EXPECT_THROW(analysis::expert_slices(8, 0), Error);
   // N = 2 on 4 ranks (e0 on r0, r1; e1 on r2, r3), k = 1: t0, t1 -> e0, t2 -> e1.
   const std::vector<int32_t> ids = {0, 0, 1};
   const std::vector<float> w = {1, 1, 1};
@@ -170,30 +170,30 @@ TEST(EpModel, CostFormulasByHand) {
   s.act_bytes = 4;
   s.moe_layers = 2;
   s.dense_bytes = 2e6;
-  routing::CostParams c;
+  analysis::CostParams c;
   c.mem_bw = 1e9;
   c.link_bw = 1e8;
   c.link_lat = 1e-5;
-  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 1, s, c), 3e-3);
-  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 2, s, c), 1.5e-3);
+  EXPECT_DOUBLE_EQ(analysis::expert_seconds(3, 1, s, c), 3e-3);
+  EXPECT_DOUBLE_EQ(analysis::expert_seconds(3, 2, s, c), 1.5e-3);
   // 2 (R-1)/R of B x H x 4 bytes: 1.5 x 32000; 2 log2(4) = 4 latencies.
-  EXPECT_DOUBLE_EQ(routing::allreduce_bytes_per_rank(4, 8, s), 48000);
-  EXPECT_NEAR(routing::allreduce_seconds(4, 8, s, c), 48000 / 1e8 + 4e-5, 1e-12);
-  EXPECT_NEAR(routing::allreduce_seconds(3, 8, s, c), 2.0 * 2 / 3 * 32000 / 1e8 + 4e-5,
+  EXPECT_DOUBLE_EQ(analysis::allreduce_bytes_per_rank(4, 8, s), 48000);
+  EXPECT_NEAR(analysis::allreduce_seconds(4, 8, s, c), 48000 / 1e8 + 4e-5, 1e-12);
+  EXPECT_NEAR(analysis::allreduce_seconds(3, 8, s, c), 2.0 * 2 / 3 * 32000 / 1e8 + 4e-5,
               1e-12);  // ceil(log2 3) = 2
-  EXPECT_EQ(routing::allreduce_seconds(1, 8, s, c), 0);
+  EXPECT_EQ(analysis::allreduce_seconds(1, 8, s, c), 0);
   // The compute roof, when given: 2 x 10 assignments x 1e6 weights / 1e10 FLOP/s = 2 ms, under
   // the 3 ms of streaming; 20 assignments take 4 ms.
   s.expert_params = 1e6;
-  routing::CostParams cf = c;
+  analysis::CostParams cf = c;
   cf.flops = 1e10;
-  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 1, s, cf, 10), 3e-3);
-  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 1, s, cf, 20), 4e-3);
-  EXPECT_DOUBLE_EQ(routing::expert_seconds(3, 2, s, cf, 20), 2e-3);
-  EXPECT_DOUBLE_EQ(routing::dense_seconds(s, c), 2e-3);
-  routing::CostParams c2 = c;
+  EXPECT_DOUBLE_EQ(analysis::expert_seconds(3, 1, s, cf, 10), 3e-3);
+  EXPECT_DOUBLE_EQ(analysis::expert_seconds(3, 1, s, cf, 20), 4e-3);
+  EXPECT_DOUBLE_EQ(analysis::expert_seconds(3, 2, s, cf, 20), 2e-3);
+  EXPECT_DOUBLE_EQ(analysis::dense_seconds(s, c), 2e-3);
+  analysis::CostParams c2 = c;
   c2.dense_s = 5e-4;
-  EXPECT_DOUBLE_EQ(routing::dense_seconds(s, c2), 5e-4);
+  EXPECT_DOUBLE_EQ(analysis::dense_seconds(s, c2), 5e-4);
 
   // The hand step on 2 ranks, B = 3: every rank streams 2 experts; all-to-all phases move
   // one 4000-byte row per rank with one peer: 4e-5 + 1e-5 each, dispatch and combine.
@@ -201,10 +201,10 @@ TEST(EpModel, CostFormulasByHand) {
   EpStepCounter counter(4, 2);
   EpStep st;
   counter.count(h.ids.data(), h.w.data(), 3, 2, {0, 0, 1, 1}, st);
-  EXPECT_NEAR(routing::all_to_all_seconds(st, s, c), 1e-4, 1e-12);
-  routing::EpAccum acc;
+  EXPECT_NEAR(analysis::all_to_all_seconds(st, s, c), 1e-4, 1e-12);
+  analysis::EpAccum acc;
   acc.add(st, 1, s, c);
-  const auto p = routing::predict(acc, 2, 1, 3, s, c);
+  const auto p = analysis::predict(acc, 2, 1, 3, s, c);
   EXPECT_DOUBLE_EQ(p.experts_max, 2);
   EXPECT_DOUBLE_EQ(p.experts_mean, 2);
   EXPECT_DOUBLE_EQ(p.imbalance, 1);
@@ -220,23 +220,23 @@ TEST(EpModel, CostFormulasByHand) {
 }
 
 TEST(EpSim, RankCountsAddUpToTheRoutingStatistics) {
-  routing::SimConfig cfg;
+  analysis::SimConfig cfg;
   cfg.gating = {16, 4, GatingFunc::kSoftmax, true, 1.f};
   cfg.batches = {4, 16};
   cfg.steps = 50;
   cfg.repeats = 1;
-  routing::EpConfig ep;
+  analysis::EpConfig ep;
   ep.ranks = {1, 4, 16, 32};
   ep.shape.expert_bytes = 1000;
   ep.shape.hidden = 8;
   ep.shape.moe_layers = 3;
   const std::vector<std::string> specs = {"topk", "lynx"};
-  const auto sim = routing::simulate_routing(cfg, specs);
-  const auto rows = routing::simulate_ep(cfg, specs, ep);
+  const auto sim = analysis::simulate_routing(cfg, specs);
+  const auto rows = analysis::simulate_ep(cfg, specs, ep);
   // Per batch and policy: R = 1 (one row), 4 and 16 (two placements each), 32 (sliced).
   ASSERT_EQ(rows.size(), 2u * 2u * 6u);
   for (const auto& r : rows) {
-    const routing::SimRow* twin = nullptr;
+    const analysis::SimRow* twin = nullptr;
     for (const auto& s : sim) {
       if (s.spec == r.spec && s.batch == r.batch) twin = &s;
     }
@@ -262,7 +262,7 @@ TEST(EpSim, RankCountsAddUpToTheRoutingStatistics) {
     }
   }
   ep.ranks = {24};  // past N = 16 and not a multiple of it
-  EXPECT_THROW(routing::simulate_ep(cfg, specs, ep), Error);
+  EXPECT_THROW(analysis::simulate_ep(cfg, specs, ep), Error);
 }
 
 TEST(EpSim, MeasuredFileParsesAndCompares) {
@@ -272,7 +272,7 @@ TEST(EpSim, MeasuredFileParsesAndCompares) {
       "topk,4,1,2.5,allreduce,a\n"
       "\"lynx:alpha=3,beta=4\",4,2,1.25,alltoall,b\n"
       "topk,4,8,1.0,allreduce,c\n";
-  const auto m = routing::parse_measured_csv(text, "hand.csv");
+  const auto m = analysis::parse_measured_csv(text, "hand.csv");
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m[0].spec, "topk");
   EXPECT_EQ(m[1].spec, make_routing_policy("lynx:alpha=3,beta=4")->spec());
@@ -280,7 +280,7 @@ TEST(EpSim, MeasuredFileParsesAndCompares) {
   EXPECT_EQ(m[1].scheme, "alltoall");
   EXPECT_EQ(m[0].placement, "contiguous");
 
-  std::vector<routing::EpRow> pred(2);
+  std::vector<analysis::EpRow> pred(2);
   pred[0].spec = "topk";
   pred[0].batch = 4;
   pred[0].ranks = 1;
@@ -292,7 +292,7 @@ TEST(EpSim, MeasuredFileParsesAndCompares) {
   pred[1].placement = "contiguous";
   pred[1].pred.tpot_allreduce_ms = 9.0;
   pred[1].pred.tpot_a2a_ms = 2.5;
-  const auto j = nlohmann::json::parse(routing::format_comparison(m, pred, "json"));
+  const auto j = nlohmann::json::parse(analysis::format_comparison(m, pred, "json"));
   ASSERT_EQ(j.size(), 3u);
   EXPECT_DOUBLE_EQ(j[0]["predicted_ms"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(j[0]["ratio"].get<double>(), 2.0);
@@ -307,7 +307,7 @@ TEST(EpSim, MeasuredFileParsesAndCompares) {
                           "policy,batch,ranks,tpot_ms\ntopk,1,1,-2\n",   // negative time
                           "policy,batch,ranks,tpot_ms\n\"topk,1,1,2\n",  // open quote
                           "policy,batch,ranks,tpot_ms\n"}) {             // no rows
-    EXPECT_THROW(routing::parse_measured_csv(bad, "bad.csv"), Error) << bad;
+    EXPECT_THROW(analysis::parse_measured_csv(bad, "bad.csv"), Error) << bad;
   }
 }
 

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "lynx/routing.h"
-#include "routing/ep_model.h"
-#include "routing/placement.h"
+#include "analysis/ep_model.h"
+#include "analysis/placement.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 // Synthetic router logits, one distribution per name:
 //   gauss  z[t][e] ~ N(0, noise_std^2) i.i.d.: no shared preference, the hardest case for
@@ -120,4 +120,4 @@ std::vector<MeasuredRow> parse_measured_csv(const std::string& text, const std::
 std::string format_comparison(const std::vector<MeasuredRow>& measured,
                               const std::vector<EpRow>& predicted, const std::string& format);
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

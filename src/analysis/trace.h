@@ -19,7 +19,7 @@
 
 #include "lynx/routing.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 struct TraceHeader {
   int n_layers = 0;
@@ -73,4 +73,4 @@ class TraceReader {
   std::FILE* f_ = nullptr;
 };
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

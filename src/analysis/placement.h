@@ -13,7 +13,7 @@
 
 #include "lynx/routing.h"
 
-namespace lynx::routing {
+namespace lynx::analysis {
 
 struct Placement {
   int ranks = 0;
@@ -67,4 +67,4 @@ double imbalance_factor(const std::vector<int>& rank_of, const std::vector<doubl
 void validate_placement(const Placement& p);
 std::string placement_to_json(const Placement& p);
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis

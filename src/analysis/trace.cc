@@ -1,4 +1,4 @@
-#include "routing/trace.h"
+#include "analysis/trace.h"
 
 #include <bit>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace lynx::routing {
+namespace lynx::analysis {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
@@ -176,4 +176,4 @@ bool TraceReader::next(TraceRecord& rec) {
   return true;
 }
 
-}  // namespace lynx::routing
+}  // namespace lynx::analysis
