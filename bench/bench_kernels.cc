@@ -26,6 +26,7 @@
 #include "bench_common.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/probes.h"
 #include "kernels/thread_pool.h"
 #include "kernels/types.h"
 

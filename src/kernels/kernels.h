@@ -266,19 +266,7 @@ uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 
-// Memory read bandwidth of this machine in GB/s (1e9 bytes/s): all pool threads sum-reduce
-// disjoint parts of a `bytes` buffer, timed per 8 MiB segment, best of `runs` runs per
-// segment (robust to other processes on a shared machine: the peak the machine can give).
-// With runs = 1 it is the bandwidth of one pass, interference included: what a kernel running
-// at that moment could get. The roofline for matmul_rows.
-double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30, int runs = 5);
-
-// F32 fused multiply-add peak of this machine in GFLOPS (1e9 flops/s; an FMA is 2 flops):
-// every pool thread runs independent FMA chains on full vectors of the dispatched
-// instruction set, best of `runs`. The compute roof of the float matmul path: a float matmul
-// with n tokens takes 2 * n flops per weight.
-double measure_fma_gflops(ThreadPool& pool, int runs = 5);
-// The probe's inner loop (one thread): `iters` rounds of 12 independent vector FMA chains;
+// The FMA probe's inner loop (one thread; measure_fma_gflops, probes.h): `iters` rounds of 12 independent vector FMA chains;
 // returns the flops done and writes a checksum to *sink.
 double fma_chains(int64_t iters, float seed, float* sink);
 

@@ -19,6 +19,7 @@
 #include "common.h"
 #include "ep.h"
 #include "kernels/matmul_bf16.h"
+#include "kernels/probes.h"
 #include "kernels/thread_pool.h"
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
