@@ -16,9 +16,9 @@
 #include "lynx/scheduler.h"
 #include "lynx/server.h"
 #include "lynx/tokenizer.h"
+#include "runtime/routing_control.h"
 #include "server/api.h"
 #include "server/metrics.h"
-#include "server/routing_control.h"
 #include "util/clock.h"
 
 namespace lynx::server {

@@ -450,9 +450,9 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   }
   s.api.log = [&s](const std::string& msg) { s.log(msg); };
   s.engine = std::make_unique<server::Engine>(*s.model, *s.tok, s.opts, s.metrics);
-  const server::RoutingControl& rc = s.engine->routing_control();
+  const RoutingControl& rc = s.engine->routing_control();
   s.api.routing_levels.clear();
-  for (const server::RoutingLevel& lv : rc.ladder()) s.api.routing_levels.push_back(lv.spec);
+  for (const RoutingLevel& lv : rc.ladder()) s.api.routing_levels.push_back(lv.spec);
   s.api.max_routing_level = rc.max_level();
   s.api.allow_request_routing = s.opts.allow_request_routing;
   s.created = int64_t(std::time(nullptr));

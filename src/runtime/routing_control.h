@@ -9,6 +9,8 @@
 // a pure function of what it is fed (no clock), so its tests replay synthetic step times.
 // RoutingControl wraps it for the engine: the ladder, the accuracy budget, the per-step choice
 // between requests' caps, and the /metrics lines.
+// In the runtime layer, beside the Scheduler whose steps it is fed, so that any loop over
+// steps can use it; the server's engine thread (src/server/engine.cc) is its user today.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -17,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace lynx::server {
+namespace lynx {
 
 struct RoutingLevel {
   std::string spec;      // canonical routing policy spec (RoutingPolicy::spec)
@@ -191,4 +193,4 @@ class RoutingControl {
   std::vector<double> predicted_;  // each level's predicted step time at last_n_ (< 0: unknown)
 };
 
-}  // namespace lynx::server
+}  // namespace lynx

@@ -1,5 +1,5 @@
 // Routing strength that follows the load (see routing_control.h).
-#include "server/routing_control.h"
+#include "runtime/routing_control.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 #include "lynx/routing.h"
 #include "util/strings.h"
 
-namespace lynx::server {
+namespace lynx {
 
 namespace {
 
@@ -493,4 +493,4 @@ std::string RoutingControl::render() const {
   return o;
 }
 
-}  // namespace lynx::server
+}  // namespace lynx

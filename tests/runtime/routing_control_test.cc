@@ -9,9 +9,9 @@
 
 #include "lynx/error.h"
 #include "lynx/routing.h"
-#include "server/routing_control.h"
+#include "runtime/routing_control.h"
 
-namespace lynx::server {
+namespace lynx {
 namespace {
 
 SloControllerOptions opts(int max_level) {
@@ -446,4 +446,4 @@ TEST(RoutingControl, FixedLevelWithoutTarget) {
 }
 
 }  // namespace
-}  // namespace lynx::server
+}  // namespace lynx
