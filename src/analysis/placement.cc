@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "analysis/trace.h"
 
@@ -188,18 +191,87 @@ void validate_placement(const Placement& p) {
 
 std::string placement_to_json(const Placement& p) {
   validate_placement(p);
-  std::string s = "{\"ranks\": " + std::to_string(p.ranks) +
-                  ", \"experts\": " + std::to_string(p.experts) + ", \"layers\": [";
-  for (size_t l = 0; l < p.layers.size(); ++l) {
-    s += l ? ",\n  [" : "\n  [";
-    for (size_t e = 0; e < p.layers[l].size(); ++e) {
-      if (e) s += ", ";
-      s += std::to_string(p.layers[l][e]);
-    }
-    s += "]";
+  // ordered_json keeps the keys in the documented order.
+  nlohmann::ordered_json j;
+  j["ranks"] = p.ranks;
+  j["experts"] = p.experts;
+  j["layers"] = p.layers;
+  return j.dump() + "\n";
+}
+
+Placement placement_from_json(const std::string& text, const std::string& origin,
+                              const PlacementFit* fit) {
+  auto fail = [&](const std::string& why) -> Error {
+    return Error("placement " + origin + ": " + why);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw fail(std::string("not valid JSON (") + e.what() + ")");
   }
-  s += "\n]}\n";
-  return s;
+  if (!j.is_object()) throw fail("expected a JSON object");
+  for (const char* key : {"ranks", "experts", "layers"}) {
+    if (!j.contains(key)) throw fail(std::string("missing \"") + key + "\"");
+  }
+  const nlohmann::json& jr = j["ranks"];
+  const nlohmann::json& je = j["experts"];
+  if (fit) {
+    if (!jr.is_number_integer() || jr.get<int64_t>() != fit->ranks) {
+      throw fail("\"ranks\" is " + jr.dump() + " but the job has " + std::to_string(fit->ranks) +
+                 " ranks");
+    }
+    if (!je.is_number_integer() || je.get<int64_t>() != fit->experts) {
+      throw fail("\"experts\" is " + je.dump() + " but the model has " +
+                 std::to_string(fit->experts) + " experts per layer");
+    }
+  } else {
+    // Bounded so that the row checks below cannot overflow an int.
+    for (const auto& [key, v] :
+         {std::pair<const char*, const nlohmann::json*>{"ranks", &jr}, {"experts", &je}}) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > (1 << 24)) {
+        throw fail(std::string("\"") + key + "\" is " + v->dump() +
+                   ", not an integer in [1, 16777216]");
+      }
+    }
+  }
+  Placement p;
+  p.ranks = jr.get<int>();
+  p.experts = je.get<int>();
+  const nlohmann::json& layers = j["layers"];
+  if (fit && (!layers.is_array() || layers.size() != size_t(fit->layers))) {
+    throw fail("\"layers\" must be an array of " + std::to_string(fit->layers) +
+               " arrays (one per MoE layer)");
+  }
+  if (!layers.is_array()) throw fail("\"layers\" must be an array of arrays (one per layer)");
+  for (size_t il = 0; il < layers.size(); ++il) {
+    const nlohmann::json& row = layers[il];
+    const std::string where = "layers[" + std::to_string(il) + "]";
+    if (!row.is_array() || row.size() != size_t(p.experts)) {
+      throw fail(where + " must list the rank of each of the " + std::to_string(p.experts) +
+                 " experts");
+    }
+    std::vector<int> owners;
+    owners.reserve(row.size());
+    for (size_t e = 0; e < row.size(); ++e) {
+      if (!row[e].is_number_integer() || row[e].get<int64_t>() < 0 ||
+          row[e].get<int64_t>() >= p.ranks) {
+        throw fail(where + "[" + std::to_string(e) + "] = " + row[e].dump() +
+                   " is not a rank in [0, " + std::to_string(p.ranks) + ")");
+      }
+      owners.push_back(row[e].get<int>());
+    }
+    p.layers.push_back(std::move(owners));
+  }
+  return p;
+}
+
+std::vector<int> Placement::experts_of(int layer, int rank) const {
+  std::vector<int> out;
+  for (int e = 0; e < experts; ++e) {
+    if (rank_of(layer, e) == rank) out.push_back(e);
+  }
+  return out;
 }
 
 }  // namespace lynx::analysis

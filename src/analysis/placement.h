@@ -4,9 +4,10 @@
 // largest-first, each on the least-loaded rank that still has room, every rank holding the
 // same number of experts (docs/distributed-simulation.md).
 //
-// The placement file (`lynx-moe place -o F`, read by the MPI runtime) is JSON:
+// The placement file (`lynx-moe place -o F`; read by `route-sim --placement-file` and by the
+// MPI runtime, src/dist, through placement_from_json) is JSON:
 //   {"ranks": R, "experts": N, "layers": [[rank_of_expert_0, ..., rank_of_expert_N-1], ...]}
-// with one array per MoE layer, in layer order.
+// with one array per layer, in layer order. This struct is the one in-memory form of it.
 #pragma once
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ struct Placement {
   int ranks = 0;
   int experts = 0;
   std::vector<std::vector<int>> layers;  // [layer][expert] -> rank in [0, ranks)
+
+  int rank_of(int layer, int expert) const { return layers[size_t(layer)][size_t(expert)]; }
+  // Experts of `rank` in one layer, ascending.
+  std::vector<int> experts_of(int layer, int rank) const;
 };
 
 // Experts rank r holds: N / R, plus one for the first N % R ranks (so counts differ by at most
@@ -65,6 +70,22 @@ double imbalance_factor(const std::vector<int>& rank_of, const std::vector<doubl
 // Checks that every layer places every expert exactly once on a rank in range with the
 // counts rank_capacity() gives; throws lynx::Error naming the problem.
 void validate_placement(const Placement& p);
+// The placement file's text (validate_placement first): one line of JSON.
 std::string placement_to_json(const Placement& p);
+
+// What a reader of a placement file requires of it: the job's rank count, the model's experts
+// per layer and its layer count.
+struct PlacementFit {
+  int ranks = 0;
+  int experts = 0;
+  int layers = 0;
+};
+// Parses a placement file's text. Checks its structure (an object with integer "ranks" and
+// "experts", "layers" an array of arrays of one rank in [0, ranks) per expert) and, with `fit`,
+// that ranks, experts and the layer count are the job's; lynx::Error "placement <origin>:
+// <defect>" otherwise. Whether every rank holds its share is validate_placement's check: the
+// MPI runtime accepts any rank per expert.
+Placement placement_from_json(const std::string& text, const std::string& origin,
+                              const PlacementFit* fit = nullptr);
 
 }  // namespace lynx::analysis

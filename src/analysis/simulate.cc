@@ -1,12 +1,15 @@
 #include "analysis/simulate.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "analysis/trace.h"
 
@@ -334,23 +337,72 @@ std::vector<EpRow> simulate_ep(const SimConfig& cfg, const std::vector<std::stri
   return out;
 }
 
+namespace {
+
+// A figure as the text tables print it (printf's "%.<digits>f", or "%.<digits>g" when
+// `general`), read back: the JSON number is the value the tables show, written by nlohmann in
+// its shortest form.
+double shown(double x, int digits, bool general = false) {
+  char buf[512];
+  const auto fmt = general ? std::chars_format::general : std::chars_format::fixed;
+  const auto end = std::to_chars(buf, buf + sizeof buf, x, fmt, digits);
+  if (end.ec != std::errc()) return x;
+  double y = x;
+  std::from_chars(buf, end.ptr, y);
+  return y;
+}
+
+// A JSON array with one row object per line (as the tables: a row per line, to diff and grep).
+std::string json_lines(const std::vector<nlohmann::ordered_json>& rows) {
+  std::string s = "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s += "  " + rows[i].dump();
+    s += i + 1 < rows.size() ? ",\n" : "\n";
+  }
+  return s + "]\n";
+}
+
+void check_format(const std::string& format) {
+  if (format != "md" && format != "csv" && format != "json") {
+    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
+  }
+}
+
+}  // namespace
+
 std::string format_sim_rows(const std::vector<SimRow>& rows, const std::string& format) {
+  check_format(format);
+  if (format == "json") {
+    std::vector<nlohmann::ordered_json> out;
+    for (const SimRow& r : rows) {
+      const RoutingStats& st = r.stats;
+      out.push_back({{"policy", r.spec},
+                     {"n_expert", r.n_expert},
+                     {"k", r.k},
+                     {"batch", r.batch},
+                     {"steps", st.steps},
+                     {"distinct", shown(st.mean_distinct_policy(), 4)},
+                     {"distinct_exact", shown(st.mean_distinct_exact(), 4)},
+                     {"ratio", shown(st.ratio_distinct(), 5)},
+                     {"mass_kept", shown(st.mean_mass_kept(), 5)},
+                     {"frac_changed", shown(st.frac_changed(), 5)},
+                     {"top1_kept", shown(st.frac_top1_kept(), 5)},
+                     {"tokens_per_expert", shown(st.tokens_per_expert(), 4)},
+                     {"us_per_call", shown(r.us_per_call, 3)}});
+    }
+    return json_lines(out);
+  }
   std::string s;
   char buf[512];
   if (format == "md") {
     s += "| policy | N | k | B | distinct | distinct exact | ratio | mass kept | changed | "
          "top-1 kept | tok/expert | us/call |\n";
     s += "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
-  } else if (format == "csv") {
+  } else {
     s += "policy,n_expert,k,batch,distinct,distinct_exact,ratio,mass_kept,frac_changed,"
          "top1_kept,tokens_per_expert,us_per_call\n";
-  } else if (format == "json") {
-    s += "[\n";
-  } else {
-    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
   }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const SimRow& r = rows[i];
+  for (const SimRow& r : rows) {
     const RoutingStats& st = r.stats;
     if (format == "md") {
       std::snprintf(buf, sizeof buf,
@@ -359,31 +411,50 @@ std::string format_sim_rows(const std::vector<SimRow>& rows, const std::string& 
                     r.spec.c_str(), r.n_expert, r.k, r.batch, st.mean_distinct_policy(),
                     st.mean_distinct_exact(), st.ratio_distinct(), st.mean_mass_kept(),
                     st.frac_changed(), st.frac_top1_kept(), st.tokens_per_expert(), r.us_per_call);
-    } else if (format == "csv") {
+    } else {
       // Specs contain commas: quote them (RFC 4180).
       std::snprintf(buf, sizeof buf, "\"%s\",%d,%d,%d,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.4f,%.3f\n",
                     r.spec.c_str(), r.n_expert, r.k, r.batch, st.mean_distinct_policy(),
                     st.mean_distinct_exact(), st.ratio_distinct(), st.mean_mass_kept(),
                     st.frac_changed(), st.frac_top1_kept(), st.tokens_per_expert(), r.us_per_call);
-    } else {
-      // Canonical specs hold only [a-z0-9.:=,-], nothing JSON needs to escape.
-      std::snprintf(buf, sizeof buf,
-                    "  {\"policy\": \"%s\", \"n_expert\": %d, \"k\": %d, \"batch\": %d, "
-                    "\"steps\": %lld, \"distinct\": %.4f, \"distinct_exact\": %.4f, "
-                    "\"ratio\": %.5f, \"mass_kept\": %.5f, \"frac_changed\": %.5f, "
-                    "\"top1_kept\": %.5f, \"tokens_per_expert\": %.4f, \"us_per_call\": %.3f}%s\n",
-                    r.spec.c_str(), r.n_expert, r.k, r.batch, (long long)st.steps,
-                    st.mean_distinct_policy(), st.mean_distinct_exact(), st.ratio_distinct(),
-                    st.mean_mass_kept(), st.frac_changed(), st.frac_top1_kept(),
-                    st.tokens_per_expert(), r.us_per_call, i + 1 < rows.size() ? "," : "");
     }
     s += buf;
   }
-  if (format == "json") s += "]\n";
   return s;
 }
 
 std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& format) {
+  check_format(format);
+  if (format == "json") {
+    std::vector<nlohmann::ordered_json> out;
+    for (const EpRow& r : rows) {
+      const EpPrediction& p = r.pred;
+      out.push_back({{"policy", r.spec},
+                     {"n_expert", r.n_expert},
+                     {"k", r.k},
+                     {"batch", r.batch},
+                     {"ranks", r.ranks},
+                     {"placement", r.placement},
+                     {"slices", r.slices},
+                     {"calls", r.calls},
+                     {"experts_max", shown(p.experts_max, 4)},
+                     {"experts_mean", shown(p.experts_mean, 4)},
+                     {"imbalance", shown(p.imbalance, 5)},
+                     {"tokens_max", shown(p.tokens_max, 4)},
+                     {"tokens_mean", shown(p.tokens_mean, 4)},
+                     {"stream_bytes_max", shown(p.stream_bytes_max, 6, true)},
+                     {"stream_bytes_mean", shown(p.stream_bytes_mean, 6, true)},
+                     {"allreduce_bytes", shown(p.allreduce_bytes, 6, true)},
+                     {"a2a_bytes_max", shown(p.a2a_bytes_max, 6, true)},
+                     {"expert_ms", shown(p.expert_ms, 5)},
+                     {"allreduce_ms", shown(p.allreduce_ms, 5)},
+                     {"a2a_ms", shown(p.a2a_ms, 5)},
+                     {"dense_ms", shown(p.dense_ms, 5)},
+                     {"tpot_allreduce_ms", shown(p.tpot_allreduce_ms, 5)},
+                     {"tpot_a2a_ms", shown(p.tpot_a2a_ms, 5)}});
+    }
+    return json_lines(out);
+  }
   std::string s;
   char buf[1024];
   if (format == "md") {
@@ -391,17 +462,12 @@ std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& fo
          "stream MB/rank max | all-reduce MB/rank | all-to-all MB/rank max | expert ms | "
          "TPOT all-reduce ms | TPOT all-to-all ms |\n";
     s += "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
-  } else if (format == "csv") {
+  } else {
     s += "policy,n_expert,k,batch,ranks,placement,slices,experts_max,experts_mean,imbalance,"
          "tokens_max,tokens_mean,stream_bytes_max,stream_bytes_mean,allreduce_bytes,"
          "a2a_bytes_max,expert_ms,allreduce_ms,a2a_ms,dense_ms,tpot_allreduce_ms,tpot_a2a_ms\n";
-  } else if (format == "json") {
-    s += "[\n";
-  } else {
-    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
   }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const EpRow& r = rows[i];
+  for (const EpRow& r : rows) {
     const EpPrediction& p = r.pred;
     if (format == "md") {
       std::snprintf(buf, sizeof buf,
@@ -411,7 +477,7 @@ std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& fo
                     p.experts_mean, p.imbalance, p.tokens_max, p.stream_bytes_max / 1e6,
                     p.allreduce_bytes / 1e6, p.a2a_bytes_max / 1e6, p.expert_ms,
                     p.tpot_allreduce_ms, p.tpot_a2a_ms);
-    } else if (format == "csv") {
+    } else {
       std::snprintf(buf, sizeof buf,
                     "\"%s\",%d,%d,%d,%d,%s,%d,%.4f,%.4f,%.5f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.5f,"
                     "%.5f,%.5f,%.5f,%.5f,%.5f\n",
@@ -420,25 +486,9 @@ std::string format_ep_rows(const std::vector<EpRow>& rows, const std::string& fo
                     p.tokens_mean, p.stream_bytes_max, p.stream_bytes_mean, p.allreduce_bytes,
                     p.a2a_bytes_max, p.expert_ms, p.allreduce_ms, p.a2a_ms, p.dense_ms,
                     p.tpot_allreduce_ms, p.tpot_a2a_ms);
-    } else {
-      std::snprintf(
-          buf, sizeof buf,
-          "  {\"policy\": \"%s\", \"n_expert\": %d, \"k\": %d, \"batch\": %d, \"ranks\": %d, "
-          "\"placement\": \"%s\", \"slices\": %d, \"calls\": %lld, \"experts_max\": %.4f, "
-          "\"experts_mean\": %.4f, \"imbalance\": %.5f, \"tokens_max\": %.4f, "
-          "\"tokens_mean\": %.4f, \"stream_bytes_max\": %.6g, \"stream_bytes_mean\": %.6g, "
-          "\"allreduce_bytes\": %.6g, \"a2a_bytes_max\": %.6g, \"expert_ms\": %.5f, "
-          "\"allreduce_ms\": %.5f, \"a2a_ms\": %.5f, \"dense_ms\": %.5f, "
-          "\"tpot_allreduce_ms\": %.5f, \"tpot_a2a_ms\": %.5f}%s\n",
-          r.spec.c_str(), r.n_expert, r.k, r.batch, r.ranks, r.placement.c_str(), r.slices,
-          (long long)r.calls, p.experts_max, p.experts_mean, p.imbalance, p.tokens_max,
-          p.tokens_mean, p.stream_bytes_max, p.stream_bytes_mean, p.allreduce_bytes,
-          p.a2a_bytes_max, p.expert_ms, p.allreduce_ms, p.a2a_ms, p.dense_ms, p.tpot_allreduce_ms,
-          p.tpot_a2a_ms, i + 1 < rows.size() ? "," : "");
     }
     s += buf;
   }
-  if (format == "json") s += "]\n";
   return s;
 }
 
@@ -550,20 +600,17 @@ std::vector<MeasuredRow> parse_measured_csv(const std::string& text, const std::
 
 std::string format_comparison(const std::vector<MeasuredRow>& measured,
                               const std::vector<EpRow>& predicted, const std::string& format) {
+  check_format(format);
   std::string s;
+  std::vector<nlohmann::ordered_json> json;
   char buf[512];
   if (format == "md") {
     s += "| policy | B | R | placement | scheme | measured ms | predicted ms | predicted / "
          "measured |\n|---|--:|--:|---|---|--:|--:|--:|\n";
   } else if (format == "csv") {
     s += "policy,batch,ranks,placement,scheme,measured_ms,predicted_ms,ratio\n";
-  } else if (format == "json") {
-    s += "[\n";
-  } else {
-    throw Error("unknown output format '" + format + "' (known: md, csv, json)");
   }
-  for (size_t i = 0; i < measured.size(); ++i) {
-    const MeasuredRow& m = measured[i];
+  for (const MeasuredRow& m : measured) {
     double pred = -1;
     for (const EpRow& r : predicted) {
       // R = 1 and sliced ranks have a single placement; otherwise match it by name.
@@ -572,6 +619,19 @@ std::string format_comparison(const std::vector<MeasuredRow>& measured,
         pred = m.scheme == "alltoall" ? r.pred.tpot_a2a_ms : r.pred.tpot_allreduce_ms;
         break;
       }
+    }
+    if (format == "json") {
+      // A measured row without a simulated twin: null prediction and ratio.
+      json.push_back(
+          {{"policy", m.spec},
+           {"batch", m.batch},
+           {"ranks", m.ranks},
+           {"placement", m.placement},
+           {"scheme", m.scheme},
+           {"measured_ms", shown(m.tpot_ms, 4)},
+           {"predicted_ms", pred >= 0 ? nlohmann::ordered_json(shown(pred, 3)) : nullptr},
+           {"ratio", pred >= 0 ? nlohmann::ordered_json(shown(pred / m.tpot_ms, 3)) : nullptr}});
+      continue;
     }
     char p[32] = "-", q[32] = "-";
     if (pred >= 0) {
@@ -582,23 +642,14 @@ std::string format_comparison(const std::vector<MeasuredRow>& measured,
       std::snprintf(buf, sizeof buf, "| %s | %d | %d | %s | %s | %.3f | %s | %s |\n",
                     m.spec.c_str(), m.batch, m.ranks, m.placement.c_str(), m.scheme.c_str(),
                     m.tpot_ms, p, q);
-    } else if (format == "csv") {
+    } else {
       std::snprintf(buf, sizeof buf, "\"%s\",%d,%d,%s,%s,%.4f,%s,%s\n", m.spec.c_str(), m.batch,
                     m.ranks, m.placement.c_str(), m.scheme.c_str(), m.tpot_ms, pred >= 0 ? p : "",
                     pred >= 0 ? q : "");
-    } else {
-      std::snprintf(buf, sizeof buf,
-                    "  {\"policy\": \"%s\", \"batch\": %d, \"ranks\": %d, \"placement\": \"%s\", "
-                    "\"scheme\": \"%s\", \"measured_ms\": %.4f, \"predicted_ms\": %s, "
-                    "\"ratio\": %s}%s\n",
-                    m.spec.c_str(), m.batch, m.ranks, m.placement.c_str(), m.scheme.c_str(),
-                    m.tpot_ms, pred >= 0 ? p : "null", pred >= 0 ? q : "null",
-                    i + 1 < measured.size() ? "," : "");
     }
     s += buf;
   }
-  if (format == "json") s += "]\n";
-  return s;
+  return format == "json" ? json_lines(json) : s;
 }
 
 }  // namespace lynx::analysis

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "lynx/routing.h"
 #include "analysis/ep_model.h"
 #include "analysis/placement.h"
+#include "lynx/routing.h"
 
 namespace lynx::analysis {
 

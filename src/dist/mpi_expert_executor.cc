@@ -13,10 +13,10 @@ MpiExpertExecutor::MpiExpertExecutor(const Mpi& mpi, const Model& model, const P
     : mpi_(mpi), model_(model), placement_(placement), combine_(combine), cpu_(pool, int_acts) {
   const ModelConfig& c = model.config();
   if (placement.ranks != mpi.size() || placement.experts != c.n_expert ||
-      placement.owner.size() != size_t(c.n_layer)) {
+      placement.layers.size() != size_t(c.n_layer)) {
     throw Error("expert placement does not fit this job (" + std::to_string(placement.ranks) +
                 " ranks, " + std::to_string(placement.experts) + " experts, " +
-                std::to_string(placement.owner.size()) + " layers)");
+                std::to_string(placement.layers.size()) + " layers)");
   }
 }
 

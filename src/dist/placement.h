@@ -1,30 +1,25 @@
-// Which rank holds which expert of every MoE layer. Contiguous by default (rank r holds
-// experts [r N / R, (r + 1) N / R)); or read from the JSON that `lynx-moe place` writes:
-//   {"ranks": R, "experts": N, "layers": [[rank of expert 0, ..., of expert N-1], ...]}
-// with one array per MoE layer.
+// Which rank holds which expert of every layer: analysis::Placement (src/analysis/placement.h,
+// the type and the JSON that `lynx-moe place` writes), contiguous by default or read from a
+// placement file checked against the job.
 #pragma once
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "analysis/placement.h"
 
 namespace lynx::dist {
 
-struct Placement {
-  int ranks = 0;
-  int experts = 0;
-  std::vector<std::vector<int>> owner;  // [MoE layer][expert] -> rank
+using Placement = analysis::Placement;
 
-  static Placement contiguous(int ranks, int experts, int moe_layers);
-  // Parses and validates the JSON text (lynx::Error naming `origin` and the defect); the
-  // ranks, experts and layer count must match the run's.
-  static Placement parse(const std::string& json, const std::string& origin, int ranks, int experts,
+// Without a placement file: expert e of every layer on rank e * R / N. When R does not divide N
+// this spreads the larger shares differently from analysis::contiguous_placement (which gives
+// them to the first ranks), and it allows R > N (ranks without experts).
+Placement default_placement(int ranks, int experts, int moe_layers);
+// A placement file for this job (analysis::placement_from_json with the job's ranks, experts
+// and layers); lynx::Error naming `origin` and the defect.
+Placement read_placement(const std::string& json, const std::string& origin, int ranks, int experts,
                          int moe_layers);
-
-  int rank_of(int moe_layer, int expert) const { return owner[size_t(moe_layer)][size_t(expert)]; }
-  // Experts of `rank` in one layer, ascending.
-  std::vector<int> experts_of(int moe_layer, int rank) const;
-  // 64-bit FNV-1a over the whole table (compared between ranks at start).
-  uint64_t hash() const;
-};
+// 64-bit FNV-1a over the whole table (compared between ranks at start).
+uint64_t placement_hash(const Placement& p);
 
 }  // namespace lynx::dist

@@ -34,10 +34,10 @@ std::unique_ptr<Model> Session::load(const std::string& path, LoadOptions opts) 
       throw Error(path + " has no experts: expert parallelism needs an MoE model");
     }
     placement_ = opts_.placement_file.empty()
-                     ? Placement::contiguous(mpi_.size(), n_expert, n_layer)
-                     : Placement::parse(read_file(opts_.placement_file), opts_.placement_file,
-                                        mpi_.size(), n_expert, n_layer);
-    id.placement_hash = placement_.hash();
+                     ? default_placement(mpi_.size(), n_expert, n_layer)
+                     : read_placement(read_file(opts_.placement_file), opts_.placement_file,
+                                      mpi_.size(), n_expert, n_layer);
+    id.placement_hash = placement_hash(placement_);
     model_identity(path, f.data_offset(), id);
     const int me = mpi_.rank();
     opts.keep_expert = [this, me](int il, int e) { return placement_.rank_of(il, e) == me; };

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "analysis/trace.h"
 #include "bf16_acts.h"
 #include "commands.h"
 #include "common.h"
@@ -14,7 +15,6 @@
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
-#include "analysis/trace.h"
 
 namespace lynx::cli {
 namespace {

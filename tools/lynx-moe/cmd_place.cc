@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <memory>
 
-#include "commands.h"
-#include "common.h"
 #include "analysis/placement.h"
 #include "analysis/trace.h"
+#include "commands.h"
+#include "common.h"
 
 namespace lynx::cli {
 namespace {

@@ -12,14 +12,13 @@
 #include <memory>
 #include <set>
 
-#include <nlohmann/json.hpp>
+#include "analysis/simulate.h"
+#include "analysis/trace.h"
 #include "commands.h"
 #include "common.h"
 #include "lynx/gguf.h"
 #include "lynx/routing.h"
 #include "lynx/synth.h"
-#include "analysis/simulate.h"
-#include "analysis/trace.h"
 
 namespace lynx::cli {
 namespace {
@@ -93,19 +92,11 @@ analysis::EpShape shape_from_synth(const SynthShape& sh, const std::string& type
   return s;
 }
 
-// A placement file of `lynx-moe place` (analysis/placement.h); a malformed one is a broken
-// input file (lynx::Error, exit 1).
+// A placement file of `lynx-moe place` (analysis/placement.h); a malformed one, or one where a
+// rank does not hold its share, is a broken input file (lynx::Error, exit 1).
 analysis::Placement read_placement(const std::string& path) {
-  const std::string text = read_text_file(path, "--placement-file");
-  analysis::Placement p;
-  try {
-    const auto j = nlohmann::json::parse(text);
-    p.ranks = j.at("ranks").get<int>();
-    p.experts = j.at("experts").get<int>();
-    p.layers = j.at("layers").get<std::vector<std::vector<int>>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("placement file '" + path + "': " + e.what());
-  }
+  analysis::Placement p = analysis::placement_from_json(read_text_file(path, "--placement-file"),
+                                                        "file '" + path + "'");
   try {
     analysis::validate_placement(p);
   } catch (const Error& e) {
