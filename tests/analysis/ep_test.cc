@@ -3,6 +3,7 @@
 // figures against the plain routing statistics, and the measured-TPOT file.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -129,6 +130,42 @@ struct HandStep {
   std::vector<int32_t> ids = {0, 1, 1, 2, 3, 0};
   std::vector<float> w = {0.5f, 0.5f, 0.5f, 0.5f, 1.f, 0.f};
 };
+
+TEST(Placement, FileRoundTripAndRefusals) {
+  analysis::Placement p = analysis::contiguous_placement(3, 6, 4);
+  p.layers[1] = {3, 2, 1, 0, 0, 1};
+  const std::string text = analysis::placement_to_json(p);
+  EXPECT_EQ(text.back(), '\n');
+  const analysis::Placement q = analysis::placement_from_json(text, "t");
+  EXPECT_EQ(q.ranks, 4);
+  EXPECT_EQ(q.experts, 6);
+  EXPECT_EQ(q.layers, p.layers);
+  EXPECT_EQ(q.rank_of(1, 0), 3);
+  EXPECT_EQ(q.experts_of(1, 1), (std::vector<int>{2, 5}));
+  // With the job's shape, a file of another shape is refused; without it, a file that is not
+  // a placement (each message names the defect).
+  const analysis::PlacementFit fit{4, 6, 2};
+  const std::pair<const char*, const char*> bad[] = {
+      {"{\"ranks\": 4,", "not valid JSON"},
+      {R"({"ranks": 0, "experts": 6, "layers": []})", "\"ranks\" is 0"},
+      {R"({"ranks": 2, "experts": 2.0, "layers": []})", "\"experts\" is 2.0"},
+      {R"({"ranks": 2, "experts": 2, "layers": {}})", "must be an array"},
+      {R"({"ranks": 2, "experts": 2, "layers": [[0, 1.5]]})", "layers[0][1] = 1.5 is not a rank"},
+      {R"({"ranks": 2, "experts": 2, "layers": [[0, 1, 1]]})", "layers[0] must list"},
+  };
+  for (const auto& [t, expect] : bad) {
+    try {
+      analysis::placement_from_json(t, "t");
+      ADD_FAILURE() << "accepted: " << t;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("placement t: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_THROW(analysis::placement_from_json(text, "t", &fit), Error);  // 3 layers, not 2
+  const analysis::PlacementFit fit3{4, 6, 3};
+  EXPECT_EQ(analysis::placement_from_json(text, "t", &fit3).layers, p.layers);
+}
 
 TEST(EpModel, PerRankCountsByHand) {
   HandStep h;
@@ -263,6 +300,51 @@ TEST(EpSim, RankCountsAddUpToTheRoutingStatistics) {
   }
   ep.ranks = {24};  // past N = 16 and not a multiple of it
   EXPECT_THROW(analysis::simulate_ep(cfg, specs, ep), Error);
+}
+
+TEST(EpSim, JsonFiguresAreTheCsvFigures) {
+  // The JSON rows carry the numbers the CSV prints (same rounding), whatever the text layout.
+  analysis::SimConfig cfg;
+  cfg.gating = {16, 4, GatingFunc::kSoftmax, true, 1.f};
+  cfg.batches = {1, 8};
+  cfg.steps = 20;
+  cfg.repeats = 1;
+  analysis::EpConfig ep;
+  ep.ranks = {4, 32};
+  ep.shape.expert_bytes = 1.5e6;
+  ep.shape.hidden = 64;
+  const auto rows = analysis::simulate_ep(cfg, {"topk", "lynx"}, ep);
+  const std::string csv = analysis::format_ep_rows(rows, "csv");
+  const auto js = nlohmann::json::parse(analysis::format_ep_rows(rows, "json"));
+  ASSERT_EQ(js.size(), rows.size());
+  std::vector<std::string> lines;
+  for (size_t a = 0, b; (b = csv.find('\n', a)) != std::string::npos; a = b + 1) {
+    lines.push_back(csv.substr(a, b - a));
+  }
+  ASSERT_EQ(lines.size(), rows.size() + 1);
+  auto fields = [](const std::string& line) {
+    std::vector<std::string> f;
+    const size_t start = line.find("\",") + 2;  // past the quoted policy
+    for (size_t a = start, b; a <= line.size(); a = b + 1) {
+      b = line.find(',', a);
+      if (b == std::string::npos) b = line.size();
+      f.push_back(line.substr(a, b - a));
+    }
+    return f;
+  };
+  const auto head = fields("\"," + lines[0].substr(lines[0].find(',') + 1));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto f = fields(lines[i + 1]);
+    ASSERT_EQ(f.size(), head.size());
+    for (size_t c = 0; c < f.size(); ++c) {
+      const nlohmann::json& v = js[i][head[c]];
+      if (v.is_string()) {
+        EXPECT_EQ(v.get<std::string>(), f[c]) << head[c];
+      } else {
+        EXPECT_EQ(v.get<double>(), std::strtod(f[c].c_str(), nullptr)) << head[c] << " " << f[c];
+      }
+    }
+  }
 }
 
 TEST(EpSim, MeasuredFileParsesAndCompares) {
