@@ -5,10 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cmath>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
