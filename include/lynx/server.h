@@ -48,6 +48,10 @@ struct ServerOptions {
                                    // falling back to chatml when the model has none
   double shutdown_timeout_s = 10;  // stop(): in-flight requests get this long to finish
   int retry_after_s = 1;           // Retry-After of 429 / 503 answers
+  // Chat answers' reasoning (<think> blocks, gpt-oss's analysis channel): "deepseek" returns it
+  // as message.reasoning_content, "none" leaves it in the content as the model wrote it. A
+  // request's "reasoning_format" overrides it (docs/serving.md, "Tools and reasoning").
+  std::string reasoning_format = "deepseek";
   // Bounds on what one client can make the server hold (docs/serving.md, "Limits").
   size_t max_body_bytes = 16u << 20;    // request body after de-chunking (413)
   int max_headers = 100;                // header lines per request (431)

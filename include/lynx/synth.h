@@ -68,6 +68,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   float router_std = 1.5f;  // std of router logits at unit-variance input
   std::function<void(size_t done, size_t total)> progress;
+  std::string chat_template;  // tokenizer.chat_template when not empty (server tests)
 };
 
 // Writes the model (with a byte-level BPE vocabulary so text round-trips) to `path`.

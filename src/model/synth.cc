@@ -890,6 +890,9 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
     types.push_back(3);
   }
   w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+  if (!o.chat_template.empty()) {
+    w.set("tokenizer.chat_template", gguf::Value::str(o.chat_template));
+  }
   w.set("tokenizer.ggml.pre", gguf::Value::str("default"));
   w.set("tokenizer.ggml.tokens", gguf::Value::str_array(tokens));
   w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(types));

@@ -1,8 +1,10 @@
 // OpenAI request parsing/validation and response bodies (see api.h). Field semantics follow
 // the OpenAI API reference for /v1/completions and /v1/chat/completions; fields this engine
-// cannot honour (echo, best_of > 1, suffix, tools) are refused with a 400 naming them rather
-// than silently ignored. Sampling fields: docs/serving.md, "Sampling".
+// cannot honour (echo, best_of > 1, suffix, functions) are refused with a 400 naming them
+// rather than silently ignored. Sampling fields: docs/serving.md, "Sampling"; tools and
+// reasoning: "Tools and reasoning".
 #include "server/api.h"
+#include "server/api_util.h"
 
 #include "lynx/error.h"
 #include "lynx/routing.h"
@@ -13,20 +15,6 @@
 
 namespace lynx::server {
 namespace {
-
-const json* field(const json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-[[noreturn]] void bad_type(const char* key, const char* want) {
-  throw ApiError(400, std::string("'") + key + "' must be " + want, key, "invalid_type");
-}
-
-[[noreturn]] void bad_value(const char* key, const std::string& why) {
-  throw ApiError(400, std::string("'") + key + "' " + why, key, "invalid_value");
-}
 
 // A routing level named by a request (integer, or a spec on the server's ladder), checked
 // against the ladder and the accuracy budget. Only a server started with
@@ -108,13 +96,6 @@ double get_num(const json& body, const char* key, double lo, double hi, double d
   return x;
 }
 
-bool get_bool(const json& body, const char* key, bool def) {
-  const json* v = field(body, key);
-  if (!v) return def;
-  if (!v->is_boolean()) bad_type(key, "a boolean");
-  return v->get<bool>();
-}
-
 void check_tokens(const std::vector<int32_t>& t, const ApiModel& m) {
   for (int32_t id : t) {
     if (id < 0 || id >= m.tok->n_vocab()) {
@@ -151,91 +132,6 @@ std::vector<int32_t> completion_prompt(const json& body, const ApiModel& m) {
   return int_array(*p);
 }
 
-std::string message_content(const json& msg, size_t i) {
-  auto it = msg.find("content");
-  if (it == msg.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) bad_type("messages", "objects whose content is a string or text parts");
-  std::string s;
-  const std::string where = "messages[" + std::to_string(i) + "].content";
-  for (size_t k = 0; k < it->size(); ++k) {
-    const json& part = (*it)[k];
-    const std::string at = where + "[" + std::to_string(k) + "]";
-    if (!part.is_object()) {
-      throw ApiError(400, "'" + at + "' must be an object", "messages", "invalid_type");
-    }
-    const auto type = part.find("type");
-    if (type == part.end() || !type->is_string()) {
-      throw ApiError(400, "'" + at + ".type' must be a string", "messages", "invalid_type");
-    }
-    if (type->get<std::string>() != "text") {
-      throw ApiError(400, "'" + at + ".type': only text content parts are supported", "messages",
-                     "invalid_value");
-    }
-    const auto txt = part.find("text");
-    if (txt == part.end() || !txt->is_string()) {
-      throw ApiError(400, "'" + at + ".text' must be a string", "messages", "invalid_type");
-    }
-    s += txt->get<std::string>();
-  }
-  return s;
-}
-
-std::vector<int32_t> chat_prompt(const json& body, const ApiModel& m) {
-  const json* msgs = field(body, "messages");
-  if (!msgs)
-    throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
-  if (!msgs->is_array()) bad_type("messages", "an array");
-  if (msgs->empty()) bad_value("messages", "must not be empty");
-  std::vector<ChatMessage> conv;
-  for (size_t i = 0; i < msgs->size(); ++i) {
-    const json& msg = (*msgs)[i];
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string()) {
-      bad_type("messages", "objects with a string 'role'");
-    }
-    std::string role = msg["role"].get<std::string>();
-    if (role == "developer") role = "system";  // OpenAI's newer name for the system turn
-    conv.push_back({role, message_content(msg, i)});
-  }
-  if (m.chat_template) {
-    // The model's own template, with the variables transformers passes; each message keeps
-    // its other fields (name, tool_call_id, ...), its content flattened to text as above.
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < msgs->size(); ++i) {
-      nlohmann::ordered_json o;
-      o["role"] = conv[i].role;
-      o["content"] = conv[i].content;
-      for (auto it = (*msgs)[i].begin(); it != (*msgs)[i].end(); ++it)
-        if (it.key() != "role" && it.key() != "content") o[it.key()] = it.value();
-      messages.push_back(std::move(o));
-    }
-    const nlohmann::ordered_json ctx = {{"messages", std::move(messages)},
-                                        {"tools", nullptr},
-                                        {"documents", nullptr},
-                                        {"add_generation_prompt", true},
-                                        {"bos_token", m.chat.bos_token},
-                                        {"eos_token", m.chat.eos_token}};
-    try {
-      const std::string text = m.chat_template->render(ctx);
-      // Templates that write bos_token themselves (Llama 3, Mistral) must not get a second.
-      const bool has_bos = !m.chat.bos_token.empty() &&
-                           text.compare(0, m.chat.bos_token.size(), m.chat.bos_token) == 0;
-      return m.tok->encode(text, !has_bos, true);
-    } catch (const Error& e) {
-      if (m.log)
-        m.log(std::string("chat template failed, using the ") + m.chat.name +
-              " format: " + e.what());
-    }
-  }
-  std::string text;
-  try {
-    text = render_chat(m.chat, conv, true);
-  } catch (const Error& e) {
-    bad_value("messages", e.what());
-  }
-  return m.tok->encode(text, !m.chat.renders_bos(), true);
-}
-
 void refuse_unsupported(const json& body) {
   if (get_bool(body, "echo", false)) bad_value("echo", "is not supported");
   if (get_int(body, "best_of", 1, 1, 1) != 1) bad_value("best_of", "is not supported");
@@ -243,8 +139,9 @@ void refuse_unsupported(const json& body) {
       v && !(v->is_string() && v->get<std::string>().empty())) {
     bad_value("suffix", "is not supported");
   }
-  for (const char* k : {"tools", "functions"}) {
-    if (const json* v = field(body, k); v && !v->empty()) bad_value(k, "are not supported");
+  // The deprecated form of tools.
+  for (const char* k : {"functions", "function_call"}) {
+    if (field(body, k)) bad_value(k, "is not supported: send 'tools' (and 'tool_choice')");
   }
   if (const json* v = field(body, "response_format")) {
     if (!v->is_object()) bad_type("response_format", "an object");
@@ -451,8 +348,19 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
     }
   }
   refuse_unsupported(body);
+  if (chat) {
+    output_fields(body, m, p);
+  } else {
+    for (const char* k : {"tools", "tool_choice", "reasoning_format", "chat_template_kwargs"}) {
+      if (field(body, k)) bad_value(k, "is a chat field (/v1/chat/completions)");
+    }
+  }
   try {
-    p.prompt = chat ? chat_prompt(body, m) : completion_prompt(body, m);
+    if (chat) {
+      chat_prompt(body, text, m, p);  // chat_request.cc
+    } else {
+      p.prompt = completion_prompt(body, m);
+    }
   } catch (const ApiError&) {
     throw;
   } catch (const std::exception& e) {
@@ -586,7 +494,21 @@ json completion_body(const CompletionParams& p, const std::string& id, int64_t c
     }
     ch["logprobs"] = lp;
     if (p.chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      json msg = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.empty()) {
+        // OpenAI: content is null when the answer is only calls.
+        if (c.text.empty()) msg["content"] = nullptr;
+        json calls = json::array();
+        for (const auto& t : c.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        msg["tool_calls"] = std::move(calls);
+      }
+      ch["message"] = std::move(msg);
+      if (!c.tool_choice_unmet.empty()) ch["tool_choice_unmet"] = c.tool_choice_unmet;
     } else {
       ch["text"] = c.text;
     }
@@ -620,28 +542,83 @@ json routing_usage(const std::vector<ChoiceResult>& choices,
   return {{"levels", std::move(levels)}};
 }
 
-json chunk_body(const CompletionParams& p, const std::string& id, int64_t created,
-                const std::string& model, int index, const std::string& text,
-                const std::vector<std::string>& token_text, const std::vector<float>& token_logprob,
-                const std::string& finish_reason) {
-  json ch = {{"index", index}};
+std::vector<json> event_chunks(const CompletionParams& p, const std::string& id, int64_t created,
+                               const std::string& model, const Event& ev) {
+  auto wrap = [&](json ch) {
+    return json{{"id", id},
+                {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({std::move(ch)})}};
+  };
+  std::vector<json> out;
+  json ch = {{"index", ev.choice}};
   json lp = nullptr;
-  if (p.logprobs && !token_text.empty()) {
-    lp = p.chat ? chat_logprobs(token_text, token_logprob)
-                : completion_logprobs(token_text, token_logprob, 0);
+  if (p.logprobs && !ev.token_text.empty()) {
+    lp = p.chat ? chat_logprobs(ev.token_text, ev.token_logprob)
+                : completion_logprobs(ev.token_text, ev.token_logprob, 0);
   }
   ch["logprobs"] = lp;
-  ch["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
-  if (p.chat) {
-    ch["delta"] = text.empty() && !finish_reason.empty() ? json::object() : json{{"content", text}};
-  } else {
-    ch["text"] = text;
+  if (!p.chat) {
+    ch["text"] = ev.text;
+    ch["finish_reason"] = ev.finish_reason.empty() ? json(nullptr) : json(ev.finish_reason);
+    out.push_back(wrap(std::move(ch)));
+    return out;
   }
-  return {{"id", id},
-          {"object", p.chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({ch})}};
+  // As before tools: the text delta carries the finish reason, with an empty delta when the
+  // last event has no text.
+  json delta = json::object();
+  if (!ev.text.empty() ||
+      (ev.finish_reason.empty() && ev.reasoning.empty() && ev.tool_calls.empty())) {
+    delta["content"] = ev.text;
+  }
+  if (!ev.reasoning.empty()) delta["reasoning_content"] = ev.reasoning;
+  if (!delta.empty() || !lp.is_null() || ev.tool_calls.empty()) {
+    ch["delta"] = std::move(delta);
+    ch["finish_reason"] = nullptr;
+    out.push_back(wrap(std::move(ch)));
+  }
+  for (const auto& t : ev.tool_calls) {
+    json call = {{"index", t.index}};
+    if (!t.id.empty()) {
+      call["id"] = t.id;
+      call["type"] = "function";
+      call["function"] = {{"name", t.name}, {"arguments", ""}};
+    } else {
+      call["function"] = {{"arguments", t.arguments}};
+    }
+    out.push_back(wrap({{"index", ev.choice},
+                        {"delta", {{"tool_calls", json::array({std::move(call)})}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}));
+  }
+  if (!ev.finish_reason.empty()) {
+    if (!ev.tool_calls.empty()) {
+      out.push_back(wrap({{"index", ev.choice},
+                          {"delta", json::object()},
+                          {"logprobs", nullptr},
+                          {"finish_reason", nullptr}}));
+    }
+    json& fin = out.back()["choices"][0];
+    fin["finish_reason"] = ev.finish_reason;
+    if (!ev.tool_choice_unmet.empty()) fin["tool_choice_unmet"] = ev.tool_choice_unmet;
+  }
+  return out;
+}
+
+std::string tool_choice_unmet(const CompletionParams& p,
+                              const std::vector<chatparse::ToolCall>& calls) {
+  if (p.tool_choice == ToolChoice::kRequired && calls.empty()) {
+    return "tool_choice is \"required\" but the model answered without a tool call";
+  }
+  if (p.tool_choice == ToolChoice::kFunction) {
+    for (const auto& c : calls) {
+      if (c.name == p.tool_choice_name) return "";
+    }
+    return "tool_choice names \"" + p.tool_choice_name +
+           "\" but the model answered without calling it";
+  }
+  return "";
 }
 
 json chat_role_chunk(const std::string& id, int64_t created, const std::string& model, int index) {

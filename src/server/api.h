@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chatparse/chat_output.h"
 #include "lynx/chat.h"
 #include "lynx/chat_template.h"
 #include "lynx/scheduler.h"
@@ -50,7 +51,15 @@ struct ApiModel {
   std::vector<std::string> routing_levels = {"topk"};
   int max_routing_level = 0;
   bool allow_request_routing = false;
+  // How the model writes tool calls and reasoning (from its chat template), and whether
+  // reasoning is returned apart (serve --reasoning-format deepseek, the default) or left in the
+  // text (none). docs/serving.md, "Tools and reasoning".
+  chatparse::OutputFormat output_format;
+  bool extract_reasoning = true;
 };
+
+// tool_choice: "auto" (the default with tools), "none", "required", or one named function.
+enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 
 struct CompletionParams {
   bool chat = false;
@@ -66,6 +75,14 @@ struct CompletionParams {
   int routing_level = -1;      // extension "routing": a level or spec (>= 1); -1: the server's
   int max_routing_level = -1;  // extension "max_routing_level" (>= 1); -1: no cap
   bool ignore_eos = false;     // extension (as vLLM): keep going past end-of-generation tokens
+  // Chat: the answer is taken apart into content, reasoning and tool calls (parse_output);
+  // `output` says how, with the request's tools. tool_choice "required" or a named function
+  // cannot be forced without constrained decoding: an answer without that call is reported
+  // (ChoiceResult::tool_choice_unmet).
+  bool parse_output = false;
+  chatparse::ParseOptions output;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kFunction
 };
 
 // Parses and validates a request body; throws ApiError (400) naming the offending field, and
@@ -88,7 +105,29 @@ struct ChoiceResult {
   // Tokens produced by decode steps at each routing level (the first token of a choice comes
   // from its prompt, which is always routed exact, and is not counted).
   std::vector<int> level_tokens;
+  // Chat with parse_output: `text` is the content, and these the rest of the answer.
+  std::string reasoning;
+  std::vector<chatparse::ToolCall> tool_calls;
+  std::string tool_choice_unmet;  // why the answer does not satisfy tool_choice ("" = it does)
 };
+
+// Something the engine produced for one choice of a stream: a text delta (possibly empty), the
+// reasoning and tool-call deltas of a parsed chat answer, the tokens it came from when
+// logprobs were asked, and the finish reason on the choice's last event.
+struct Event {
+  int choice = 0;
+  std::string text;
+  std::string reasoning;
+  std::vector<chatparse::ToolCallDelta> tool_calls;
+  std::vector<std::string> token_text;
+  std::vector<float> token_logprob;
+  std::string finish_reason;
+  std::string tool_choice_unmet;
+};
+
+// Whether the finished answer satisfies the request's tool_choice; "" or why not.
+std::string tool_choice_unmet(const CompletionParams& p,
+                              const std::vector<chatparse::ToolCall>& calls);
 
 // usage.routing of an answer: per routing level used, its spec and the decode tokens it made.
 json routing_usage(const std::vector<ChoiceResult>& choices, const std::vector<std::string>& specs);
@@ -98,12 +137,11 @@ json completion_body(const CompletionParams& p, const std::string& id, int64_t c
                      const std::string& model, const std::vector<ChoiceResult>& choices,
                      int prompt_tokens);
 
-// One streaming chunk of choice `index`: text delta (may be empty), its tokens' logprobs,
-// finish reason (empty = null). `first` marks the chat role chunk.
-json chunk_body(const CompletionParams& p, const std::string& id, int64_t created,
-                const std::string& model, int index, const std::string& text,
-                const std::vector<std::string>& token_text, const std::vector<float>& token_logprob,
-                const std::string& finish_reason);
+// The streaming chunks of one event: its text / reasoning delta with its tokens' logprobs, one
+// chunk per tool-call delta (OpenAI's delta.tool_calls[{index, id, type, function}]), and the
+// finish reason (with the chunk of the last delta, or alone).
+std::vector<json> event_chunks(const CompletionParams& p, const std::string& id, int64_t created,
+                               const std::string& model, const Event& ev);
 json chat_role_chunk(const std::string& id, int64_t created, const std::string& model, int index);
 json usage_chunk(const CompletionParams& p, const std::string& id, int64_t created,
                  const std::string& model, int prompt_tokens, int completion_tokens,

@@ -158,6 +158,11 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
   t->choices.resize(size_t(p.n));
   for (int i = 0; i < p.n; ++i) {
     t->choices[size_t(i)].text = std::make_unique<StopTextStream>(tok_, p.stop);
+    if (p.parse_output) {
+      chatparse::ParseOptions po = p.output;
+      po.id_seed += uint64_t(i);  // choices of one request get their own call ids
+      t->choices[size_t(i)].parser = std::make_unique<chatparse::OutputParser>(std::move(po));
+    }
     GenerationRequest r;
     r.prompt = p.prompt;
     r.max_tokens = p.max_tokens;
@@ -208,6 +213,12 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
   Event ev;
   ev.choice = i;
   ev.text = c.text->push(tok);
+  if (c.parser && !ev.text.empty()) {
+    chatparse::OutputDelta d = c.parser->push(ev.text);
+    ev.text = std::move(d.content);
+    ev.reasoning = std::move(d.reasoning);
+    ev.tool_calls = std::move(d.tool_calls);
+  }
   if (t.params.logprobs) {
     ev.token_text.push_back(tok_.token_to_piece(tok));
     ev.token_logprob.push_back(logprob);
@@ -216,11 +227,15 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
     std::lock_guard tl(t.mu);
     ChoiceResult& r = t.results[size_t(i)];
     r.text += ev.text;
+    r.reasoning += ev.reasoning;
     r.token_text.insert(r.token_text.end(), ev.token_text.begin(), ev.token_text.end());
     r.token_logprob.insert(r.token_logprob.end(), ev.token_logprob.begin(), ev.token_logprob.end());
     r.completion_tokens = c.tokens;
     if (decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
-    if (!ev.text.empty() || !ev.token_text.empty()) t.events.push_back(std::move(ev));
+    if (!ev.text.empty() || !ev.reasoning.empty() || !ev.tool_calls.empty() ||
+        !ev.token_text.empty()) {
+      t.events.push_back(std::move(ev));
+    }
   }
   t.cv.notify_all();
   return !c.text->stopped();  // a stop string ends the request
@@ -243,6 +258,21 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   Event ev;
   ev.choice = i;
   if (why == FinishReason::kLength || why == FinishReason::kStop) ev.text = c.text->finish();
+  std::vector<chatparse::ToolCall> calls;
+  if (c.parser) {
+    // The answer taken apart; an unfinished call is text when max_tokens cut it.
+    chatparse::OutputDelta d = c.parser->push(ev.text);
+    d.append(c.parser->finish(why == FinishReason::kLength));
+    ev.text = std::move(d.content);
+    ev.reasoning = std::move(d.reasoning);
+    ev.tool_calls = std::move(d.tool_calls);
+    calls = c.parser->result().tool_calls;
+    // OpenAI's reason for an answer that ends in calls; one cut by max_tokens stays "length".
+    if (!calls.empty() && why == FinishReason::kStop) reason = "tool_calls";
+    if (why == FinishReason::kLength || why == FinishReason::kStop) {
+      ev.tool_choice_unmet = tool_choice_unmet(t.params, calls);
+    }
+  }
   {
     std::lock_guard tl(t.mu);
     if (!t.error.empty() && why == FinishReason::kCancelled) reason = "error";
@@ -259,6 +289,9 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
     std::lock_guard tl(t.mu);
     ChoiceResult& r = t.results[size_t(i)];
     r.text += ev.text;
+    r.reasoning += ev.reasoning;
+    r.tool_calls = std::move(calls);
+    r.tool_choice_unmet = ev.tool_choice_unmet;
     r.completion_tokens = c.tokens;
     if (eog_decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
     r.finish_reason = reason;

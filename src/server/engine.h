@@ -23,16 +23,6 @@
 
 namespace lynx::server {
 
-// Something the engine produced for one choice: a text delta (possibly empty), the tokens it
-// came from when logprobs were asked, and the finish reason on the choice's last event.
-struct Event {
-  int choice = 0;
-  std::string text;
-  std::vector<std::string> token_text;
-  std::vector<float> token_logprob;
-  std::string finish_reason;
-};
-
 // A request in flight, shared by its HTTP handler and the engine.
 struct Task {
   CompletionParams params;
@@ -51,7 +41,8 @@ struct Task {
   struct Choice {
     int64_t sched_id = -1;
     std::unique_ptr<StopTextStream> text;
-    double t_first = 0;  // when the first token was emitted
+    std::unique_ptr<chatparse::OutputParser> parser;  // chat answers taken apart (parse_output)
+    double t_first = 0;                               // when the first token was emitted
     double t_last = 0;
     int tokens = 0;
   };

@@ -321,9 +321,8 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
     }
     for (const server::Event& ev : evs) {
       if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below
-      if (!send(server::chunk_body(p, ids.id, ids.created, model_name, ev.choice, ev.text,
-                                   ev.token_text, ev.token_logprob, ev.finish_reason))) {
-        return false;
+      for (const json& chunk : server::event_chunks(p, ids.id, ids.created, model_name, ev)) {
+        if (!send(chunk)) return false;
       }
     }
     if (!done) return sink.alive();  // false = the client went away
@@ -449,6 +448,29 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
     }
   }
   s.api.log = [&s](const std::string& msg) { s.log(msg); };
+  // How answers are taken apart: the template's markers name the model's call and reasoning
+  // format; without a template, the built-in format's family.
+  {
+    const std::string tmpl = s.model->file().get_string("tokenizer.chat_template", "");
+    if (!tmpl.empty()) {
+      s.api.output_format = chatparse::detect_output_format(tmpl);
+    } else if (s.api.chat.name == "harmony") {
+      s.api.output_format.tools = chatparse::ToolFormat::kHarmony;
+    } else if (s.api.chat.name == "glm4.5" || s.api.chat.name == "minimax-m2" ||
+               s.api.chat.name == "deepseek3") {
+      s.api.output_format.think_tags = true;
+    }
+    if (s.opts.reasoning_format != "none" && s.opts.reasoning_format != "deepseek") {
+      throw Error("server: reasoning_format must be \"none\" or \"deepseek\"");
+    }
+    s.api.extract_reasoning = s.opts.reasoning_format == "deepseek";
+    s.log(std::string("chat answers: tool calls ") +
+          std::string(chatparse::tool_format_name(s.api.output_format.tools)) + ", reasoning " +
+          (s.api.output_format.think_tags                                 ? "<think> blocks"
+           : s.api.output_format.tools == chatparse::ToolFormat::kHarmony ? "analysis channel"
+                                                                          : "none") +
+          (s.api.extract_reasoning ? " (returned as reasoning_content)" : " (kept in the text)"));
+  }
   s.engine = std::make_unique<server::Engine>(*s.model, *s.tok, s.opts, s.metrics);
   const RoutingControl& rc = s.engine->routing_control();
   s.api.routing_levels.clear();

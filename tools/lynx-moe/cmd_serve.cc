@@ -188,6 +188,12 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--model-name", a.o.model_name, "Model id served (default: general.name)");
   cmd->add_option("--chat-format", a.o.chat_format,
                   "Chat format name (default: from tokenizer.chat_template, else chatml)");
+  cmd->add_option("--reasoning-format", a.o.reasoning_format,
+                  "Reasoning of chat answers (<think> blocks, gpt-oss's analysis channel): "
+                  "deepseek = returned as reasoning_content, none = kept in the content; a "
+                  "request's reasoning_format overrides it")
+      ->check(CLI::IsMember({"none", "deepseek"}))
+      ->capture_default_str();
   cmd->add_option("--max-n", a.o.max_n, "Largest n (choices per request)");
   cmd->add_option("--cache-ram", a.cache_mib,
                   "Prefix cache: MiB of finished requests' KV caches kept for prompts that "
