@@ -80,6 +80,7 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
         recipient = word_after(header, "to=");
         pos += found + kMessage.size();
         body_start = pos;
+        scan = pos;
         state = State::kBody;
         // Reasoning kept in the text: the analysis message as the model wrote it.
         if (channel == "analysis" && !o.extract_reasoning) {
@@ -88,9 +89,11 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
         continue;
       }
       case State::kBody: {
+        // A held call body is searched from where the last search stopped (linear time).
+        const size_t from = scan > pos ? scan - pos : 0;
         size_t found = std::string_view::npos, end_len = 0;
         for (std::string_view e : kEnds) {
-          const size_t at = rest.find(e);
+          const size_t at = rest.find(e, from);
           if (at < found) {
             found = at;
             // <|start|> begins the next message: it is not consumed with this one.
@@ -99,7 +102,10 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
         }
         const bool call = channel == "commentary" && !recipient.empty();
         if (call) {
-          if (found == std::string_view::npos && !final) return;  // held until complete
+          if (found == std::string_view::npos && !final) {
+            scan = text.size() - std::min(text.size(), size_t{9});  // longest end marker - 1
+            return;                                                 // held until complete
+          }
           const size_t body_end = found == std::string_view::npos ? text.size() : pos + found;
           const size_t end = found == std::string_view::npos ? text.size() : body_end + end_len;
           const std::string_view raw = all.substr(block_start, end - block_start);

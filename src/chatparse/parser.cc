@@ -158,6 +158,7 @@ void OutputParser::Impl::step(bool final, bool truncated) {
           if (starts_with(r, "{")) {
             block_start = body_start = pos + ws;
             pos = body_start;
+            scan = body_start;
             state = State::kBlock;
             continue;
           }
@@ -170,6 +171,7 @@ void OutputParser::Impl::step(bool final, bool truncated) {
           block_start = pos + found;
           body_start = block_start + block->open.size();
           pos = body_start;
+          scan = body_start;
           state = State::kBlock;
           at_start = false;
           continue;
@@ -201,7 +203,11 @@ void OutputParser::Impl::step(bool final, bool truncated) {
         const std::string_view body = all.substr(body_start);
         // The block's end: its closing marker, else (formats without one) the next opening.
         const std::string_view end_marker = block->close.empty() ? block->open : block->close;
-        const size_t found = end_marker.empty() ? std::string_view::npos : body.find(end_marker);
+        const size_t from = scan > body_start ? scan - body_start : 0;
+        const size_t found = body.find(end_marker, from);
+        if (found == std::string_view::npos) {
+          scan = text.size() - std::min(text.size(), end_marker.size() - 1);
+        }
         if (found != std::string_view::npos) {
           const size_t end = body_start + found + (block->close.empty() ? 0 : block->close.size());
           take_block(body.substr(0, found), all.substr(block_start, end - block_start),

@@ -26,9 +26,12 @@ struct OutputParser::Impl {
   std::string text;  // everything pushed so far
   size_t pos = 0;    // text[0, pos) has been consumed
   State state = State::kText;
-  bool at_start = true;     // nothing but whitespace consumed as answer text yet
-  size_t block_start = 0;   // where the current block (markers included) begins
-  size_t body_start = 0;    // where its body begins
+  bool at_start = true;    // nothing but whitespace consumed as answer text yet
+  size_t block_start = 0;  // where the current block (markers included) begins
+  size_t body_start = 0;   // where its body begins
+  // Where the search for a held block's end resumes: text before it was searched already, so
+  // a long block costs linear time, not a rescan per piece.
+  size_t scan = 0;
   std::string pending_ws;   // trailing whitespace of the content, shown once text follows
   bool skip_ws = false;     // drop whitespace before the next content (after </think>, a call)
   std::string pending_rws;  // the same for the reasoning

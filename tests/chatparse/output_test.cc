@@ -394,6 +394,30 @@ TEST(MalformedCalls, RandomMarkerSoup) {
   }
 }
 
+// A call that never closes, pushed a byte at a time (a model looping inside a call until
+// max_tokens): held to the end, then text. The search for its end resumes where it stopped, so
+// this is linear; a rescan per piece would take minutes here.
+TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
+  const std::string filler(200000, 'x');
+  const std::pair<ToolFormat, std::string> cases[] = {
+      {ToolFormat::kHermes, "<tool_call>{\"name\": \"" + filler},
+      {ToolFormat::kMistral, "[TOOL_CALLS]f[ARGS]{\"a\": \"" + filler},
+      {ToolFormat::kHarmony,
+       "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": \"" + filler}};
+  for (const auto& [format, text] : cases) {
+    OutputParser p(opts(format));
+    std::string shown;
+    for (char c : text) {
+      const OutputDelta d = p.push(std::string_view(&c, 1));
+      EXPECT_TRUE(d.empty());
+      if (!d.empty()) break;
+    }
+    shown += p.finish(true).content;
+    EXPECT_EQ(shown, text) << tool_format_name(format);
+    EXPECT_TRUE(p.result().tool_calls.empty());
+  }
+}
+
 std::string read_template(const std::string& name) {
   std::ifstream f(std::string(LYNX_SOURCE_DIR) + "/tests/template/templates/" + name);
   std::stringstream ss;
