@@ -52,6 +52,9 @@ struct ServerOptions {
   // as message.reasoning_content, "none" leaves it in the content as the model wrote it. A
   // request's "reasoning_format" overrides it (docs/serving.md, "Tools and reasoning").
   std::string reasoning_format = "deepseek";
+  // The tool-call format of chat answers ("hermes", "qwen3-coder", "deepseek-v3", "glm-4.5",
+  // "kimi-k2", "harmony", "mistral", "llama3", "none"); "" = read off the chat template.
+  std::string tool_format;
   // Bounds on what one client can make the server hold (docs/serving.md, "Limits").
   size_t max_body_bytes = 16u << 20;    // request body after de-chunking (413)
   int max_headers = 100;                // header lines per request (431)

@@ -460,6 +460,12 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
                s.api.chat.name == "deepseek3") {
       s.api.output_format.think_tags = true;
     }
+    if (!s.opts.tool_format.empty()) {
+      const auto f = chatparse::tool_format_from_name(s.opts.tool_format);
+      if (!f) throw Error("server: unknown tool format '" + s.opts.tool_format + "'");
+      s.api.output_format.tools = *f;
+      if (*f == chatparse::ToolFormat::kHarmony) s.api.output_format.think_tags = false;
+    }
     if (s.opts.reasoning_format != "none" && s.opts.reasoning_format != "deepseek") {
       throw Error("server: reasoning_format must be \"none\" or \"deepseek\"");
     }

@@ -53,6 +53,8 @@ TEST(ServeCli, NonsenseFlagValuesExitWith2) {
       {"--tpot-slo nan", "--tpot-slo"},
       {"--slo-window 0", "--slo-window"},
       {"--accuracy-budget -0.5", "--accuracy-budget"},
+      {"--reasoning-format hidden", "--reasoning-format"},
+      {"--tool-format xml", "--tool-format"},
       {"--api-key a --api-key-file /dev/null", "API key"},
       // Issue 29: an empty value never means "the default" (here: any port, no key), and
       // a key no client could send is refused instead of locking every client out.
