@@ -45,7 +45,8 @@ struct Options {
   int64_t rows = 0, cols = 0, experts = 64;
   int reps = 5;
   double bw_mib = 1024;
-  std::string simd;  // empty: the best target
+  std::string simd;         // empty: the best target
+  std::string bf16_kernel;  // empty: the best this machine has
   // Weight layout: "packed" (as the engine repacks at load when rows % 16 == 0: Q8_0/Q4_0
   // kInterleaved16, F32/F16/BF16 kPanel16) or "rows" (the file's layout).
   std::string layout = "packed";
@@ -125,8 +126,9 @@ int run(int argc, char** argv) {
   app.add_option("--threads", o.threads, "thread counts");
   app.add_option("--paths", o.paths,
                  "float (exact activations), int (types with an integer kernel), bf16 (BF16/F16 on "
-                 "AMX or AVX512_BF16, the --bf16-acts mode; LYNX_BF16_KERNEL=amx|avx512bf16 "
-                 "picks the kernel)");
+                 "AMX or AVX512_BF16, the --bf16-acts mode; --bf16-kernel picks the kernel)");
+  app.add_option("--bf16-kernel", o.bf16_kernel,
+                 "kernel of the bf16 path: auto (the best here), amx or avx512bf16");
   app.add_option("--shapes", o.shapes, "matrix shapes ROWSxCOLS (cols a multiple of 32)");
   app.add_option("--rows", o.rows, "rows per expert matrix (with --cols: replaces --shapes)")
       ->check(CLI::PositiveNumber);
@@ -155,6 +157,7 @@ int run(int argc, char** argv) {
     }
   }
   for (const auto& t : o.types) parse_type(t);  // all options checked before any output
+  const lk::Bf16Kernel bf16 = lk::bf16_kernel_by_name(o.bf16_kernel);
   for (const auto& sh : o.shapes) {
     int64_t r = 0, c = 0;
     parse_shape(sh, &r, &c);
@@ -209,7 +212,7 @@ int run(int argc, char** argv) {
           const bool int_path = path == "int";
           const bool bf16_path = path == "bf16";
           if (int_path && !lk::has_int_path(t)) continue;
-          if (bf16_path && !lk::has_bf16_path(t, layout)) continue;
+          if (bf16_path && !lk::has_bf16_path(t, layout, bf16)) continue;
           for (size_t ti = 0; ti < o.threads.size(); ++ti) {
             lk::ThreadPool pool(o.threads[ti]);
             // Each expert's matmul is timed on its own and its best time over the passes
@@ -227,7 +230,7 @@ int run(int argc, char** argv) {
                 const auto tc = std::chrono::steady_clock::now();
                 float* ye = y.data() + e * o.rows * n_tok;
                 if (bf16_path) {
-                  lk::matmul_bf16(pool, t, w.get() + e * eb, o.rows, o.cols, xb, ye, o.rows);
+                  lk::matmul_bf16(bf16, pool, t, w.get() + e * eb, o.rows, o.cols, xb, ye, o.rows);
                 } else if (int_path) {
                   lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows, layout);
                 } else {

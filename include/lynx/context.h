@@ -43,6 +43,9 @@ struct ContextOptions {
   // not exact: docs/benchmarks.md has its measured logit error and perplexity. Without
   // AMX-BF16 (kernels/matmul_bf16.h) the products stay exact. Off by default.
   bool bf16_activations = false;
+  // The kernel of that mode: "" (or "auto") the best this machine has, else "amx",
+  // "avx512bf16" or "none" (lynx::Error when this machine cannot run it).
+  std::string bf16_kernel;
   // Makes the context's expert executor from its thread pool and product path
   // (!exact_activations); empty: this process's CPU kernels. Expert parallelism over MPI
   // (src/dist, docs/distributed.md) plugs in here.

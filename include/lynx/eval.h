@@ -32,6 +32,7 @@ struct EvalOptions {
   int n_threads = 0;
   bool exact_activations = false;  // see ContextOptions
   bool bf16_activations = false;   // see ContextOptions
+  std::string bf16_kernel;         // see ContextOptions
   // ContextOptions::make_experts of every context eval makes (expert parallelism).
   decltype(ContextOptions::make_experts) make_experts;
   std::function<void(const std::string& what, size_t done, size_t total)> progress;

@@ -26,14 +26,6 @@ RankStats MpiExpertExecutor::take_stats() {
   return s;
 }
 
-int MpiExpertExecutor::layer_index(const LayerWeights& layer) const {
-  const int n = model_.config().n_layer;
-  for (int il = 0; il < n; ++il) {
-    if (&model_.layer(il) == &layer) return il;
-  }
-  throw Error("expert parallel: the layer is not one of the model's");
-}
-
 // The plan restricted to this rank's experts: the same assignments with the others' weights
 // set to 0, so the local plan's rows are the global plan's rows of the local experts, in the
 // same order (experts ascending, then token and slot).
@@ -76,9 +68,8 @@ void MpiExpertExecutor::check_digests(const std::vector<uint64_t>& d, int il) co
   }
 }
 
-void MpiExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+void MpiExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
                             const LayerWeights& layer, float* out) {
-  const int il = layer_index(layer);
   local_plan(plan, il);
   const uint64_t digest = plan_digest(plan);
   RankStats d;
@@ -141,7 +132,7 @@ void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels:
   const double t0 = util::now_seconds();
   partial_.resize(chunk * size_t(R));
   if (local_.rows() > 0) {
-    cpu_.run(local_, x, layer, partial_.data());
+    cpu_.run(local_, x, il, layer, partial_.data());
   } else {
     std::fill(partial_.begin(), partial_.begin() + ptrdiff_t(n), 0.f);
   }

@@ -44,7 +44,7 @@ class MpiExpertExecutor final : public ExpertExecutor {
   MpiExpertExecutor(const Mpi& mpi, const Model& model, const Placement& placement, Combine combine,
                     kernels::ThreadPool& pool, bool int_acts);
 
-  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
   // This rank's experts only (their rows go through cpu_).
   void set_activation_hook(const Context::ActivationHook* hook) override {
@@ -58,7 +58,6 @@ class MpiExpertExecutor final : public ExpertExecutor {
   std::vector<RankStats> totals() const;
 
  private:
-  int layer_index(const LayerWeights& layer) const;
   void local_plan(const kernels::ExpertPlan& plan, int il);
   uint64_t plan_digest(const kernels::ExpertPlan& plan) const;
   void check_digests(const std::vector<uint64_t>& digests, int il) const;

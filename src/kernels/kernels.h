@@ -29,6 +29,7 @@ namespace lynx::kernels {
 
 using gguf::TensorType;
 class ThreadPool;
+class Scratch;  // scratch.h
 
 // True for the weight types the engine computes with: the rows of the type table
 // (kernels/types.h: F32, F16, BF16, the legacy 32-element types, the K-quants, IQ4_NL,
@@ -135,9 +136,10 @@ float sum(const float* x, int64_t n);
 // the two layouts differ in the last bits; but it is the same chain on every instruction set
 // (one rounding per FMA), so kPanel16 results are bit-identical across machines too. The
 // 16-row groups that [r0, r1) touches are read whole (only rows [r0, r1) are stored).
+// `scratch`: the calling worker's working memory (scratch.h); nullptr makes a temporary one.
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
                  int64_t ldx, int n_tok, float* y, int64_t ldy,
-                 WeightLayout layout = WeightLayout::kRows);
+                 WeightLayout layout = WeightLayout::kRows, Scratch* scratch = nullptr);
 
 // ---- Integer path: weights times activations quantized to Q8_0 (or Q8_K) blocks ----
 //
@@ -222,9 +224,10 @@ void quantize_acts(const float* x, int64_t ldx, int n_tok, int64_t cols, Quantiz
 // on the layout either: W stored kInterleaved16 gives the bits W stored kRows gives. With
 // kInterleaved16 the whole 16-row groups that [r0, r1) touches are read (and computed; only rows
 // [r0, r1) are stored), so the matrix must hold them, as one that can_interleave always does.
+// `scratch` as for matmul_rows.
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                     const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                    WeightLayout layout = WeightLayout::kRows);
+                    WeightLayout layout = WeightLayout::kRows, Scratch* scratch = nullptr);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be nullptr: no scale). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 #include "kernels/types.h"
 #include "lynx/error.h"
 
@@ -167,6 +168,31 @@ struct DecQ4_0 {
 // short (a few KiB) and read as kNR interleaved streams, which the hardware prefetchers
 // follow too late; prefetching the next row block (contiguous in memory) keeps enough cache
 // misses in flight to reach DRAM bandwidth on one core.
+// The decoder of each type the table marks simd_decode (the kernels below are instantiated
+// for kSimdDecodeTypes through it).
+template <TensorType kType>
+struct DecOf;
+template <>
+struct DecOf<TensorType::F32> {
+  using type = DecF32;
+};
+template <>
+struct DecOf<TensorType::F16> {
+  using type = DecF16;
+};
+template <>
+struct DecOf<TensorType::BF16> {
+  using type = DecBF16;
+};
+template <>
+struct DecOf<TensorType::Q8_0> {
+  using type = DecQ8_0;
+};
+template <>
+struct DecOf<TensorType::Q4_0> {
+  using type = DecQ4_0;
+};
+
 template <int NR, int NT, class Dec>
 HWY_INLINE void Accumulate(const uint8_t* const* rows, int64_t c0, int64_t c1, const float* x,
                            int64_t ldx, VF (&acc)[NR][NT], int64_t prefetch_ahead = 0) {
@@ -397,20 +423,9 @@ void RunRows(const MatmulJob& j) {
 }
 
 void MatmulRowsT(const MatmulJob& j) {
-  switch (j.type) {
-    case TensorType::F32:
-      return RunRows<DecF32>(j);
-    case TensorType::F16:
-      return RunRows<DecF16>(j);
-    case TensorType::BF16:
-      return RunRows<DecBF16>(j);
-    case TensorType::Q8_0:
-      return RunRows<DecQ8_0>(j);
-    case TensorType::Q4_0:
-      return RunRows<DecQ4_0>(j);
-    default:
-      return;  // rejected by matmul_rows
-  }
+  // A type without a decoder here is rejected by matmul_rows.
+  dispatch_type<kSimdDecodeTypes>(
+      j.type, [&]<TensorType kType>() { RunRows<typename DecOf<kType>::type>(j); });
 }
 
 // ---- kPanel16: outer products on 16-row panels (layout in kernels.h) ----
@@ -552,16 +567,8 @@ void RunPanels(const MatmulJob& j) {
 }
 
 void MatmulPanelsT(const MatmulJob& j) {
-  switch (j.type) {
-    case TensorType::F32:
-      return RunPanels<DecF32>(j);
-    case TensorType::F16:
-      return RunPanels<DecF16>(j);
-    case TensorType::BF16:
-      return RunPanels<DecBF16>(j);
-    default:
-      return;  // rejected by matmul_rows
-  }
+  dispatch_type<kPanelTypes>(
+      j.type, [&]<TensorType kType>() { RunPanels<typename DecOf<kType>::type>(j); });
 }
 
 template <class Dec>
@@ -590,20 +597,8 @@ void DequantizeWith(const uint8_t* src, float* dst, int64_t n) {
 
 void DequantizeRowT(TensorType t, const void* src, float* dst, int64_t n) {
   const auto* s = static_cast<const uint8_t*>(src);
-  switch (t) {
-    case TensorType::F32:
-      return DequantizeWith<DecF32>(s, dst, n);
-    case TensorType::F16:
-      return DequantizeWith<DecF16>(s, dst, n);
-    case TensorType::BF16:
-      return DequantizeWith<DecBF16>(s, dst, n);
-    case TensorType::Q8_0:
-      return DequantizeWith<DecQ8_0>(s, dst, n);
-    case TensorType::Q4_0:
-      return DequantizeWith<DecQ4_0>(s, dst, n);
-    default:
-      return;
-  }
+  dispatch_type<kSimdDecodeTypes>(
+      t, [&]<TensorType kType>() { DequantizeWith<typename DecOf<kType>::type>(s, dst, n); });
 }
 
 // Group g of a kInterleaved16 Q8_0/Q4_0 matrix back to 16 rows at dst, for the float path:
@@ -666,7 +661,8 @@ HWY_EXPORT(DeinterleaveGroupT);
 HWY_EXPORT(MatmulPanelsT);
 
 void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout) {
+                 int64_t ldx, int n_tok, float* y, int64_t ldy, WeightLayout layout,
+                 Scratch* scratch) {
   const size_t row_bytes = weight_row_bytes(t, cols);  // validates type and cols
   if (r0 < 0 || r1 < r0 || n_tok < 0) {
     throw Error("matmul_rows: bad range rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
@@ -685,14 +681,15 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
     }
     // Interleaved (Q4_K, Q6_K): each 16-row group back to rows, then decoded; the bits of
     // the kRows matrix, as below.
-    thread_local std::vector<uint8_t> group_rows;
-    group_rows.resize(row_bytes * kInterleaveRows);
+    Scratch own;
+    Scratch& s = scratch ? *scratch : own;
+    uint8_t* group_rows = s.get<uint8_t>(ScratchSlot::kGroupRows, row_bytes * kInterleaveRows);
     for (int64_t g = r0 / kInterleaveRows; g * kInterleaveRows < r1; ++g) {
       const int64_t base = g * kInterleaveRows;
-      deinterleave_group(t, w, cols, g, group_rows.data());
-      matmul_rows_decoded(t, group_rows.data(), cols, std::max(r0, base) - base,
-                          std::min(r1, base + kInterleaveRows) - base, x, ldx, n_tok, y + base,
-                          ldy);
+      deinterleave_group(t, w, cols, g, group_rows);
+      matmul_rows_decoded(t, group_rows, cols, std::max(r0, base) - base,
+                          std::min(r1, base + kInterleaveRows) - base, x, ldx, n_tok, y + base, ldy,
+                          &s);
     }
     return;
   }
@@ -720,14 +717,15 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
   // bytes, which are the same, so this gives the bits of the kRows matrix. The copy is not
   // free at a few tokens (docs/benchmarks.md), so the CLI and server keep the file's layout
   // when they run exact activations.
-  thread_local std::vector<uint8_t> rows_buf;
-  rows_buf.resize(row_bytes * kInterleaveRows);
+  Scratch own;
+  uint8_t* rows_buf =
+      (scratch ? *scratch : own).get<uint8_t>(ScratchSlot::kGroupRows, row_bytes * kInterleaveRows);
   for (int64_t g = r0 / kInterleaveRows; g * kInterleaveRows < r1; ++g) {
     const int64_t base = g * kInterleaveRows;
     HWY_DYNAMIC_DISPATCH(DeinterleaveGroupT)
-    (t, static_cast<const uint8_t*>(w), cols, g, rows_buf.data());
+    (t, static_cast<const uint8_t*>(w), cols, g, rows_buf);
     MatmulJob part = job;  // the group's rows, back in the rows layout
-    part.w = rows_buf.data();
+    part.w = rows_buf;
     part.r0 = std::max(r0, base) - base;
     part.r1 = std::min(r1, base + kInterleaveRows) - base;
     part.y = y + base;

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -70,9 +69,9 @@ const CpuBf16& cpu() {
 #define LYNX_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define LYNX_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
-LYNX_TARGET_BF16 void round_rows_avx512(const float* x, int64_t ldx, int n_tok, int64_t cols,
+LYNX_TARGET_BF16 void round_rows_avx512(const float* x, int64_t ldx, int t0, int t1, int64_t cols,
                                         Bf16Acts& out) {
-  for (int t = 0; t < n_tok; ++t) {
+  for (int t = t0; t < t1; ++t) {
     const float* src = x + t * ldx;
     uint16_t* dst = out.v.data() + t * out.ld;
     for (int64_t c = 0; c < out.ld; c += 32) {
@@ -158,13 +157,10 @@ void store_c(const AmxJob& j, const float* c, int m, int tok, int64_t b0) {
   }
 }
 
-LYNX_TARGET_AMX void amx_rows(const AmxJob& j) {
+LYNX_TARGET_AMX void amx_rows(const AmxJob& j, Scratch& scratch) {
   const int64_t nk = (j.cols + 31) / 32, panel_bytes = 16 * j.cols * 2;
   const __m512i idx = pair_index();
-  thread_local std::vector<uint8_t> bbuf_store;
-  bbuf_store.resize(size_t(nk) * 2048 + 64);
-  uint8_t* bbuf =
-      bbuf_store.data() + (64 - reinterpret_cast<uintptr_t>(bbuf_store.data()) % 64) % 64;
+  uint8_t* bbuf = scratch.get<uint8_t>(ScratchSlot::kBf16Panels, size_t(nk) * 2048);
   alignas(64) float cbuf[16 * 16];
   const int64_t lda = j.x->ld * 2;
   int cfg_m0 = -1, cfg_m1 = -1;
@@ -222,23 +218,6 @@ LYNX_TARGET_AMX void amx_rows(const AmxJob& j) {
 }
 #endif  // LYNX_BF16_X86
 
-Bf16Kernel pick_kernel() {
-  const char* env = std::getenv("LYNX_BF16_KERNEL");
-  if (env == nullptr || *env == '\0') {
-    if (bf16_kernel_available(Bf16Kernel::kAmx)) return Bf16Kernel::kAmx;
-    if (bf16_kernel_available(Bf16Kernel::kAvx512Bf16)) return Bf16Kernel::kAvx512Bf16;
-    return Bf16Kernel::kNone;
-  }
-  for (Bf16Kernel k : {Bf16Kernel::kNone, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx}) {
-    if (std::string_view(env) != bf16_kernel_name(k)) continue;
-    if (!bf16_kernel_available(k)) {
-      throw Error(std::string("LYNX_BF16_KERNEL=") + env + ": this CPU cannot run that kernel");
-    }
-    return k;
-  }
-  throw Error(std::string("LYNX_BF16_KERNEL=") + env + ": not a kernel (amx, avx512bf16, none)");
-}
-
 bool is_half(TensorType t) {
   return t == TensorType::BF16 || t == TensorType::F16;
 }
@@ -258,14 +237,17 @@ uint16_t round_act_bf16(float x) {
 
 void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16Acts& out) {
   if (n_tok < 0 || cols <= 0) throw Error("round_acts_bf16: bad shape");
-  out.n_tok = n_tok;
-  out.cols = cols;
-  out.ld = (cols + 31) / 32 * 32;
-  out.v.resize(size_t(n_tok) * size_t(out.ld));
+  out.resize(n_tok, cols);
+  round_acts_bf16_rows(x, ldx, 0, n_tok, out);
+}
+
+void round_acts_bf16_rows(const float* x, int64_t ldx, int t0, int t1, Bf16Acts& out) {
+  if (t0 < 0 || t1 < t0 || t1 > out.n_tok) throw Error("round_acts_bf16_rows: bad rows");
+  const int64_t cols = out.cols;
 #if LYNX_BF16_X86
-  if (cpu().avx512_bf16) return round_rows_avx512(x, ldx, n_tok, cols, out);
+  if (cpu().avx512_bf16) return round_rows_avx512(x, ldx, t0, t1, cols, out);
 #endif
-  for (int t = 0; t < n_tok; ++t) {
+  for (int t = t0; t < t1; ++t) {
     uint16_t* dst = out.v.data() + t * out.ld;
     for (int64_t c = 0; c < cols; ++c) dst[c] = round_act_bf16(x[t * ldx + c]);
     std::fill(dst + cols, dst + out.ld, uint16_t{0});
@@ -292,22 +274,32 @@ bool bf16_kernel_available(Bf16Kernel k) {
   return k == Bf16Kernel::kNone;
 }
 
-Bf16Kernel bf16_kernel() {
-  static const Bf16Kernel k = pick_kernel();  // CPUID and the environment, once
-  return k;
+Bf16Kernel best_bf16_kernel() {
+  if (bf16_kernel_available(Bf16Kernel::kAmx)) return Bf16Kernel::kAmx;
+  if (bf16_kernel_available(Bf16Kernel::kAvx512Bf16)) return Bf16Kernel::kAvx512Bf16;
+  return Bf16Kernel::kNone;
 }
 
-bool has_bf16_path(TensorType t, WeightLayout layout) {
-  return is_half(t) && layout == WeightLayout::kPanel16 && bf16_kernel() != Bf16Kernel::kNone;
+Bf16Kernel bf16_kernel_by_name(std::string_view name) {
+  if (name.empty() || name == "auto") return best_bf16_kernel();
+  for (Bf16Kernel k : {Bf16Kernel::kNone, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx}) {
+    if (name != bf16_kernel_name(k)) continue;
+    if (!bf16_kernel_available(k)) {
+      throw Error("BF16 kernel " + std::string(name) + ": this CPU cannot run it (it runs " +
+                  bf16_kernel_name(best_bf16_kernel()) + ")");
+    }
+    return k;
+  }
+  throw Error("BF16 kernel " + std::string(name) + ": not a kernel (auto, amx, avx512bf16, none)");
 }
 
-void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                      const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy) {
-  matmul_rows_bf16(bf16_kernel(), t, w, cols, r0, r1, x, t0, n_tok, y, ldy);
+bool has_bf16_path(TensorType t, WeightLayout layout, Bf16Kernel k) {
+  return is_half(t) && layout == WeightLayout::kPanel16 && k != Bf16Kernel::kNone;
 }
 
 void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, int64_t r0,
-                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy) {
+                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy,
+                      Scratch* scratch) {
   if (!is_half(t) || k == Bf16Kernel::kNone || !bf16_kernel_available(k)) {
     throw Error(std::string("matmul_rows_bf16: no ") + bf16_kernel_name(k) + " BF16 kernel for " +
                 gguf::tensor_type_name(t) + " on this machine");
@@ -320,14 +312,12 @@ void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, i
   const detail::Bf16RowsJob job{
       t == TensorType::F16, static_cast<const uint8_t*>(w), cols, r0, r1, &x, t0, n_tok, y, ldy};
 #if LYNX_BF16_X86
-  if (k == Bf16Kernel::kAmx) return amx_rows(job);
+  if (k == Bf16Kernel::kAmx) {
+    Scratch own;
+    return amx_rows(job, scratch ? *scratch : own);
+  }
 #endif
   detail::dpbf16_rows(job);
-}
-
-void matmul_bf16(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-                 const Bf16Acts& x, float* y, int64_t ldy) {
-  matmul_bf16(bf16_kernel(), pool, t, w, rows, cols, x, y, ldy);
 }
 
 void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, int64_t rows,
@@ -340,14 +330,15 @@ void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, in
     const Bf16Acts* x;
     float* y;
     int64_t ldy;
-  } a{k, t, w, cols, &x, y, ldy};
+    ThreadPool* pool;
+  } a{k, t, w, cols, &x, y, ldy, &pool};
   const Args* pa = &a;
   // 32-row chunks: whole panel pairs, the unit of the tile plan.
   pool.parallel_for(
       rows,
-      [pa](int64_t r0, int64_t r1, int) {
+      [pa](int64_t r0, int64_t r1, int tid) {
         matmul_rows_bf16(pa->k, pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, pa->x->n_tok, pa->y,
-                         pa->ldy);
+                         pa->ldy, &pa->pool->scratch(tid));
       },
       32);
 }

@@ -11,6 +11,7 @@
 // rows layout and machines without AVX512_BF16 keep the exact F32 path (has_bf16_path).
 #pragma once
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -24,12 +25,23 @@ struct Bf16Acts {
   int n_tok = 0;
   int64_t cols = 0, ld = 0;
   std::vector<uint16_t> v;
+
+  // [n x c], the values of rows already there kept only when the shape is unchanged.
+  void resize(int n, int64_t c) {
+    n_tok = n;
+    cols = c;
+    ld = (c + 31) / 32 * 32;
+    v.resize(size_t(n) * size_t(ld));
+  }
 };
 
 // The BF16 rounding of one activation (the scalar twin of the vector rounding).
 uint16_t round_act_bf16(float x);
 // Resizes `out` to [n_tok x cols] and rounds rows t (at x + t * ldx) into it.
 void round_acts_bf16(const float* x, int64_t ldx, int n_tok, int64_t cols, Bf16Acts& out);
+// Rounds rows [t0, t1) (row t at x + t * ldx) into `out`, already [n_tok x cols]; the other
+// rows keep their values.
+void round_acts_bf16_rows(const float* x, int64_t ldx, int t0, int t1, Bf16Acts& out);
 
 // Products with fewer tokens stay on the exact F32 path in the fast mode: they are bound by
 // the weights' bandwidth, which the F32 panels already reach, so BF16 would only cost accuracy
@@ -45,38 +57,35 @@ constexpr int kBf16MinTokens = 8;
 // AMX-BF16 whose tile state the OS grants (Linux: the ARCH_REQ_XCOMP_PERM request, made once
 // here); VDPBF16PS (matmul_bf16_avx512.cc) on a CPU with AVX512_BF16; none: the exact F32 path.
 enum class Bf16Kernel { kNone, kAvx512Bf16, kAmx };
-// "none", "avx512bf16", "amx" (the values of LYNX_BF16_KERNEL).
+// "none", "avx512bf16", "amx".
 const char* bf16_kernel_name(Bf16Kernel k);
 // True when this machine can run k (kNone always).
 bool bf16_kernel_available(Bf16Kernel k);
-// The kernel of this process: the best the machine has, or the one the environment variable
-// LYNX_BF16_KERNEL names (amx, avx512bf16 or none; read once), so that the benchmarks can time
-// the AVX512_BF16 kernel on a machine with AMX. Throws lynx::Error when the variable names a
-// kernel that is unknown or that this machine cannot run.
-Bf16Kernel bf16_kernel();
+// The best kernel this machine has (kNone without AMX-BF16 and AVX512_BF16).
+Bf16Kernel best_bf16_kernel();
+// The kernel a name asks for (ContextOptions::bf16_kernel, --bf16-kernel): "" or "auto" the
+// best here, else "amx", "avx512bf16" or "none" (so that the benchmarks can time the
+// AVX512_BF16 kernel on a machine with AMX). Throws lynx::Error naming the choices when the name
+// is unknown or this machine cannot run that kernel.
+Bf16Kernel bf16_kernel_by_name(std::string_view name);
 
-// True when a weight of type t stored in `layout` takes the BF16 fast mode on this machine:
-// BF16 or F16, kPanel16, and bf16_kernel() is not kNone.
-bool has_bf16_path(TensorType t, WeightLayout layout);
+// True when a weight of type t stored in `layout` takes the BF16 fast mode on kernel k:
+// BF16 or F16, kPanel16, and k is not kNone.
+bool has_bf16_path(TensorType t, WeightLayout layout, Bf16Kernel k);
 
 // y[j * ldy + r] = W[r] . x[t0 + j] for r in [r0, r1), j in [0, n_tok), with W [rows x cols]
-// of type BF16 or F16 stored kPanel16 and x.cols == cols. Each product W[r][c] * x[c] is
-// exact (both operands BF16; an F16 weight rounded to BF16 to nearest even), the sum is F32
-// in an order of the hardware's choosing, so results match the scalar twin
+// of type BF16 or F16 stored kPanel16 and x.cols == cols, on kernel k. Each product
+// W[r][c] * x[c] is exact (both operands BF16; an F16 weight rounded to BF16 to nearest even),
+// the sum is F32 in an order of the hardware's choosing, so results match the scalar twin
 // (ref::matmul_rows_bf16) to F32 summation tolerance, not bit for bit. Each output depends
 // only on its row and token. Whole 16-row panels that [r0, r1) touches are read. Throws
-// lynx::Error when has_bf16_path(t, kPanel16) is false or the shapes disagree.
-// Runs bf16_kernel().
-void matmul_rows_bf16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
-                      const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy);
-// The same on kernel k (the tests run every kernel the machine has); throws lynx::Error when
-// k is kNone or not available here.
+// lynx::Error when k is kNone or not available here, t is not BF16/F16 or the shapes disagree.
+// `scratch`: the calling worker's working memory (scratch.h); nullptr makes a temporary one.
 void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, int64_t r0,
-                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy);
+                      int64_t r1, const Bf16Acts& x, int t0, int n_tok, float* y, int64_t ldy,
+                      Scratch* scratch = nullptr);
 
 // matmul_rows_bf16 over all rows of W, split across the pool (all x.n_tok tokens).
-void matmul_bf16(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
-                 const Bf16Acts& x, float* y, int64_t ldy);
 void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, int64_t rows,
                  int64_t cols, const Bf16Acts& x, float* y, int64_t ldy);
 

@@ -1,6 +1,6 @@
 // The BF16 fast mode (matmul_bf16.h) with AVX512_BF16's VDPBF16PS: the kernel of CPUs that have
 // AVX512_BF16 but no AMX (AMD Zen 4 and 5, Intel Cooper Lake), and of AMX machines when
-// LYNX_BF16_KERNEL=avx512bf16 asks for it (the tests and benchmarks use that to run it here).
+// --bf16-kernel avx512bf16 asks for it (the tests and benchmarks use that to run it there).
 //
 // Raw intrinsics with a target attribute behind the CPUID check of matmul_bf16.cc, not Highway:
 // Highway 1.0.3 (Debian 12) has no target with AVX512_BF16, and its bf16

@@ -3,22 +3,26 @@
 
 #include <algorithm>
 
+#include "kernels/thread_pool.h"
 #include "lynx/error.h"
 
 namespace lynx::kernels {
 namespace {
 
 // Output rows [r0, r1) of job j for one expert's `cnt` grouped rows starting at `off`.
-void expert_rows(const MatIdJob& j, int ex, int64_t r0, int64_t r1, int off, int cnt) {
+void expert_rows(const MatIdJob& j, int ex, int64_t r0, int64_t r1, int off, int cnt,
+                 Scratch& scratch) {
   const ExpertMatrices& w = j.w;
   float* y = j.y + size_t(off) * size_t(w.rows);
   if (j.xb && cnt >= kBf16MinTokens) {
-    matmul_rows_bf16(w.type, w.mat(ex), w.cols, r0, r1, *j.xb, off, cnt, y, w.rows);
+    matmul_rows_bf16(j.bf16, w.type, w.mat(ex), w.cols, r0, r1, *j.xb, off, cnt, y, w.rows,
+                     &scratch);
   } else if (j.xq) {
-    matmul_rows_q8(w.type, w.mat(ex), w.cols, r0, r1, *j.xq, off, cnt, y, w.rows, w.layout);
+    matmul_rows_q8(w.type, w.mat(ex), w.cols, r0, r1, *j.xq, off, cnt, y, w.rows, w.layout,
+                   &scratch);
   } else {
     matmul_rows(w.type, w.mat(ex), w.cols, r0, r1, j.x + size_t(off) * size_t(w.cols), w.cols, cnt,
-                y, w.rows, w.layout);
+                y, w.rows, w.layout, &scratch);
   }
 }
 
@@ -38,12 +42,13 @@ void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJo
   const int64_t n_active = int64_t(experts.size());
   pool.parallel_for(
       n_active * R,
-      [&](int64_t b, int64_t e, int) {
+      [&](int64_t b, int64_t e, int tid) {
+        Scratch& scratch = pool.scratch(tid);
         while (b < e) {
           const int64_t ai = b / R, r0 = b % R, r1 = std::min<int64_t>(R, r0 + (e - b));
           const int ex = experts[size_t(ai)];
           const int off = plan.offset[size_t(ex)], cnt = plan.count[size_t(ex)];
-          for (const MatIdJob& j : jobs) expert_rows(j, ex, r0, r1, off, cnt);
+          for (const MatIdJob& j : jobs) expert_rows(j, ex, r0, r1, off, cnt, scratch);
           b += r1 - r0;
         }
       },

@@ -39,8 +39,10 @@ struct MatIdJob {
   const QuantizedActs* xq = nullptr;
   float* y = nullptr;
   // The BF16 fast mode (matmul_bf16.h; BF16/F16 weights in panels): x rounded to BF16, which
-  // an expert with at least kBf16MinTokens grouped rows reads instead of x (x stays needed).
+  // an expert with at least kBf16MinTokens grouped rows reads instead of x (x stays needed),
+  // on kernel bf16 (not kNone when xb is set).
   const Bf16Acts* xb = nullptr;
+  Bf16Kernel bf16 = Bf16Kernel::kNone;
 };
 
 // Runs the jobs over the plan, rows split across the pool. The jobs must have the same

@@ -8,11 +8,13 @@
 // lane order does not matter and every target gives the scalar twin's bits.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/matmul_k.h"
+#include "kernels/scratch.h"
 #include "kernels/types.h"
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
@@ -110,6 +112,28 @@ namespace {
 using types::kIq4nlValues;
 using types::load_f16;
 
+// Field offsets of the K-quant blocks (types/layout.h).
+constexpr int kQ4kScales = offsetof(types::BlockQ4_K, scales);
+constexpr int kQ4kQs = offsetof(types::BlockQ4_K, qs);
+constexpr int kQ5kQh = offsetof(types::BlockQ5_K, qh);
+constexpr int kQ5kQs = offsetof(types::BlockQ5_K, qs);
+constexpr int kQ6kQh = offsetof(types::BlockQ6_K, qh);
+constexpr int kQ6kScales = offsetof(types::BlockQ6_K, scales);
+constexpr int kQ6kD = offsetof(types::BlockQ6_K, d);
+constexpr int kQ3kQs = offsetof(types::BlockQ3_K, qs);
+constexpr int kQ3kScales = offsetof(types::BlockQ3_K, scales);
+constexpr int kQ3kD = offsetof(types::BlockQ3_K, d);
+constexpr int kQ2kQs = offsetof(types::BlockQ2_K, qs);
+constexpr int kQ2kD = offsetof(types::BlockQ2_K, d);
+constexpr int kQ2kDmin = offsetof(types::BlockQ2_K, dmin);
+constexpr int kIq4xsScalesH = offsetof(types::BlockIq4_xs, scales_h);
+constexpr int kIq4xsScalesL = offsetof(types::BlockIq4_xs, scales_l);
+constexpr int kIq4xsQs = offsetof(types::BlockIq4_xs, qs);
+static_assert(offsetof(types::BlockQ4_K, dmin) == offsetof(types::BlockQ5_K, dmin) &&
+              offsetof(types::BlockQ4_K, scales) == offsetof(types::BlockQ5_K, scales) &&
+              offsetof(types::BlockQ2_K, scales) == 0 && offsetof(types::BlockQ3_K, hmask) == 0 &&
+              offsetof(types::BlockQ6_K, ql) == 0);
+
 int q3_scale(const uint8_t* s, int i) {
   const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
   const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
@@ -117,8 +141,8 @@ int q3_scale(const uint8_t* s, int i) {
 }
 
 int iq4xs_scale(const uint8_t* b, int ib) {
-  const int lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
-  const int hi = (types::load_u16(b + 2) >> (2 * ib)) & 3;
+  const int lo = (b[kIq4xsScalesL + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+  const int hi = (types::load_u16(b + kIq4xsScalesH) >> (2 * ib)) & 3;
   return (lo | (hi << 4)) - 32;
 }
 
@@ -130,16 +154,16 @@ BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
     case TensorType::Q4_K:
     case TensorType::Q5_K: {
       const bool q5 = t == TensorType::Q5_K;
-      k.d = load_f16(b);
-      k.dmin = load_f16(b + 2);
+      k.d = load_f16(b + offsetof(types::BlockQ4_K, d));
+      k.dmin = load_f16(b + offsetof(types::BlockQ4_K, dmin));
       k.has_min = true;
       k.sub_len = 32;
-      const uint8_t* qh = b + 16;
-      const uint8_t* q = b + (q5 ? 48 : 16);
+      const uint8_t* qh = b + kQ5kQh;
+      const uint8_t* q = b + (q5 ? kQ5kQs : kQ4kQs);
       for (int c = 0; c < 4; ++c) {
         int s1, m1, s2, m2;
-        types::scale_min_k4(2 * c, b + 4, &s1, &m1);
-        types::scale_min_k4(2 * c + 1, b + 4, &s2, &m2);
+        types::scale_min_k4(2 * c, b + kQ4kScales, &s1, &m1);
+        types::scale_min_k4(2 * c + 1, b + kQ4kScales, &s2, &m2);
         k.m[2 * c] = m1;
         k.m[2 * c + 1] = m2;
         for (int l = 0; l < 32; ++l) {
@@ -152,11 +176,11 @@ BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
       break;
     }
     case TensorType::Q6_K: {
-      k.d = load_f16(b + 208);
-      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      k.d = load_f16(b + kQ6kD);
+      const auto* sc = reinterpret_cast<const int8_t*>(b + kQ6kScales);
       for (int h = 0; h < 2; ++h) {
         const uint8_t* ql = b + 64 * h;
-        const uint8_t* qh = b + 128 + 32 * h;
+        const uint8_t* qh = b + kQ6kQh + 32 * h;
         for (int l = 0; l < 32; ++l) {
           const int is = 8 * h + l / 16;
           put(128 * h + l, sc[is], ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
@@ -170,17 +194,17 @@ BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
     case TensorType::Q3_K:
     case TensorType::Q2_K: {
       const bool q3 = t == TensorType::Q3_K;
-      k.d = load_f16(b + (q3 ? 108 : 80));
+      k.d = load_f16(b + (q3 ? kQ3kD : kQ2kD));
       if (!q3) {
-        k.dmin = load_f16(b + 82);
+        k.dmin = load_f16(b + kQ2kDmin);
         k.has_min = true;
       }
-      const uint8_t* q = b + (q3 ? 32 : 16);
+      const uint8_t* q = b + (q3 ? kQ3kQs : kQ2kQs);
       int is = 0, e = 0;
       for (int h = 0; h < 2; ++h, q += 32) {
         for (int j = 0; j < 4; ++j) {
           for (int part = 0; part < 2; ++part, ++is) {
-            const int s = q3 ? q3_scale(b + 96, is) : (b[is] & 0x0F);
+            const int s = q3 ? q3_scale(b + kQ3kScales, is) : (b[is] & 0x0F);
             if (!q3) k.m[is] = b[is] >> 4;
             for (int l = 16 * part; l < 16 * part + 16; ++l, ++e) {
               int level = (q[l] >> (2 * j)) & 3;
@@ -193,10 +217,10 @@ BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
       break;
     }
     default: {  // IQ4_XS
-      k.d = load_f16(b);
+      k.d = load_f16(b + offsetof(types::BlockIq4_xs, d));
       for (int ib = 0; ib < 8; ++ib) {
         const int s = iq4xs_scale(b, ib);
-        const uint8_t* qs = b + 8 + 16 * ib;
+        const uint8_t* qs = b + kIq4xsQs + 16 * ib;
         for (int j = 0; j < 16; ++j) {
           put(32 * ib + j, s, kIq4nlValues[qs[j] & 0x0F]);
           put(32 * ib + 16 + j, s, kIq4nlValues[qs[j] >> 4]);
@@ -302,17 +326,8 @@ void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, Quantized
 }
 
 bool has_k_int_path(TensorType t) {
-  switch (t) {
-    case TensorType::Q2_K:
-    case TensorType::Q3_K:
-    case TensorType::Q4_K:
-    case TensorType::Q5_K:
-    case TensorType::Q6_K:
-    case TensorType::IQ4_XS:
-      return true;
-    default:
-      return false;
-  }
+  const TypeTraits* tr = type_row(t);
+  return tr && takes_k_kernel(*tr);
 }
 
 bool has_k_interleaved_kernel(TensorType t) {
@@ -321,7 +336,7 @@ bool has_k_interleaved_kernel(TensorType t) {
 
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                    const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
-                   WeightLayout layout) {
+                   WeightLayout layout, Scratch* scratch) {
   check("matmul_rows_k", t, cols, r0, r1, x, t0, n_tok);
   if (layout != WeightLayout::kRows) {
     if (layout != WeightLayout::kInterleaved16 || !has_k_interleaved_kernel(t)) {
@@ -332,16 +347,16 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
     return;
   }
   const int64_t nb = cols / 256, bb = block_bytes(t);
-  thread_local std::vector<int16_t> ls;
-  thread_local std::vector<BlockK> blocks;
-  ls.resize(size_t(cols));
-  blocks.resize(size_t(nb));
+  Scratch own;
+  Scratch& s = scratch ? *scratch : own;
+  int16_t* ls = s.get<int16_t>(ScratchSlot::kKLevels, size_t(cols));
+  BlockK* blocks = s.get<BlockK>(ScratchSlot::kKBlocks, size_t(nb));
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       blocks[size_t(b)] = unpack(t, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
     }
-    HWY_DYNAMIC_DISPATCH(RowKT)(ls.data(), blocks.data(), x, t0, n_tok, y, ldy, r);
+    HWY_DYNAMIC_DISPATCH(RowKT)(ls, blocks, x, t0, n_tok, y, ldy, r);
   }
 }
 
@@ -359,33 +374,33 @@ Elem element(TensorType t, const uint8_t* b, int e) {
     case TensorType::Q4_K:
     case TensorType::Q5_K: {
       const int c = e / 64, sub = 2 * c + (e % 64) / 32;
-      const uint8_t byte = b[(t == TensorType::Q5_K ? 48 : 16) + 32 * c + l];
+      const uint8_t byte = b[(t == TensorType::Q5_K ? kQ5kQs : kQ4kQs) + 32 * c + l];
       int level = (e % 64) < 32 ? (byte & 0x0F) : (byte >> 4);
-      if (t == TensorType::Q5_K) level += ((b[16 + l] >> sub) & 1) * 16;
+      if (t == TensorType::Q5_K) level += ((b[kQ5kQh + l] >> sub) & 1) * 16;
       int s, m;
-      types::scale_min_k4(sub, b + 4, &s, &m);
+      types::scale_min_k4(sub, b + kQ4kScales, &s, &m);
       return {level, s, m, sub};
     }
     case TensorType::Q6_K: {
       const uint8_t lo = b[64 * h + l + 32 * (j % 2)];
       const int nib = j < 2 ? (lo & 0x0F) : (lo >> 4);
-      const int top = (b[128 + 32 * h + l] >> (2 * j)) & 3;
+      const int top = (b[kQ6kQh + 32 * h + l] >> (2 * j)) & 3;
       const int sub = 8 * h + l / 16 + 2 * j;
-      return {(nib | (top << 4)) - 32, static_cast<int8_t>(b[192 + sub]), 0, sub};
+      return {(nib | (top << 4)) - 32, static_cast<int8_t>(b[kQ6kScales + sub]), 0, sub};
     }
     case TensorType::Q3_K: {
-      const int q = (b[32 + 32 * h + l] >> (2 * j)) & 3;
+      const int q = (b[kQ3kQs + 32 * h + l] >> (2 * j)) & 3;
       const int hb = (b[l] >> (4 * h + j)) & 1;
       const int sub = 8 * h + 2 * j + l / 16;
-      return {q - (hb ? 0 : 4), q3_scale(b + 96, sub), 0, sub};
+      return {q - (hb ? 0 : 4), q3_scale(b + kQ3kScales, sub), 0, sub};
     }
     case TensorType::Q2_K: {
       const int sub = 8 * h + 2 * j + l / 16;
-      return {(b[16 + 32 * h + l] >> (2 * j)) & 3, b[sub] & 0x0F, b[sub] >> 4, sub};
+      return {(b[kQ2kQs + 32 * h + l] >> (2 * j)) & 3, b[sub] & 0x0F, b[sub] >> 4, sub};
     }
     default: {  // IQ4_XS
       const int ib = e / 32, k = e % 32;
-      const uint8_t byte = b[8 + 16 * ib + k % 16];
+      const uint8_t byte = b[kIq4xsQs + 16 * ib + k % 16];
       return {kIq4nlValues[k < 16 ? (byte & 0x0F) : (byte >> 4)], iq4xs_scale(b, ib), 0, ib};
     }
   }
@@ -396,16 +411,18 @@ Elem element(TensorType t, const uint8_t* b, int e) {
 // and then the planes of the rest; plane p, lane i = bytes of row i.
 void interleaved_block(TensorType t, const uint8_t* w, int64_t nb, int64_t r, int64_t b,
                        uint8_t* out) {
-  const bool first = t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::IQ4_XS;
-  const int n_fields = t == TensorType::Q6_K || t == TensorType::Q3_K ? 1 : 2;
+  const InterleaveSpec spec = type_traits(t).interleave;
+  const int n_fields = spec.fields, fb = spec.field_bytes;
   const int64_t bb = block_bytes(t), i = r % 16;
   const uint8_t* gb = w + (r - i) * nb * bb + b * 16 * bb;
-  const int words_at = first ? 2 * n_fields : 0;
-  const int64_t field_at = first ? 0 : bb - 2 * n_fields;
-  for (int f = 0; f < n_fields; ++f) std::memcpy(out + field_at + 2 * f, gb + 32 * f + 2 * i, 2);
-  const int64_t planes = (bb - 2 * n_fields) / 4;
+  const int64_t words_at = spec.at_end ? 0 : n_fields * fb;
+  const int64_t field_at = spec.at_end ? bb - n_fields * fb : 0;
+  for (int f = 0; f < n_fields; ++f) {
+    std::memcpy(out + field_at + fb * f, gb + 16 * fb * f + fb * i, size_t(fb));
+  }
+  const int64_t planes = (bb - n_fields * fb) / 4;
   for (int64_t p = 0; p < planes; ++p) {
-    std::memcpy(out + words_at + 4 * p, gb + 32 * n_fields + 64 * p + 4 * i, 4);
+    std::memcpy(out + words_at + 4 * p, gb + 16 * fb * n_fields + 64 * p + 4 * i, 4);
   }
 }
 
@@ -420,11 +437,11 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
   }
   const int64_t nb = cols / 256, bb = block_bytes(t);
   const bool has_min = t == TensorType::Q2_K || t == TensorType::Q4_K || t == TensorType::Q5_K;
-  const int d_at = t == TensorType::Q6_K   ? 208
-                   : t == TensorType::Q3_K ? 108
-                   : t == TensorType::Q2_K ? 80
-                                           : 0;
-  const int dmin_at = t == TensorType::Q2_K ? 82 : 2;
+  const int d_at = t == TensorType::Q6_K   ? kQ6kD
+                   : t == TensorType::Q3_K ? kQ3kD
+                   : t == TensorType::Q2_K ? kQ2kD
+                                           : 0;  // Q4_K, Q5_K, IQ4_XS: d first
+  const int dmin_at = t == TensorType::Q2_K ? kQ2kDmin : int(offsetof(types::BlockQ4_K, dmin));
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int j = 0; j < n_tok; ++j) {

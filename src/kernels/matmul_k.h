@@ -43,10 +43,10 @@ bool has_k_interleaved_kernel(TensorType t);
 // or kInterleaved16 for has_k_interleaved_kernel types: then the whole 16-row groups that
 // [r0, r1) touches are read, as matmul_rows_q8 does). Each output depends only on its row and
 // token (any row split, token grouping or layout gives the same bits). Throws lynx::Error for
-// another type, layout or a shape mismatch.
+// another type, layout or a shape mismatch. `scratch` as for matmul_rows.
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                    const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
-                   WeightLayout layout = WeightLayout::kRows);
+                   WeightLayout layout = WeightLayout::kRows, Scratch* scratch = nullptr);
 
 // The interleaved kernel (matmul_k_i16.cc), arguments checked by matmul_rows_k.
 void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,

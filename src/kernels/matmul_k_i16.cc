@@ -32,6 +32,7 @@
 #include <cstring>
 
 #include "kernels/matmul_k.h"
+#include "kernels/types.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_K_I16_JOB
@@ -94,20 +95,17 @@ constexpr int kNT = 4;            // tokens per group
 constexpr int kSuperTokens = 64;  // tokens per pass over the weights
 constexpr int64_t kG = kInterleaveRows;
 
+// A block's bytes, and the bytes of the scalar fields before the planes in an interleaved
+// group-block (16 copies of each fp16 field), from the type table.
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  return kType == TensorType::Q2_K   ? 84
-         : kType == TensorType::Q3_K ? 110
-         : kType == TensorType::Q4_K ? 144
-         : kType == TensorType::Q5_K ? 176
-         : kType == TensorType::Q6_K ? 210
-                                     : 136;  // IQ4_XS
+  return type_row(kType)->block_bytes;
 }
-// Bytes of the scalar fields before the planes in an interleaved group-block (one fp16 field:
-// Q3_K, Q6_K; two: the others).
 template <TensorType kType>
 constexpr int64_t PlanesAt() {
-  return kType == TensorType::Q6_K || kType == TensorType::Q3_K ? 32 : 64;
+  constexpr InterleaveSpec spec = type_row(kType)->interleave;
+  static_assert(spec.fields > 0, "a type with an interleaved layout");
+  return int64_t(kG) * spec.fields * spec.field_bytes;
 }
 // Q4_K/Q5_K: 6-bit scales and mins per 32 elements; Q2_K: 4-bit scales and mins per 16;
 // Q6_K: int8 scales per 16, no mins; Q3_K: 6-bit signed scales per 16, no mins; IQ4_XS: 6-bit
@@ -676,19 +674,7 @@ void MatmulKI16T(const MatmulKJob& j) {
   static_assert(kG % kNR == 0);
   for (int64_t r = j.r0 - j.r0 % kNR; r < j.r1; r += kNR) {
     const Slice s(j, r);
-    if (j.type == TensorType::Q2_K) {
-      RunSlice<TensorType::Q2_K>(j, s);
-    } else if (j.type == TensorType::Q3_K) {
-      RunSlice<TensorType::Q3_K>(j, s);
-    } else if (j.type == TensorType::Q4_K) {
-      RunSlice<TensorType::Q4_K>(j, s);
-    } else if (j.type == TensorType::Q5_K) {
-      RunSlice<TensorType::Q5_K>(j, s);
-    } else if (j.type == TensorType::IQ4_XS) {
-      RunSlice<TensorType::IQ4_XS>(j, s);
-    } else {
-      RunSlice<TensorType::Q6_K>(j, s);
-    }
+    dispatch_type<kKKernelTypes>(j.type, [&]<TensorType kType>() { RunSlice<kType>(j, s); });
   }
 }
 

@@ -432,22 +432,7 @@ void RunQ8(const MatmulQ8Job& j) {
 }
 
 void MatmulQ8T(const MatmulQ8Job& j) {
-  switch (j.type) {
-    case TensorType::Q8_0:
-      return RunQ8<TensorType::Q8_0>(j);
-    case TensorType::Q4_1:
-      return RunQ8<TensorType::Q4_1>(j);
-    case TensorType::Q5_0:
-      return RunQ8<TensorType::Q5_0>(j);
-    case TensorType::Q5_1:
-      return RunQ8<TensorType::Q5_1>(j);
-    case TensorType::IQ4_NL:
-      return RunQ8<TensorType::IQ4_NL>(j);
-    case TensorType::MXFP4:
-      return RunQ8<TensorType::MXFP4>(j);
-    default:
-      return RunQ8<TensorType::Q4_0>(j);
-  }
+  dispatch_type<kQ8KernelTypes>(j.type, [&]<TensorType kType>() { RunQ8<kType>(j); });
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -465,18 +450,8 @@ HWY_EXPORT(MatmulQ8T);
 HWY_EXPORT(QuantizeActsT);
 
 bool has_int8_path(TensorType t) {
-  switch (t) {
-    case TensorType::Q8_0:
-    case TensorType::Q4_0:
-    case TensorType::Q4_1:
-    case TensorType::Q5_0:
-    case TensorType::Q5_1:
-    case TensorType::IQ4_NL:
-    case TensorType::MXFP4:
-      return true;
-    default:
-      return false;
-  }
+  const TypeTraits* tr = type_row(t);
+  return tr && takes_q8_kernel(*tr);
 }
 
 void QuantizedActs::resize(int n, int64_t c) {
@@ -526,9 +501,9 @@ bool has_int_path(TensorType t) {
 
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                     const QuantizedActs& x, int t0, int n_tok, float* y, int64_t ldy,
-                    WeightLayout layout) {
+                    WeightLayout layout, Scratch* scratch) {
   if (has_int_path(t) && type_traits(t).act_type == TensorType::Q8_K) {
-    matmul_rows_k(t, w, cols, r0, r1, x.k, t0, n_tok, y, ldy, layout);
+    matmul_rows_k(t, w, cols, r0, r1, x.k, t0, n_tok, y, ldy, layout, scratch);
     return;
   }
   if (!has_int8_path(t)) {

@@ -3,6 +3,7 @@
 // (types.h, one file per type in types/); this file only looks it up.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -16,9 +17,11 @@
 namespace lynx::kernels {
 namespace {
 
-constexpr int64_t kQK = 32;            // elements per Q8_0 / Q4_0 block
-constexpr int64_t kQ8BlockBytes = 34;  // fp16 d + 32 x int8
-constexpr int64_t kQ4BlockBytes = 18;  // fp16 d + 16 bytes of nibbles
+constexpr int64_t kQK = 32;  // elements per Q8_0 / Q4_0 block
+constexpr int64_t kQ8BlockBytes = sizeof(types::BlockQ8_0);
+constexpr int64_t kQ4BlockBytes = sizeof(types::BlockQ4_0);
+static_assert(offsetof(types::BlockQ8_0, qs) == 2 && offsetof(types::BlockQ4_0, qs) == 2,
+              "block_byte: the quants follow the fp16 scale");
 
 uint32_t float_bits(float f) {
   uint32_t u;
@@ -64,8 +67,7 @@ int64_t legacy_block_byte(TensorType t, WeightLayout layout, int64_t nb, int64_t
   const TypeTraits& tr = type_traits(t);
   const int64_t bb = tr.block_bytes;
   if (layout == WeightLayout::kRows) return (r * nb + b) * bb + k;
-  const int64_t fb = t == TensorType::MXFP4 ? 1 : 2;
-  const int64_t nf = t == TensorType::Q4_1 || t == TensorType::Q5_1 ? 2 : 1;
+  const int64_t fb = tr.interleave.field_bytes, nf = tr.interleave.fields;
   const int64_t i = r % kInterleaveRows;
   const int64_t blk = (r - i) * nb * bb + b * kInterleaveRows * bb;
   if (k < nf * fb) return blk + kInterleaveRows * fb * (k / fb) + fb * i + k % fb;
@@ -76,12 +78,13 @@ int64_t legacy_block_byte(TensorType t, WeightLayout layout, int64_t nb, int64_t
 // The integer level of element e of a 32-element block in kRows order (its value is level x
 // scale, plus the min for Q4_1 / Q5_1), from the ggml layouts (kernels.h, types/*.cc).
 int legacy_level(TensorType t, const uint8_t* blk, int e) {
-  if (t == TensorType::Q8_0) return static_cast<int8_t>(blk[2 + e]);
-  const int qs = t == TensorType::Q4_1    ? 4
-                 : t == TensorType::Q5_0  ? 6
-                 : t == TensorType::Q5_1  ? 8
-                 : t == TensorType::MXFP4 ? 1
-                                          : 2;  // Q4_0, IQ4_NL
+  namespace ty = types;
+  if (t == TensorType::Q8_0) return static_cast<int8_t>(blk[offsetof(ty::BlockQ8_0, qs) + e]);
+  const int qs = t == TensorType::Q4_1    ? offsetof(ty::BlockQ4_1, qs)
+                 : t == TensorType::Q5_0  ? offsetof(ty::BlockQ5_0, qs)
+                 : t == TensorType::Q5_1  ? offsetof(ty::BlockQ5_1, qs)
+                 : t == TensorType::MXFP4 ? offsetof(ty::BlockMxfp4, qs)
+                                          : offsetof(ty::BlockQ4_0, qs);  // Q4_0, IQ4_NL
   const int nib = e < 16 ? (blk[qs + e] & 0x0F) : (blk[qs + e - 16] >> 4);
   switch (t) {
     case TensorType::Q4_0:
@@ -93,6 +96,8 @@ int legacy_level(TensorType t, const uint8_t* blk, int e) {
     case TensorType::MXFP4:
       return types::kMxfp4Values[nib];
     default: {  // Q5_0, Q5_1: qh before the nibbles, bit e for element e
+      static_assert(offsetof(ty::BlockQ5_0, qs) - offsetof(ty::BlockQ5_0, qh) == 4 &&
+                    offsetof(ty::BlockQ5_1, qs) - offsetof(ty::BlockQ5_1, qh) == 4);
       uint32_t qh;
       std::memcpy(&qh, blk + qs - 4, 4);
       const int level = nib | static_cast<int>(((qh >> e) & 1) << 4);
@@ -327,7 +332,8 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
             t == TensorType::MXFP4 ? types::e8m0_half(blk[0]) : fp16_to_fp32(load_u16(blk));
         acc = std::fma(dw * dx, static_cast<float>(isum), acc);
         if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
-          const float mw = fp16_to_fp32(load_u16(blk + 2));
+          static_assert(offsetof(types::BlockQ4_1, m) == offsetof(types::BlockQ5_1, m));
+          const float mw = fp16_to_fp32(load_u16(blk + offsetof(types::BlockQ4_1, m)));
           acc = std::fma(mw * dx, static_cast<float>(x.sum[xb]), acc);
         }
       }

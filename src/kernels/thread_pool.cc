@@ -65,6 +65,7 @@ struct ThreadPool::Impl {
 
   int n_threads = 1;
   std::vector<std::thread> threads;
+  std::vector<Scratch> scratch;  // one per worker
 
   // The current job: written by the caller before it publishes `claim` (release); read only
   // by a thread that claimed one of its chunks (acquire), which the caller waits for.
@@ -129,6 +130,7 @@ ThreadPool::ThreadPool(int n_threads) : impl_(new Impl) {
     throw Error("ThreadPool: thread count must be in [1, 1024], got " + std::to_string(n_threads));
   }
   impl_->n_threads = n_threads;
+  impl_->scratch.resize(size_t(n_threads));
   impl_->threads.reserve(n_threads - 1);
   for (int t = 1; t < n_threads; ++t) impl_->threads.emplace_back([this, t] { impl_->worker(t); });
 }
@@ -143,6 +145,26 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::size() const {
   return impl_->n_threads;
+}
+
+Scratch& ThreadPool::scratch(int thread_id) {
+  if (thread_id < 0 || thread_id >= impl_->n_threads) {
+    throw Error("ThreadPool::scratch: no worker " + std::to_string(thread_id));
+  }
+  return impl_->scratch[size_t(thread_id)];
+}
+
+size_t ThreadPool::scratch_bytes() const {
+  size_t n = 0;
+  for (const Scratch& s : impl_->scratch) n += s.bytes();
+  return n;
+}
+
+void ThreadPool::release_scratch() {
+  if (impl_->busy.load(std::memory_order_acquire)) {
+    throw Error("ThreadPool::release_scratch: called while the pool is running");
+  }
+  for (Scratch& s : impl_->scratch) s.release();
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
@@ -199,35 +221,38 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
     float* y;
     int64_t ldy;
     WeightLayout layout;
-  } a{t, w, cols, x, ldx, n_tok, y, ldy, layout};
+    ThreadPool* pool;
+  } a{t, w, cols, x, ldx, n_tok, y, ldy, layout, &pool};
   // Capturing one pointer keeps the std::function in its small-buffer (no allocation).
   const Args* pa = &a;
   pool.parallel_for(
       rows,
-      [pa](int64_t r0, int64_t r1, int) {
+      [pa](int64_t r0, int64_t r1, int tid) {
         matmul_rows(pa->t, pa->w, pa->cols, r0, r1, pa->x, pa->ldx, pa->n_tok, pa->y, pa->ldy,
-                    pa->layout);
+                    pa->layout, &pa->pool->scratch(tid));
       },
       kGrain);
 }
 
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
             const QuantizedActs& x, float* y, int64_t ldy, WeightLayout layout) {
-  const QuantizedActs* px = &x;
   struct Args {
     TensorType t;
     const void* w;
     int64_t cols;
+    const QuantizedActs* x;
     float* y;
     int64_t ldy;
     WeightLayout layout;
-  } a{t, w, cols, y, ldy, layout};
-  const Args* pa = &a;
+    ThreadPool* pool;
+  } a{t, w, cols, &x, y, ldy, layout, &pool};
+  const Args* pa = &a;  // one pointer: the std::function stays in its small buffer
   pool.parallel_for(
       rows,
-      [pa, px](int64_t r0, int64_t r1, int) {
-        const int n_tok = act_type_is_q8k(pa->t) ? px->k.n_tok : px->n_tok;
-        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *px, 0, n_tok, pa->y, pa->ldy, pa->layout);
+      [pa](int64_t r0, int64_t r1, int tid) {
+        const int n_tok = act_type_is_q8k(pa->t) ? pa->x->k.n_tok : pa->x->n_tok;
+        matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, n_tok, pa->y, pa->ldy, pa->layout,
+                       &pa->pool->scratch(tid));
       },
       kMatmulGrain);
 }

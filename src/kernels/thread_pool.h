@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 
 namespace lynx::kernels {
 
@@ -25,6 +26,13 @@ class ThreadPool {
   // n, grain and size(). Not reentrant: a nested or concurrent call throws lynx::Error.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
+
+  // The working memory of worker `thread_id` (scratch.h) for the row kernels its chunks call:
+  // thread_id is unique among running chunks, so no two share one. It grows to what the
+  // largest matrix needs and is freed with the pool, or by release_scratch.
+  Scratch& scratch(int thread_id);
+  size_t scratch_bytes() const;
+  void release_scratch();
 
  private:
   struct Impl;

@@ -25,8 +25,9 @@ struct Context::Impl {
   const Model& model;
   int max_window = 0;  // the largest sliding window of the model's layers (0: none)
   kernels::ThreadPool pool;
-  bool int_acts;   // !ContextOptions::exact_activations
-  bool bf16_acts;  // ContextOptions::bf16_activations
+  bool int_acts;  // !ContextOptions::exact_activations
+  // The BF16 fast mode's kernel (ContextOptions::bf16_activations and bf16_kernel); kNone: off.
+  kernels::Bf16Kernel bf16;
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
@@ -165,12 +166,12 @@ int positive_threads(int n) {
 // through the expert tier when the model has one.
 std::unique_ptr<ExpertExecutor> make_executor(const Model& m, const ContextOptions& o,
                                               kernels::ThreadPool& pool, bool int_acts,
-                                              bool bf16_acts) {
+                                              kernels::Bf16Kernel bf16) {
   if (o.make_experts) return o.make_experts(pool, int_acts);
   if (m.expert_tier()) {
-    return std::make_unique<TieredExpertExecutor>(*m.expert_tier(), m, pool, int_acts, bf16_acts);
+    return std::make_unique<TieredExpertExecutor>(*m.expert_tier(), m, pool, int_acts, bf16);
   }
-  return std::make_unique<CpuExpertExecutor>(pool, int_acts, bf16_acts);
+  return std::make_unique<CpuExpertExecutor>(pool, int_acts, bf16);
 }
 
 }  // namespace
@@ -179,8 +180,9 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
     : model(m),
       pool(positive_threads(o.n_threads)),
       int_acts(!o.exact_activations),
-      bf16_acts(o.bf16_activations),
-      experts(make_executor(m, o, pool, int_acts, bf16_acts)),
+      bf16(o.bf16_activations ? kernels::bf16_kernel_by_name(o.bf16_kernel)
+                              : kernels::Bf16Kernel::kNone),
+      experts(make_executor(m, o, pool, int_acts, bf16)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   if (!experts) throw Error("ContextOptions::make_experts returned no executor");
@@ -283,14 +285,15 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
     }
   }
   for (const auto& [seq, nc] : need) reserve_cache(sequence(seq), nc.first, nc.second);
-  const ForwardOperands op{model,
-                           {pool, int_acts, bf16_acts ? &buf.b16 : nullptr},
-                           {*policy, router_override},
-                           *experts,
-                           kv,
-                           buf,
-                           logits,
-                           observer};
+  const ForwardOperands op{
+      model,
+      {pool, int_acts, bf16 != kernels::Bf16Kernel::kNone ? &buf.b16 : nullptr, bf16},
+      {*policy, router_override},
+      *experts,
+      kv,
+      buf,
+      logits,
+      observer};
   forward(op, batch);
   for (const auto& [seq, nc] : need) {
     Sequence& s = sequence(seq);

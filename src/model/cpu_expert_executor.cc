@@ -48,7 +48,7 @@ void activate(ExpertAct act, const float* gate, const float* up, float* out, int
 
 }  // namespace
 
-void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int /*il*/,
                             const LayerWeights& layer, float* out) {
   kernels::mix_id(plan, rows(plan, x, layer), x.cols, out);
 }
@@ -66,9 +66,9 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   const bool int_gate = int_acts_ && kernels::has_int_path(wg.type);
   const bool int_up = int_acts_ && kernels::has_int_path(wu.type);
   const bool int_down = int_acts_ && kernels::has_int_path(wd.type);
-  const bool bf_gate = bf16_acts_ && kernels::has_bf16_path(wg.type, wg.layout);
-  const bool bf_up = bf16_acts_ && kernels::has_bf16_path(wu.type, wu.layout);
-  const bool bf_down = bf16_acts_ && kernels::has_bf16_path(wd.type, wd.layout);
+  const bool bf_gate = kernels::has_bf16_path(wg.type, wg.layout, bf16_);
+  const bool bf_up = kernels::has_bf16_path(wu.type, wu.layout, bf16_);
+  const bool bf_down = kernels::has_bf16_path(wd.type, wd.layout, bf16_);
   ensure(gate_, size_t(rows) * F);
   ensure(up_, size_t(rows) * F);
   ensure(down_, size_t(rows) * E);
@@ -106,9 +106,18 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
     }
   }
 
-  // The BF16 fast mode rounds the grouped rows once for gate and up (all rows: the rounding
-  // is per row, so rows of other parts are rounded again to the same values).
-  if (bf_gate || bf_up) kernels::round_acts_bf16(xin_.data(), E, rows, E, xb_rows_);
+  // The BF16 fast mode rounds the grouped rows of this part once for gate and up (the
+  // rounding is per row: rows of other parts keep theirs).
+  auto round_wave = [&](const float* src, int64_t cols, kernels::Bf16Acts& dst) {
+    if (dst.n_tok != rows || dst.cols != cols) dst.resize(rows, cols);
+    for (size_t i = 0; i < wave_rows_.size();) {
+      size_t j = i + 1;
+      while (j < wave_rows_.size() && wave_rows_[j] == wave_rows_[j - 1] + 1) ++j;
+      kernels::round_acts_bf16_rows(src, cols, wave_rows_[i], wave_rows_[j - 1] + 1, dst);
+      i = j;
+    }
+  };
+  if (bf_gate || bf_up) round_wave(xin_.data(), E, xb_rows_);
 
   // Reports expert e's grouped rows of `w` (input rows `in`, `cols` wide) to the hook.
   auto report = [&](const Weight& w, const float* in, int64_t cols) {
@@ -127,9 +136,9 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   report(wu, xin_.data(), E);
   const kernels::MatIdJob gate_up[2] = {
       {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data(),
-       bf_gate ? &xb_rows_ : nullptr},
+       bf_gate ? &xb_rows_ : nullptr, bf16_},
       {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data(),
-       bf_up ? &xb_rows_ : nullptr},
+       bf_up ? &xb_rows_ : nullptr, bf16_},
   };
   kernels::matmul_id(pool_, plan, gate_up, experts);
   add_expert_bias(plan, experts, layer.gate_exps_b, gate_.data(), F);
@@ -160,12 +169,12 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
         }
       },
       std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
-  if (!int_down && bf_down) kernels::round_acts_bf16(gate_.data(), F, rows, F, xb_hidden_);
+  if (!int_down && bf_down) round_wave(gate_.data(), F, xb_hidden_);
 
   // (rows, E) down; run() then mixes them into (T, E).
   report(wd, gate_.data(), F);
   const kernels::MatIdJob down[1] = {{matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr,
-                                      down_.data(), bf_down ? &xb_hidden_ : nullptr}};
+                                      down_.data(), bf_down ? &xb_hidden_ : nullptr, bf16_}};
   kernels::matmul_id(pool_, plan, down, experts);
   add_expert_bias(plan, experts, layer.down_exps_b, down_.data(), E);  // before the routing weight
   return down_.data();

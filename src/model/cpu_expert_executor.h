@@ -15,12 +15,13 @@ class CpuExpertExecutor final : public ExpertExecutor {
   // int_acts: products with weights of a type that has an integer kernel (the type table's
   // int_kernel: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) take the integer path (activations
   // quantized to the type's activation blocks, ContextOptions::exact_activations off).
-  // bf16_acts: BF16/F16 expert matrices in panels take the BF16 fast mode
-  // (ContextOptions::bf16_activations, kernels/matmul_bf16.h).
-  CpuExpertExecutor(kernels::ThreadPool& pool, bool int_acts, bool bf16_acts = false)
-      : pool_(pool), int_acts_(int_acts), bf16_acts_(bf16_acts) {}
+  // bf16: not kNone, BF16/F16 expert matrices in panels take the BF16 fast mode on that
+  // kernel (ContextOptions::bf16_activations, kernels/matmul_bf16.h).
+  CpuExpertExecutor(kernels::ThreadPool& pool, bool int_acts,
+                    kernels::Bf16Kernel bf16 = kernels::Bf16Kernel::kNone)
+      : pool_(pool), int_acts_(int_acts), bf16_(bf16) {}
 
-  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
   // The step before the mix: every grouped row's expert output, [plan.rows() x n_embd] in
   // plan order (valid until the next call). An executor that combines rows computed
@@ -40,7 +41,7 @@ class CpuExpertExecutor final : public ExpertExecutor {
  private:
   kernels::ThreadPool& pool_;
   bool int_acts_;
-  bool bf16_acts_;
+  kernels::Bf16Kernel bf16_;
   const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
   // Grouped rows (plan order), grown to the largest plan seen and reused.
   std::vector<float> xin_;                 // [rows x E] F32 input rows (float path)

@@ -23,9 +23,11 @@ class ExpertExecutor {
   // quantization, when made, is shared with the layer's other products: an executor that
   // needs it calls x.quantize). `layer` gives gate_exps, up_exps, down_exps. The result must
   // not depend on the other tokens of the batch (the batch-invariance contract of the
-  // goldens), only on the token's own slots.
-  virtual void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
-                   float* out) = 0;
+  // goldens), only on the token's own slots. `layer` is the weights of the model's layer il
+  // (an executor that keeps per-layer state, the expert tier's slots or a rank's share of the
+  // experts, finds it by il).
+  virtual void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
+                   const LayerWeights& layer, float* out) = 0;
 
   // Reports the grouped input rows of every expert product to the hook (Context::
   // set_activation_hook; the imatrix collector); nullptr: none. An executor that computes

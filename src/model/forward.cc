@@ -35,9 +35,11 @@ void ensure(V& v, size_t n) {
 // costs microseconds).
 void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserver& obs) {
   obs.product_input(w, in.x, in.n_tok);
-  if (cp.bf16 && in.n_tok >= kernels::kBf16MinTokens && kernels::has_bf16_path(w.type, w.layout)) {
+  if (cp.bf16 && in.n_tok >= kernels::kBf16MinTokens &&
+      kernels::has_bf16_path(w.type, w.layout, cp.bf16_kernel)) {
     kernels::round_acts_bf16(in.x, in.cols, in.n_tok, in.cols, *cp.bf16);
-    kernels::matmul_bf16(cp.pool, w.type, w.mat(0), w.rows, w.cols, *cp.bf16, y, w.rows);
+    kernels::matmul_bf16(cp.bf16_kernel, cp.pool, w.type, w.mat(0), w.rows, w.cols, *cp.bf16, y,
+                         w.rows);
   } else if (cp.int_acts && kernels::has_int_path(w.type)) {
     kernels::matmul(cp.pool, w.type, w.mat(0), w.rows, w.cols, in.quantize(cp.pool, w.type), y,
                     w.rows, w.layout);
@@ -420,7 +422,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   route(cp, c, L, il, batch, router, xn, B, obs, experts.resident(il));
   obs.experts_begin();
   B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
-  experts.run(B.plan, xn, L, B.tmp.data());
+  experts.run(B.plan, xn, il, L, B.tmp.data());
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 

@@ -90,8 +90,9 @@ struct Compute {
   kernels::ThreadPool& pool;
   bool int_acts;  // integer path (!ContextOptions::exact_activations)
   // The BF16 fast mode (ContextOptions::bf16_activations): scratch for the rounded inputs of
-  // BF16/F16 products; nullptr: off.
+  // BF16/F16 products; nullptr: off. bf16_kernel: the kernel it runs on (not kNone when on).
   kernels::Bf16Acts* bf16 = nullptr;
+  kernels::Bf16Kernel bf16_kernel = kernels::Bf16Kernel::kNone;
 };
 
 // How MoE layers choose their experts: the policy and, for benchmarks replaying traces, a

@@ -9,20 +9,13 @@
 namespace lynx {
 
 TieredExpertExecutor::TieredExpertExecutor(ExpertTier& tier, const Model& model,
-                                           kernels::ThreadPool& pool, bool int_acts, bool bf16_acts)
-    : tier_(tier), model_(model), cpu_(pool, int_acts, bf16_acts) {
+                                           kernels::ThreadPool& pool, bool int_acts,
+                                           kernels::Bf16Kernel bf16)
+    : tier_(tier), model_(model), cpu_(pool, int_acts, bf16) {
   const size_t n = size_t(model.config().n_expert);
   gate_.assign(n, nullptr);
   up_.assign(n, nullptr);
   down_.assign(n, nullptr);
-}
-
-int TieredExpertExecutor::layer_index(const LayerWeights& layer) const {
-  const int n = model_.config().n_layer;
-  for (int il = 0; il < n; ++il) {
-    if (&model_.layer(il) == &layer) return il;
-  }
-  throw Error("expert tier: the layer is not one of the model's");
 }
 
 void TieredExpertExecutor::set_activation_hook(const Context::ActivationHook* h) {
@@ -48,9 +41,8 @@ const uint8_t* TieredExpertExecutor::resident(int il) {
   return resident_.data();
 }
 
-void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
                                const LayerWeights& layer, float* out) {
-  const int il = layer_index(layer);
   const TierLayer& tl = tier_.layer(il);
   hook_layer_ = il;
   view_ = layer;
@@ -83,14 +75,15 @@ void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows
     }
     // What is resident now, computed while the rest is read; then each part that has been
     // read by the time the previous part is done.
-    std::vector<bool> done(claims_.size(), false);
+    done_.assign(claims_.size(), 0);
+    std::vector<uint8_t>& done = done_;
     size_t left = claims_.size();
     while (left > 0) {
       part_.clear();
       for (size_t i = 0; i < claims_.size(); ++i) {
         if (!done[i] && tier_.ready(claims_[i])) {
           part_.push_back(claims_[i].expert);
-          done[i] = true;
+          done[i] = 1;
         }
       }
       if (part_.empty()) {  // nothing read yet: wait for the first one still out
@@ -98,7 +91,7 @@ void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows
           if (done[i]) continue;
           tier_.wait(claims_[i]);
           part_.push_back(claims_[i].expert);
-          done[i] = true;
+          done[i] = 1;
           break;
         }
       }

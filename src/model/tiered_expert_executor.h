@@ -13,9 +13,9 @@ namespace lynx {
 class TieredExpertExecutor final : public ExpertExecutor {
  public:
   TieredExpertExecutor(ExpertTier& tier, const Model& model, kernels::ThreadPool& pool,
-                       bool int_acts, bool bf16_acts = false);
+                       bool int_acts, kernels::Bf16Kernel bf16 = kernels::Bf16Kernel::kNone);
 
-  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
   // The hook sees the model's own expert weights (the imatrix collector finds them by
   // address), not the slot views this executor computes with.
@@ -23,14 +23,13 @@ class TieredExpertExecutor final : public ExpertExecutor {
   const uint8_t* resident(int il) override;
 
  private:
-  int layer_index(const LayerWeights& layer) const;
-
   ExpertTier& tier_;
   const Model& model_;
   CpuExpertExecutor cpu_;
   LayerWeights view_;  // the layer with its experts' matrices in the slots
   std::vector<const uint8_t*> gate_, up_, down_;  // [N] slot matrices of the claimed experts
   std::vector<int32_t> want_, part_;
+  std::vector<uint8_t> done_;  // per claim of a wave: computed already
   std::vector<ExpertTier::Claim> claims_;
   const Context::ActivationHook* user_hook_ = nullptr;
   Context::ActivationHook hook_;  // user_hook_ with the view's weights mapped back

@@ -24,7 +24,7 @@ TEST(Bf16ActsCli, GenerateTakesTheFlagAndReportsTheKernel) {
   EXPECT_NE(on.out.find("bf16-acts: kernel "), std::string::npos) << on.out;
   // The bundled models are F16: on a machine with a BF16 kernel their projection and expert
   // matrices take the mode; without one none does.
-  const std::string kernel = lynx::kernels::bf16_kernel_name(lynx::kernels::bf16_kernel());
+  const std::string kernel = lynx::kernels::bf16_kernel_name(lynx::kernels::best_bf16_kernel());
   EXPECT_NE(on.out.find("bf16-acts: kernel " + kernel + ", "), std::string::npos) << on.out;
   EXPECT_EQ(on.out.find(" 0 of ") == std::string::npos, kernel != "none") << on.out;
   const CliRun chat = run_cli(base + " --chat --chat-format chatml --bf16-acts");

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,7 +25,7 @@ using testing::random_floats;
 
 const TensorType kHalfTypes[] = {TensorType::BF16, TensorType::F16};
 
-// The BF16 kernels this machine can run, each tested whatever bf16_kernel() chose.
+// The BF16 kernels this machine can run, best first.
 std::vector<Bf16Kernel> kernels_here() {
   std::vector<Bf16Kernel> ks;
   for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
@@ -182,33 +181,41 @@ TEST(MatmulBf16, OutputsDependOnlyOnRowAndToken) {
   }
 }
 
-TEST(MatmulBf16, DispatchPicksTheBestKernelOrTheEnvironments) {
-  // bf16_kernel() is the best kernel here unless LYNX_BF16_KERNEL names one (ctest does not set
-  // it; a run that does checks that the choice took).
-  const Bf16Kernel k = bf16_kernel();
+TEST(MatmulBf16, KernelsByNameAndTheBestHere) {
+  const Bf16Kernel k = best_bf16_kernel();
   EXPECT_TRUE(bf16_kernel_available(k));
-  const char* env = std::getenv("LYNX_BF16_KERNEL");
-  if (env != nullptr && *env != '\0') {
-    EXPECT_STREQ(bf16_kernel_name(k), env);
-  } else {
-    const auto here = kernels_here();
-    EXPECT_EQ(k, here.empty() ? Bf16Kernel::kNone : here.front());
+  const auto here = kernels_here();
+  EXPECT_EQ(k, here.empty() ? Bf16Kernel::kNone : here.front());
+  EXPECT_EQ(bf16_kernel_by_name(""), k);
+  EXPECT_EQ(bf16_kernel_by_name("auto"), k);
+  EXPECT_EQ(bf16_kernel_by_name("none"), Bf16Kernel::kNone);
+  for (Bf16Kernel c : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
+    if (bf16_kernel_available(c)) {
+      EXPECT_EQ(bf16_kernel_by_name(bf16_kernel_name(c)), c);
+    } else {
+      EXPECT_THROW(bf16_kernel_by_name(bf16_kernel_name(c)), Error);  // not on this CPU
+    }
   }
-  EXPECT_EQ(has_bf16_path(TensorType::BF16, WeightLayout::kPanel16), k != Bf16Kernel::kNone);
+  EXPECT_THROW(bf16_kernel_by_name("avx2"), Error);
+  EXPECT_EQ(has_bf16_path(TensorType::BF16, WeightLayout::kPanel16, k), k != Bf16Kernel::kNone);
+  EXPECT_FALSE(has_bf16_path(TensorType::BF16, WeightLayout::kPanel16, Bf16Kernel::kNone));
   EXPECT_TRUE(bf16_kernel_available(Bf16Kernel::kNone));
   EXPECT_STREQ(bf16_kernel_name(Bf16Kernel::kAvx512Bf16), "avx512bf16");
 }
 
 TEST(MatmulBf16, RejectsWhatItCannotCompute) {
-  EXPECT_FALSE(has_bf16_path(TensorType::F32, WeightLayout::kPanel16));
-  EXPECT_FALSE(has_bf16_path(TensorType::BF16, WeightLayout::kRows));
-  EXPECT_FALSE(has_bf16_path(TensorType::Q8_0, WeightLayout::kRows));
+  const Bf16Kernel best = best_bf16_kernel();
+  for (Bf16Kernel k : {best, Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
+    EXPECT_FALSE(has_bf16_path(TensorType::F32, WeightLayout::kPanel16, k));
+    EXPECT_FALSE(has_bf16_path(TensorType::BF16, WeightLayout::kRows, k));
+    EXPECT_FALSE(has_bf16_path(TensorType::Q8_0, WeightLayout::kRows, k));
+  }
   Bf16Acts a;
   const std::vector<float> x(64, 1.0f);
   round_acts_bf16(x.data(), 64, 1, 64, a);
   std::vector<uint8_t> w(16 * 64 * 4);
   std::vector<float> y(16);
-  EXPECT_THROW(matmul_rows_bf16(TensorType::F32, w.data(), 64, 0, 16, a, 0, 1, y.data(), 16),
+  EXPECT_THROW(matmul_rows_bf16(best, TensorType::F32, w.data(), 64, 0, 16, a, 0, 1, y.data(), 16),
                Error);
   EXPECT_THROW(matmul_rows_bf16(Bf16Kernel::kNone, TensorType::BF16, w.data(), 64, 0, 16, a, 0, 1,
                                 y.data(), 16),
@@ -218,11 +225,13 @@ TEST(MatmulBf16, RejectsWhatItCannotCompute) {
     EXPECT_THROW(matmul_rows_bf16(k, TensorType::BF16, w.data(), 64, 0, 16, a, 0, 1, y.data(), 16),
                  Error);
   }
-  if (has_bf16_path(TensorType::BF16, WeightLayout::kPanel16)) {
-    EXPECT_THROW(matmul_rows_bf16(TensorType::BF16, w.data(), 32, 0, 16, a, 0, 1, y.data(), 16),
-                 Error);  // 64 activation columns against 32 weight columns
-    EXPECT_THROW(matmul_rows_bf16(TensorType::BF16, w.data(), 64, 0, 16, a, 0, 2, y.data(), 16),
-                 Error);  // 2 tokens asked of 1
+  if (has_bf16_path(TensorType::BF16, WeightLayout::kPanel16, best)) {
+    EXPECT_THROW(
+        matmul_rows_bf16(best, TensorType::BF16, w.data(), 32, 0, 16, a, 0, 1, y.data(), 16),
+        Error);  // 64 activation columns against 32 weight columns
+    EXPECT_THROW(
+        matmul_rows_bf16(best, TensorType::BF16, w.data(), 64, 0, 16, a, 0, 2, y.data(), 16),
+        Error);  // 2 tokens asked of 1
   }
   EXPECT_THROW(round_acts_bf16(x.data(), 64, 1, 0, a), Error);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,37 @@ TEST(Matmul, BitExactAcrossRowSplitsTokenBatchesAndThreads) {
       }
     }
   });
+}
+
+// The working memory of the kernels that need one (the exact path of an interleaved matrix: a
+// 16-row group back in rows, then decoded) is the pool's, per worker: it holds what the largest
+// call needed, goes with release_scratch, and the results do not depend on it.
+TEST(Matmul, WorkingMemoryIsThePoolsPerWorker) {
+  for (const TensorType t : {TensorType::Q8_0, TensorType::Q4_K}) {
+    SCOPED_TRACE(gguf::tensor_type_name(t));
+    const int64_t rows = 64, cols = 512;
+    ASSERT_TRUE(can_interleave(t, rows, cols));
+    Matrix m(t, rows, cols, 0, 9);
+    std::vector<uint8_t> packed(m.row_bytes * rows);
+    std::memcpy(packed.data(), m.buf.data(), packed.size());
+    interleave16(t, packed.data(), cols, 0, rows / 16);
+    const int n_tok = 3;
+    const auto x = random_floats(size_t(n_tok * cols), 4);
+    std::vector<float> want(size_t(n_tok * rows)), got(want.size()), again(want.size());
+    matmul_rows(t, m.buf.data(), cols, 0, rows, x.data(), cols, n_tok, want.data(), rows);
+    ThreadPool pool(2);
+    EXPECT_EQ(pool.scratch_bytes(), 0u);
+    matmul(pool, t, packed.data(), rows, cols, x.data(), cols, n_tok, got.data(), rows,
+           WeightLayout::kInterleaved16);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+    EXPECT_GE(pool.scratch_bytes(), m.row_bytes * 16);  // at least one group's rows
+    pool.release_scratch();
+    EXPECT_EQ(pool.scratch_bytes(), 0u);
+    matmul(pool, t, packed.data(), rows, cols, x.data(), cols, n_tok, again.data(), rows,
+           WeightLayout::kInterleaved16);
+    EXPECT_EQ(0, std::memcmp(want.data(), again.data(), want.size() * 4));
+    EXPECT_THROW(pool.scratch(2), Error);
+  }
 }
 
 TEST(Matmul, RejectsBadArguments) {

@@ -72,7 +72,7 @@ Greedy greedy(const Model& model, const std::vector<int32_t>& prompt, int n, boo
 TEST(ServeBf16Acts, ServedCompletionIsTheBf16ContextsAndMetricsNameTheKernel) {
   ServeChild srv({"serve", "-m", kModel, "--port", "0", "-t", "1", "--bf16-acts"});
   ASSERT_GT(srv.port, 0) << srv.log;
-  const std::string kernel = kernels::bf16_kernel_name(kernels::bf16_kernel());
+  const std::string kernel = kernels::bf16_kernel_name(kernels::best_bf16_kernel());
   EXPECT_NE(srv.log.find("bf16-acts: BF16/F16 products on kernel " + kernel), std::string::npos)
       << srv.log;
 

@@ -39,6 +39,7 @@ struct Args {
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
   bool bf16_acts = false;
+  std::string bf16_kernel;
   bool bf16_compare = false;  // every policy also with --bf16-acts, step-interleaved
   bool no_repack = false;
   EpFlags ep;
@@ -142,6 +143,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.routing = policies[p];
     co.exact_activations = a.exact_acts;
     co.bf16_activations = a.bf16_acts;
+    co.bf16_kernel = a.bf16_kernel;
     if (co.routing.ends_with(kBf16Suffix)) {  // --bf16-compare's second row of a policy
       co.routing.resize(co.routing.size() - kBf16Suffix.size());
       co.bf16_activations = true;
@@ -582,9 +584,10 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   std::string acts = a.exact_acts
                          ? "f32 (--exact-acts)"
                          : "quantized per weight type as ggml's vec_dot_type (q8_0, q8_1 or q8_K)";
-  // The BF16 kernel (LYNX_BF16_KERNEL picks another than the best for comparisons).
+  // The BF16 kernel (--bf16-kernel picks another than the best for comparisons).
   const std::string bf16_on =
-      std::string(" on kernel ") + kernels::bf16_kernel_name(kernels::bf16_kernel());
+      std::string(" on kernel ") +
+      kernels::bf16_kernel_name(kernels::bf16_kernel_by_name(a.bf16_kernel));
   if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)" + bf16_on;
   if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights" + bf16_on;
   const char* layout = a.no_repack ? "rows"
@@ -648,7 +651,7 @@ void register_bench(CLI::App& app) {
                   "Buffer sizes of the start-up bandwidth probe in MiB, e.g. 256,1024,2048 "
                   "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
-  add_bf16_acts_flag(cmd, &a->bf16_acts);
+  add_bf16_acts_flag(cmd, &a->bf16_acts, &a->bf16_kernel);
   cmd->add_flag("--bf16-compare", a->bf16_compare,
                 "Run every policy twice in each cell, step-interleaved: as given and with "
                 "--bf16-acts (rows labelled '+bf16-acts'; their speedup is against the first "

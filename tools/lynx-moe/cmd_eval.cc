@@ -40,7 +40,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)")
       ->check(int_in(0, kMaxThreads));
   add_exact_acts_flag(cmd, &a->opts.exact_activations);
-  add_bf16_acts_flag(cmd, &a->opts.bf16_activations);
+  add_bf16_acts_flag(cmd, &a->opts.bf16_activations, &a->opts.bf16_kernel);
   cmd->add_option("-o,--output", a->output, "md, csv or json");
   add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {

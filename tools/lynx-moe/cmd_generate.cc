@@ -30,6 +30,7 @@ struct Args {
   SamplingParams sampling;              // the above, parsed (seed set per sequence)
   bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
   bool bf16_acts = false;
+  std::string bf16_kernel;
   std::string chat_format, system;
   EpFlags ep;
 };
@@ -58,6 +59,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   co.record_trace = trace != nullptr;
   co.exact_activations = a.exact_acts;
   co.bf16_activations = a.bf16_acts;
+  co.bf16_kernel = a.bf16_kernel;
   Context ctx(model, co);
   SchedulerOptions so;
   so.max_batch = a.parallel;
@@ -211,7 +213,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a->exact_acts);
-  add_bf16_acts_flag(cmd, &a->bf16_acts);
+  add_bf16_acts_flag(cmd, &a->bf16_acts, &a->bf16_kernel);
   add_ep_flags(cmd, &a->ep);
   cmd->callback([a] {
     check_bf16_acts_combo(a->bf16_acts, a->ep.on);
@@ -253,7 +255,7 @@ void register_generate(CLI::App& app) {
       std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
                   c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used,
                   a->parallel, a->n_predict);
-      if (a->bf16_acts) std::printf("%s\n", bf16_acts_summary(*model).c_str());
+      if (a->bf16_acts) std::printf("%s\n", bf16_acts_summary(*model, a->bf16_kernel).c_str());
       std::vector<PolicyRun> runs;
       std::unique_ptr<analysis::TraceWriter> trace;
       // Under --expert-parallel every rank computes the same trace: rank 0 writes it.

@@ -16,6 +16,7 @@ void register_logits(CLI::App& app) {
     std::string model, tokens, out, routing = "topk";
     int threads = 0;
     bool all = false, exact_acts = false, bf16_acts = false;
+    std::string bf16_kernel;
     EpFlags ep;
   };
   auto args = std::make_shared<Args>();
@@ -28,7 +29,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--routing", args->routing, "Routing policy spec");
   cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
   add_exact_acts_flag(cmd, &args->exact_acts);
-  add_bf16_acts_flag(cmd, &args->bf16_acts);
+  add_bf16_acts_flag(cmd, &args->bf16_acts, &args->bf16_kernel);
   add_ep_flags(cmd, &args->ep);
   cmd->callback([args] {
     ExpertParallel::run(args->ep, [&](ExpertParallel& ep) {
@@ -67,6 +68,7 @@ void register_logits(CLI::App& app) {
       co.routing = args->routing;
       co.exact_activations = args->exact_acts;
       co.bf16_activations = args->bf16_acts;
+      co.bf16_kernel = args->bf16_kernel;
       ep.configure(co);
       Context ctx(*model, co);
       const int32_t seq = ctx.new_sequence();

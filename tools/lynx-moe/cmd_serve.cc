@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <thread>
 
 #include "bf16_acts.h"
@@ -23,6 +22,7 @@
 #include "kernels/matmul_bf16.h"
 #include "lynx/context.h"
 #include "lynx/server.h"
+#include "model/memory_budget.h"
 #include "trace_replay.h"
 
 namespace lynx::cli {
@@ -49,22 +49,15 @@ void check_seconds(const char* flag, double v, double lo, double hi) {
   }
 }
 
-// --cache-ram in bytes: the MiB asked for, at most a quarter of MemAvailable (the cache must
-// not crowd out the model and the running sequences); off under expert parallelism, whose
-// followers mirror rank 0's sequences by id and position and cannot follow a copied prefix.
+// --cache-ram in bytes: the MiB asked for, at most a quarter of the memory this process may
+// take (detect_memory_budget: MemAvailable or the memory cgroup's room, whichever is lower; the
+// cache must not crowd out the model and the running sequences); off under expert parallelism,
+// whose followers mirror rank 0's sequences by id and position and cannot follow a copied
+// prefix.
 size_t cache_ram_bytes(int64_t mib, bool expert_parallel) {
   if (mib == 0 || expert_parallel) return 0;
-  size_t limit = SIZE_MAX;
-  std::ifstream f("/proc/meminfo");
-  for (std::string key; f >> key;) {
-    size_t kib = 0;
-    f >> kib;
-    if (key == "MemAvailable:") {
-      limit = kib * 1024 / 4;
-      break;
-    }
-    f.ignore(1 << 10, '\n');
-  }
+  const MemoryBudget budget = detect_memory_budget();
+  const size_t limit = budget.bytes > 0 ? budget.bytes / 4 : SIZE_MAX;
   const size_t want = mib < 0 ? SIZE_MAX : size_t(mib) << 20;
   return std::max<size_t>(1, std::min(want, limit));
 }
@@ -160,6 +153,7 @@ struct ServeArgs {
   std::string key_file, trace;
   double tpot_ms = 0;
   bool bf16_acts = false;
+  std::string bf16_kernel;  // --bf16-kernel
   int64_t cache_mib = 8192;
   EpFlags ep;
 };
@@ -182,7 +176,7 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--api-key-file", a.key_file, "Read the API key from the first line of FILE");
   cmd->add_option("-t,--threads", a.o.n_threads, "Compute threads (default: all cores)");
   add_exact_acts_flag(cmd, &a.o.exact_activations);
-  add_bf16_acts_flag(cmd, &a.bf16_acts);
+  add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
   cmd->add_option("--http-threads", a.o.http_threads,
                   "HTTP worker threads (default max-batch + max-queue + 4)");
   cmd->add_option("--model-name", a.o.model_name, "Model id served (default: general.name)");
@@ -202,7 +196,7 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--cache-ram", a.cache_mib,
                   "Prefix cache: MiB of finished requests' KV caches kept for prompts that "
                   "start with the same tokens (0 = off, -1 = no limit; at most a quarter of "
-                  "the memory available at start)")
+                  "the memory available at start, cgroup limits included)")
       ->capture_default_str();
   cmd->add_option("--tpot-slo", a.tpot_ms,
                   "P99 TPOT target in ms: routing strength follows the load along the ladder "
@@ -281,15 +275,16 @@ void wire_expert_parallel(ServerOptions& o, ExpertParallel& ep) {
 
 // A single process: the model loaded with the expert tier's flags (--mem-budget,
 // --expert-cache), the tier's counters in /metrics beside the BF16 mode's line.
-void wire_expert_tier(ServerOptions& o, ExpertParallel& ep, bool bf16_acts) {
+void wire_expert_tier(ServerOptions& o, ExpertParallel& ep, bool bf16_acts,
+                      const std::string& bf16_kernel) {
   auto model = std::make_shared<const Model*>(nullptr);
   o.load_model = [&ep, model](const std::string& path, const LoadOptions& lo) {
     auto m = ep.load_model(path, lo.repack, lo.repack_float);
     *model = m.get();
     return m;
   };
-  o.extra_metrics = [bf16_acts, model] {
-    return bf16_acts_metrics(bf16_acts) + (*model ? expert_tier_metrics(**model) : "");
+  o.extra_metrics = [bf16_acts, bf16_kernel, model] {
+    return bf16_acts_metrics(bf16_acts, bf16_kernel) + (*model ? expert_tier_metrics(**model) : "");
   };
 }
 
@@ -310,8 +305,8 @@ void raise_fd_limit(const ServerOptions& o) {
 
 // Serves until a stop signal, then stops gracefully within the documented bound (or at once on
 // a second signal). Ends the job instead when a collective of expert parallelism failed.
-void serve_until_signalled(ServerOptions& o, bool bf16_acts, ExpertParallel& ep,
-                           const sigset_t& sigs) {
+void serve_until_signalled(ServerOptions& o, bool bf16_acts, const std::string& bf16_kernel,
+                           ExpertParallel& ep, const sigset_t& sigs) {
   Server srv(o);
   if (o.cache_ram_bytes > 0) {
     o.log("prefix cache: up to " + std::to_string(o.cache_ram_bytes >> 20) + " MiB");
@@ -320,7 +315,7 @@ void serve_until_signalled(ServerOptions& o, bool bf16_acts, ExpertParallel& ep,
   }
   if (bf16_acts) {
     o.log("bf16-acts: BF16/F16 products on kernel " +
-          std::string(kernels::bf16_kernel_name(kernels::bf16_kernel())));
+          std::string(kernels::bf16_kernel_name(kernels::bf16_kernel_by_name(bf16_kernel))));
   }
   std::atomic<bool> ep_failed{false};
   // A collective that failed (deadline, dead transport, interrupt): from the engine
@@ -414,9 +409,12 @@ void run(CLI::App* cmd, ServeArgs& a) {
   // the hook's other user, is refused with it just above) and /metrics through the extra
   // lines, which expert parallelism replaces with its own.
   if (a.bf16_acts) {
-    o.configure_options = [](ContextOptions& co) { co.bf16_activations = true; };
+    o.configure_options = [k = a.bf16_kernel](ContextOptions& co) {
+      co.bf16_activations = true;
+      co.bf16_kernel = k;
+    };
   }
-  o.extra_metrics = [on = a.bf16_acts] { return bf16_acts_metrics(on); };
+  o.extra_metrics = [on = a.bf16_acts, k = a.bf16_kernel] { return bf16_acts_metrics(on, k); };
   ExpertParallel::run(a.ep, [&](ExpertParallel& ep) {
     resolve_api_key(cmd, a);
     if (!a.trace.empty()) {
@@ -435,14 +433,14 @@ void run(CLI::App* cmd, ServeArgs& a) {
     if (ep.on()) {
       wire_expert_parallel(o, ep);
     } else {
-      wire_expert_tier(o, ep, a.bf16_acts);
+      wire_expert_tier(o, ep, a.bf16_acts, a.bf16_kernel);
     }
     o.log = [](const std::string& s) {
       std::fprintf(stderr, "lynx-moe serve: %s\n", s.c_str());
       std::fflush(stderr);
     };
     raise_fd_limit(o);
-    serve_until_signalled(o, a.bf16_acts, ep, sigs);
+    serve_until_signalled(o, a.bf16_acts, a.bf16_kernel, ep, sigs);
   });
 }
 

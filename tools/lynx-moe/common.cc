@@ -141,12 +141,23 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
                 "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
-void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations) {
+void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16_kernel) {
   cmd->add_flag("--bf16-acts", *bf16_activations,
                 "Fast mode for BF16/F16 weights: round their activations to BF16 and use BF16 "
                 "products (AMX, else AVX512_BF16), F16 weights rounded to BF16, as ik_llama.cpp "
                 "does with AVX512_BF16. Not exact: see docs/benchmarks.md for its logit error "
                 "and perplexity. Without AVX512_BF16 the products stay exact. Off by default");
+  cmd->add_option("--bf16-kernel", *bf16_kernel,
+                  "The kernel of --bf16-acts: auto (the best this CPU has), amx, avx512bf16 or "
+                  "none (the products stay exact)")
+      ->check([](const std::string& name) -> std::string {
+        try {
+          kernels::bf16_kernel_by_name(name);
+        } catch (const Error& e) {
+          return e.what();
+        }
+        return "";
+      });
 }
 
 void check_bf16_acts_combo(bool bf16_acts, bool expert_parallel) {
@@ -157,12 +168,13 @@ void check_bf16_acts_combo(bool bf16_acts, bool expert_parallel) {
   }
 }
 
-std::string bf16_acts_summary(const Model& model) {
+std::string bf16_acts_summary(const Model& model, const std::string& bf16_kernel) {
+  const kernels::Bf16Kernel k = kernels::bf16_kernel_by_name(bf16_kernel);
   int fast = 0, all = 0;
   auto count = [&](const Weight& w) {
     if (!w.present()) return;
     ++all;
-    fast += kernels::has_bf16_path(w.type, w.layout);
+    fast += kernels::has_bf16_path(w.type, w.layout, k);
   };
   count(model.output());
   for (int il = 0; il < model.config().n_layer; ++il) {
@@ -173,14 +185,15 @@ std::string bf16_acts_summary(const Model& model) {
       count(*w);
     }
   }
-  return std::string("bf16-acts: kernel ") + kernels::bf16_kernel_name(kernels::bf16_kernel()) +
-         ", " + std::to_string(fast) + " of " + std::to_string(all) +
+  return std::string("bf16-acts: kernel ") + kernels::bf16_kernel_name(k) + ", " +
+         std::to_string(fast) + " of " + std::to_string(all) +
          " weight matrices take it (BF16/F16 in panels; products of at least " +
          std::to_string(kernels::kBf16MinTokens) + " tokens), the rest stay exact";
 }
 
-std::string bf16_acts_metrics(bool on) {
-  const char* kernel = on ? kernels::bf16_kernel_name(kernels::bf16_kernel()) : "none";
+std::string bf16_acts_metrics(bool on, const std::string& bf16_kernel) {
+  const char* kernel =
+      on ? kernels::bf16_kernel_name(kernels::bf16_kernel_by_name(bf16_kernel)) : "none";
   return std::string(
              "# HELP lynx_bf16_activations BF16 fast mode of BF16/F16 weights (--bf16-acts): 1 "
              "when on; kernel: the one running it (none: the products stay exact).\n"

@@ -1,5 +1,5 @@
-// Shared by the per-type files of src/kernels/types/: byte access helpers and the decode /
-// encode entry points each file defines (the rows of src/kernels/types.cc point at them).
+// Shared by the per-type files of src/kernels/types/: byte access helpers and value grids (the
+// block structs and the decode / encode entry points each file defines are in layout.h).
 //
 // Every decoder follows ggml's dequantize_row_<type> (ggml/src/ggml-quants.c) operation for
 // operation in f32 (same products in the same order, no fused multiply-add: the library is
@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/types/layout.h"
 
 namespace lynx::kernels::types {
 
@@ -56,30 +57,5 @@ inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
 // The 16 values of the 4-bit non-linear grid of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
-
-// decode_<type>(src, dst, n_blocks) and encode_<type>(src, dst, n_blocks) of every type file.
-#define LYNX_BLOCK_TYPE(name)                                           \
-  void decode_##name(const uint8_t* src, float* dst, int64_t n_blocks); \
-  void encode_##name(const float* src, uint8_t* dst, int64_t n_blocks)
-
-LYNX_BLOCK_TYPE(f32);
-LYNX_BLOCK_TYPE(f16);
-LYNX_BLOCK_TYPE(bf16);
-LYNX_BLOCK_TYPE(q4_0);
-LYNX_BLOCK_TYPE(q4_1);
-LYNX_BLOCK_TYPE(q5_0);
-LYNX_BLOCK_TYPE(q5_1);
-LYNX_BLOCK_TYPE(q8_0);
-LYNX_BLOCK_TYPE(q2_k);
-LYNX_BLOCK_TYPE(q3_k);
-LYNX_BLOCK_TYPE(q4_k);
-LYNX_BLOCK_TYPE(q5_k);
-LYNX_BLOCK_TYPE(q6_k);
-LYNX_BLOCK_TYPE(q8_k);
-LYNX_BLOCK_TYPE(iq4_nl);
-LYNX_BLOCK_TYPE(iq4_xs);
-LYNX_BLOCK_TYPE(mxfp4);
-
-#undef LYNX_BLOCK_TYPE
 
 }  // namespace lynx::kernels::types
