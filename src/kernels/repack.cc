@@ -140,8 +140,8 @@ void deinterleave_group(TensorType t, const void* w, int64_t cols, int64_t g, vo
 }
 
 bool can_panel16(TensorType t, int64_t rows, int64_t cols) {
-  return (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16) && rows > 0 &&
-         rows % kPanelRows == 0 && cols > 0;
+  const TypeTraits* tr = type_row(t);
+  return tr && takes_panels(*tr) && rows > 0 && rows % kPanelRows == 0 && cols > 0;
 }
 
 namespace {
@@ -167,7 +167,7 @@ int64_t panel_elem_bytes(TensorType t, int64_t cols, const char* what) {
                 " matrix of " + std::to_string(cols) +
                 " columns in 16-row panels (F32, F16 or BF16, columns positive)");
   }
-  return t == TensorType::F32 ? 4 : 2;
+  return type_traits(t).block_bytes;  // one element per block
 }
 
 }  // namespace
