@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -12,136 +15,163 @@
 
 namespace lynx::cli {
 
-void register_eval(CLI::App& app) {
-  struct Args {
-    std::string model, data, routing = "topk;lynx", batch = "1,4,16,32", output = "md";
-    EvalOptions opts;
-    EpFlags ep;
+namespace {
+
+struct EvalArgs {
+  std::string model, data, routing = "topk;lynx", batch = "1,4,16,32", output = "md";
+  EvalOptions opts;
+  EpFlags ep;
+};
+
+// What the report writers need besides the rows.
+struct EvalReport {
+  const ModelConfig& c;
+  size_t documents;
+};
+
+void write_eval_json(const std::vector<EvalRow>& rows, const EvalReport& rep) {
+  const ModelConfig& c = rep.c;
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : rows) {
+    j.push_back({{"policy", r.policy},
+                 {"batch", r.batch},
+                 {"tokens", r.tokens},
+                 {"ppl", r.ppl},
+                 {"accuracy", r.accuracy},
+                 {"kl", r.kl},
+                 {"distinct_experts", r.distinct},
+                 {"distinct_exact", r.distinct_exact},
+                 {"mass_kept", r.mass_kept},
+                 {"frac_changed", r.frac_changed},
+                 {"d_nll", {r.d_nll.mean, r.d_nll.lo, r.d_nll.hi}},
+                 {"d_acc", {r.d_acc.mean, r.d_acc.lo, r.d_acc.hi}},
+                 {"gen_agreement", r.gen_agreement},
+                 {"code_exact_match", r.code_exact_match}});
+  }
+  nlohmann::json doc = {
+      {"model", c.name}, {"commit", LYNX_GIT_COMMIT}, {"documents", rep.documents}, {"rows", j}};
+  std::printf("%s\n", doc.dump(2).c_str());
+}
+
+void write_eval_csv(const std::vector<EvalRow>& rows) {
+  std::printf(
+      "policy,batch,tokens,ppl,accuracy,kl,distinct,distinct_exact,mass_kept,"
+      "frac_changed,d_nll,d_nll_lo,d_nll_hi,d_acc,d_acc_lo,d_acc_hi,gen_agreement,"
+      "code_exact_match\n");
+  for (const auto& r : rows) {
+    std::printf(
+        "%s,%d,%lld,%.4f,%.4f,%.5f,%.2f,%.2f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,"
+        "%.5f,%.4f,%.4f\n",
+        r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.distinct,
+        r.distinct_exact, r.mass_kept, r.frac_changed, r.d_nll.mean, r.d_nll.lo, r.d_nll.hi,
+        r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match);
+  }
+}
+
+void write_eval_md(const std::vector<EvalRow>& rows, const EvalReport& rep) {
+  const ModelConfig& c = rep.c;
+  std::printf("lynx-moe eval | commit %s | model %s (%d layers, %d/%d experts) | %zu documents\n\n",
+              LYNX_GIT_COMMIT, c.name.c_str(), c.n_layer, c.n_expert_used, c.n_expert,
+              rep.documents);
+  std::printf(
+      "| policy | B | tokens | PPL | acc | KL | dNLL/token [95%% CI] | dAcc [95%% CI] "
+      "| experts/layer | exact | mass kept | changed | greedy agree | code EM |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const auto& r : rows) {
+    std::printf(
+        "| %s | %d | %lld | %.3f | %.4f | %.5f | %+.4f [%+.4f, %+.4f] | %+.4f [%+.4f, "
+        "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |\n",
+        r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.d_nll.mean,
+        r.d_nll.lo, r.d_nll.hi, r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.distinct, r.distinct_exact,
+        r.mass_kept, r.frac_changed,
+        r.gen_agreement < 0 ? "-" : std::to_string(r.gen_agreement).substr(0, 5).c_str(),
+        r.code_exact_match < 0 ? "-" : std::to_string(r.code_exact_match).substr(0, 5).c_str());
+  }
+}
+
+// Progress on stderr: a line redrawn on a terminal, else one line per finished stage.
+std::function<void(const std::string&, size_t, size_t)> eval_progress() {
+  const bool tty = isatty(STDERR_FILENO);
+  return [tty, last = std::string()](const std::string& what, size_t done, size_t total) mutable {
+    const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+    const std::string line = what + ": " + std::to_string(pct) + "%";
+    if (line == last) return;
+    last = line;
+    if (tty) {
+      std::fprintf(stderr, "\r\033[K%s", line.c_str());
+      if (done >= total) std::fprintf(stderr, "\n");
+    } else if (done >= total) {
+      std::fprintf(stderr, "%s done\n", what.c_str());
+    }
   };
-  auto a = std::make_shared<Args>();
+}
+
+void run_eval(const EvalArgs& a, ExpertParallel& ep) {
+  if (a.output != "md" && a.output != "csv" && a.output != "json") {
+    throw UsageError("-o must be md, csv or json");
+  }
+  EvalOptions o = a.opts;
+  o.policies = routing_specs(a.routing, "--routing");
+  o.batches = parse_int_list(a.batch, "--batch");
+  for (int b : o.batches) {
+    if (b < 1 || b > (1 << 16))
+      throw UsageError("--batch: " + std::to_string(b) + " is out of range [1, 65536]");
+  }
+  o.progress = eval_progress();
+  // Under --expert-parallel every rank makes the same progress: rank 0 reports it.
+  if (ep.rank() != 0) o.progress = nullptr;
+  auto model = ep.load_model(a.model, !a.opts.exact_activations);
+  check_specs_fit(o.policies, *model, "--routing");
+  if (ep.on()) {
+    ContextOptions co;
+    ep.configure(co);
+    o.make_experts = co.make_experts;
+  }
+  auto tok = Tokenizer::from_gguf(model->file());
+  const auto docs = read_eval_documents(a.data);
+  const auto rows = evaluate(*model, *tok, docs, o);
+  const ModelConfig& c = model->config();
+
+  if (a.output == "json") {
+    write_eval_json(rows, {c, docs.size()});
+  } else if (a.output == "csv") {
+    write_eval_csv(rows);
+  } else {
+    write_eval_md(rows, {c, docs.size()});
+  }
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  EvalArgs& a = *args;
   auto* cmd = app.add_subcommand("eval", "Accuracy of routing policies on held-out documents");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
-  cmd->add_option("--data", a->data, "Directory of held-out documents (one per file)")->required();
-  cmd->add_option("--routing", a->routing, "Routing specs (';' separated, or ',' between names)");
-  cmd->add_option("--batch", a->batch, "Batch sizes (documents decoding together)");
-  cmd->add_option("--max-tokens", a->opts.max_tokens, "Tokens per document")
+  cmd->add_option("-m,--model", a.model, "GGUF model file")->required();
+  cmd->add_option("--data", a.data, "Directory of held-out documents (one per file)")->required();
+  cmd->add_option("--routing", a.routing, "Routing specs (';' separated, or ',' between names)");
+  cmd->add_option("--batch", a.batch, "Batch sizes (documents decoding together)");
+  cmd->add_option("--max-tokens", a.opts.max_tokens, "Tokens per document")
       ->check(int_in(2, 1 << 30));
-  cmd->add_option("--max-docs", a->opts.max_docs, "Documents (0 = all)")->check(int_in(0, 1 << 30));
-  cmd->add_option("--prefix", a->opts.prefix,
+  cmd->add_option("--max-docs", a.opts.max_docs, "Documents (0 = all)")->check(int_in(0, 1 << 30));
+  cmd->add_option("--prefix", a.opts.prefix,
                   "Leading tokens per document fed as prefill (documents of prefix + 1 tokens "
                   "or fewer have nothing left to score and are skipped)")
       ->check(int_in(0, 1 << 30));
-  cmd->add_option("--gen-prompts", a->opts.gen_prompts, "Prompts for greedy agreement (0 = off)")
+  cmd->add_option("--gen-prompts", a.opts.gen_prompts, "Prompts for greedy agreement (0 = off)")
       ->check(int_in(0, 1 << 20));
-  cmd->add_option("--gen-tokens", a->opts.gen_tokens, "Greedy tokens per prompt")
+  cmd->add_option("--gen-tokens", a.opts.gen_tokens, "Greedy tokens per prompt")
       ->check(int_in(1, 1 << 20));
-  cmd->add_option("--code-lines", a->opts.code_lines, "Held-out code lines to complete (0 = off)")
+  cmd->add_option("--code-lines", a.opts.code_lines, "Held-out code lines to complete (0 = off)")
       ->check(int_in(0, 1 << 20));
-  cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)")
+  cmd->add_option("-t,--threads", a.opts.n_threads, "Threads (default: all cores)")
       ->check(int_in(0, kMaxThreads));
-  add_exact_acts_flag(cmd, &a->opts.exact_activations);
-  add_bf16_acts_flag(cmd, &a->opts.bf16_activations, &a->opts.bf16_kernel);
-  cmd->add_option("-o,--output", a->output, "md, csv or json");
-  add_ep_flags(cmd, &a->ep);
-  cmd->callback([a] {
-    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
-      if (a->output != "md" && a->output != "csv" && a->output != "json") {
-        throw UsageError("-o must be md, csv or json");
-      }
-      EvalOptions o = a->opts;
-      o.policies = routing_specs(a->routing, "--routing");
-      o.batches = parse_int_list(a->batch, "--batch");
-      for (int b : o.batches) {
-        if (b < 1 || b > (1 << 16))
-          throw UsageError("--batch: " + std::to_string(b) + " is out of range [1, 65536]");
-      }
-      const bool tty = isatty(STDERR_FILENO);
-      o.progress = [tty, last = std::string()](const std::string& what, size_t done,
-                                               size_t total) mutable {
-        const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
-        const std::string line = what + ": " + std::to_string(pct) + "%";
-        if (line == last) return;
-        last = line;
-        if (tty) {
-          std::fprintf(stderr, "\r\033[K%s", line.c_str());
-          if (done >= total) std::fprintf(stderr, "\n");
-        } else if (done >= total) {
-          std::fprintf(stderr, "%s done\n", what.c_str());
-        }
-      };
-      // Under --expert-parallel every rank makes the same progress: rank 0 reports it.
-      if (ep.rank() != 0) o.progress = nullptr;
-      auto model = ep.load_model(a->model, !a->opts.exact_activations);
-      check_specs_fit(o.policies, *model, "--routing");
-      if (ep.on()) {
-        ContextOptions co;
-        ep.configure(co);
-        o.make_experts = co.make_experts;
-      }
-      auto tok = Tokenizer::from_gguf(model->file());
-      const auto docs = read_eval_documents(a->data);
-      const auto rows = evaluate(*model, *tok, docs, o);
-      const ModelConfig& c = model->config();
-
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& r : rows) {
-        j.push_back({{"policy", r.policy},
-                     {"batch", r.batch},
-                     {"tokens", r.tokens},
-                     {"ppl", r.ppl},
-                     {"accuracy", r.accuracy},
-                     {"kl", r.kl},
-                     {"distinct_experts", r.distinct},
-                     {"distinct_exact", r.distinct_exact},
-                     {"mass_kept", r.mass_kept},
-                     {"frac_changed", r.frac_changed},
-                     {"d_nll", {r.d_nll.mean, r.d_nll.lo, r.d_nll.hi}},
-                     {"d_acc", {r.d_acc.mean, r.d_acc.lo, r.d_acc.hi}},
-                     {"gen_agreement", r.gen_agreement},
-                     {"code_exact_match", r.code_exact_match}});
-      }
-      if (a->output == "json") {
-        nlohmann::json doc = {{"model", c.name},
-                              {"commit", LYNX_GIT_COMMIT},
-                              {"documents", docs.size()},
-                              {"rows", j}};
-        std::printf("%s\n", doc.dump(2).c_str());
-        return;
-      }
-      if (a->output == "csv") {
-        std::printf(
-            "policy,batch,tokens,ppl,accuracy,kl,distinct,distinct_exact,mass_kept,"
-            "frac_changed,d_nll,d_nll_lo,d_nll_hi,d_acc,d_acc_lo,d_acc_hi,gen_agreement,"
-            "code_exact_match\n");
-        for (const auto& r : rows) {
-          std::printf(
-              "%s,%d,%lld,%.4f,%.4f,%.5f,%.2f,%.2f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,"
-              "%.5f,%.4f,%.4f\n",
-              r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.distinct,
-              r.distinct_exact, r.mass_kept, r.frac_changed, r.d_nll.mean, r.d_nll.lo, r.d_nll.hi,
-              r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match);
-        }
-        return;
-      }
-      std::printf(
-          "lynx-moe eval | commit %s | model %s (%d layers, %d/%d experts) | %zu documents\n\n",
-          LYNX_GIT_COMMIT, c.name.c_str(), c.n_layer, c.n_expert_used, c.n_expert, docs.size());
-      std::printf(
-          "| policy | B | tokens | PPL | acc | KL | dNLL/token [95%% CI] | dAcc [95%% CI] "
-          "| experts/layer | exact | mass kept | changed | greedy agree | code EM |\n");
-      std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
-      for (const auto& r : rows) {
-        std::printf(
-            "| %s | %d | %lld | %.3f | %.4f | %.5f | %+.4f [%+.4f, %+.4f] | %+.4f [%+.4f, "
-            "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |\n",
-            r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.d_nll.mean,
-            r.d_nll.lo, r.d_nll.hi, r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.distinct,
-            r.distinct_exact, r.mass_kept, r.frac_changed,
-            r.gen_agreement < 0 ? "-" : std::to_string(r.gen_agreement).substr(0, 5).c_str(),
-            r.code_exact_match < 0 ? "-" : std::to_string(r.code_exact_match).substr(0, 5).c_str());
-      }
-    });
-  });
+  add_exact_acts_flag(cmd, &a.opts.exact_activations);
+  add_bf16_acts_flag(cmd, &a.opts.bf16_activations, &a.opts.bf16_kernel);
+  cmd->add_option("-o,--output", a.output, "md, csv or json");
+  add_ep_flags(cmd, &a.ep);
+  cmd->callback(
+      [args] { ExpertParallel::run(args->ep, [&](ExpertParallel& ep) { run_eval(*args, ep); }); });
 }
 
 }  // namespace lynx::cli
