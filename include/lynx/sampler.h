@@ -95,6 +95,19 @@ void typical(std::vector<Candidate>& c, float p);  // smallest set by |-log p_i 
 void add_logit_bias(std::span<float> logits, std::span<const LogitBias> bias);
 }  // namespace sampling
 
+// What may come next in a sequence whose output is constrained (structured output:
+// lynx/grammar.h implements it for grammars). The sampler asks allows() for the token it
+// drew when that is exact (below), else apply() removes what cannot follow, then accept()s
+// the token it picks.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int32_t token) = 0;
+  // Sets the logits of the tokens that cannot follow to -inf; false when none can follow.
+  virtual bool apply(std::span<float> logits) = 0;
+  virtual void accept(int32_t token) = 0;
+};
+
 // Seeded sampler of one sequence: the same seed, prompt and logits give the same tokens.
 class Sampler {
  public:
@@ -104,6 +117,15 @@ class Sampler {
   // Picks the next token from the model's logits (full vocabulary) and records it as
   // generated (the penalties of the next call see it).
   int32_t sample(std::span<const float> logits);
+  // The same under a constraint: only tokens it allows are picked. When no filter is on
+  // (top_k, top_p, min_p, typical_p off), the token is first drawn from the unconstrained
+  // distribution and kept when the constraint allows it (llama.cpp's lazy check); otherwise,
+  // or when refused, the constraint masks the logits and the draw is made again. Both give
+  // exactly the masked distribution: greedy keeps the arg max, and for a plain temperature
+  // draw, rejecting and drawing again from the renormalized rest is P(t) / P(allowed).
+  // With a filter on, the mask comes first (filters on the masked distribution). Returns -1
+  // when the constraint allows no token.
+  int32_t sample(std::span<const float> logits, TokenConstraint* constraint);
   // log-probability of `token` under the distribution last sampled from, over the whole
   // vocabulary: the log-softmax of the penalized, biased logits divided by the temperature
   // (1 when greedy), before the filters (top_k, typical_p, top_p, min_p) cut it. Reads the

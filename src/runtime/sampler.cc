@@ -273,10 +273,53 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return pick;
 }
 
+int32_t Sampler::sample(std::span<const float> logits, TokenConstraint* constraint) {
+  if (!constraint) return sample(logits);
+  std::span<const float> base = logits;
+  if (p_.adjusts_logits()) {
+    adjusted_.assign(logits.begin(), logits.end());
+    penalties_.apply(adjusted_);
+    sampling::add_logit_bias(adjusted_, p_.logit_bias);
+    base = adjusted_;
+  }
+  last_logits_ = base;
+  logsum_ready_ = false;
+  const bool greedy = p_.temperature <= 0.f && p_.typical_p >= 1.f;
+  const bool filters = p_.top_k > 0 || p_.top_p < 1.f || p_.min_p > 0.f || p_.typical_p < 1.f;
+  int32_t pick = -1;
+  if (!filters) {
+    // The lazy check (exact without filters, see the header): most drawn tokens are allowed,
+    // and then no mask is computed and the logits are not copied.
+    const int32_t first = greedy ? argmax(base) : draw();
+    if (!std::isinf(base[size_t(first)]) && constraint->allows(first)) pick = first;
+  }
+  if (pick < 0) {
+    if (base.data() != adjusted_.data()) adjusted_.assign(logits.begin(), logits.end());
+    if (!constraint->apply(adjusted_)) return -1;
+    last_logits_ = adjusted_;
+    logsum_ready_ = false;
+    pick = greedy ? argmax(adjusted_) : draw();
+    if (std::isinf(adjusted_[size_t(pick)])) return -1;  // every allowed token banned by a bias
+  }
+  constraint->accept(pick);
+  if (p_.has_penalties()) penalties_.accept(pick);
+  return pick;
+}
+
 int32_t Sampler::draw() {
   const std::span<const float> logits = last_logits_;
-  cand_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i], int32_t(i)};
+  // Banned tokens (-inf: a logit_bias ban, a grammar's mask) have probability 0 in every
+  // stage and are left out, so that a masked draw costs the allowed tokens only; when every
+  // token is banned, all stay (a uniform draw, as before).
+  cand_.clear();
+  cand_.reserve(logits.size());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != kNegInf) cand_.push_back({logits[i], int32_t(i)});
+  }
+  if (cand_.empty()) {
+    for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i], int32_t(i)});
+  }
   // Filters on the temperature-1 distribution, in llama.cpp's default order, then the
   // temperature: top_p and min_p mean the same mass whatever the temperature. With none on,
   // the draw runs over the vocabulary in id order, unsorted.
