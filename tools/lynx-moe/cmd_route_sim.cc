@@ -112,26 +112,18 @@ int single_int(const std::string& v, const std::string& flag) {
   return l[0];
 }
 
-void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::string> specs,
-            analysis::SimConfig cfg) {
-  for (auto& sp : specs) sp = make_routing_policy(sp)->spec();  // rows carry canonical specs
-  analysis::EpConfig ec;
-  ec.ranks = parse_int_list(e.ranks, "--ranks");
-  for (int r : ec.ranks) {
-    if (r < 1 || r > (1 << 16)) {
-      throw UsageError("--ranks: " + std::to_string(r) + " is out of range [1, 65536]");
-    }
-  }
-  if (!e.model.empty() && !e.shape.empty()) throw UsageError("give -m or --shape, not both");
+// The sizes --ranks simulates: from -m or --shape, then the override flags. model_n / model_k:
+// the experts and k of the model or shape (0 when sizes come from flags only).
+analysis::EpShape ep_shape(const EpArgs& e, int* n_expert, int* k, std::string* source) {
   int model_n = 0, model_k = 0;
+  if (!e.model.empty() && !e.shape.empty()) throw UsageError("give -m or --shape, not both");
   analysis::EpShape shape;
-  std::string source;
   if (!e.model.empty()) {
     if (std::filesystem::is_directory(e.model)) {
       throw UsageError("-m: '" + e.model + "' is a directory, expected a GGUF file");
     }
     shape = shape_from_model(e.model, &model_n, &model_k);
-    source = e.model;
+    *source = e.model;
   } else if (!e.shape.empty()) {
     SynthShape sh;
     try {
@@ -148,7 +140,7 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
     }
     model_n = sh.n_expert;
     model_k = sh.n_expert_used;
-    source = e.shape + " " + e.wtype;
+    *source = e.shape + " " + e.wtype;
   }
   if (e.expert_bytes > 0) shape.expert_bytes = e.expert_bytes;
   if (e.hidden > 0) shape.hidden = e.hidden;
@@ -160,6 +152,48 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
         "--ranks needs expert sizes: -m MODEL, --shape NAME, or --expert-bytes and "
         "--hidden");
   }
+  *n_expert = model_n;
+  *k = model_k;
+  return shape;
+}
+
+// --placement and the cost model's flags into ec (ranks, placement files aside).
+void ep_model_options(const EpArgs& e, const analysis::EpShape& shape, analysis::EpConfig& ec) {
+  ec.contiguous = ec.balanced = false;
+  for (const auto& p : split_specs(e.placement)) {
+    if (p == "contiguous")
+      ec.contiguous = true;
+    else if (p == "balanced")
+      ec.balanced = true;
+    else
+      throw UsageError("--placement: expected contiguous and/or balanced, got '" + p + "'");
+  }
+  ec.cost.mem_bw = e.mem_bw * 1e9;
+  ec.cost.link_bw = e.link_bw * 1e9;
+  ec.cost.link_lat = e.link_lat * 1e-6;
+  ec.cost.dense_s = e.dense_ms >= 0 ? e.dense_ms * 1e-3 : -1;
+  ec.cost.flops = e.gflops * 1e9;
+  if (ec.cost.flops > 0 && shape.expert_params <= 0) {
+    throw UsageError("--rank-gflops needs -m or --shape (an expert's weight count)");
+  }
+  ec.balance.coact_weight = e.coact;
+  ec.calib_tokens = e.calib_tokens;
+  ec.shape = shape;
+}
+
+void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::string> specs,
+            analysis::SimConfig cfg) {
+  for (auto& sp : specs) sp = make_routing_policy(sp)->spec();  // rows carry canonical specs
+  analysis::EpConfig ec;
+  ec.ranks = parse_int_list(e.ranks, "--ranks");
+  for (int r : ec.ranks) {
+    if (r < 1 || r > (1 << 16)) {
+      throw UsageError("--ranks: " + std::to_string(r) + " is out of range [1, 65536]");
+    }
+  }
+  int model_n = 0, model_k = 0;
+  std::string source;
+  const analysis::EpShape shape = ep_shape(e, &model_n, &model_k, &source);
   int n = 0;
   if (a.logits.empty()) {
     n = cmd->count("--experts") || model_n == 0 ? single_int(a.experts, "--experts") : model_n;
@@ -188,26 +222,7 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
     throw UsageError("the routing has " + std::to_string(n) + " experts, the model shape " +
                      std::to_string(model_n));
   }
-  ec.contiguous = ec.balanced = false;
-  for (const auto& p : split_specs(e.placement)) {
-    if (p == "contiguous")
-      ec.contiguous = true;
-    else if (p == "balanced")
-      ec.balanced = true;
-    else
-      throw UsageError("--placement: expected contiguous and/or balanced, got '" + p + "'");
-  }
-  ec.cost.mem_bw = e.mem_bw * 1e9;
-  ec.cost.link_bw = e.link_bw * 1e9;
-  ec.cost.link_lat = e.link_lat * 1e-6;
-  ec.cost.dense_s = e.dense_ms >= 0 ? e.dense_ms * 1e-3 : -1;
-  ec.cost.flops = e.gflops * 1e9;
-  if (ec.cost.flops > 0 && shape.expert_params <= 0) {
-    throw UsageError("--rank-gflops needs -m or --shape (an expert's weight count)");
-  }
-  ec.balance.coact_weight = e.coact;
-  ec.calib_tokens = e.calib_tokens;
-  ec.shape = shape;
+  ep_model_options(e, shape, ec);
 
   for (const auto& f : e.placement_files) {
     ec.given.push_back(read_placement(f));
@@ -255,175 +270,200 @@ void run_ep(const SimArgs& a, const EpArgs& e, CLI::App* cmd, std::vector<std::s
   }
 }
 
+// The policy specs of --routing, each checked, and the other routing flags (a UsageError for
+// any of them before work starts).
+std::vector<std::string> checked_specs(const SimArgs& a, const EpArgs& ep) {
+  std::vector<std::string> specs;
+  for (const auto& r : a.routing) {
+    for (auto& s : split_specs(r)) specs.push_back(s);
+  }
+  if (specs.empty()) throw UsageError("--routing: no routing policy given");
+  for (const auto& s : specs) {  // reject bad specs before any work
+    try {
+      make_routing_policy(s);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--routing: ") + e.what());
+    }
+  }
+  if (a.gating != "softmax" && a.gating != "sigmoid") {
+    throw UsageError("--gating must be softmax or sigmoid, got '" + a.gating + "'");
+  }
+  if (a.norm_topk != 0 && a.norm_topk != 1) throw UsageError("--norm-topk must be 0 or 1");
+  if (a.format != "md" && a.format != "csv" && a.format != "json") {
+    throw UsageError("-o must be md, csv or json, got '" + a.format + "'");
+  }
+  if (ep.ranks.empty() && (!ep.measured.empty() || !ep.model.empty() || !ep.shape.empty())) {
+    throw UsageError("-m, --shape and --measured need --ranks");
+  }
+  return specs;
+}
+
+analysis::SimConfig sim_config(const SimArgs& a) {
+  analysis::SimConfig cfg;
+  cfg.batches = parse_int_list(a.batch, "--batch");
+  cfg.steps = a.steps;
+  cfg.repeats = a.repeats;
+  cfg.seed = a.seed;
+  cfg.dist.name = a.dist;
+  cfg.dist.noise_std = a.std;
+  cfg.dist.n_topics = a.topics;
+  cfg.dist.topic_std = a.topic_std;
+  cfg.dist.zipf_s = a.zipf_s;
+  cfg.trace_path = a.logits;
+  return cfg;
+}
+
+// The routing table: every (N, k) of the lists, every policy and batch size.
+void run_routing_table(const SimArgs& a, const std::vector<std::string>& specs,
+                       analysis::SimConfig cfg) {
+  std::vector<analysis::SimRow> rows;
+  const auto experts =
+      a.logits.empty() ? parse_int_list(a.experts, "--experts") : std::vector<int>{0};
+  const auto ks = a.logits.empty() ? parse_int_list(a.k, "--k") : std::vector<int>{0};
+  for (int n : experts) {
+    if (a.logits.empty() && (n < 1 || n > 4096)) {
+      throw UsageError("--experts: " + std::to_string(n) + " is out of range [1, 4096]");
+    }
+    for (int k : ks) {
+      if (a.logits.empty() && (k < 1 || k > n)) {
+        throw UsageError("--k: " + std::to_string(k) + " is out of range [1, " + std::to_string(n) +
+                         "] for " + std::to_string(n) + " experts");
+      }
+      cfg.gating = {n, k, a.gating == "sigmoid" ? GatingFunc::kSigmoid : GatingFunc::kSoftmax,
+                    a.norm_topk == 1, a.scale};
+      if (a.logits.empty()) {
+        for (const auto& s : specs) {
+          try {
+            make_routing_policy(s, cfg.gating);
+          } catch (const Error& e) {
+            throw UsageError(std::string("--routing: ") + e.what());
+          }
+        }
+      }
+      auto part = analysis::simulate_routing(cfg, specs);
+      rows.insert(rows.end(), part.begin(), part.end());
+    }
+  }
+  if (a.logits.empty()) {
+    std::fprintf(stderr, "route-sim: synthetic '%s' logits (std %g), %d steps, seed %llu\n",
+                 a.dist.c_str(), double(a.std), a.steps, (unsigned long long)a.seed);
+  } else {
+    std::fprintf(stderr, "route-sim: trace %s, %d steps, seed %llu\n", a.logits.c_str(), a.steps,
+                 (unsigned long long)a.seed);
+  }
+  std::fputs(analysis::format_sim_rows(rows, a.format).c_str(), stdout);
+}
+
+void add_sim_flags(CLI::App* cmd, SimArgs& a) {
+  std::string names;
+  for (const auto& n : routing_policy_names()) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--routing", a.routing,
+                  "Policy specs (" + names +
+                      "), separated by ';' or by repeating the flag, e.g. "
+                      "'topk;lynx:alpha=3,beta=4;oea:k0=4'")
+      ->required();
+  cmd->add_option("--experts", a.experts, "Experts per layer N (list)");
+  cmd->add_option("--k", a.k, "Experts per token k (list)");
+  cmd->add_option("--batch", a.batch, "Decode batch sizes B (list)");
+  cmd->add_option("--steps", a.steps, "Routing calls per policy and batch size")
+      ->check(int_in(1, 1 << 24));
+  cmd->add_option("--repeats", a.repeats, "Timed passes; the fastest is reported")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("--seed", a.seed, "Random seed (logits and trace sampling)");
+  cmd->add_option("--dist", a.dist,
+                  "Synthetic logits: gauss (iid normal), zipf (popular experts), topic "
+                  "(tokens share a topic's preferred experts)");
+  cmd->add_option("--std", a.std,
+                  "Noise std of the synthetic logits ('inf' gives infinite and NaN logits: a "
+                  "test of the policies' non-finite rules, docs/routing.md)")
+      ->check(number_in(0, INFINITY, false, true));
+  cmd->add_option("--topics", a.topics, "topic: number of topics")->check(int_in(1, 1 << 16));
+  cmd->add_option("--topic-std", a.topic_std, "topic: std of a topic's expert preferences")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--zipf-s", a.zipf_s, "zipf: exponent of the popularity law")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--gating", a.gating, "softmax or sigmoid");
+  cmd->add_option("--norm-topk", a.norm_topk, "1: renormalize the top-k weights, 0: do not");
+  cmd->add_option("--scale", a.scale, "Routed weights scale")->check(number_in(0, 1e6, true));
+  cmd->add_option("--logits", a.logits,
+                  "Routing trace to replay instead of synthetic logits (N, k and gating come "
+                  "from the trace)");
+  cmd->add_option("--trace", a.logits, "Same as --logits");
+  cmd->add_option("-o,--output", a.format, "Output format: md, csv, json");
+}
+
+// Expert parallelism (docs/distributed-simulation.md).
+void add_ep_sim_flags(CLI::App* cmd, EpArgs& ep) {
+  cmd->add_option("--ranks", ep.ranks,
+                  "Simulate expert parallelism over these rank counts (list, e.g. 8,16,64,256): "
+                  "per-rank load, bytes and predicted TPOT instead of the routing table");
+  cmd->add_option("-m,--model", ep.model, "EP: expert and dense sizes from this GGUF model");
+  cmd->add_option("--shape", ep.shape,
+                  "EP: sizes of a known shape (synth --shape names, e.g. qwen3-30b); its N and k "
+                  "unless --experts/--k are given");
+  cmd->add_option("--wtype", ep.wtype, "EP: weight type for --shape (default q4_0)")
+      ->capture_default_str();
+  cmd->add_option("--expert-bytes", ep.expert_bytes, "EP: bytes of one expert (overrides)")
+      ->check(number_in(0, 1e15, true));
+  cmd->add_option("--hidden", ep.hidden, "EP: model width H (overrides)")
+      ->check(int_in(1, 1 << 20));
+  cmd->add_option("--moe-layers", ep.moe_layers,
+                  "EP: MoE layers per step (overrides; with --shape, the shape cut to this many "
+                  "layers, as synth --layers)")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("--dense-bytes", ep.dense_bytes, "EP: dense weight bytes per step (overrides)")
+      ->check(number_in(0, 1e15));
+  cmd->add_option("--act-bytes", ep.act_bytes, "EP: bytes per element of a token row sent")
+      ->check(number_in(0, 64, true))
+      ->capture_default_str();
+  cmd->add_option("--mem-bw", ep.mem_bw, "EP cost: memory bandwidth per rank, GB/s")
+      ->check(number_in(0, 1e6, true))
+      ->capture_default_str();
+  cmd->add_option("--link-bw", ep.link_bw, "EP cost: link bandwidth per rank, GB/s")
+      ->check(number_in(0, 1e6, true))
+      ->capture_default_str();
+  cmd->add_option("--link-lat", ep.link_lat, "EP cost: latency per message, microseconds")
+      ->check(number_in(0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--dense-ms", ep.dense_ms,
+                  "EP cost: dense time per step, ms (default: dense bytes / memory bandwidth)")
+      ->check(number_in(0, 1e6));
+  cmd->add_option("--rank-gflops", ep.gflops,
+                  "EP cost: expert compute per rank, GFLOP/s (0: streaming time only)")
+      ->check(number_in(0, 1e9));
+  cmd->add_option("--placement", ep.placement, "EP: contiguous, balanced or both (list)")
+      ->capture_default_str();
+  cmd->add_option("--placement-file", ep.placement_files,
+                  "EP: also evaluate this placement (lynx-moe place -o; repeatable): rows "
+                  "'file' at its rank count");
+  cmd->add_option("--coact", ep.coact, "EP: co-activation weight of the balanced placement")
+      ->check(number_in(-1e6, 1e6));
+  cmd->add_option("--calib-tokens", ep.calib_tokens,
+                  "EP, synthetic logits: tokens drawn to compute the balanced placement")
+      ->check(int_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--measured", ep.measured,
+                  "EP: CSV of measured TPOT (policy,batch,ranks,tpot_ms[,scheme][,placement]); "
+                  "prints measured vs predicted instead of the table");
+}
+
 }  // namespace
 
 void register_route_sim(CLI::App& app) {
   auto a = std::make_shared<SimArgs>();
   auto ep = std::make_shared<EpArgs>();
-  std::string names;
-  for (const auto& n : routing_policy_names()) names += (names.empty() ? "" : ", ") + n;
   auto* cmd = app.add_subcommand(
       "route-sim", "Simulate routing policies on router logits: distinct experts, mass kept");
-  cmd->add_option("--routing", a->routing,
-                  "Policy specs (" + names +
-                      "), separated by ';' or by repeating the flag, e.g. "
-                      "'topk;lynx:alpha=3,beta=4;oea:k0=4'")
-      ->required();
-  cmd->add_option("--experts", a->experts, "Experts per layer N (list)");
-  cmd->add_option("--k", a->k, "Experts per token k (list)");
-  cmd->add_option("--batch", a->batch, "Decode batch sizes B (list)");
-  cmd->add_option("--steps", a->steps, "Routing calls per policy and batch size")
-      ->check(int_in(1, 1 << 24));
-  cmd->add_option("--repeats", a->repeats, "Timed passes; the fastest is reported")
-      ->check(int_in(1, 1 << 16));
-  cmd->add_option("--seed", a->seed, "Random seed (logits and trace sampling)");
-  cmd->add_option("--dist", a->dist,
-                  "Synthetic logits: gauss (iid normal), zipf (popular experts), topic "
-                  "(tokens share a topic's preferred experts)");
-  cmd->add_option("--std", a->std,
-                  "Noise std of the synthetic logits ('inf' gives infinite and NaN logits: a "
-                  "test of the policies' non-finite rules, docs/routing.md)")
-      ->check(number_in(0, INFINITY, false, true));
-  cmd->add_option("--topics", a->topics, "topic: number of topics")->check(int_in(1, 1 << 16));
-  cmd->add_option("--topic-std", a->topic_std, "topic: std of a topic's expert preferences")
-      ->check(number_in(0, 1e6));
-  cmd->add_option("--zipf-s", a->zipf_s, "zipf: exponent of the popularity law")
-      ->check(number_in(0, 1e6));
-  cmd->add_option("--gating", a->gating, "softmax or sigmoid");
-  cmd->add_option("--norm-topk", a->norm_topk, "1: renormalize the top-k weights, 0: do not");
-  cmd->add_option("--scale", a->scale, "Routed weights scale")->check(number_in(0, 1e6, true));
-  cmd->add_option("--logits", a->logits,
-                  "Routing trace to replay instead of synthetic logits (N, k and gating come "
-                  "from the trace)");
-  cmd->add_option("--trace", a->logits, "Same as --logits");
-  cmd->add_option("-o,--output", a->format, "Output format: md, csv, json");
-  // Expert parallelism (docs/distributed-simulation.md).
-  cmd->add_option("--ranks", ep->ranks,
-                  "Simulate expert parallelism over these rank counts (list, e.g. 8,16,64,256): "
-                  "per-rank load, bytes and predicted TPOT instead of the routing table");
-  cmd->add_option("-m,--model", ep->model, "EP: expert and dense sizes from this GGUF model");
-  cmd->add_option("--shape", ep->shape,
-                  "EP: sizes of a known shape (synth --shape names, e.g. qwen3-30b); its N and k "
-                  "unless --experts/--k are given");
-  cmd->add_option("--wtype", ep->wtype, "EP: weight type for --shape (default q4_0)")
-      ->capture_default_str();
-  cmd->add_option("--expert-bytes", ep->expert_bytes, "EP: bytes of one expert (overrides)")
-      ->check(number_in(0, 1e15, true));
-  cmd->add_option("--hidden", ep->hidden, "EP: model width H (overrides)")
-      ->check(int_in(1, 1 << 20));
-  cmd->add_option("--moe-layers", ep->moe_layers,
-                  "EP: MoE layers per step (overrides; with --shape, the shape cut to this many "
-                  "layers, as synth --layers)")
-      ->check(int_in(1, 1 << 16));
-  cmd->add_option("--dense-bytes", ep->dense_bytes, "EP: dense weight bytes per step (overrides)")
-      ->check(number_in(0, 1e15));
-  cmd->add_option("--act-bytes", ep->act_bytes, "EP: bytes per element of a token row sent")
-      ->check(number_in(0, 64, true))
-      ->capture_default_str();
-  cmd->add_option("--mem-bw", ep->mem_bw, "EP cost: memory bandwidth per rank, GB/s")
-      ->check(number_in(0, 1e6, true))
-      ->capture_default_str();
-  cmd->add_option("--link-bw", ep->link_bw, "EP cost: link bandwidth per rank, GB/s")
-      ->check(number_in(0, 1e6, true))
-      ->capture_default_str();
-  cmd->add_option("--link-lat", ep->link_lat, "EP cost: latency per message, microseconds")
-      ->check(number_in(0, 1e6))
-      ->capture_default_str();
-  cmd->add_option("--dense-ms", ep->dense_ms,
-                  "EP cost: dense time per step, ms (default: dense bytes / memory bandwidth)")
-      ->check(number_in(0, 1e6));
-  cmd->add_option("--rank-gflops", ep->gflops,
-                  "EP cost: expert compute per rank, GFLOP/s (0: streaming time only)")
-      ->check(number_in(0, 1e9));
-  cmd->add_option("--placement", ep->placement, "EP: contiguous, balanced or both (list)")
-      ->capture_default_str();
-  cmd->add_option("--placement-file", ep->placement_files,
-                  "EP: also evaluate this placement (lynx-moe place -o; repeatable): rows "
-                  "'file' at its rank count");
-  cmd->add_option("--coact", ep->coact, "EP: co-activation weight of the balanced placement")
-      ->check(number_in(-1e6, 1e6));
-  cmd->add_option("--calib-tokens", ep->calib_tokens,
-                  "EP, synthetic logits: tokens drawn to compute the balanced placement")
-      ->check(int_in(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--measured", ep->measured,
-                  "EP: CSV of measured TPOT (policy,batch,ranks,tpot_ms[,scheme][,placement]); "
-                  "prints measured vs predicted instead of the table");
+  add_sim_flags(cmd, *a);
+  add_ep_sim_flags(cmd, *ep);
   cmd->callback([a, ep, cmd] {
-    std::vector<std::string> specs;
-    for (const auto& r : a->routing) {
-      for (auto& s : split_specs(r)) specs.push_back(s);
-    }
-    if (specs.empty()) throw UsageError("--routing: no routing policy given");
-    for (const auto& s : specs) {  // reject bad specs before any work
-      try {
-        make_routing_policy(s);
-      } catch (const Error& e) {
-        throw UsageError(std::string("--routing: ") + e.what());
-      }
-    }
-    if (a->gating != "softmax" && a->gating != "sigmoid") {
-      throw UsageError("--gating must be softmax or sigmoid, got '" + a->gating + "'");
-    }
-    if (a->norm_topk != 0 && a->norm_topk != 1) throw UsageError("--norm-topk must be 0 or 1");
-    if (a->format != "md" && a->format != "csv" && a->format != "json") {
-      throw UsageError("-o must be md, csv or json, got '" + a->format + "'");
-    }
-    const bool ep_mode = !ep->ranks.empty();
-    if (!ep_mode && (!ep->measured.empty() || !ep->model.empty() || !ep->shape.empty())) {
-      throw UsageError("-m, --shape and --measured need --ranks");
-    }
-    analysis::SimConfig cfg;
-    cfg.batches = parse_int_list(a->batch, "--batch");
-    cfg.steps = a->steps;
-    cfg.repeats = a->repeats;
-    cfg.seed = a->seed;
-    cfg.dist.name = a->dist;
-    cfg.dist.noise_std = a->std;
-    cfg.dist.n_topics = a->topics;
-    cfg.dist.topic_std = a->topic_std;
-    cfg.dist.zipf_s = a->zipf_s;
-    cfg.trace_path = a->logits;
-    if (ep_mode) {
+    const std::vector<std::string> specs = checked_specs(*a, *ep);
+    const analysis::SimConfig cfg = sim_config(*a);
+    if (!ep->ranks.empty()) {
       run_ep(*a, *ep, cmd, specs, cfg);
-      return;
-    }
-    std::vector<analysis::SimRow> rows;
-    const auto experts =
-        a->logits.empty() ? parse_int_list(a->experts, "--experts") : std::vector<int>{0};
-    const auto ks = a->logits.empty() ? parse_int_list(a->k, "--k") : std::vector<int>{0};
-    for (int n : experts) {
-      if (a->logits.empty() && (n < 1 || n > 4096)) {
-        throw UsageError("--experts: " + std::to_string(n) + " is out of range [1, 4096]");
-      }
-      for (int k : ks) {
-        if (a->logits.empty() && (k < 1 || k > n)) {
-          throw UsageError("--k: " + std::to_string(k) + " is out of range [1, " +
-                           std::to_string(n) + "] for " + std::to_string(n) + " experts");
-        }
-        cfg.gating = {n, k, a->gating == "sigmoid" ? GatingFunc::kSigmoid : GatingFunc::kSoftmax,
-                      a->norm_topk == 1, a->scale};
-        if (a->logits.empty()) {
-          for (const auto& s : specs) {
-            try {
-              make_routing_policy(s, cfg.gating);
-            } catch (const Error& e) {
-              throw UsageError(std::string("--routing: ") + e.what());
-            }
-          }
-        }
-        auto part = analysis::simulate_routing(cfg, specs);
-        rows.insert(rows.end(), part.begin(), part.end());
-      }
-    }
-    if (a->logits.empty()) {
-      std::fprintf(stderr, "route-sim: synthetic '%s' logits (std %g), %d steps, seed %llu\n",
-                   a->dist.c_str(), double(a->std), a->steps, (unsigned long long)a->seed);
     } else {
-      std::fprintf(stderr, "route-sim: trace %s, %d steps, seed %llu\n", a->logits.c_str(),
-                   a->steps, (unsigned long long)a->seed);
+      run_routing_table(*a, specs, cfg);
     }
-    std::fputs(analysis::format_sim_rows(rows, a->format).c_str(), stdout);
   });
 }
 
