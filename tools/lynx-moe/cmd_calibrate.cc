@@ -271,134 +271,183 @@ void register_expert_sim(CLI::App& app) {
   });
 }
 
+struct CalibrateArgs {
+  std::string model, data, budget, policy = "cover", metric = "ppl", output, options, ladder;
+  int batch = 16;
+  double tau = 0.5;
+  EvalOptions opts;
+};
+
+// What the probes and the fit share.
+struct CalibrateRun {
+  const CalibrateArgs& a;
+  const Model& model;
+  const Tokenizer& tok;
+  const std::vector<EvalDocument>& docs;
+  const Ladder& lad;
+  EvalOptions o;  // the probes' options (B, the metric's settings)
+  bool kl;
+  double budget;  // in the metric's units (log of the PPL ratio, or nats/token)
+};
+
+// The probe rows (one layer at one level, the others exact; rows[0] exact) as measures
+// [layer][level], printed as the per-layer table.
+std::vector<std::vector<Measure>> print_probes(const CalibrateRun& cr,
+                                               const std::vector<EvalRow>& rows, size_t L,
+                                               size_t J) {
+  const CalibrateArgs& a = cr.a;
+  const Ladder& lad = cr.lad;
+  const bool kl = cr.kl;
+  const EvalRow& base = rows[0];
+  std::vector<std::vector<Measure>> probe(L, std::vector<Measure>(J));
+  std::printf("calibrate | model %s | %s | %zu documents (%s) | B=%d | budget %s (%s)\n\n",
+              cr.model.config().name.c_str(), a.policy.c_str(), cr.docs.size(), a.data.c_str(),
+              a.batch, a.budget.c_str(), a.metric.c_str());
+  std::printf("Per-layer probes (one layer at the level, the others exact):\n\n");
+  std::printf(
+      "| layer | %s | PPL change | KL | experts saved/layer |\n|---:|---:|---:|---:|---:|\n",
+      a.policy == "lynx" ? "window" : "lambda");
+  for (size_t l = 0; l < L; ++l) {
+    for (size_t j = 1; j < J; ++j) {
+      probe[l][j] = measure(rows[1 + l * (J - 1) + (j - 1)], base, kl);
+      const EvalRow& r = *probe[l][j].row;
+      std::printf("| %zu | %g | %+.2f%% | %.4f | %.2f |\n", l, lad.values[j],
+                  100 * (r.ppl / base.ppl - 1), r.kl, probe[l][j].saved);
+    }
+  }
+  return probe;
+}
+
+// Fits levels within the budget from the probes, checks the fit on the documents and scales
+// the target by what it missed, at most kRounds times; the exact spec when nothing fits.
+std::string fit_within_budget(const CalibrateRun& cr,
+                              const std::vector<std::vector<Measure>>& probe, size_t L) {
+  const Ladder& lad = cr.lad;
+  const double budget = cr.budget;
+  const bool kl = cr.kl;
+  double target = budget;
+  std::string spec;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::vector<int> level = fit(probe, target);
+    spec = spec_of(lad, level);
+    EvalOptions v = cr.o;
+    v.policies = {"topk", spec};
+    const auto vr = evaluate(cr.model, cr.tok, cr.docs, v);
+    const Measure m = measure(vr[1], vr[0], kl);
+    std::printf("\nround %d: %s: PPL %+.2f%%, KL %.4f, experts %.2f of %.2f (%+.1f%%)\n", round + 1,
+                spec.c_str(), 100 * (vr[1].ppl / vr[0].ppl - 1), vr[1].kl, vr[1].distinct,
+                vr[1].distinct_exact, -100 * m.saved / std::max(1e-9, vr[1].distinct_exact));
+    if (m.cost <= budget) break;
+    if (round + 1 == kRounds) {
+      spec = spec_of(lad, std::vector<int>(L, 0));  // nothing fits: exact
+      std::printf("no setting within the budget found: writing the exact one\n");
+      break;
+    }
+    target *= budget / m.cost;
+  }
+  return spec;
+}
+
+void write_spec(const std::string& path, const std::string& spec) {
+  std::ofstream f(path);
+  f << spec << "\n";
+  f.close();
+  if (!f) throw Error("cannot write '" + path + "'");
+  std::printf("\nwrote %s: %s\n", path.c_str(), spec.c_str());
+}
+
+// Exact routing, then one spec per (layer, level): that layer at the level, the others exact.
+std::vector<std::string> probe_specs(const Ladder& lad, size_t L) {
+  std::vector<std::string> specs = {"topk"};
+  for (size_t l = 0; l < L; ++l) {
+    for (size_t j = 1; j < lad.values.size(); ++j) {
+      std::vector<int> level(L, 0);
+      level[l] = int(j);
+      specs.push_back(spec_of(lad, level));
+    }
+  }
+  return specs;
+}
+
+void run_calibrate(const CalibrateArgs& a) {
+  if (a.metric != "ppl" && a.metric != "kl") throw UsageError("--metric must be ppl or kl");
+  const bool kl = a.metric == "kl";
+  const double budget_frac = parse_budget(a.budget, kl);
+  const double budget = kl ? budget_frac : std::log1p(budget_frac);
+  const Ladder lad0 = ladder_for(a.policy, a.tau, a.options, a.ladder);
+  struct stat st {};
+  if (stat(a.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw UsageError("-o: '" + a.output + "' is not a regular file");
+  }
+  auto model = load_model(a.model);
+  const ModelConfig& c = model->config();
+  if (!c.is_moe()) throw UsageError("-m: '" + a.model + "' has no MoE layers to calibrate");
+  // Levels are per layer index as the router sees it (RoutingInput::layer); a model whose
+  // last layers are dense needs no levels for them.
+  int n_moe = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (model->layer(l).gate_exps.present()) n_moe = l + 1;
+  }
+  // cover's lambda is in tokens' worth of routed mass; a token's secondary experts hold
+  // about 1/k of it each, so the ladder for k = 8 stretches by 8 / k (k = 2: up to 1.6).
+  Ladder lad = lad0;
+  if (lad.per_k) {
+    for (double& v : lad.values) v = v * 8.0 / c.gating.n_expert_used;
+  }
+  auto tok = Tokenizer::from_gguf(model->file());
+  const auto docs = read_eval_documents(a.data);
+
+  EvalOptions o = a.opts;
+  o.batches = {a.batch};
+  o.gen_prompts = 0;
+  o.code_lines = 0;
+  const size_t L = size_t(n_moe), J = lad.values.size();
+  o.policies = probe_specs(lad, L);
+  std::fprintf(stderr, "calibrate: %zu probes (%zu layers x %zu levels) on %zu documents\n",
+               o.policies.size() - 1, L, J - 1, docs.size());
+  const auto rows = evaluate(*model, *tok, docs, o);
+  const CalibrateRun cr{a, *model, *tok, docs, lad, o, kl, budget};
+  const auto probe = print_probes(cr, rows, L, J);
+  write_spec(a.output, fit_within_budget(cr, probe, L));
+}
+
+void add_calibrate_flags(CLI::App* cmd, CalibrateArgs& a) {
+  cmd->add_option("-m,--model", a.model, "GGUF model file")->required();
+  cmd->add_option("--data", a.data, "Directory of validation documents (one per file)")->required();
+  cmd->add_option("--budget", a.budget,
+                  "Accuracy budget: perplexity increase (0.5% or 0.005), or KL in nats/token "
+                  "with --metric kl")
+      ->required();
+  cmd->add_option("--policy", a.policy,
+                  "Policy to calibrate: cover or subst (lambda per layer) or lynx "
+                  "(window per layer, alpha 3)");
+  cmd->add_option("--options", a.options,
+                  "cover/subst: further options kept fixed, e.g. weights=inherit,growth=0.75");
+  cmd->add_option("--ladder", a.ladder,
+                  "Strength levels to probe per layer, '/'-separated (for k = 8; cover/subst "
+                  "scale them by 8/k)");
+  cmd->add_option("--tau", a.tau, "cover: confidence mass tau, kept fixed")->check(number_in(0, 1));
+  cmd->add_option("--metric", a.metric, "ppl or kl");
+  cmd->add_option("--batch", a.batch, "Batch size the policy is fitted at")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("--max-tokens", a.opts.max_tokens, "Tokens per document")
+      ->check(int_in(2, 1 << 30));
+  cmd->add_option("--max-docs", a.opts.max_docs, "Documents (0 = all)")->check(int_in(0, 1 << 30));
+  cmd->add_option("-t,--threads", a.opts.n_threads, "Threads (default: all cores)")
+      ->check(int_in(0, kMaxThreads));
+  cmd->add_option("-o,--output", a.output, "Write the spec here (one line); stdout gets the log")
+      ->required();
+}
+
 }  // namespace
 
 void register_calibrate(CLI::App& app) {
   register_expert_sim(app);
-  struct Args {
-    std::string model, data, budget, policy = "cover", metric = "ppl", output, options, ladder;
-    int batch = 16;
-    double tau = 0.5;
-    EvalOptions opts;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<CalibrateArgs>();
   auto* cmd = app.add_subcommand("calibrate",
                                  "Fit a routing policy's per-layer strength to an accuracy budget");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
-  cmd->add_option("--data", a->data, "Directory of validation documents (one per file)")
-      ->required();
-  cmd->add_option("--budget", a->budget,
-                  "Accuracy budget: perplexity increase (0.5% or 0.005), or KL in nats/token "
-                  "with --metric kl")
-      ->required();
-  cmd->add_option("--policy", a->policy,
-                  "Policy to calibrate: cover or subst (lambda per layer) or lynx "
-                  "(window per layer, alpha 3)");
-  cmd->add_option("--options", a->options,
-                  "cover/subst: further options kept fixed, e.g. weights=inherit,growth=0.75");
-  cmd->add_option("--ladder", a->ladder,
-                  "Strength levels to probe per layer, '/'-separated (for k = 8; cover/subst "
-                  "scale them by 8/k)");
-  cmd->add_option("--tau", a->tau, "cover: confidence mass tau, kept fixed")
-      ->check(number_in(0, 1));
-  cmd->add_option("--metric", a->metric, "ppl or kl");
-  cmd->add_option("--batch", a->batch, "Batch size the policy is fitted at")
-      ->check(int_in(1, 1 << 16));
-  cmd->add_option("--max-tokens", a->opts.max_tokens, "Tokens per document")
-      ->check(int_in(2, 1 << 30));
-  cmd->add_option("--max-docs", a->opts.max_docs, "Documents (0 = all)")->check(int_in(0, 1 << 30));
-  cmd->add_option("-t,--threads", a->opts.n_threads, "Threads (default: all cores)")
-      ->check(int_in(0, kMaxThreads));
-  cmd->add_option("-o,--output", a->output, "Write the spec here (one line); stdout gets the log")
-      ->required();
-  cmd->callback([a] {
-    if (a->metric != "ppl" && a->metric != "kl") throw UsageError("--metric must be ppl or kl");
-    const bool kl = a->metric == "kl";
-    const double budget_frac = parse_budget(a->budget, kl);
-    const double budget = kl ? budget_frac : std::log1p(budget_frac);
-    const Ladder lad0 = ladder_for(a->policy, a->tau, a->options, a->ladder);
-    struct stat st {};
-    if (stat(a->output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      throw UsageError("-o: '" + a->output + "' is not a regular file");
-    }
-    auto model = load_model(a->model);
-    const ModelConfig& c = model->config();
-    if (!c.is_moe()) throw UsageError("-m: '" + a->model + "' has no MoE layers to calibrate");
-    // Levels are per layer index as the router sees it (RoutingInput::layer); a model whose
-    // last layers are dense needs no levels for them.
-    int n_moe = 0;
-    for (int l = 0; l < c.n_layer; ++l) {
-      if (model->layer(l).gate_exps.present()) n_moe = l + 1;
-    }
-    // cover's lambda is in tokens' worth of routed mass; a token's secondary experts hold
-    // about 1/k of it each, so the ladder for k = 8 stretches by 8 / k (k = 2: up to 1.6).
-    Ladder lad = lad0;
-    if (lad.per_k) {
-      for (double& v : lad.values) v = v * 8.0 / c.gating.n_expert_used;
-    }
-    auto tok = Tokenizer::from_gguf(model->file());
-    const auto docs = read_eval_documents(a->data);
-
-    EvalOptions o = a->opts;
-    o.batches = {a->batch};
-    o.gen_prompts = 0;
-    o.code_lines = 0;
-    const size_t L = size_t(n_moe), J = lad.values.size();
-    o.policies = {"topk"};
-    for (size_t l = 0; l < L; ++l) {
-      for (size_t j = 1; j < J; ++j) {
-        std::vector<int> level(L, 0);
-        level[l] = int(j);
-        o.policies.push_back(spec_of(lad, level));
-      }
-    }
-    std::fprintf(stderr, "calibrate: %zu probes (%zu layers x %zu levels) on %zu documents\n",
-                 o.policies.size() - 1, L, J - 1, docs.size());
-    const auto rows = evaluate(*model, *tok, docs, o);
-    const EvalRow& base = rows[0];
-    std::vector<std::vector<Measure>> probe(L, std::vector<Measure>(J));
-    std::printf("calibrate | model %s | %s | %zu documents (%s) | B=%d | budget %s (%s)\n\n",
-                c.name.c_str(), a->policy.c_str(), docs.size(), a->data.c_str(), a->batch,
-                a->budget.c_str(), a->metric.c_str());
-    std::printf("Per-layer probes (one layer at the level, the others exact):\n\n");
-    std::printf(
-        "| layer | %s | PPL change | KL | experts saved/layer |\n|---:|---:|---:|---:|---:|\n",
-        a->policy == "lynx" ? "window" : "lambda");
-    for (size_t l = 0; l < L; ++l) {
-      for (size_t j = 1; j < J; ++j) {
-        probe[l][j] = measure(rows[1 + l * (J - 1) + (j - 1)], base, kl);
-        const EvalRow& r = *probe[l][j].row;
-        std::printf("| %zu | %g | %+.2f%% | %.4f | %.2f |\n", l, lad.values[j],
-                    100 * (r.ppl / base.ppl - 1), r.kl, probe[l][j].saved);
-      }
-    }
-    double target = budget;
-    std::string spec;
-    for (int round = 0; round < kRounds; ++round) {
-      const std::vector<int> level = fit(probe, target);
-      spec = spec_of(lad, level);
-      EvalOptions v = o;
-      v.policies = {"topk", spec};
-      const auto vr = evaluate(*model, *tok, docs, v);
-      const Measure m = measure(vr[1], vr[0], kl);
-      std::printf("\nround %d: %s: PPL %+.2f%%, KL %.4f, experts %.2f of %.2f (%+.1f%%)\n",
-                  round + 1, spec.c_str(), 100 * (vr[1].ppl / vr[0].ppl - 1), vr[1].kl,
-                  vr[1].distinct, vr[1].distinct_exact,
-                  -100 * m.saved / std::max(1e-9, vr[1].distinct_exact));
-      if (m.cost <= budget) break;
-      if (round + 1 == kRounds) {
-        spec = spec_of(lad, std::vector<int>(L, 0));  // nothing fits: exact
-        std::printf("no setting within the budget found: writing the exact one\n");
-        break;
-      }
-      target *= budget / m.cost;
-    }
-    std::ofstream f(a->output);
-    f << spec << "\n";
-    f.close();
-    if (!f) throw Error("cannot write '" + a->output + "'");
-    std::printf("\nwrote %s: %s\n", a->output.c_str(), spec.c_str());
-  });
+  add_calibrate_flags(cmd, *a);
+  cmd->callback([a] { run_calibrate(*a); });
 }
 
 }  // namespace lynx::cli
