@@ -116,11 +116,7 @@ double parallel_for_overhead_us(lk::ThreadPool& pool) {
   return seconds_since(t0) / calls * 1e6;
 }
 
-}  // namespace
-
-int run(int argc, char** argv) {
-  Options o;
-  CLI::App app{"lynx-moe kernel benchmark: matmul GB/s per weight type vs. read bandwidth"};
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--types", o.types, "weight types");
   app.add_option("--tokens", o.tokens, "token counts (activation rows per matmul)");
   app.add_option("--threads", o.threads, "thread counts");
@@ -144,6 +140,101 @@ int run(int argc, char** argv) {
                  "interleaved, F32/F16/BF16 16-row panels; matrices whose rows are not a "
                  "multiple of 16 stay rows) or rows (the file's)")
       ->check(CLI::IsMember({"packed", "rows"}));
+}
+
+// Every option checked before any output.
+void check_options(Options& o) {
+  if (o.rows > 0 || o.cols > 0) {
+    if (o.rows <= 0 || o.cols <= 0) throw CLI::ValidationError("--rows/--cols", "give both");
+    o.shapes = {std::to_string(o.rows) + "x" + std::to_string(o.cols)};
+  }
+  for (const auto& p : o.paths) {
+    if (p != "float" && p != "int" && p != "bf16") {
+      throw CLI::ValidationError("--paths", "unknown path " + p);
+    }
+  }
+  for (const auto& t : o.types) parse_type(t);  // all options checked before any output
+  for (const auto& sh : o.shapes) {
+    int64_t r = 0, c = 0;
+    parse_shape(sh, &r, &c);
+  }
+}
+
+// The header line and each thread count's read bandwidth (returned), FMA peak and
+// parallel_for cost.
+std::vector<double> print_machine(const Options& o) {
+  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  layout %s\n\n",
+              LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
+              o.layout.c_str());
+
+  std::vector<double> bw(o.threads.size());
+  for (size_t i = 0; i < o.threads.size(); ++i) {
+    lk::ThreadPool pool(o.threads[i]);
+    bw[i] = lk::measure_read_bandwidth_gbps(pool, static_cast<size_t>(o.bw_mib * (1 << 20)));
+    std::printf(
+        "threads %d: read bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOPS, parallel_for "
+        "%.2f us/call\n",
+        o.threads[i], bw[i], lk::measure_fma_gflops(pool), parallel_for_overhead_us(pool));
+  }
+  return bw;
+}
+
+// One cell's matrices and inputs.
+struct Cell {
+  TensorType t;
+  lk::WeightLayout layout;
+  const uint8_t* w;
+  size_t eb;  // bytes of one matrix
+  int n_tok;
+  bool int_path, bf16_path;
+  lk::Bf16Kernel bf16;
+};
+
+// The cell's best time per pass as the sum of each matrix's best call, and the best wall time
+// of a whole pass, in seconds.
+std::pair<double, double> time_cell(const Options& o, const Cell& c, lk::ThreadPool& pool,
+                                    const std::vector<float>& x, std::vector<float>& y,
+                                    lk::QuantizedActs& xq, lk::Bf16Acts& xb) {
+  const TensorType t = c.t;
+  const int n_tok = c.n_tok;
+  const bool int_path = c.int_path, bf16_path = c.bf16_path;
+  // Each expert's matmul is timed on its own and its best time over the passes
+  // kept: the weights of all experts are far larger than the LLC, so every timed
+  // call streams from DRAM, and short per-call windows filter out the time slices
+  // other processes take on a shared machine. The wall time of the best whole pass
+  // (with the activation quantization of the int path) is shown too.
+  std::vector<double> best_call(o.experts, 1e30);
+  double best_pass = 1e30;
+  for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    if (int_path) lk::quantize_acts_for(pool, t, x.data(), o.cols, n_tok, o.cols, xq);
+    if (bf16_path) lk::round_acts_bf16(x.data(), o.cols, n_tok, o.cols, xb);
+    for (int64_t e = 0; e < o.experts; ++e) {
+      const auto tc = std::chrono::steady_clock::now();
+      float* ye = y.data() + e * o.rows * n_tok;
+      if (bf16_path) {
+        lk::matmul_bf16(c.bf16, pool, t, c.w + e * c.eb, o.rows, o.cols, xb, ye, o.rows);
+      } else if (int_path) {
+        lk::matmul(pool, t, c.w + e * c.eb, o.rows, o.cols, xq, ye, o.rows, c.layout);
+      } else {
+        lk::matmul(pool, t, c.w + e * c.eb, o.rows, o.cols, x.data(), o.cols, n_tok, ye, o.rows,
+                   c.layout);
+      }
+      if (rep > 0) best_call[e] = std::min(best_call[e], seconds_since(tc));
+    }
+    if (rep > 0) best_pass = std::min(best_pass, seconds_since(t0));
+  }
+  double best = 0;
+  for (double b : best_call) best += b;
+  return {best, best_pass};
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"lynx-moe kernel benchmark: matmul GB/s per weight type vs. read bandwidth"};
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   lynx::bench::apply_simd_option(o.simd);
 
@@ -163,19 +254,7 @@ int run(int argc, char** argv) {
     parse_shape(sh, &r, &c);
   }
 
-  std::printf("bench_kernels  commit %s  simd %s  %lld matrices per pass  layout %s\n\n",
-              LYNX_GIT_COMMIT, lk::simd_target_name(), static_cast<long long>(o.experts),
-              o.layout.c_str());
-
-  std::vector<double> bw(o.threads.size());
-  for (size_t i = 0; i < o.threads.size(); ++i) {
-    lk::ThreadPool pool(o.threads[i]);
-    bw[i] = lk::measure_read_bandwidth_gbps(pool, static_cast<size_t>(o.bw_mib * (1 << 20)));
-    std::printf(
-        "threads %d: read bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOPS, parallel_for "
-        "%.2f us/call\n",
-        o.threads[i], bw[i], lk::measure_fma_gflops(pool), parallel_for_overhead_us(pool));
-  }
+  const std::vector<double> bw = print_machine(o);
   std::printf(
       "\n| type | path | shape | n_tok | threads | ms/pass (sum of best calls) | ms/pass (best "
       "wall) | weight GB/s | %% of read bw | GFLOPS |\n");
@@ -215,34 +294,8 @@ int run(int argc, char** argv) {
           if (bf16_path && !lk::has_bf16_path(t, layout, bf16)) continue;
           for (size_t ti = 0; ti < o.threads.size(); ++ti) {
             lk::ThreadPool pool(o.threads[ti]);
-            // Each expert's matmul is timed on its own and its best time over the passes
-            // kept: the weights of all experts are far larger than the LLC, so every timed
-            // call streams from DRAM, and short per-call windows filter out the time slices
-            // other processes take on a shared machine. The wall time of the best whole pass
-            // (with the activation quantization of the int path) is shown too.
-            std::vector<double> best_call(o.experts, 1e30);
-            double best_pass = 1e30;
-            for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first pass warms up
-              const auto t0 = std::chrono::steady_clock::now();
-              if (int_path) lk::quantize_acts_for(pool, t, x.data(), o.cols, n_tok, o.cols, xq);
-              if (bf16_path) lk::round_acts_bf16(x.data(), o.cols, n_tok, o.cols, xb);
-              for (int64_t e = 0; e < o.experts; ++e) {
-                const auto tc = std::chrono::steady_clock::now();
-                float* ye = y.data() + e * o.rows * n_tok;
-                if (bf16_path) {
-                  lk::matmul_bf16(bf16, pool, t, w.get() + e * eb, o.rows, o.cols, xb, ye, o.rows);
-                } else if (int_path) {
-                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, xq, ye, o.rows, layout);
-                } else {
-                  lk::matmul(pool, t, w.get() + e * eb, o.rows, o.cols, x.data(), o.cols, n_tok, ye,
-                             o.rows, layout);
-                }
-                if (rep > 0) best_call[e] = std::min(best_call[e], seconds_since(tc));
-              }
-              if (rep > 0) best_pass = std::min(best_pass, seconds_since(t0));
-            }
-            double best = 0;
-            for (double b : best_call) best += b;
+            const Cell cell{t, layout, w.get(), eb, n_tok, int_path, bf16_path, bf16};
+            const auto [best, best_pass] = time_cell(o, cell, pool, x, y, xq, xb);
             const double bytes = static_cast<double>(eb) * o.experts;
             const double flops = 2.0 * o.rows * o.cols * o.experts * n_tok;
             std::printf("| %s | %s | %s | %d | %d | %.2f | %.2f | %.1f | %.0f%% | %.1f |\n",
