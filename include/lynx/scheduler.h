@@ -31,6 +31,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool exact_routing = false;        // decode tokens of this request are never remapped
   std::vector<int32_t> stop_tokens;  // end-of-generation ids (EOS, EOT, ...)
+  // Structured output: only tokens it allows are sampled (Sampler::sample). When it allows
+  // none, the request ends with kError ("no token can continue the grammar").
+  std::shared_ptr<TokenConstraint> constraint;
   // Called for every generated token; return false to stop the request (e.g. a stop string
   // matched, or the client went away).
   std::function<bool(int32_t token)> on_token;

@@ -126,9 +126,10 @@ StateId Matcher::advance(StateId s, uint32_t cp) {
 }
 
 StateId Matcher::compute_step(StateId s, uint8_t byte) {
+  // An incomplete character is kept as its bits so far, with its total length in bits 24-25.
   const uint32_t partial = states_[s].partial;
   const uint8_t remaining = states_[s].remaining;
-  uint32_t value;
+  uint32_t value, len;
   uint8_t left;
   if (remaining == 0) {
     if (byte < 0x80) return advance(s, byte);
@@ -142,23 +143,31 @@ StateId Matcher::compute_step(StateId s, uint8_t byte) {
     } else {
       return kDead;
     }
+    len = left + 1u;
   } else {
     if ((byte & 0xC0) != 0x80) return kDead;
-    value = (partial << 6) | (byte & 0x3F);
+    len = partial >> 24;
+    value = ((partial & 0xFFFFFFu) << 6) | (byte & 0x3F);
     left = uint8_t(remaining - 1);
-    if (left == 0) {
-      State plain;
-      plain.stacks = states_[s].stacks;
-      const StateId base = intern(std::move(plain));
-      return value > 0x10FFFF ? kDead : advance(base, value);
-    }
+  }
+  // Overlong forms (a code point below the smallest of its length) and surrogates are not
+  // UTF-8 (RFC 3629): byte-level vocabularies hold tokens made of them.
+  const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+  if (left == 0) {
+    if (value < min_cp || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) return kDead;
+    State plain;
+    plain.stacks = states_[s].stacks;
+    const StateId base = intern(std::move(plain));
+    return advance(base, value);
   }
   // An incomplete character: alive while some stack can take a code point it may become.
-  const uint32_t lo = value << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
-  if (!any_top_intersects(states_[s], lo, std::min(hi, 0x10FFFFu))) return kDead;
+  const uint32_t lo = std::max(value << (6 * left), min_cp);
+  const uint32_t hi = std::min((value << (6 * left)) | ((1u << (6 * left)) - 1), 0x10FFFFu);
+  if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return kDead;
+  if (!any_top_intersects(states_[s], lo, hi)) return kDead;
   State st;
   st.stacks = states_[s].stacks;
-  st.partial = value;
+  st.partial = value | (len << 24);
   st.remaining = left;
   return intern(std::move(st));
 }

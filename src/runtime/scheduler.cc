@@ -158,7 +158,19 @@ void Scheduler::Impl::fail_step(const Error& e) {
 }
 
 int32_t Scheduler::Impl::on_logits(Active& a, std::span<const float> logits) {
-  const int32_t tok = a.sampler.sample(logits);
+  int32_t tok;
+  try {
+    tok = a.sampler.sample(logits, a.req.constraint.get());
+  } catch (const Error& e) {  // a grammar limit reached by this output
+    if (a.req.on_error) a.req.on_error(e.what());
+    a.why = FinishReason::kError;
+    return kEndSequence;
+  }
+  if (tok < 0) {
+    if (a.req.on_error) a.req.on_error("no token of the vocabulary can continue the grammar");
+    a.why = FinishReason::kError;
+    return kEndSequence;
+  }
   ++a.generated;
   const bool stop =
       std::find(a.req.stop_tokens.begin(), a.req.stop_tokens.end(), tok) != a.req.stop_tokens.end();

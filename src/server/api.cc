@@ -5,6 +5,7 @@
 // reasoning: "Tools and reasoning".
 #include "server/api.h"
 #include "server/api_util.h"
+#include "server/structured.h"
 
 #include "lynx/error.h"
 #include "lynx/routing.h"
@@ -142,14 +143,6 @@ void refuse_unsupported(const json& body) {
   // The deprecated form of tools.
   for (const char* k : {"functions", "function_call"}) {
     if (field(body, k)) bad_value(k, "is not supported: send 'tools' (and 'tool_choice')");
-  }
-  if (const json* v = field(body, "response_format")) {
-    if (!v->is_object()) bad_type("response_format", "an object");
-    const json* type = field(*v, "type");
-    if (type && !type->is_string()) bad_type("response_format.type", "a string");
-    if (type && type->get<std::string>() != "text") {
-      bad_value("response_format", "supports only {\"type\": \"text\"}");
-    }
   }
 }
 
@@ -457,6 +450,7 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
     }
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
+  p.grammar = structured_output(body);
   if (const json* v = field(body, "user"); v && !v->is_string()) bad_type("user", "a string");
   return p;
 }

@@ -15,6 +15,7 @@
 #include "chatparse/chat_output.h"
 #include "lynx/chat.h"
 #include "lynx/chat_template.h"
+#include "lynx/grammar.h"
 #include "lynx/scheduler.h"
 #include "lynx/tokenizer.h"
 
@@ -83,6 +84,9 @@ struct CompletionParams {
   chatparse::ParseOptions output;
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kFunction
+  // Structured output (response_format json_object / json_schema, or "grammar"): null when
+  // the output is free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // Parses and validates a request body; throws ApiError (400) naming the offending field, and

@@ -156,6 +156,21 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     for (auto& r : t->results) r.level_tokens.assign(control_.ladder().size(), 0);
   }
   t->choices.resize(size_t(p.n));
+  std::shared_ptr<grammar::Constraint> constraint;  // choice 0's; the others fork it
+  if (p.grammar) {
+    if (!token_index_) {
+      // Control tokens have no text to match (only the end-of-generation ones may come, when
+      // the grammar is complete).
+      std::vector<std::string> pieces(size_t(tok_.n_vocab()));
+      std::vector<bool> eog(pieces.size(), false);
+      for (int32_t id : eog_) eog[size_t(id)] = true;
+      for (int32_t id = 0; id < tok_.n_vocab(); ++id) {
+        if (!tok_.is_control(id)) pieces[size_t(id)] = tok_.token_to_piece(id);
+      }
+      token_index_ = std::make_shared<grammar::TokenIndex>(std::move(pieces), std::move(eog));
+    }
+    constraint = std::make_shared<grammar::Constraint>(p.grammar, token_index_);
+  }
   for (int i = 0; i < p.n; ++i) {
     t->choices[size_t(i)].text = std::make_unique<StopTextStream>(tok_, p.stop);
     if (p.parse_output) {
@@ -170,6 +185,8 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     r.sampling.seed = p.sampling.seed + uint64_t(i);  // choices of one request differ
     r.exact_routing = p.exact_routing;
     if (!p.ignore_eos) r.stop_tokens = eog_;
+    if (constraint)
+      r.constraint = i == 0 ? constraint : std::shared_ptr<grammar::Constraint>(constraint->fork());
     // The callbacks hold the task alive until the scheduler drops the request.
     r.on_token_logprob = [this, t, i](int32_t tok, float lp) { return on_token(*t, i, tok, lp); };
     r.on_finish = [this, t, i](FinishReason why) { on_finish(*t, i, why); };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lynx/context.h"
+#include "lynx/grammar.h"
 #include "lynx/scheduler.h"
 #include "lynx/server.h"
 #include "lynx/tokenizer.h"
@@ -93,6 +94,9 @@ class Engine {
   Scheduler sched_;
   std::string routing_;
   std::vector<int32_t> eog_;  // end-of-generation ids
+  // The vocabulary's token bytes for structured output, built on the first request with a
+  // grammar (engine thread).
+  std::shared_ptr<const grammar::TokenIndex> token_index_;
 
   std::mutex mu_;
   std::condition_variable cv_;       // wakes the loop

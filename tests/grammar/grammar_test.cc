@@ -147,6 +147,11 @@ TEST(GrammarMatcher, Utf8IsCheckedPerCodePoint) {
   EXPECT_EQ(any.step(any.start(), uint8_t(0xC0)), kDead);
   EXPECT_EQ(any.step(any.start(), std::string("\xe2\x82x")), kDead);
   EXPECT_NE(any.step(any.start(), std::string("\xe2\x82\xac")), kDead);
+  // Overlong forms and surrogates are not UTF-8 (byte-level vocabularies hold such tokens).
+  EXPECT_EQ(any.step(any.start(), std::string("\xe0\x81")), kDead);      // 'm' in 3 bytes
+  EXPECT_EQ(any.step(any.start(), std::string("\xf0\x80\x80")), kDead);  // in 4 bytes
+  EXPECT_EQ(any.step(any.start(), std::string("\xed\xa0")), kDead);      // U+D800..
+  EXPECT_NE(any.step(any.start(), std::string("\xf0\x9f\x98\x80")), kDead);
 }
 
 TEST(GrammarMatcher, NegatedClassIntersectsAnIncompleteCharacter) {

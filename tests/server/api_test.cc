@@ -255,7 +255,8 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
                                            "typical_p",
                                            "tools",
                                            "functions",
-                                           "response_format"};
+                                           "response_format",
+                                           "grammar"};
   // Paths inside nested objects, as JSON pointers.
   const std::vector<std::string> nested = {"/messages/0/content",
                                            "/messages/0/content/0",
@@ -316,6 +317,52 @@ TEST(ParseCompletion, WrongTypesEverywhereAre400NamingTheField) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "response_format.type");
   }
+}
+
+// Structured output: response_format json_object / json_schema and grammar compile into the
+// grammar sampling follows; a bad schema or grammar is a 400 naming the field with the reason.
+TEST(ParseCompletion, StructuredOutput) {
+  const ApiModel m = fx().api();
+  EXPECT_EQ(parse_completion(R"({"prompt":"a"})", false, m).grammar, nullptr);
+  EXPECT_EQ(
+      parse_completion(R"({"prompt":"a","response_format":{"type":"text"}})", false, m).grammar,
+      nullptr);
+  EXPECT_NE(parse_completion(R"({"prompt":"a","response_format":{"type":"json_object"}})", false, m)
+                .grammar,
+            nullptr);
+  const auto p = parse_completion(
+      R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,
+          "schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}})",
+      false, m);
+  ASSERT_NE(p.grammar, nullptr);
+  grammar::Matcher matcher(p.grammar);
+  EXPECT_TRUE(matcher.accept("{\"a\": 12}"));
+  EXPECT_TRUE(matcher.accepting());
+  EXPECT_NE(parse_completion(R"({"prompt":"a","grammar":"root ::= [0-9]+"})", false, m).grammar,
+            nullptr);
+  auto refusal = [&](const std::string& body) -> std::pair<std::string, std::string> {
+    try {
+      parse_completion(body, true, m);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return {e.param, e.what()};
+    }
+    return {"", "accepted"};
+  };
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],)";
+  auto [param, why] = refusal(chat + R"("grammar":"root ::= x"})");
+  EXPECT_EQ(param, "grammar");
+  EXPECT_NE(why.find("undefined rule 'x' at line 1, column 10"), std::string::npos) << why;
+  std::tie(param, why) = refusal(
+      chat +
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"a+"}}}})");
+  EXPECT_EQ(param, "response_format.json_schema.schema");
+  EXPECT_NE(why.find("'pattern' is not supported"), std::string::npos) << why;
+  std::tie(param, why) = refusal(chat + R"("response_format":{"type":"xml"}})");
+  EXPECT_EQ(param, "response_format.type");
+  std::tie(param, why) =
+      refusal(chat + R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\""})");
+  EXPECT_EQ(param, "grammar");
 }
 
 // The sampling controls clients send: OpenAI's penalties and logit_bias map, llama-server's

@@ -211,6 +211,43 @@ TEST(Server, ChatStreamingAndNonStreaming) {
   EXPECT_EQ(text_of(s, true), j["choices"][0]["message"]["content"]);
 }
 
+// Structured output end to end on the tiny model (random weights): a grammar that must end
+// within a few tokens ends with "stop" and its text is a sentence of the grammar, streamed
+// and not, for every choice; json_object output that stops parses; a bad grammar is a 400.
+TEST(Server, StructuredOutputFollowsTheGrammar) {
+  Running srv(tiny_options());
+  const std::string body =
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"temperature":0,"n":2,)"
+      R"("grammar":"root ::= \"{\\\"a\\\": \" [0-9]{1,3} \"}\"")";
+  Reply r = post(srv, "/v1/chat/completions", body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = r.j();
+  for (const json& ch : j["choices"]) {
+    EXPECT_EQ(ch["finish_reason"], "stop") << r.body;
+    const std::string text = ch["message"]["content"];
+    const json v = json::parse(text);
+    EXPECT_TRUE(v["a"].is_number_integer()) << text;
+    EXPECT_EQ(text.rfind("{\"a\": ", 0), 0u) << text;
+  }
+  Stream s = post_stream(srv, "/v1/chat/completions", body + R"(,"stream":true,"n":1})");
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(s.chunks().back()["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(text_of(s, true), j["choices"][0]["message"]["content"]);
+
+  r = post(
+      srv, "/v1/completions",
+      R"({"prompt":"x","max_tokens":60,"temperature":1,"response_format":{"type":"json_object"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = r.j()["choices"][0];
+  if (c["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(c["text"].get<std::string>()).is_object()) << c;
+  } else {
+    EXPECT_EQ(c["text"].get<std::string>().substr(0, 1), "{") << c;
+  }
+  expect_error(post(srv, "/v1/completions", R"({"prompt":"x","grammar":"root ::= (\"a\""})"), 400,
+               "invalid_value");
+}
+
 TEST(Server, StopStringsLogprobsSeedsAndN) {
   Running srv(tiny_options());
   const std::string base =

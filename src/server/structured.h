@@ -1,0 +1,16 @@
+// Structured output fields of a request (docs/serving.md, "Structured output"):
+// response_format {"type": "json_object"} / {"type": "json_schema", "json_schema": {...}} and
+// llama-server's "grammar" (GBNF text), compiled into the grammar that constrains sampling.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "lynx/grammar.h"
+
+namespace lynx::server {
+
+// Null when the request asks for no structure ({"type": "text"} or nothing). Throws ApiError
+// (400) with the grammar's or the schema's error for one that does not compile.
+std::shared_ptr<const grammar::Grammar> structured_output(const nlohmann::json& body);
+
+}  // namespace lynx::server
