@@ -163,147 +163,174 @@ std::vector<LogitBias> parse_logit_bias(const std::vector<std::string>& values) 
   return out;
 }
 
+// -p first, then the non-empty lines of -f, repeated to fill the batch (-B).
+std::vector<std::string> read_prompts(const Args& a) {
+  std::vector<std::string> base;
+  if (!a.prompts_file.empty()) {
+    std::istringstream f(read_text_file(a.prompts_file, "--prompts-file"));
+    for (std::string line; std::getline(f, line);) {
+      if (!line.empty()) base.push_back(line);
+    }
+  }
+  if (!a.prompt.empty()) base.insert(base.begin(), a.prompt);
+  if (base.empty()) throw Error("give a prompt with -p or -f");
+  std::vector<std::string> prompts;
+  for (int i = 0; i < std::max<int>(a.parallel, int(base.size())); ++i) {
+    prompts.push_back(base[size_t(i) % base.size()]);
+  }
+  return prompts;
+}
+
+// The sampling flags into a.sampling (checked against the vocabulary once the model is loaded).
+void set_sampling(Args& a) {
+  SamplingParams& sp = a.sampling;
+  sp.temperature = a.temp;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.min_p = a.min_p;
+  sp.typical_p = a.typical_p;
+  sp.presence_penalty = a.presence_penalty;
+  sp.frequency_penalty = a.frequency_penalty;
+  sp.repeat_penalty = a.repeat_penalty;
+  sp.repeat_last_n = a.repeat_last_n;
+  sp.logit_bias = parse_logit_bias(a.logit_bias);
+}
+
+// --record-trace's writer (nullptr without the flag).
+std::unique_ptr<analysis::TraceWriter> open_trace(const Args& a, const ModelConfig& c) {
+  if (a.record_trace.empty()) return nullptr;
+  if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
+  analysis::TraceHeader h;
+  h.n_layers = c.n_layer;
+  h.n_expert = c.n_expert;
+  h.n_expert_used = c.n_expert_used;
+  h.func = c.gating.func;
+  h.norm_topk = c.gating.norm_topk;
+  h.weights_scale = c.gating.weights_scale;
+  return std::make_unique<analysis::TraceWriter>(a.record_trace, h);
+}
+
+// One line per routing policy: tokens, prefill and decode speed, experts against top-k's.
+void print_summary(const std::vector<PolicyRun>& runs) {
+  std::printf("\n%-28s %8s %10s %10s %9s %9s %9s %8s\n", "routing", "gen tok", "prefill/s",
+              "decode/s", "TPOT ms", "experts", "exact", "mass");
+  for (const PolicyRun& r : runs) {
+    const double dec_tps = r.decode_s > 0 ? double(r.decode_tokens) / r.decode_s : 0;
+    const double tpot = r.decode_steps > 0 ? 1e3 * r.decode_s / double(r.decode_steps) : 0;
+    std::printf("%-28s %8lld %10.1f %10.1f %9.2f %9.2f %9.2f %8.3f\n", r.spec.c_str(),
+                (long long)r.gen_tokens,
+                r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0.0, dec_tps, tpot,
+                r.distinct, r.distinct_exact, r.total.mean_mass_kept());
+  }
+  std::printf(
+      "(decode/s over steps without prefill; experts = mean distinct experts per MoE "
+      "layer per decode step, exact = what top-k would activate)\n");
+}
+
+void run_generate(Args& a, ExpertParallel& ep) {
+  const std::vector<std::string> specs = routing_specs(a.routing, "--routing");
+  const std::vector<std::string> prompts = read_prompts(a);
+  set_sampling(a);
+  SamplingParams& sp = a.sampling;
+  auto model = ep.load_model(a.model, !a.exact_acts);
+  check_specs_fit(specs, *model, "--routing");
+  try {
+    check_sampling_params(sp, model->config().n_vocab);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  auto tok = Tokenizer::from_gguf(model->file());
+  const ModelConfig& c = model->config();
+  std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
+              c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used, a.parallel,
+              a.n_predict);
+  if (a.bf16_acts) std::printf("%s\n", bf16_acts_summary(*model, a.bf16_kernel).c_str());
+  std::vector<PolicyRun> runs;
+  std::unique_ptr<analysis::TraceWriter> trace;
+  // Under --expert-parallel every rank computes the same trace: rank 0 writes it.
+  if (ep.rank() == 0) trace = open_trace(a, c);
+  for (const std::string& spec : specs) {
+    runs.push_back(run_policy(a, *model, *tok, prompts, spec, trace.get(), ep));
+    if (runs.back().failed > 0) {
+      throw Error("routing " + spec + ": " + std::to_string(runs.back().failed) + " of " +
+                  std::to_string(prompts.size()) +
+                  " sequences failed; first: " + runs.back().first_error);
+    }
+    if (trace) {
+      trace->close();
+      trace.reset();
+      std::fprintf(stderr, "wrote routing trace %s\n", a.record_trace.c_str());
+    }
+    const PolicyRun& r = runs.back();
+    if (!a.quiet) {
+      std::printf("\n=== routing %s ===\n", spec.c_str());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        std::printf("[%zu] %s%s\n", i, prompts[i].c_str(), r.texts[i].c_str());
+      }
+    }
+  }
+  print_summary(runs);
+}
+
+void add_generate_flags(CLI::App* cmd, Args& a) {
+  cmd->add_option("-m,--model", a.model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", a.prompt, "Prompt text");
+  cmd->add_option("-f,--prompts-file", a.prompts_file, "File with one prompt per line");
+  cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate per sequence")
+      ->check(int_in(1, 1 << 30));
+  cmd->add_option("-B,--parallel", a.parallel, "Sequences decoding together in one batch")
+      ->check(int_in(1, 1 << 16));
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all cores)")
+      ->check(int_in(0, kMaxThreads));
+  cmd->add_option("-c,--ctx", a.ctx, "Context limit per sequence")->check(int_in(1, 1 << 30));
+  cmd->add_option("--seed", a.seed, "Sampling seed (sequence i uses seed + i)");
+  cmd->add_option("--temp", a.temp, "Temperature (0 = greedy)")->check(number_in(0, 1e4));
+  cmd->add_option("--top-k", a.top_k, "Top-k sampling (0 = off)")->check(int_in(0, 1 << 30));
+  cmd->add_option("--top-p", a.top_p, "Top-p sampling (1 = off)")->check(number_in(0, 1, true));
+  cmd->add_option("--min-p", a.min_p, "Min-p sampling: keep p >= MIN_P * p_max (0 = off)")
+      ->check(number_in(0, 1));
+  cmd->add_option("--typical-p,--typical", a.typical_p, "Locally typical sampling (1 = off)")
+      ->check(number_in(0, 1, true));
+  cmd->add_option("--presence-penalty", a.presence_penalty,
+                  "OpenAI presence penalty over the generated tokens (0 = off)")
+      ->check(number_in(-2, 2));
+  cmd->add_option("--frequency-penalty", a.frequency_penalty,
+                  "OpenAI frequency penalty over the generated tokens (0 = off)")
+      ->check(number_in(-2, 2));
+  cmd->add_option("--repeat-penalty", a.repeat_penalty,
+                  "Repetition penalty over the last --repeat-last-n tokens (1 = off)")
+      ->check(number_in(0, 100, true));
+  cmd->add_option("--repeat-last-n", a.repeat_last_n,
+                  "Tokens of prompt + output the repetition penalty sees (-1 = all, 0 = off)")
+      ->check(int_in(-1, INT32_MAX));
+  cmd->add_option("--logit-bias", a.logit_bias,
+                  "ID=BIAS added to a token's logit (BIAS in [-100, 100], -inf or false bans); "
+                  "repeatable");
+  cmd->add_option("--routing", a.routing,
+                  "Routing policy spec; several separated by ';' run one after the other");
+  cmd->add_option("--record-trace", a.record_trace,
+                  "Write the router logits of every MoE layer and step (first policy) to FILE");
+  cmd->add_flag("--chat", a.chat, "Wrap each prompt as a user turn in the model's chat format");
+  cmd->add_option("--chat-format", a.chat_format,
+                  "Chat format name when the model's template is not recognized");
+  cmd->add_option("--system", a.system, "System prompt (with --chat)");
+  cmd->add_flag("--no-bos", a.no_bos, "Do not add BOS");
+  cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("-q,--quiet", a.quiet, "Print only the summary lines");
+  add_exact_acts_flag(cmd, &a.exact_acts);
+  add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
+  add_ep_flags(cmd, &a.ep);
+}
+
 }  // namespace
 
 void register_generate(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "Generate text for a batch of prompts");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
-  cmd->add_option("-f,--prompts-file", a->prompts_file, "File with one prompt per line");
-  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate per sequence")
-      ->check(int_in(1, 1 << 30));
-  cmd->add_option("-B,--parallel", a->parallel, "Sequences decoding together in one batch")
-      ->check(int_in(1, 1 << 16));
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)")
-      ->check(int_in(0, kMaxThreads));
-  cmd->add_option("-c,--ctx", a->ctx, "Context limit per sequence")->check(int_in(1, 1 << 30));
-  cmd->add_option("--seed", a->seed, "Sampling seed (sequence i uses seed + i)");
-  cmd->add_option("--temp", a->temp, "Temperature (0 = greedy)")->check(number_in(0, 1e4));
-  cmd->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(int_in(0, 1 << 30));
-  cmd->add_option("--top-p", a->top_p, "Top-p sampling (1 = off)")->check(number_in(0, 1, true));
-  cmd->add_option("--min-p", a->min_p, "Min-p sampling: keep p >= MIN_P * p_max (0 = off)")
-      ->check(number_in(0, 1));
-  cmd->add_option("--typical-p,--typical", a->typical_p, "Locally typical sampling (1 = off)")
-      ->check(number_in(0, 1, true));
-  cmd->add_option("--presence-penalty", a->presence_penalty,
-                  "OpenAI presence penalty over the generated tokens (0 = off)")
-      ->check(number_in(-2, 2));
-  cmd->add_option("--frequency-penalty", a->frequency_penalty,
-                  "OpenAI frequency penalty over the generated tokens (0 = off)")
-      ->check(number_in(-2, 2));
-  cmd->add_option("--repeat-penalty", a->repeat_penalty,
-                  "Repetition penalty over the last --repeat-last-n tokens (1 = off)")
-      ->check(number_in(0, 100, true));
-  cmd->add_option("--repeat-last-n", a->repeat_last_n,
-                  "Tokens of prompt + output the repetition penalty sees (-1 = all, 0 = off)")
-      ->check(int_in(-1, INT32_MAX));
-  cmd->add_option("--logit-bias", a->logit_bias,
-                  "ID=BIAS added to a token's logit (BIAS in [-100, 100], -inf or false bans); "
-                  "repeatable");
-  cmd->add_option("--routing", a->routing,
-                  "Routing policy spec; several separated by ';' run one after the other");
-  cmd->add_option("--record-trace", a->record_trace,
-                  "Write the router logits of every MoE layer and step (first policy) to FILE");
-  cmd->add_flag("--chat", a->chat, "Wrap each prompt as a user turn in the model's chat format");
-  cmd->add_option("--chat-format", a->chat_format,
-                  "Chat format name when the model's template is not recognized");
-  cmd->add_option("--system", a->system, "System prompt (with --chat)");
-  cmd->add_flag("--no-bos", a->no_bos, "Do not add BOS");
-  cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
-  cmd->add_flag("-q,--quiet", a->quiet, "Print only the summary lines");
-  add_exact_acts_flag(cmd, &a->exact_acts);
-  add_bf16_acts_flag(cmd, &a->bf16_acts, &a->bf16_kernel);
-  add_ep_flags(cmd, &a->ep);
+  add_generate_flags(cmd, *a);
   cmd->callback([a] {
     check_bf16_acts_combo(a->bf16_acts, a->ep.on);
-    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) {
-      const std::vector<std::string> specs = routing_specs(a->routing, "--routing");
-      std::vector<std::string> base;
-      if (!a->prompts_file.empty()) {
-        std::istringstream f(read_text_file(a->prompts_file, "--prompts-file"));
-        for (std::string line; std::getline(f, line);) {
-          if (!line.empty()) base.push_back(line);
-        }
-      }
-      if (!a->prompt.empty()) base.insert(base.begin(), a->prompt);
-      if (base.empty()) throw Error("give a prompt with -p or -f");
-      std::vector<std::string> prompts;
-      for (int i = 0; i < std::max<int>(a->parallel, int(base.size())); ++i) {
-        prompts.push_back(base[size_t(i) % base.size()]);
-      }
-      SamplingParams& sp = a->sampling;
-      sp.temperature = a->temp;
-      sp.top_k = a->top_k;
-      sp.top_p = a->top_p;
-      sp.min_p = a->min_p;
-      sp.typical_p = a->typical_p;
-      sp.presence_penalty = a->presence_penalty;
-      sp.frequency_penalty = a->frequency_penalty;
-      sp.repeat_penalty = a->repeat_penalty;
-      sp.repeat_last_n = a->repeat_last_n;
-      sp.logit_bias = parse_logit_bias(a->logit_bias);
-      auto model = ep.load_model(a->model, !a->exact_acts);
-      check_specs_fit(specs, *model, "--routing");
-      try {
-        check_sampling_params(sp, model->config().n_vocab);
-      } catch (const Error& e) {
-        throw UsageError(e.what());
-      }
-      auto tok = Tokenizer::from_gguf(model->file());
-      const ModelConfig& c = model->config();
-      std::printf("model: %s (%s), %d layers, %d experts, %d per token; batch %d, %d tokens each\n",
-                  c.name.c_str(), c.arch.c_str(), c.n_layer, c.n_expert, c.n_expert_used,
-                  a->parallel, a->n_predict);
-      if (a->bf16_acts) std::printf("%s\n", bf16_acts_summary(*model, a->bf16_kernel).c_str());
-      std::vector<PolicyRun> runs;
-      std::unique_ptr<analysis::TraceWriter> trace;
-      // Under --expert-parallel every rank computes the same trace: rank 0 writes it.
-      if (!a->record_trace.empty() && ep.rank() == 0) {
-        if (!c.is_moe()) throw Error("--record-trace: the model has no experts");
-        analysis::TraceHeader h;
-        h.n_layers = c.n_layer;
-        h.n_expert = c.n_expert;
-        h.n_expert_used = c.n_expert_used;
-        h.func = c.gating.func;
-        h.norm_topk = c.gating.norm_topk;
-        h.weights_scale = c.gating.weights_scale;
-        trace = std::make_unique<analysis::TraceWriter>(a->record_trace, h);
-      }
-      for (const std::string& spec : specs) {
-        runs.push_back(run_policy(*a, *model, *tok, prompts, spec, trace.get(), ep));
-        if (runs.back().failed > 0) {
-          throw Error("routing " + spec + ": " + std::to_string(runs.back().failed) + " of " +
-                      std::to_string(prompts.size()) +
-                      " sequences failed; first: " + runs.back().first_error);
-        }
-        if (trace) {
-          trace->close();
-          trace.reset();
-          std::fprintf(stderr, "wrote routing trace %s\n", a->record_trace.c_str());
-        }
-        const PolicyRun& r = runs.back();
-        if (!a->quiet) {
-          std::printf("\n=== routing %s ===\n", spec.c_str());
-          for (size_t i = 0; i < prompts.size(); ++i) {
-            std::printf("[%zu] %s%s\n", i, prompts[i].c_str(), r.texts[i].c_str());
-          }
-        }
-      }
-      std::printf("\n%-28s %8s %10s %10s %9s %9s %9s %8s\n", "routing", "gen tok", "prefill/s",
-                  "decode/s", "TPOT ms", "experts", "exact", "mass");
-      for (const PolicyRun& r : runs) {
-        const double dec_tps = r.decode_s > 0 ? double(r.decode_tokens) / r.decode_s : 0;
-        const double tpot = r.decode_steps > 0 ? 1e3 * r.decode_s / double(r.decode_steps) : 0;
-        std::printf("%-28s %8lld %10.1f %10.1f %9.2f %9.2f %9.2f %8.3f\n", r.spec.c_str(),
-                    (long long)r.gen_tokens,
-                    r.prefill_s > 0 ? double(r.prompt_tokens) / r.prefill_s : 0.0, dec_tps, tpot,
-                    r.distinct, r.distinct_exact, r.total.mean_mass_kept());
-      }
-      std::printf(
-          "(decode/s over steps without prefill; experts = mean distinct experts per MoE "
-          "layer per decode step, exact = what top-k would activate)\n");
-    });
+    ExpertParallel::run(a->ep, [&](ExpertParallel& ep) { run_generate(*a, ep); });
   });
 }
 
