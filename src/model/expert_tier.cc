@@ -215,6 +215,15 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
       }
       Slot& x = slots_[size_t(s)];
       ++x.pins;
+      if (x.state == Slot::kFailed) {  // a read that failed before: read it again
+        queue_read(s);
+        out.push_back({e, s, false});
+        ++stats_.misses;
+        continue;
+      }
+      // A read a reader has already begun may have begun before a failure cleared: if it
+      // fails, it is tried once more for this claim.
+      if (x.state == Slot::kReading && !x.queued) x.rejoined = true;
       out.push_back({e, s, x.state == Slot::kReady});
       ++stats_.hits;
     }
@@ -232,11 +241,9 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
       }
       x.layer = il;
       x.expert = e;
-      x.state = Slot::kReading;
-      x.error.clear();
       x.pins = 1;
       where_[size_t(il) * size_t(n_expert_) + size_t(e)] = s;
-      queue_.push_back(s);
+      queue_read(s);
       out.push_back({e, s, false});
       ++stats_.misses;
     }
@@ -286,16 +293,36 @@ void ExpertTier::release(std::span<const Claim> claims) {
     for (const Claim& c : claims) {
       Slot& x = slots_[size_t(c.slot)];
       if (x.pins <= 0 || --x.pins > 0) continue;
-      if (x.state == Slot::kFailed) {  // a failed read leaves nothing: the slot is empty
-        if (x.layer >= 0) where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
-        x.layer = x.expert = -1;
-        x.state = Slot::kEmpty;
-        n_transient_ -= int(x.transient);
-        x.transient = false;
+      // A failed read leaves nothing; a read nobody waits for any more (the step failed
+      // before it was taken) is not made: either way the slot is empty.
+      if (x.state == Slot::kFailed) {
+        empty_slot(x);
+      } else if (x.state == Slot::kReading && x.queued) {
+        queue_.erase(std::find(queue_.begin(), queue_.end(), c.slot));
+        empty_slot(x);
       }
     }
   }
   cv_.notify_all();
+}
+
+void ExpertTier::empty_slot(Slot& x) {
+  if (x.layer >= 0) where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
+  x.layer = x.expert = -1;
+  x.state = Slot::kEmpty;
+  x.error.clear();
+  x.queued = x.rejoined = false;
+  n_transient_ -= int(x.transient);
+  x.transient = false;
+}
+
+void ExpertTier::queue_read(int s) {
+  Slot& x = slots_[size_t(s)];
+  x.state = Slot::kReading;
+  x.error.clear();
+  x.queued = true;
+  x.rejoined = false;
+  queue_.push_back(s);
 }
 
 void ExpertTier::resident(int il, std::vector<uint8_t>& out) const {
@@ -326,6 +353,8 @@ void ExpertTier::reader_main() {
       if (stop_) return;
       s = queue_.front();
       queue_.pop_front();
+      slots_[size_t(s)].queued = false;
+      slots_[size_t(s)].rejoined = false;
       il = slots_[size_t(s)].layer;
       e = slots_[size_t(s)].expert;
     }
@@ -343,8 +372,16 @@ void ExpertTier::reader_main() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       Slot& x = slots_[size_t(s)];
-      x.state = error.empty() ? Slot::kReady : Slot::kFailed;
-      x.error = error;
+      if (error.empty()) {
+        x.state = Slot::kReady;
+      } else if (x.rejoined) {
+        queue_read(s);  // a claim came while this read ran: it gets a read of its own
+      } else if (x.pins == 0) {
+        empty_slot(x);  // the step that wanted it has failed and gone
+      } else {
+        x.state = Slot::kFailed;
+        x.error = error;
+      }
       stats_.bytes_read += bytes;
       stats_.read_ns += read_ns;
       stats_.repack_ns += repack_ns;

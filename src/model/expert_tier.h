@@ -105,7 +105,13 @@ class ExpertTier {
     enum State : uint8_t { kEmpty, kReading, kReady, kFailed } state = kEmpty;
     std::string error;
     bool transient = false;  // holds an expert beyond the kept ones (place())
+    bool queued = false;     // in queue_, no reader has taken it yet
+    bool rejoined = false;   // pinned by a claim while a reader had it: retry a failed read
   };
+  // Empties a slot holding nothing usable (a failed or cancelled read). Under mu_.
+  void empty_slot(Slot& x);
+  // Queues slot s for reading (its layer and expert set). Under mu_.
+  void queue_read(int s);
   // Uses of an expert, decayed: `count` as of claim number `at`, halving every half_life_
   // claims.
   struct Use {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -145,8 +146,9 @@ TEST(ExpertTier, ResidentExpertsAreNotReadAgain) {
 }
 
 // A reader that fails while `fail` is set: the step throws an error naming the tier, the
-// expert and the read's message, no slot keeps the failed expert, and once reads work again
-// a new sequence gets the loaded model's logits.
+// expert and the read's message, no slot keeps the failed expert (nor one whose read failed
+// after the step had gone), and once reads work again a new sequence gets the loaded
+// model's logits.
 TEST(ExpertTier, FailedReadsFailTheStepOnly) {
   const MoeFixture fx = moe_fixtures().front();
   const auto full = Model::load(fx.file, resident());
@@ -156,7 +158,12 @@ TEST(ExpertTier, FailedReadsFailTheStepOnly) {
   const int fd = ::open(fx.file.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   o.expert_read = [&](uint64_t off, size_t n, uint8_t* dst) {
-    if (fail) throw Error("injected EIO");
+    if (fail) {
+      // Slow failures: the step fails on the first while the others are still being read,
+      // and those fail after the step has gone.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      throw Error("injected EIO");
+    }
     if (::pread(fd, dst, n, off_t(off)) != ssize_t(n)) throw Error("short read");
   };
   const auto m = Model::load(fx.file, o);
