@@ -324,31 +324,12 @@ class Planner {
   }
 
   bool applies(When w, int64_t il) const {
-    switch (w) {
-      case When::kAlways:
-      case When::kOptional:
-        return true;
-      case When::kMoeLayer:
-        return moe_layer(il);
-      case When::kDenseLayer:
-        return !moe_layer(il);
-      case When::kShared:
-        return moe_layer(il) && shared_;
-      case When::kQLora:
-        return q_lora_;
-      case When::kNoQLora:
-        return !q_lora_;
-      case When::kKvBWhole:
-        return !mla_split_;
-      case When::kKvBSplit:
-        return mla_split_;
-      case When::kQkNorm:
-        return qk_norm_;
-      case When::kNextn:
-      case When::kNextnOptional:
-        return il >= n_trunk_;
-    }
-    return false;
+    return convert::applies(w, {.moe = moe_layer(il),
+                                .shared = shared_,
+                                .q_lora = q_lora_,
+                                .mla_split = mla_split_,
+                                .qk_norm = qk_norm_,
+                                .nextn = il >= n_trunk_});
   }
 
   const StTensor& need(const std::string& name, const std::string& gguf_name) {
@@ -439,7 +420,7 @@ class Planner {
     }
     const bool stacked = hf.find("{E}") != std::string::npos;
     const int64_t n_parts = stacked ? n_expert_ : 1;
-    const bool optional = r.when == When::kOptional || r.when == When::kNextnOptional;
+    const bool optional = convert::optional(r.when);
     for (int64_t e = 0; e < n_parts; ++e) {
       const std::string name = stacked ? replace_all(hf, "{E}", std::to_string(e)) : hf;
       if (optional && !ck_.find(name)) return;

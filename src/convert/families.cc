@@ -271,7 +271,7 @@ constexpr TensorRule kMlaAttn[] = {
 };
 constexpr TensorRule kDeepseekExperts[] = {
     {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.e_score_correction_bias",
-     When::kOptional},
+     When::kMoeOptional},
     {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
      When::kShared},
     {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
@@ -399,6 +399,11 @@ constexpr Keys kDots1K[] = {kBaseKeys, kHeadDimKeys, kDots1Keys};
 constexpr Rules kDots1L[] = {kGqaAttn, kQkNorm, kDenseFfn, kExperts, kGlmExperts};
 constexpr Keys kBailing2K[] = {kBaseKeys, kHeadDimKeys, kBailing2Keys};
 constexpr Rules kBailing2L[] = {kBailing2Layer, kDenseFfn, kExperts, kNextn};
+constexpr Absent kErnieAbsent[] = {
+    {"attn_q.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+    {"attn_k.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+    {"attn_v.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+};
 constexpr Keys kErnieK[] = {kBaseKeys, kHeadDimKeys, kErnieKeys};
 constexpr Rules kErnieL[] = {kGqaAttn, kDenseFfn, kExperts, kErnieExperts};
 
@@ -964,6 +969,7 @@ constexpr Family kErnie45Moe = {
     .moe_layer = ernie4_5_moe_layer,
     .n_expert_key = "moe_num_experts",
     .shared_key = "moe_num_shared_experts",
+    .absent = kErnieAbsent,
 };
 
 constexpr Family kBailingMoe2 = {
@@ -999,6 +1005,39 @@ constexpr const Family* kFamilies[] = {
     &kGlm4Moe, &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name};
 
 }  // namespace
+
+bool applies(When w, const LayerFacts& l) {
+  switch (w) {
+    case When::kAlways:
+    case When::kOptional:
+      return true;
+    case When::kMoeLayer:
+    case When::kMoeOptional:
+      return l.moe;
+    case When::kDenseLayer:
+      return !l.moe;
+    case When::kShared:
+      return l.moe && l.shared;
+    case When::kQLora:
+      return l.q_lora;
+    case When::kNoQLora:
+      return !l.q_lora;
+    case When::kKvBWhole:
+      return !l.mla_split;
+    case When::kKvBSplit:
+      return l.mla_split;
+    case When::kQkNorm:
+      return l.qk_norm;
+    case When::kNextn:
+    case When::kNextnOptional:
+      return l.nextn;
+  }
+  return false;
+}
+
+bool optional(When w) {
+  return w == When::kOptional || w == When::kMoeOptional || w == When::kNextnOptional;
+}
 
 std::span<const Family* const> families() {
   return kFamilies;

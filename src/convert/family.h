@@ -56,10 +56,26 @@ enum class When : uint8_t {
   kKvBWhole,       // MLA key/value up-projection kept as one attn_kv_b (the default)
   kKvBSplit,       // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
   kOptional,       // converted when the checkpoint has it (lm_head of tied models, biases)
+  kMoeOptional,    // ... in a layer with routed experts
   kQkNorm,         // config use_qk_norm is true (GLM-4.5; GLM-4.5-Air has none)
   kNextn,          // a next-token-prediction layer (Family::nextn_key), required there
   kNextnOptional,  // ... optional there
 };
+
+// What a layer is, as the When predicates read it: the converter resolves it from config.json
+// and the layer index (convert.cc), the coverage test (tests/convert/arch_coverage_test.cc)
+// enumerates every combination a family can have.
+struct LayerFacts {
+  bool moe = false;        // the layer has routed experts
+  bool shared = false;     // the model has a shared expert (kShared needs moe too)
+  bool q_lora = false;     // q_lora_rank set
+  bool mla_split = false;  // ConvertOptions::mla_split
+  bool qk_norm = false;    // config use_qk_norm
+  bool nextn = false;      // a next-token-prediction layer
+};
+bool applies(When w, const LayerFacts& l);
+// The rule is skipped when the checkpoint lacks the tensor.
+bool optional(When w);
 
 // Per-tensor transforms.
 enum class Transform : uint8_t {
@@ -98,6 +114,13 @@ struct TensorRule {
   Transform transform = Transform::kNone;
 };
 
+// A tensor the architecture (src/model/arch) declares that the family's checkpoints never
+// have, and why: the coverage test accepts it without a rule.
+struct Absent {
+  const char* gguf;  // as in the architecture's tables ("attn_q.bias", without "blk.N.")
+  const char* why;
+};
+
 struct Family {
   const char* model_type;                              // config.json "model_type"
   const char* arch;                                    // general.architecture
@@ -120,6 +143,7 @@ struct Family {
   // Checkpoint tensors under this prefix are not converted (a vision tower that llama.cpp's
   // converter writes to a separate mmproj file); null: every tensor must be used.
   const char* ignore_prefix = nullptr;
+  std::span<const Absent> absent = {};
 };
 
 std::span<const Family* const> families();

@@ -136,6 +136,13 @@ std::span<const TensorGroup> attn_groups(const ArchDesc& a, const LayerKind& k);
 std::span<const TensorGroup> ffn_groups(const ArchDesc& a, const LayerKind& k);
 
 // Tensor tables shared by families.
+// Outside the layers, the same in every family (model.cc loads them, synth.cc writes them);
+// without output.weight the output is tied to token_embd.
+inline constexpr TensorSpec kGlobalTensors[] = {
+    {"token_embd.weight", Dim::kEmbd, Dim::kVocab},
+    {"output_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {.name = "output.weight", .cols = Dim::kEmbd, .rows = Dim::kVocab, .required = false},
+};
 inline constexpr TensorSpec kGqaTensors[] = {
     {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
      Init::kNorm},
@@ -194,6 +201,25 @@ inline constexpr TensorSpec kSharedExpert[] = {
 inline constexpr TensorSpec kSharedGate[] = {
     {"ffn_gate_inp_shexp.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
      &LayerWeights::shexp_gate, Init::kGateVec},
+};
+// A NextN block's own embedding and output head, which some checkpoints carry and llama.cpp
+// loads when present (TENSOR_NOT_REQUIRED); synth does not write them, the loader skips NextN
+// blocks whole.
+inline constexpr TensorSpec kNextnEmbedTokens[] = {
+    {"nextn.embed_tokens.weight", Dim::kEmbd, Dim::kVocab},
+};
+inline constexpr TensorSpec kNextnSharedHead[] = {
+    {"nextn.shared_head_head.weight", Dim::kEmbd, Dim::kVocab},
+};
+inline constexpr TensorGroup kNextnOptional[] = {
+    {.tensors = kNextnEmbedTokens,
+     .optional = true,
+     .trigger = "nextn.embed_tokens.weight",
+     .synth = false},
+    {.tensors = kNextnSharedHead,
+     .optional = true,
+     .trigger = "nextn.shared_head_head.weight",
+     .synth = false},
 };
 // The MoE FFN of the GQA families: routed experts, and a shared expert (with its optional
 // gate) when the file has one.

@@ -57,7 +57,7 @@ constexpr TensorSpec kNextnTensors[] = {
      Init::kNorm},
     {"layer_output_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
 };
-constexpr TensorGroup kNextn[] = {{kNextnTensors}};
+constexpr TensorGroup kNextn[] = {{kNextnTensors}, kNextnOptional[0], kNextnOptional[1]};
 
 std::string key(const ModelConfig& c, const char* k) {
   return c.arch + "." + k;

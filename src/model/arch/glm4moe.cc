@@ -60,7 +60,7 @@ constexpr TensorSpec kNextnTensors[] = {
     {"nextn.shared_head_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr,
      Init::kNorm},
 };
-constexpr TensorGroup kNextn[] = {{kNextnTensors}};
+constexpr TensorGroup kNextn[] = {{kNextnTensors}, kNextnOptional[0], kNextnOptional[1]};
 
 std::string key(const ModelConfig& c, const char* k) {
   return c.arch + "." + k;
