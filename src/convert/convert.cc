@@ -410,7 +410,7 @@ class Planner {
     if (!applies(r.when, il)) return;
     const std::string L = std::to_string(il);
     Planned p;
-    p.name = replace_all(r.gguf, "{L}", L);
+    p.name = il < 0 ? std::string(r.tensor) : "blk." + L + "." + r.tensor;
     const std::string hf = replace_all(r.hf, "{L}", L);
     p.transform = r.transform;
     if (fused(r.transform)) {

@@ -56,10 +56,12 @@
 // "glm4", MiniMax-M2 "minimax-m2", dots.llm1's Qwen2 tokenizer "qwen2").
 #include "convert/family.h"
 #include "lynx/error.h"
+#include "model/arch/tensor_names.h"
 
 namespace lynx::convert {
 namespace {
 
+namespace T = arch::tensor;
 using K = KeyKind;
 using Rules = std::span<const TensorRule>;
 using Keys = std::span<const KeyRule>;
@@ -162,216 +164,184 @@ constexpr KeyRule kBailing2Keys[] = {
 };
 
 constexpr TensorRule kGlobal[] = {
-    {"token_embd.weight", "model.embed_tokens.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-    {"output.weight", "lm_head.weight", When::kOptional},  // absent: tied to token_embd
+    {T::kTokenEmbd, "model.embed_tokens.weight"},
+    {T::kOutputNorm, "model.norm.weight"},
+    {T::kOutput, "lm_head.weight", When::kOptional},  // absent: tied to token_embd
 };
 
 constexpr TensorRule kLlamaAttn[] = {
-    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight", When::kAlways,
-     Transform::kPermuteQ},
-    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight", When::kAlways,
-     Transform::kPermuteK},
-    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", When::kAlways, Transform::kPermuteQ},
+    {T::kAttnK, "model.layers.{L}.self_attn.k_proj.weight", When::kAlways, Transform::kPermuteK},
+    {T::kAttnV, "model.layers.{L}.self_attn.v_proj.weight"},
+    {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 constexpr TensorRule kMixtralExperts[] = {
-    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.block_sparse_moe.gate.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight",
-     When::kMoeLayer},
+    {T::kFfnGateInp, "model.layers.{L}.block_sparse_moe.gate.weight", When::kMoeLayer},
+    {T::kFfnGateExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight", When::kMoeLayer},
+    {T::kFfnUpExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight", When::kMoeLayer},
+    {T::kFfnDownExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight", When::kMoeLayer},
 };
 // Attention of the Qwen / OLMoE layouts (NEOX rope: HF's rotate-half rows as they are).
 constexpr TensorRule kGqaAttn[] = {
-    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight"},
+    {T::kAttnK, "model.layers.{L}.self_attn.k_proj.weight"},
+    {T::kAttnV, "model.layers.{L}.self_attn.v_proj.weight"},
+    {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 constexpr TensorRule kQkvBias[] = {
-    {"blk.{L}.attn_q.bias", "model.layers.{L}.self_attn.q_proj.bias"},
-    {"blk.{L}.attn_k.bias", "model.layers.{L}.self_attn.k_proj.bias"},
-    {"blk.{L}.attn_v.bias", "model.layers.{L}.self_attn.v_proj.bias"},
+    {T::kAttnQBias, "model.layers.{L}.self_attn.q_proj.bias"},
+    {T::kAttnKBias, "model.layers.{L}.self_attn.k_proj.bias"},
+    {T::kAttnVBias, "model.layers.{L}.self_attn.v_proj.bias"},
 };
 constexpr TensorRule kQkNorm[] = {
-    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
-    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
+    {T::kAttnQNorm, "model.layers.{L}.self_attn.q_norm.weight"},
+    {T::kAttnKNorm, "model.layers.{L}.self_attn.k_norm.weight"},
 };
 constexpr TensorRule kDenseFfn[] = {
-    {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight", When::kDenseLayer},
-    {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight", When::kDenseLayer},
-    {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight", When::kDenseLayer},
+    {T::kFfnGate, "model.layers.{L}.mlp.gate_proj.weight", When::kDenseLayer},
+    {T::kFfnUp, "model.layers.{L}.mlp.up_proj.weight", When::kDenseLayer},
+    {T::kFfnDown, "model.layers.{L}.mlp.down_proj.weight", When::kDenseLayer},
 };
 constexpr TensorRule kExperts[] = {
-    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.mlp.gate.weight", When::kMoeLayer},
-    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.mlp.experts.{E}.up_proj.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight",
-     When::kMoeLayer},
+    {T::kFfnGateInp, "model.layers.{L}.mlp.gate.weight", When::kMoeLayer},
+    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.{E}.gate_proj.weight", When::kMoeLayer},
+    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.{E}.up_proj.weight", When::kMoeLayer},
+    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.{E}.down_proj.weight", When::kMoeLayer},
 };
 // Qwen3-VL-MoE: the language model under model.language_model., experts fused per layer.
 constexpr TensorRule kVlGlobal[] = {
-    {"token_embd.weight", "model.language_model.embed_tokens.weight"},
-    {"output_norm.weight", "model.language_model.norm.weight"},
-    {"output.weight", "lm_head.weight", When::kOptional},
+    {T::kTokenEmbd, "model.language_model.embed_tokens.weight"},
+    {T::kOutputNorm, "model.language_model.norm.weight"},
+    {T::kOutput, "lm_head.weight", When::kOptional},
 };
 constexpr TensorRule kVlLayer[] = {
-    {"blk.{L}.attn_norm.weight", "model.language_model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_q.weight", "model.language_model.layers.{L}.self_attn.q_proj.weight"},
-    {"blk.{L}.attn_k.weight", "model.language_model.layers.{L}.self_attn.k_proj.weight"},
-    {"blk.{L}.attn_v.weight", "model.language_model.layers.{L}.self_attn.v_proj.weight"},
-    {"blk.{L}.attn_output.weight", "model.language_model.layers.{L}.self_attn.o_proj.weight"},
-    {"blk.{L}.attn_q_norm.weight", "model.language_model.layers.{L}.self_attn.q_norm.weight"},
-    {"blk.{L}.attn_k_norm.weight", "model.language_model.layers.{L}.self_attn.k_norm.weight"},
-    {"blk.{L}.ffn_norm.weight", "model.language_model.layers.{L}.post_attention_layernorm.weight"},
-    {"blk.{L}.ffn_gate_inp.weight", "model.language_model.layers.{L}.mlp.gate.weight"},
-    {"blk.{L}.ffn_gate_exps.weight", "model.language_model.layers.{L}.mlp.experts.gate_up_proj",
-     When::kAlways, Transform::kHalfGate},
-    {"blk.{L}.ffn_up_exps.weight", "model.language_model.layers.{L}.mlp.experts.gate_up_proj",
-     When::kAlways, Transform::kHalfUp},
-    {"blk.{L}.ffn_down_exps.weight", "model.language_model.layers.{L}.mlp.experts.down_proj",
-     When::kAlways, Transform::kHalfDown},
+    {T::kAttnNorm, "model.language_model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.language_model.layers.{L}.self_attn.q_proj.weight"},
+    {T::kAttnK, "model.language_model.layers.{L}.self_attn.k_proj.weight"},
+    {T::kAttnV, "model.language_model.layers.{L}.self_attn.v_proj.weight"},
+    {T::kAttnOutput, "model.language_model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kAttnQNorm, "model.language_model.layers.{L}.self_attn.q_norm.weight"},
+    {T::kAttnKNorm, "model.language_model.layers.{L}.self_attn.k_norm.weight"},
+    {T::kFfnNorm, "model.language_model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kFfnGateInp, "model.language_model.layers.{L}.mlp.gate.weight"},
+    {T::kFfnGateExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+     Transform::kHalfGate},
+    {T::kFfnUpExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+     Transform::kHalfUp},
+    {T::kFfnDownExps, "model.language_model.layers.{L}.mlp.experts.down_proj", When::kAlways,
+     Transform::kHalfDown},
 };
 constexpr TensorRule kQwenSharedExpert[] = {
-    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_expert.gate_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_expert.up_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_expert.down_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_gate_inp_shexp.weight", "model.layers.{L}.mlp.shared_expert_gate.weight",
-     When::kShared},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_expert.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_expert.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_expert.down_proj.weight", When::kShared},
+    {T::kFfnGateInpShexp, "model.layers.{L}.mlp.shared_expert_gate.weight", When::kShared},
 };
 constexpr TensorRule kMlaAttn[] = {
-    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight", When::kNoQLora},
-    {"blk.{L}.attn_q_a.weight", "model.layers.{L}.self_attn.q_a_proj.weight", When::kQLora},
-    {"blk.{L}.attn_q_a_norm.weight", "model.layers.{L}.self_attn.q_a_layernorm.weight",
-     When::kQLora},
-    {"blk.{L}.attn_q_b.weight", "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
-    {"blk.{L}.attn_kv_a_mqa.weight", "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
-    {"blk.{L}.attn_kv_a_norm.weight", "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
-    {"blk.{L}.attn_kv_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
-    {"blk.{L}.attn_k_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", When::kNoQLora},
+    {T::kAttnQA, "model.layers.{L}.self_attn.q_a_proj.weight", When::kQLora},
+    {T::kAttnQANorm, "model.layers.{L}.self_attn.q_a_layernorm.weight", When::kQLora},
+    {T::kAttnQB, "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
+    {T::kAttnKvAMqa, "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
+    {T::kAttnKvANorm, "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
+    {T::kAttnKvB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
+    {T::kAttnKB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
      Transform::kKvBToKB},
-    {"blk.{L}.attn_v_b.weight", "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+    {T::kAttnVB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
      Transform::kKvBToVB},
-    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 constexpr TensorRule kDeepseekExperts[] = {
-    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.e_score_correction_bias",
-     When::kMoeOptional},
-    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
-     When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias", When::kMoeOptional},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
 };
 
 // Attention whose FFN norm is named post_attention_norm (gpt-oss, glm4moe).
 constexpr TensorRule kGqaAttnPostNorm[] = {
-    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"blk.{L}.post_attention_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight"},
+    {T::kAttnK, "model.layers.{L}.self_attn.k_proj.weight"},
+    {T::kAttnV, "model.layers.{L}.self_attn.v_proj.weight"},
+    {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kPostAttentionNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 constexpr TensorRule kGptOssLayer[] = {
-    {"blk.{L}.attn_output.bias", "model.layers.{L}.self_attn.o_proj.bias"},
-    {"blk.{L}.attn_sinks.weight", "model.layers.{L}.self_attn.sinks"},
-    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.mlp.router.weight"},
-    {"blk.{L}.ffn_gate_inp.bias", "model.layers.{L}.mlp.router.bias"},
-    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+    {T::kAttnOutputBias, "model.layers.{L}.self_attn.o_proj.bias"},
+    {T::kAttnSinks, "model.layers.{L}.self_attn.sinks"},
+    {T::kFfnGateInp, "model.layers.{L}.mlp.router.weight"},
+    {T::kFfnGateInpBias, "model.layers.{L}.mlp.router.bias"},
+    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
      Transform::kFusedGate},
-    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
      Transform::kFusedUp},
-    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.mlp.experts.down_proj", When::kAlways,
+    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.down_proj", When::kAlways,
      Transform::kFusedDown},
-    {"blk.{L}.ffn_gate_exps.bias", "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
+    {T::kFfnGateExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
      Transform::kEvenCols},
-    {"blk.{L}.ffn_up_exps.bias", "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
+    {T::kFfnUpExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
      Transform::kOddCols},
-    {"blk.{L}.ffn_down_exps.bias", "model.layers.{L}.mlp.experts.down_proj_bias"},
+    {T::kFfnDownExpsBias, "model.layers.{L}.mlp.experts.down_proj_bias"},
 };
 constexpr TensorRule kGlmQkNorm[] = {
-    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight", When::kQkNorm},
-    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight", When::kQkNorm},
+    {T::kAttnQNorm, "model.layers.{L}.self_attn.q_norm.weight", When::kQkNorm},
+    {T::kAttnKNorm, "model.layers.{L}.self_attn.k_norm.weight", When::kQkNorm},
 };
 constexpr TensorRule kGlmExperts[] = {
-    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.e_score_correction_bias",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
-     When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias", When::kMoeLayer},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
 };
 constexpr TensorRule kMinimaxExperts[] = {
-    {"blk.{L}.ffn_gate_inp.weight", "model.layers.{L}.block_sparse_moe.gate.weight"},
-    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.block_sparse_moe.e_score_correction_bias"},
-    {"blk.{L}.ffn_gate_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
-    {"blk.{L}.ffn_up_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
-    {"blk.{L}.ffn_down_exps.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
+    {T::kFfnGateInp, "model.layers.{L}.block_sparse_moe.gate.weight"},
+    {T::kExpProbsB, "model.layers.{L}.block_sparse_moe.e_score_correction_bias"},
+    {T::kFfnGateExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
+    {T::kFfnUpExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
+    {T::kFfnDownExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
 };
 constexpr TensorRule kErnieExperts[] = {
-    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.moe_statics.e_score_correction_bias",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
-     When::kShared},
-    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
-     When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.moe_statics.e_score_correction_bias", When::kMoeLayer},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
 };
 // Ling / Ring 2.0 (BailingMoeV2): the fused projection kept fused, its own names.
 constexpr TensorRule kBailing2Global[] = {
-    {"token_embd.weight", "model.word_embeddings.weight"},
-    {"output_norm.weight", "model.norm.weight"},
-    {"output.weight", "lm_head.weight"},
+    {T::kTokenEmbd, "model.word_embeddings.weight"},
+    {T::kOutputNorm, "model.norm.weight"},
+    {T::kOutput, "lm_head.weight"},
 };
 constexpr TensorRule kBailing2Layer[] = {
-    {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"blk.{L}.attn_qkv.weight", "model.layers.{L}.attention.query_key_value.weight"},
-    {"blk.{L}.attn_output.weight", "model.layers.{L}.attention.dense.weight"},
-    {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.attention.query_layernorm.weight"},
-    {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.attention.key_layernorm.weight"},
-    {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"blk.{L}.exp_probs_b.bias", "model.layers.{L}.mlp.gate.expert_bias", When::kMoeLayer},
-    {"blk.{L}.ffn_gate_shexp.weight", "model.layers.{L}.mlp.shared_experts.gate_proj.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_up_shexp.weight", "model.layers.{L}.mlp.shared_experts.up_proj.weight",
-     When::kMoeLayer},
-    {"blk.{L}.ffn_down_shexp.weight", "model.layers.{L}.mlp.shared_experts.down_proj.weight",
-     When::kMoeLayer},
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQkv, "model.layers.{L}.attention.query_key_value.weight"},
+    {T::kAttnOutput, "model.layers.{L}.attention.dense.weight"},
+    {T::kAttnQNorm, "model.layers.{L}.attention.query_layernorm.weight"},
+    {T::kAttnKNorm, "model.layers.{L}.attention.key_layernorm.weight"},
+    {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.expert_bias", When::kMoeLayer},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kMoeLayer},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kMoeLayer},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kMoeLayer},
     // The MTP layer's norm after its FFN (llama.cpp's LAYER_OUT_NORM, required there).
-    {"blk.{L}.layer_output_norm.weight", "model.layers.{L}.final_layernorm.weight", When::kNextn},
+    {T::kLayerOutputNorm, "model.layers.{L}.final_layernorm.weight", When::kNextn},
 };
 
 // The next-token-prediction layer's own tensors (gguf-py tensor_mapping.py NEXTN_*).
 constexpr TensorRule kNextn[] = {
-    {"blk.{L}.nextn.eh_proj.weight", "model.layers.{L}.eh_proj.weight", When::kNextn},
-    {"blk.{L}.nextn.enorm.weight", "model.layers.{L}.enorm.weight", When::kNextn},
-    {"blk.{L}.nextn.hnorm.weight", "model.layers.{L}.hnorm.weight", When::kNextn},
-    {"blk.{L}.nextn.shared_head_norm.weight", "model.layers.{L}.shared_head.norm.weight",
-     When::kNextnOptional},
-    {"blk.{L}.nextn.shared_head_head.weight", "model.layers.{L}.shared_head.head.weight",
-     When::kNextnOptional},
-    {"blk.{L}.nextn.embed_tokens.weight", "model.layers.{L}.embed_tokens.weight",
-     When::kNextnOptional},
+    {T::kNextnEhProj, "model.layers.{L}.eh_proj.weight", When::kNextn},
+    {T::kNextnEnorm, "model.layers.{L}.enorm.weight", When::kNextn},
+    {T::kNextnHnorm, "model.layers.{L}.hnorm.weight", When::kNextn},
+    {T::kNextnSharedHeadNorm, "model.layers.{L}.shared_head.norm.weight", When::kNextnOptional},
+    {T::kNextnSharedHeadHead, "model.layers.{L}.shared_head.head.weight", When::kNextnOptional},
+    {T::kNextnEmbedTokens, "model.layers.{L}.embed_tokens.weight", When::kNextnOptional},
 };
 
 // The groups each family is made of.
@@ -400,9 +370,9 @@ constexpr Rules kDots1L[] = {kGqaAttn, kQkNorm, kDenseFfn, kExperts, kGlmExperts
 constexpr Keys kBailing2K[] = {kBaseKeys, kHeadDimKeys, kBailing2Keys};
 constexpr Rules kBailing2L[] = {kBailing2Layer, kDenseFfn, kExperts, kNextn};
 constexpr Absent kErnieAbsent[] = {
-    {"attn_q.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
-    {"attn_k.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
-    {"attn_v.bias", "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+    {T::kAttnQBias, "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+    {T::kAttnKBias, "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
+    {T::kAttnVBias, "use_bias is refused (ernie4_5_moe_extra): the released checkpoints have none"},
 };
 constexpr Keys kErnieK[] = {kBaseKeys, kHeadDimKeys, kErnieKeys};
 constexpr Rules kErnieL[] = {kGqaAttn, kDenseFfn, kExperts, kErnieExperts};

@@ -1,6 +1,6 @@
 // What converting one Hugging Face model family means, as data: which config.json fields
-// become which GGUF keys, which HF tensor becomes which GGUF tensor (llama.cpp's names,
-// convert_hf_to_gguf.py and gguf-py's tensor_mapping.py), and the per-tensor transforms.
+// become which GGUF keys, which HF tensor becomes which of the architecture's tensors
+// (convert_hf_to_gguf.py and gguf-py's tensor_mapping.py), and the per-tensor transforms.
 // One table per family (families.cc); a new family is one more table and one row in kFamilies.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -105,10 +105,13 @@ enum class Transform : uint8_t {
   kOddCols,
 };
 
-// One GGUF tensor from the checkpoint. "{L}" is the layer; an hf name with "{E}" is read once
-// per routed expert and stacked into one 3-D tensor (GGUF ne = [cols, rows, n_expert]).
+// One GGUF tensor from the checkpoint: the tensor is one the architecture declares
+// (model/arch/tensor_names.h; a layer's "blk.N." is added, and the coverage test checks that the
+// architecture has it in every layer the rule applies to), `hf` its Hugging Face name. "{L}" in
+// hf is the layer; an hf name with "{E}" is read once per routed expert and stacked into one
+// 3-D tensor (GGUF ne = [cols, rows, n_expert]).
 struct TensorRule {
-  const char* gguf;
+  const char* tensor;  // arch::tensor::k*
   const char* hf;
   When when = When::kAlways;
   Transform transform = Transform::kNone;
@@ -117,7 +120,7 @@ struct TensorRule {
 // A tensor the architecture (src/model/arch) declares that the family's checkpoints never
 // have, and why: the coverage test accepts it without a rule.
 struct Absent {
-  const char* gguf;  // as in the architecture's tables ("attn_q.bias", without "blk.N.")
+  const char* tensor;  // arch::tensor::k*
   const char* why;
 };
 

@@ -127,27 +127,22 @@ Declared declared(const arch::ArchDesc& a, const Situation& s) {
   return d;
 }
 
-std::string strip_layer(const std::string& gguf) {
-  const std::string pre = "blk.{L}.";
-  return gguf.starts_with(pre) ? gguf.substr(pre.size()) : gguf;
-}
-
 // The problems of one family, one line each (empty: none).
 std::vector<std::string> check(const Family& f) {
   const arch::ArchDesc& a = arch::find(f.arch);
   std::vector<std::string> bad;
   const std::string who = std::string(f.model_type) + " (" + f.arch + "): ";
   std::map<std::string, const char*> absent;
-  for (const Absent& x : f.absent) absent[x.gguf] = x.why;
+  for (const Absent& x : f.absent) absent[x.tensor] = x.why;
   std::set<std::string> used_absent, may, may_written, rules_applied;
 
   // Outside the layers.
   std::set<std::string> global_rules;
   for (const TensorRule& r : f.global) {
-    global_rules.insert(r.gguf);
+    global_rules.insert(r.tensor);
     bool known = false;
-    for (const arch::TensorSpec& t : arch::kGlobalTensors) known |= r.gguf == std::string(t.name);
-    if (!known) bad.push_back(who + "global rule writes " + r.gguf + ", not a declared tensor");
+    for (const arch::TensorSpec& t : arch::kGlobalTensors) known |= r.tensor == std::string(t.name);
+    if (!known) bad.push_back(who + "global rule writes " + r.tensor + ", not a declared tensor");
   }
   for (const arch::TensorSpec& t : arch::kGlobalTensors) {
     if (global_rules.count(t.name)) continue;
@@ -164,11 +159,11 @@ std::vector<std::string> check(const Family& f) {
     for (const auto& group : f.layer) {
       for (const TensorRule& r : group) {
         if (!applies(r.when, s.facts)) continue;
-        const std::string name = strip_layer(r.gguf);
+        const std::string name = r.tensor;
         written.insert(name);
-        rules_applied.insert(r.gguf + std::string(" <- ") + r.hf);
+        rules_applied.insert(r.tensor + std::string(" <- ") + r.hf);
         if (!d.allowed.count(name)) {
-          bad.push_back(who + s.label + ": rule " + r.gguf + " <- " + r.hf + " writes " + name +
+          bad.push_back(who + s.label + ": rule " + r.tensor + " <- " + r.hf + " writes " + name +
                         ", which the architecture does not declare in such a layer");
         }
       }
@@ -205,8 +200,8 @@ std::vector<std::string> check(const Family& f) {
   // A rule that applies in no layer the family can have is dead (a wrong When).
   for (const auto& group : f.layer) {
     for (const TensorRule& r : group) {
-      if (!rules_applied.count(r.gguf + std::string(" <- ") + r.hf)) {
-        bad.push_back(who + "rule " + r.gguf + " <- " + r.hf + " applies in no layer");
+      if (!rules_applied.count(r.tensor + std::string(" <- ") + r.hf)) {
+        bad.push_back(who + "rule " + r.tensor + " <- " + r.hf + " applies in no layer");
       }
     }
   }
@@ -228,9 +223,9 @@ TEST(ArchCoverage, CatchesAMissingRuleAndAStrayName) {
   std::vector<TensorRule> attn;
   std::vector<std::span<const TensorRule>> groups(qwen2.layer.begin(), qwen2.layer.end());
   for (const TensorRule& r : groups[0]) {
-    if (std::string(r.gguf) != "blk.{L}.attn_k.weight") attn.push_back(r);
+    if (std::string(r.tensor) != arch::tensor::kAttnK) attn.push_back(r);
   }
-  attn.push_back({"blk.{L}.attn_kk.weight", "model.layers.{L}.self_attn.kk.weight"});
+  attn.push_back({"attn_kk.weight", "model.layers.{L}.self_attn.kk.weight"});
   groups[0] = attn;
   Family broken = qwen2;
   broken.layer = groups;

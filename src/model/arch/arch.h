@@ -1,6 +1,6 @@
 // Architecture descriptions: what one model family is, as data. One file per family
-// (src/model/arch/<family>.cc) holds its metadata keys, its tensor-name table (llama.cpp's
-// names, llama-arch.cpp) and its per-layer block kinds; registry.cc lists them. Loading
+// (src/model/arch/<family>.cc) holds its metadata keys, its tensor table (llama.cpp's names,
+// written once in tensor_names.h) and its per-layer block kinds; registry.cc lists them. Loading
 // (model.cc), synth (synth.cc) and the forward pass (through ModelConfig::layer_kinds) all read
 // these descriptions, so a new family is one new file plus its NumPy reference.
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "lynx/gguf.h"
 #include "lynx/model.h"
+#include "model/arch/tensor_names.h"
 
 namespace lynx::arch {
 
@@ -139,86 +140,86 @@ std::span<const TensorGroup> ffn_groups(const ArchDesc& a, const LayerKind& k);
 // Outside the layers, the same in every family (model.cc loads them, synth.cc writes them);
 // without output.weight the output is tied to token_embd.
 inline constexpr TensorSpec kGlobalTensors[] = {
-    {"token_embd.weight", Dim::kEmbd, Dim::kVocab},
-    {"output_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {.name = "output.weight", .cols = Dim::kEmbd, .rows = Dim::kVocab, .required = false},
+    {tensor::kTokenEmbd, Dim::kEmbd, Dim::kVocab},
+    {tensor::kOutputNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {.name = tensor::kOutput, .cols = Dim::kEmbd, .rows = Dim::kVocab, .required = false},
 };
 inline constexpr TensorSpec kGqaTensors[] = {
-    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+    {tensor::kAttnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
      Init::kNorm},
-    {"attn_q.weight", Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
-    {"attn_k.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wk},
-    {"attn_v.weight", Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wv},
-    {"attn_output.weight", Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+    {tensor::kAttnQ, Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
+    {tensor::kAttnK, Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wk},
+    {tensor::kAttnV, Dim::kEmbd, Dim::kKV, Dim::kOne, &LayerWeights::wv},
+    {tensor::kAttnOutput, Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
 };
 // Attention with one fused projection (attn_qkv: q rows, then k, then v), split at load.
 inline constexpr TensorSpec kFusedQkvTensors[] = {
-    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+    {tensor::kAttnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
      Init::kNorm},
-    {"attn_qkv.weight", Dim::kEmbd, Dim::kQkv, Dim::kOne, &LayerWeights::wqkv},
-    {"attn_output.weight", Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+    {tensor::kAttnQkv, Dim::kEmbd, Dim::kQkv, Dim::kOne, &LayerWeights::wqkv},
+    {tensor::kAttnOutput, Dim::kQ, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
 };
 inline constexpr TensorSpec kQkvBias[] = {
-    {"attn_q.bias", Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bq, Init::kBias},
-    {"attn_k.bias", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bk, Init::kBias},
-    {"attn_v.bias", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bv, Init::kBias},
+    {tensor::kAttnQBias, Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bq, Init::kBias},
+    {tensor::kAttnKBias, Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bk, Init::kBias},
+    {tensor::kAttnVBias, Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bv, Init::kBias},
 };
 inline constexpr TensorSpec kQkNormPerHead[] = {
-    {"attn_q_norm.weight", Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
+    {tensor::kAttnQNorm, Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
      Init::kNorm},
-    {"attn_k_norm.weight", Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
+    {tensor::kAttnKNorm, Dim::kHeadDim, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
      Init::kNorm},
 };
 inline constexpr TensorSpec kQkNormFull[] = {
-    {"attn_q_norm.weight", Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
+    {tensor::kAttnQNorm, Dim::kQ, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_norm,
      Init::kNorm},
-    {"attn_k_norm.weight", Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
+    {tensor::kAttnKNorm, Dim::kKV, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::k_norm,
      Init::kNorm},
 };
 inline constexpr TensorSpec kDenseFfn[] = {
-    {"ffn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+    {tensor::kFfnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
      Init::kNorm},
-    {"ffn_gate.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_gate},
-    {"ffn_up.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_up},
-    {"ffn_down.weight", Dim::kFf, Dim::kEmbd, Dim::kOne, &LayerWeights::ffn_down},
+    {tensor::kFfnGate, Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_gate},
+    {tensor::kFfnUp, Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_up},
+    {tensor::kFfnDown, Dim::kFf, Dim::kEmbd, Dim::kOne, &LayerWeights::ffn_down},
 };
 // The router stays F32, as llama.cpp's quantizer leaves it.
 inline constexpr TensorSpec kMoeFfn[] = {
-    {"ffn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+    {tensor::kFfnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
      Init::kNorm},
-    {"ffn_gate_inp.weight", Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
+    {tensor::kFfnGateInp, Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
      Init::kRouter},
-    {"ffn_gate_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
-    {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
-    {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
+    {tensor::kFfnGateExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
+    {tensor::kFfnUpExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
+    {tensor::kFfnDownExps, Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
 };
 // The shared expert, and the gate (qwen2moe) that scales its output by sigmoid(gate . x).
 inline constexpr TensorSpec kSharedExpert[] = {
-    {"ffn_gate_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::gate_shexp},
-    {"ffn_up_shexp.weight", Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::up_shexp},
-    {"ffn_down_shexp.weight", Dim::kFfShexp, Dim::kEmbd, Dim::kOne, &LayerWeights::down_shexp},
+    {tensor::kFfnGateShexp, Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::gate_shexp},
+    {tensor::kFfnUpShexp, Dim::kEmbd, Dim::kFfShexp, Dim::kOne, &LayerWeights::up_shexp},
+    {tensor::kFfnDownShexp, Dim::kFfShexp, Dim::kEmbd, Dim::kOne, &LayerWeights::down_shexp},
 };
 inline constexpr TensorSpec kSharedGate[] = {
-    {"ffn_gate_inp_shexp.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
-     &LayerWeights::shexp_gate, Init::kGateVec},
+    {tensor::kFfnGateInpShexp, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::shexp_gate,
+     Init::kGateVec},
 };
 // A NextN block's own embedding and output head, which some checkpoints carry and llama.cpp
 // loads when present (TENSOR_NOT_REQUIRED); synth does not write them, the loader skips NextN
 // blocks whole.
 inline constexpr TensorSpec kNextnEmbedTokens[] = {
-    {"nextn.embed_tokens.weight", Dim::kEmbd, Dim::kVocab},
+    {tensor::kNextnEmbedTokens, Dim::kEmbd, Dim::kVocab},
 };
 inline constexpr TensorSpec kNextnSharedHead[] = {
-    {"nextn.shared_head_head.weight", Dim::kEmbd, Dim::kVocab},
+    {tensor::kNextnSharedHeadHead, Dim::kEmbd, Dim::kVocab},
 };
 inline constexpr TensorGroup kNextnOptional[] = {
     {.tensors = kNextnEmbedTokens,
      .optional = true,
-     .trigger = "nextn.embed_tokens.weight",
+     .trigger = tensor::kNextnEmbedTokens,
      .synth = false},
     {.tensors = kNextnSharedHead,
      .optional = true,
-     .trigger = "nextn.shared_head_head.weight",
+     .trigger = tensor::kNextnSharedHeadHead,
      .synth = false},
 };
 // The MoE FFN of the GQA families: routed experts, and a shared expert (with its optional
@@ -227,11 +228,11 @@ inline constexpr TensorGroup kMoeOptionalShared[] = {
     {kMoeFfn},
     {.tensors = kSharedExpert,
      .optional = true,
-     .trigger = "ffn_up_shexp.weight",
+     .trigger = tensor::kFfnUpShexp,
      .infer = Dim::kFfShexp},
     {.tensors = kSharedGate,
      .optional = true,
-     .trigger = "ffn_gate_inp_shexp.weight",
+     .trigger = tensor::kFfnGateInpShexp,
      .need = Dim::kFfShexp},
 };
 

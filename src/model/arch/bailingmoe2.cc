@@ -34,7 +34,7 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kProbsBias[] = {
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
 };
 
@@ -50,12 +50,11 @@ constexpr TensorGroup kMoe[] = {
 // them; synth writes the required ones and the small optional norm, not the optional
 // vocabulary-sized embed_tokens / shared_head_head.
 constexpr TensorSpec kNextnTensors[] = {
-    {"nextn.eh_proj.weight", Dim::kEmbd2, Dim::kEmbd},
-    {"nextn.enorm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {"nextn.hnorm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {"nextn.shared_head_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr,
-     Init::kNorm},
-    {"layer_output_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kNextnEhProj, Dim::kEmbd2, Dim::kEmbd},
+    {tensor::kNextnEnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kNextnHnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kNextnSharedHeadNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kLayerOutputNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
 };
 constexpr TensorGroup kNextn[] = {{kNextnTensors}, kNextnOptional[0], kNextnOptional[1]};
 
@@ -90,7 +89,7 @@ void read(const gguf::File& f, ModelConfig& c) {
   const int func = int_in(f, key(c, "expert_gating_func"), 2, 1, 2);
   c.gating.func = func == 1 ? GatingFunc::kSoftmax : GatingFunc::kSigmoid;
   const std::string first_moe = "blk." + std::to_string(c.n_layer_dense_lead) + ".";
-  c.gating.select_bias = f.find_tensor(first_moe + "exp_probs_b.bias") != nullptr;
+  c.gating.select_bias = f.find_tensor(first_moe + tensor::kExpProbsB) != nullptr;
 }
 
 void write(const ModelConfig& c, gguf::Writer& w) {

@@ -34,31 +34,31 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kMlaCommon[] = {
-    {"attn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
+    {tensor::kAttnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_norm,
      Init::kNorm},
-    {"attn_kv_a_mqa.weight", Dim::kEmbd, Dim::kKvLoraRope, Dim::kOne, &LayerWeights::wkv_a_mqa},
-    {"attn_kv_a_norm.weight", Dim::kKvLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::kv_a_norm,
+    {tensor::kAttnKvAMqa, Dim::kEmbd, Dim::kKvLoraRope, Dim::kOne, &LayerWeights::wkv_a_mqa},
+    {tensor::kAttnKvANorm, Dim::kKvLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::kv_a_norm,
      Init::kNorm},
-    {"attn_output.weight", Dim::kVMla, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
+    {tensor::kAttnOutput, Dim::kVMla, Dim::kEmbd, Dim::kOne, &LayerWeights::wo},
 };
 constexpr TensorSpec kQDirect[] = {
-    {"attn_q.weight", Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
+    {tensor::kAttnQ, Dim::kEmbd, Dim::kQ, Dim::kOne, &LayerWeights::wq},
 };
 constexpr TensorSpec kQLowRank[] = {
-    {"attn_q_a.weight", Dim::kEmbd, Dim::kQLora, Dim::kOne, &LayerWeights::wq_a},
-    {"attn_q_a_norm.weight", Dim::kQLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_a_norm,
+    {tensor::kAttnQA, Dim::kEmbd, Dim::kQLora, Dim::kOne, &LayerWeights::wq_a},
+    {tensor::kAttnQANorm, Dim::kQLora, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::q_a_norm,
      Init::kNorm},
-    {"attn_q_b.weight", Dim::kQLora, Dim::kQ, Dim::kOne, &LayerWeights::wq_b},
+    {tensor::kAttnQB, Dim::kQLora, Dim::kQ, Dim::kOne, &LayerWeights::wq_b},
 };
 constexpr TensorSpec kKvSplit[] = {
-    {"attn_k_b.weight", Dim::kNopeDim, Dim::kKvLora, Dim::kHeads, &LayerWeights::wk_b},
-    {"attn_v_b.weight", Dim::kKvLora, Dim::kVHeadDim, Dim::kHeads, &LayerWeights::wv_b},
+    {tensor::kAttnKB, Dim::kNopeDim, Dim::kKvLora, Dim::kHeads, &LayerWeights::wk_b},
+    {tensor::kAttnVB, Dim::kKvLora, Dim::kVHeadDim, Dim::kHeads, &LayerWeights::wv_b},
 };
 constexpr TensorSpec kKvB[] = {
-    {"attn_kv_b.weight", Dim::kKvLora, Dim::kKvBMla, Dim::kOne, &LayerWeights::wkv_b},
+    {tensor::kAttnKvB, Dim::kKvLora, Dim::kKvBMla, Dim::kOne, &LayerWeights::wkv_b},
 };
 constexpr TensorSpec kSelectBiasTensor[] = {
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
 };
 
@@ -67,8 +67,8 @@ constexpr TensorGroup kAttn[] = {
     {.tensors = kQDirect, .need = Dim::kQLora, .need_zero = true},
     {.tensors = kQLowRank, .need = Dim::kQLora},
     // One of the two key/value layouts; model.cc requires one and splits attn_kv_b.
-    {.tensors = kKvSplit, .optional = true, .trigger = "attn_k_b.weight"},
-    {.tensors = kKvB, .optional = true, .trigger = "attn_kv_b.weight", .synth = false},
+    {.tensors = kKvSplit, .optional = true, .trigger = tensor::kAttnKB},
+    {.tensors = kKvB, .optional = true, .trigger = tensor::kAttnKvB, .synth = false},
 };
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
 constexpr TensorGroup kMoe[] = {
@@ -76,7 +76,7 @@ constexpr TensorGroup kMoe[] = {
     {kSharedExpert},
     {.tensors = kSelectBiasTensor,
      .optional = true,
-     .trigger = "exp_probs_b.bias",
+     .trigger = tensor::kExpProbsB,
      .infer = Dim::kSelectBias},
 };
 
@@ -98,7 +98,7 @@ GatingFunc gating_func(const gguf::File& f, const ModelConfig& c) {
   if (func == 1) return GatingFunc::kSoftmax;
   if (func == 2) return GatingFunc::kSigmoid;
   if (func == 3) return GatingFunc::kSoftmaxWeight;
-  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  const gguf::TensorInfo* emb = f.find_tensor(tensor::kTokenEmbd);
   const bool glm47_flash =
       (c.n_layer == 47 || c.n_layer == 48) && emb != nullptr && emb->ne[1] == 154880;
   bool bias = false;

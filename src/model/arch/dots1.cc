@@ -28,7 +28,7 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kProbsBias[] = {
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
 };
 
@@ -83,7 +83,7 @@ void read(const gguf::File& f, ModelConfig& c) {
                 ": dots1 files have no expert groups (llama.cpp would ignore them)");
   }
   const std::string first_moe = "blk." + std::to_string(c.n_layer_dense_lead) + ".";
-  c.gating.select_bias = f.find_tensor(first_moe + "exp_probs_b.bias") != nullptr;
+  c.gating.select_bias = f.find_tensor(first_moe + tensor::kExpProbsB) != nullptr;
 }
 
 void write(const ModelConfig& c, gguf::Writer& w) {

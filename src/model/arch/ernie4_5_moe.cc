@@ -28,14 +28,14 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kSelectBiasTensor[] = {
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
 };
 
 // q/k/v biases come together (trigger attn_q.bias); synth writes none, as the releases have none.
 constexpr TensorGroup kAttn[] = {
     {kGqaTensors},
-    {.tensors = kQkvBias, .optional = true, .trigger = "attn_q.bias", .synth = false},
+    {.tensors = kQkvBias, .optional = true, .trigger = tensor::kAttnQBias, .synth = false},
 };
 constexpr TensorGroup kDense[] = {{kDenseFfn}};
 constexpr TensorGroup kMoe[] = {
@@ -99,8 +99,8 @@ void read(const gguf::File& f, ModelConfig& c) {
                 ", " + std::to_string(c.n_layer) + " layers)");
   }
   const std::string p = "blk." + std::to_string(first) + ".";
-  c.gating.select_bias = f.find_tensor(p + "exp_probs_b.bias") != nullptr;
-  if (c.n_ff_shexp == 0 && f.find_tensor(p + "ffn_up_shexp.weight")) {
+  c.gating.select_bias = f.find_tensor(p + tensor::kExpProbsB) != nullptr;
+  if (c.n_ff_shexp == 0 && f.find_tensor(p + tensor::kFfnUpShexp)) {
     throw Error("tensor '" + p + "ffn_up_shexp.weight' without " +
                 key(c, "expert_shared_feed_forward_length") +
                 " (llama.cpp runs the shared expert only with that key)");

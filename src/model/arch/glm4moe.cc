@@ -27,23 +27,23 @@ constexpr TensorGroup kAttn[] = {
     {.tensors = kQkNormPerHead, .need = Dim::kQkNorm},
 };
 constexpr TensorSpec kPostAttnNorm = {
-    "post_attention_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
-    &LayerWeights::ffn_norm,      Init::kNorm};
+    tensor::kPostAttentionNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
+    &LayerWeights::ffn_norm,    Init::kNorm};
 constexpr TensorSpec kDenseFfnGlm[] = {
     kPostAttnNorm,
-    {"ffn_gate.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_gate},
-    {"ffn_up.weight", Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_up},
-    {"ffn_down.weight", Dim::kFf, Dim::kEmbd, Dim::kOne, &LayerWeights::ffn_down},
+    {tensor::kFfnGate, Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_gate},
+    {tensor::kFfnUp, Dim::kEmbd, Dim::kFf, Dim::kOne, &LayerWeights::ffn_up},
+    {tensor::kFfnDown, Dim::kFf, Dim::kEmbd, Dim::kOne, &LayerWeights::ffn_down},
 };
 constexpr TensorSpec kMoeFfnGlm[] = {
     kPostAttnNorm,
-    {"ffn_gate_inp.weight", Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
+    {tensor::kFfnGateInp, Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
      Init::kRouter},
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
-    {"ffn_gate_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
-    {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
-    {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
+    {tensor::kFfnGateExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
+    {tensor::kFfnUpExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
+    {tensor::kFfnDownExps, Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
 };
 constexpr TensorGroup kDense[] = {{kDenseFfnGlm}};
 constexpr TensorGroup kMoe[] = {
@@ -54,11 +54,10 @@ constexpr TensorGroup kMoe[] = {
 // required ones and the small optional norm, not the optional vocabulary-sized embed_tokens /
 // shared_head_head (each as large as token_embd; llama.cpp loads a file without them).
 constexpr TensorSpec kNextnTensors[] = {
-    {"nextn.eh_proj.weight", Dim::kEmbd2, Dim::kEmbd},
-    {"nextn.enorm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {"nextn.hnorm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {"nextn.shared_head_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr,
-     Init::kNorm},
+    {tensor::kNextnEhProj, Dim::kEmbd2, Dim::kEmbd},
+    {tensor::kNextnEnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kNextnHnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {tensor::kNextnSharedHeadNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
 };
 constexpr TensorGroup kNextn[] = {{kNextnTensors}, kNextnOptional[0], kNextnOptional[1]};
 

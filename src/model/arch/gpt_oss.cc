@@ -21,26 +21,27 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kAttnExtra[] = {
-    {"attn_output.bias", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bo, Init::kBias},
-    {"attn_sinks.weight", Dim::kHeads, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_sinks,
+    {tensor::kAttnOutputBias, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::bo,
+     Init::kBias},
+    {tensor::kAttnSinks, Dim::kHeads, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::attn_sinks,
      Init::kBias},
 };
 constexpr TensorSpec kMoe[] = {
-    {"post_attention_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr,
-     &LayerWeights::ffn_norm, Init::kNorm},
-    {"ffn_gate_inp.weight", Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
+    {tensor::kPostAttentionNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+     Init::kNorm},
+    {tensor::kFfnGateInp, Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
      Init::kRouter},
-    {"ffn_gate_inp.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::router_b,
+    {tensor::kFfnGateInpBias, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::router_b,
      Init::kBias},
-    {"ffn_gate_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
-    {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
-    {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
-    {"ffn_gate_exps.bias", Dim::kFfExp, Dim::kExpert, Dim::kOne, nullptr,
+    {tensor::kFfnGateExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
+    {tensor::kFfnUpExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
+    {tensor::kFfnDownExps, Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
+    {tensor::kFfnGateExpsBias, Dim::kFfExp, Dim::kExpert, Dim::kOne, nullptr,
      &LayerWeights::gate_exps_b, Init::kBias},
-    {"ffn_up_exps.bias", Dim::kFfExp, Dim::kExpert, Dim::kOne, nullptr, &LayerWeights::up_exps_b,
-     Init::kBias},
-    {"ffn_down_exps.bias", Dim::kEmbd, Dim::kExpert, Dim::kOne, nullptr, &LayerWeights::down_exps_b,
-     Init::kBias},
+    {tensor::kFfnUpExpsBias, Dim::kFfExp, Dim::kExpert, Dim::kOne, nullptr,
+     &LayerWeights::up_exps_b, Init::kBias},
+    {tensor::kFfnDownExpsBias, Dim::kEmbd, Dim::kExpert, Dim::kOne, nullptr,
+     &LayerWeights::down_exps_b, Init::kBias},
 };
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}, {kQkvBias}, {kAttnExtra}};

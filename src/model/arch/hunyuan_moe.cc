@@ -34,7 +34,7 @@ namespace {
 constexpr TensorGroup kAttn[] = {
     {kGqaTensors},
     {kQkNormPerHead},
-    {.tensors = kQkvBias, .optional = true, .trigger = "attn_q.bias", .synth = false},
+    {.tensors = kQkvBias, .optional = true, .trigger = tensor::kAttnQBias, .synth = false},
 };
 constexpr TensorGroup kMoe[] = {{kMoeFfn}, {kSharedExpert}};
 

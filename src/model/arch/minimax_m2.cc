@@ -21,15 +21,15 @@ namespace lynx::arch {
 namespace {
 
 constexpr TensorSpec kMoeFfnBias[] = {
-    {"ffn_norm.weight", Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
+    {tensor::kFfnNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::ffn_norm,
      Init::kNorm},
-    {"ffn_gate_inp.weight", Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
+    {tensor::kFfnGateInp, Dim::kEmbd, Dim::kExpert, Dim::kOne, &LayerWeights::router, nullptr,
      Init::kRouter},
-    {"exp_probs_b.bias", Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
+    {tensor::kExpProbsB, Dim::kExpert, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::exp_probs_b,
      Init::kBias},
-    {"ffn_gate_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
-    {"ffn_up_exps.weight", Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
-    {"ffn_down_exps.weight", Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
+    {tensor::kFfnGateExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
+    {tensor::kFfnUpExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
+    {tensor::kFfnDownExps, Dim::kFfExp, Dim::kEmbd, Dim::kExpert, &LayerWeights::down_exps},
 };
 
 constexpr TensorGroup kAttn[] = {{kGqaTensors}, {kQkNormFull}};
