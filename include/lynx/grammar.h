@@ -201,5 +201,12 @@ class Constraint final : public TokenConstraint {
 std::string schema_to_gbnf(std::string_view schema_json, const Limits& limits = {});
 // The grammar of any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();
+// For grammars that combine several schemas (tool calls: one per tool): the schema's rules
+// alone, every rule name starting with `prefix` and the start rule named prefix + "root",
+// referring to the shared rules of json_primitives_gbnf() (value, object, array, string,
+// char, uesc, number, integer, boolean, null, space), which the combined grammar holds once.
+std::string schema_rules_gbnf(std::string_view schema_json, std::string_view prefix,
+                              const Limits& limits = {});
+std::string json_primitives_gbnf();
 
 }  // namespace lynx::grammar

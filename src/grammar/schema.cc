@@ -16,12 +16,16 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The rules any JSON value needs (RFC 8259), with bounded number lengths.
+// The rules any JSON value needs (RFC 8259), with bounded number lengths. A \u escape of a
+// UTF-16 surrogate only as a high-low pair: a lone one is no character, and JSON parsers
+// (nlohmann's among them) refuse it.
 constexpr const char* kPrimitives = R"(value ::= object | array | string | number | boolean | null
 object ::= "{" space ( string ":" space value ( "," space string ":" space value )* )? "}" space
 array ::= "[" space ( value ( "," space value )* )? "]" space
 string ::= "\"" char* "\"" space
-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" uesc )
+uesc ::= [0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}
+  | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}
 number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )? space
 integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) space
 boolean ::= ( "true" | "false" ) space
@@ -51,13 +55,14 @@ std::string literal(const std::string& text) {
 
 class Converter {
  public:
-  Converter(const json& root, const Limits& lim) : root_(root), lim_(lim) {}
+  Converter(const json& root, const Limits& lim, std::string prefix)
+      : root_(root), lim_(lim), prefix_(std::move(prefix)) {}
 
+  // The schema's rules, its start rule named prefix + "root" (the primitives not included).
   std::string run() {
     const std::string body = visit(root_, "/", 0);
-    std::string out = "root ::= " + body + "\n";
+    std::string out = prefix_ + "root ::= " + body + "\n";
     for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
-    out += kPrimitives;
     return out;
   }
 
@@ -67,7 +72,7 @@ class Converter {
   }
 
   std::string new_rule(const std::string& hint, std::string body) {
-    std::string name = "s";
+    std::string name = prefix_ + "s";
     for (char c : hint) {
       if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) name += c;
       if (name.size() > 24) break;
@@ -91,7 +96,7 @@ class Converter {
         fail(path, "$ref '" + r + "' points at nothing");
       }
     }
-    const std::string name = "ref" + std::to_string(refs_.size());
+    const std::string name = prefix_ + "ref" + std::to_string(refs_.size());
     refs_[r] = name;
     rules_[name] = "";  // reserved while the target is converted
     rules_[name] = visit(*target, r, depth + 1);
@@ -287,6 +292,7 @@ class Converter {
   const Limits& lim_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
+  std::string prefix_;  // of every rule this schema makes, so that schemas share a grammar
 };
 
 }  // namespace
@@ -298,7 +304,22 @@ std::string schema_to_gbnf(std::string_view schema_json, const Limits& limits) {
   } catch (const std::exception& e) {
     throw Error(std::string("json schema: not valid JSON: ") + e.what());
   }
-  return Converter(schema, limits).run();
+  return Converter(schema, limits, "").run() + kPrimitives;
+}
+
+std::string schema_rules_gbnf(std::string_view schema_json, std::string_view prefix,
+                              const Limits& limits) {
+  json schema;
+  try {
+    schema = json::parse(schema_json, nullptr, true, false);
+  } catch (const std::exception& e) {
+    throw Error(std::string("json schema: not valid JSON: ") + e.what());
+  }
+  return Converter(schema, limits, std::string(prefix)).run();
+}
+
+std::string json_primitives_gbnf() {
+  return kPrimitives;
 }
 
 std::string json_object_gbnf() {

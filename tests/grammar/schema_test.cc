@@ -138,6 +138,11 @@ TEST(SchemaToGbnf, JsonObjectGrammarIsAnyObject) {
   EXPECT_FALSE(ok("[]"));
   EXPECT_FALSE(ok(R"({"a": 1)"));
   EXPECT_FALSE(ok(R"({'a': 1})"));
+  // UTF-16 surrogates only as a high-low pair (a lone one is not JSON a parser accepts).
+  EXPECT_TRUE(ok(R"({"a": "\uD83D\uDE00 \ud7ff \uE000"})"));
+  EXPECT_FALSE(ok(R"({"a": "\uDBFB"})"));
+  EXPECT_FALSE(ok(R"({"a": "\uDE00\uD83D"})"));
+  EXPECT_FALSE(ok(R"({"a": "\uD83Dx"})"));
   EXPECT_GE(generate_and_validate(R"({"type": "object"})", 30), 20);
 }
 
