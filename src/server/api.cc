@@ -6,6 +6,7 @@
 #include "server/api.h"
 #include "server/api_util.h"
 #include "server/structured.h"
+#include "server/tool_grammar.h"
 
 #include "lynx/error.h"
 #include "lynx/routing.h"
@@ -317,6 +318,31 @@ int json_depth(std::string_view text, int limit) {
 }
 
 namespace {
+// tool_choice "required" or a named function: the grammar of the call in the model's format
+// (tool_grammar.h). Another constraint on the same output would contradict it: llama-server
+// refuses `grammar` with tools, and so do we, and response_format too.
+void forced_tool_call(const json& body, const std::string& text, CompletionParams& p) {
+  if (p.tool_choice != ToolChoice::kRequired && p.tool_choice != ToolChoice::kFunction) return;
+  if (p.grammar) {
+    const char* f = field(body, "grammar") ? "grammar" : "response_format";
+    bad_value(f,
+              std::string("cannot be combined with tool_choice ") +
+                  (p.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function") +
+                  ": the answer must be the tool call");
+  }
+  if (!p.output.parse_tools) return;
+  ToolGrammar g;
+  try {
+    // The tools in the client's key order (properties are written in the schema's order).
+    const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+    g = tool_call_grammar(p.output, ordered.at("tools"), p.tool_choice_name);
+    if (!g.gbnf.empty()) p.grammar = grammar::Grammar::parse(g.gbnf);
+  } catch (const Error& e) {
+    bad_value("tools", std::string("the grammar of their calls does not compile: ") + e.what());
+  }
+  p.grammar_markers = std::move(g.markers);
+}
+
 CompletionParams parse_checked(const std::string& text, bool chat, const ApiModel& m) {
   if (json_depth(text, m.max_depth) > m.max_depth) {
     throw ApiError(
@@ -451,6 +477,7 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
   p.grammar = structured_output(body);
+  if (chat) forced_tool_call(body, text, p);
   if (const json* v = field(body, "user"); v && !v->is_string()) bad_type("user", "a string");
   return p;
 }

@@ -78,15 +78,18 @@ struct CompletionParams {
   bool ignore_eos = false;     // extension (as vLLM): keep going past end-of-generation tokens
   // Chat: the answer is taken apart into content, reasoning and tool calls (parse_output);
   // `output` says how, with the request's tools. tool_choice "required" or a named function
-  // cannot be forced without constrained decoding: an answer without that call is reported
-  // (ChoiceResult::tool_choice_unmet).
+  // is forced by `grammar` in the formats tool_grammar.h covers; in the others an answer
+  // without that call is reported (ChoiceResult::tool_choice_unmet).
   bool parse_output = false;
   chatparse::ParseOptions output;
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kFunction
-  // Structured output (response_format json_object / json_schema, or "grammar"): null when
-  // the output is free text.
+  // Structured output (response_format json_object / json_schema, or "grammar"), or the
+  // grammar of the call that tool_choice "required" / a named function forces: null when the
+  // output is free text.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Texts the grammar may sample as single control tokens (the tool-call format's markers).
+  std::vector<std::string> grammar_markers;
 };
 
 // Parses and validates a request body; throws ApiError (400) naming the offending field, and

@@ -214,9 +214,9 @@ ojson template_messages(const json& msgs, const ojson& omsgs,
 }
 
 // Renders the chat prompt into p.prompt; with the model's template, the tools offered (none
-// under tool_choice "none"; only the named one under a named tool_choice, which is as close
-// to forcing it as a prompt gets) and chat_template_kwargs (as vLLM and llama-server take
-// them: enable_thinking, reasoning_effort, ...).
+// under tool_choice "none"; only the named one under a named tool_choice, so that the prompt
+// agrees with the grammar that forces it, tool_grammar.h) and chat_template_kwargs (as vLLM
+// and llama-server take them: enable_thinking, reasoning_effort, ...).
 }  // namespace
 
 void chat_prompt(const json& body, const std::string& text, const ApiModel& m,

@@ -1,6 +1,8 @@
 // The engine loop (see engine.h).
 #include "server/engine.h"
 
+#include "server/tool_grammar.h"
+
 #include <algorithm>
 
 namespace lynx::server {
@@ -158,18 +160,11 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
   t->choices.resize(size_t(p.n));
   std::shared_ptr<grammar::Constraint> constraint;  // choice 0's; the others fork it
   if (p.grammar) {
-    if (!token_index_) {
-      // Control tokens have no text to match (only the end-of-generation ones may come, when
-      // the grammar is complete).
-      std::vector<std::string> pieces(size_t(tok_.n_vocab()));
-      std::vector<bool> eog(pieces.size(), false);
-      for (int32_t id : eog_) eog[size_t(id)] = true;
-      for (int32_t id = 0; id < tok_.n_vocab(); ++id) {
-        if (!tok_.is_control(id)) pieces[size_t(id)] = tok_.token_to_piece(id);
-      }
-      token_index_ = std::make_shared<grammar::TokenIndex>(std::move(pieces), std::move(eog));
-    }
-    constraint = std::make_shared<grammar::Constraint>(p.grammar, token_index_);
+    // Control tokens have no text to match (only the end-of-generation ones may come, when
+    // the grammar is complete), but for the markers a tool call's grammar names.
+    auto& index = token_indexes_[p.grammar_markers];
+    if (!index) index = grammar_token_index(tok_, eog_, p.grammar_markers);
+    constraint = std::make_shared<grammar::Constraint>(p.grammar, index);
   }
   for (int i = 0; i < p.n; ++i) {
     t->choices[size_t(i)].text = std::make_unique<StopTextStream>(tok_, p.stop);

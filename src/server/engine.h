@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -95,8 +96,9 @@ class Engine {
   std::string routing_;
   std::vector<int32_t> eog_;  // end-of-generation ids
   // The vocabulary's token bytes for structured output, built on the first request with a
-  // grammar (engine thread).
-  std::shared_ptr<const grammar::TokenIndex> token_index_;
+  // grammar (engine thread); one per set of control tokens allowed (a tool-call format's
+  // markers, tool_grammar.h), so at most a few.
+  std::map<std::vector<std::string>, std::shared_ptr<const grammar::TokenIndex>> token_indexes_;
 
   std::mutex mu_;
   std::condition_variable cv_;       // wakes the loop

@@ -1,0 +1,247 @@
+// The grammar of a forced tool call (tool_grammar.h). The call layouts are those the chat
+// parsers read (src/chatparse/, one file per format) as the released templates write them:
+//   hermes       <tool_call>\n{"name": N, "arguments": {..}}\n</tool_call>
+//   mistral      [TOOL_CALLS][{"name": N, "arguments": {..}, "id": ID}]  (Nemo)
+//                [TOOL_CALLS]N[ARGS]{..}                                 (2506+)
+//   llama3       <|python_tag|>? {"name": N, "parameters": {..}}, several joined by ';'
+//   deepseek-v3
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{..}<｜tool▁call▁end｜>..<｜tool▁calls▁end｜>
+//                (V3.1+), or function<｜tool▁sep｜>N\n```json\n{..}\n``` in the call (V3, R1)
+//   kimi-k2
+//   <|tool_calls_section_begin|><|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>{..}<|tool_call_end|>..<|tool_calls_section_end|>
+// Both layouts are allowed where a format has two: the model's logits pick the one it was
+// trained on.
+#include "server/tool_grammar.h"
+
+#include <nlohmann/json.hpp>
+
+namespace lynx::server {
+namespace {
+
+using ToolFormat = chatparse::ToolFormat;
+
+// Bytes of `text` as a GBNF string literal.
+std::string lit(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out = "\"";
+  for (char ch : text) {
+    const auto c = uint8_t(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// {"name": "N", "KEY": ARGS ...} as JSON (ARGS a rule that ends in `space`); `extra`, GBNF
+// after the arguments (Mistral's optional id).
+std::string json_call(const std::string& name, std::string_view key, const std::string& args,
+                      std::string_view extra = "") {
+  return R"("{" space "\"name\"" space ":" space )" + lit("\"" + name + "\"") +
+         R"( space "," space )" + lit("\"" + std::string(key) + "\"") + " space \":\" space " +
+         args + " " + std::string(extra) + R"( "}" space)";
+}
+
+// Reasoning text up to the first "</think>": a right-linear grammar of the matcher that finds
+// "</think>" (state k: the last k bytes are its first k). '<' occurs only at its start, so a
+// '<' always goes back to state 1. Every rule may stop, and "</think>" after any state is
+// its first occurrence.
+std::string think_rules() {
+  static constexpr std::string_view kClose = "</think>";
+  std::string out;
+  for (size_t k = 0; k < kClose.size() - 1; ++k) {
+    const std::string self = "tc-think" + std::to_string(k);
+    const char next = kClose[k];  // the byte that extends the match
+    const std::string other = next == '<' ? "[^<]" : std::string("[^<") + next + "]";
+    out += self + " ::= ( " + other + " tc-think0 | \"<\" tc-think1";
+    if (k > 0) out += " | " + lit(std::string(1, next)) + " tc-think" + std::to_string(k + 1);
+    out += " )?\n";
+  }
+  // State 7 ("</think" seen): '>' would close the block, so it is not reasoning.
+  out += "tc-think7 ::= ( [^<>] tc-think0 | \"<\" tc-think1 )?\n";
+  return out;
+}
+
+struct Tool {
+  std::string name;
+  std::string args;  // the rule of its arguments
+};
+
+std::vector<std::string> format_markers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kHermes:
+      return {"<tool_call>", "</tool_call>"};
+    case ToolFormat::kMistral:
+      return {"[TOOL_CALLS]", "[ARGS]"};
+    case ToolFormat::kLlama3:
+      return {"<|python_tag|>"};
+    case ToolFormat::kDeepSeekV3:
+      return {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+              "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
+    case ToolFormat::kKimiK2:
+      return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+              "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    default:
+      return {};
+  }
+}
+
+// The rules `tc-call` (one call, any of the tools) and `tc-calls` (the answer's calls).
+std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parallel) {
+  std::string out, alts;
+  auto add = [&](const std::string& name, const std::string& body) {
+    out += name + " ::= " + body + "\n";
+    alts += (alts.empty() ? "" : " | ") + name;
+  };
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string& n = tools[i].name;
+    const std::string& a = tools[i].args;
+    const std::string r = "tc-call" + std::to_string(i);
+    switch (f) {
+      case ToolFormat::kHermes:
+        add(r,
+            "\"<tool_call>\" tc-lay " + json_call(n, "arguments", a) + " tc-lay \"</tool_call>\"");
+        break;
+      case ToolFormat::kMistral:
+        // The Nemo layout's array element, and the 2506 layout's call.
+        add(r,
+            json_call(n, "arguments", a,
+                      R"(( "," space "\"id\"" space ":" space "\"" [A-Za-z0-9]{9} "\"" space )?)"));
+        out += "tc-v11-" + std::to_string(i) + " ::= \"[TOOL_CALLS]\" " + lit(n) + " \"[ARGS]\" " +
+               a + "\n";
+        break;
+      case ToolFormat::kLlama3:
+        add(r, json_call(n, "parameters", a));
+        break;
+      case ToolFormat::kDeepSeekV3:
+        add(r, "\"<｜tool▁call▁begin｜>\" ( " + lit(n) + " \"<｜tool▁sep｜>\" " + a +
+                   " | \"function<｜tool▁sep｜>\" " + lit(n) + " \"\\n```json\\n\" " + a +
+                   " \"\\n```\" ) \"<｜tool▁call▁end｜>\"");
+        break;
+      case ToolFormat::kKimiK2:
+        add(r, "\"<|tool_call_begin|>functions.\" " + lit(n) +
+                   " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" " + a +
+                   " \"<|tool_call_end|>\"");
+        break;
+      default:
+        break;
+    }
+  }
+  out += "tc-call ::= " + alts + "\n";
+  switch (f) {
+    case ToolFormat::kHermes:
+      out += parallel ? "tc-calls ::= tc-call ( tc-lay tc-call )*\n" : "tc-calls ::= tc-call\n";
+      break;
+    case ToolFormat::kMistral: {
+      std::string v11;
+      for (size_t i = 0; i < tools.size(); ++i)
+        v11 += (i ? " | tc-v11-" : "tc-v11-") + std::to_string(i);
+      out += "tc-v11 ::= " + v11 + "\n";
+      out += parallel
+                 ? "tc-calls ::= \"[TOOL_CALLS]\" \"[\" space tc-call ( \",\" space tc-call )* "
+                   "\"]\" space | tc-v11+\n"
+                 : "tc-calls ::= \"[TOOL_CALLS]\" \"[\" space tc-call \"]\" space | tc-v11\n";
+      break;
+    }
+    case ToolFormat::kLlama3:
+      out += parallel ? "tc-calls ::= \"<|python_tag|>\"? tc-call ( \";\" tc-lay tc-call )*\n"
+                      : "tc-calls ::= \"<|python_tag|>\"? tc-call\n";
+      break;
+    case ToolFormat::kDeepSeekV3:
+      out += std::string("tc-calls ::= \"<｜tool▁calls▁begin｜>\" tc-call ") +
+             (parallel ? "( tc-lay tc-call )* " : "") + "\"<｜tool▁calls▁end｜>\"\n";
+      break;
+    case ToolFormat::kKimiK2:
+      out += std::string("tc-calls ::= \"<|tool_calls_section_begin|>\" tc-call ") +
+             (parallel ? "( tc-lay tc-call )* " : "") + "\"<|tool_calls_section_end|>\"\n";
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+// The rule of a tool's arguments: its schema's grammar, or any object when it has no schema
+// or one the converter refuses (then `why` says so).
+std::string arguments_rule(const nlohmann::ordered_json& fn, size_t i, std::string& rules,
+                           std::string& why) {
+  const auto p = fn.find("parameters");
+  if (p == fn.end() || !p->is_object() || p->empty()) return "object";
+  nlohmann::ordered_json schema = *p;
+  if (const auto t = schema.find("type"); t == schema.end()) {
+    schema["type"] = "object";  // arguments are an object whatever the schema leaves open
+  } else if (*t != "object") {
+    why = "parameters must be of type \"object\"";
+    return "object";
+  }
+  const std::string prefix = "tc" + std::to_string(i) + "-";
+  try {
+    rules += grammar::schema_rules_gbnf(schema.dump(), prefix);
+  } catch (const Error& e) {
+    why = e.what();
+    return "object";
+  }
+  return prefix + "root";
+}
+
+}  // namespace
+
+bool tool_grammar_covers(ToolFormat f) {
+  return !format_markers(f).empty();
+}
+
+ToolGrammar tool_call_grammar(const chatparse::ParseOptions& o,
+                              const nlohmann::ordered_json& offered, std::string_view only) {
+  ToolGrammar g;
+  const ToolFormat f = o.format.tools;
+  if (!tool_grammar_covers(f) || !offered.is_array()) return g;
+  std::string rules;
+  std::vector<Tool> tools;
+  for (const auto& t : offered) {
+    const nlohmann::ordered_json& fn = t.at("function");
+    const std::string name = fn.at("name").get<std::string>();
+    if (!only.empty() && name != only) continue;
+    std::string why;
+    tools.push_back({name, arguments_rule(fn, tools.size(), rules, why)});
+    if (!why.empty()) g.free_arguments.push_back(name + ": " + why);
+  }
+  if (tools.empty()) return g;
+  g.markers = format_markers(f);
+  std::string pre = "tc-lay";
+  if (o.format.think_tags) {
+    // Reasoning before the call, free: the grammar starts constraining at the call. A prompt
+    // that opened the block leaves the answer inside it, to be closed.
+    pre = o.starts_in_reasoning ? "tc-think0 \"</think>\" tc-lay"
+                                : "tc-lay ( \"<think>\" tc-think0 \"</think>\" tc-lay )?";
+    rules += think_rules();
+    g.markers.push_back("<think>");
+    g.markers.push_back("</think>");
+  }
+  g.gbnf = "root ::= " + pre + " tc-calls tc-lay\n" + call_rules(f, tools, o.parallel_tool_calls) +
+           "tc-lay ::= [ \\t\\n]{0,4}\n" + rules + grammar::json_primitives_gbnf();
+  return g;
+}
+
+std::shared_ptr<const grammar::TokenIndex> grammar_token_index(
+    const Tokenizer& tok, std::span<const int32_t> eog, std::span<const std::string> markers) {
+  std::vector<std::string> pieces(size_t(tok.n_vocab()));
+  std::vector<bool> is_eog(pieces.size(), false);
+  for (int32_t id : eog) is_eog[size_t(id)] = true;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (!tok.is_control(id)) pieces[size_t(id)] = tok.token_to_piece(id);
+  }
+  for (const std::string& m : markers) {
+    const int32_t id = tok.find_token(m);
+    if (id >= 0 && tok.is_control(id) && !is_eog[size_t(id)]) pieces[size_t(id)] = m;
+  }
+  return std::make_shared<grammar::TokenIndex>(std::move(pieces), std::move(is_eog));
+}
+
+}  // namespace lynx::server
