@@ -476,7 +476,7 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
     }
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
-  p.grammar = structured_output(body);
+  p.grammar = structured_output(body, text);
   if (chat) forced_tool_call(body, text, p);
   if (const json* v = field(body, "user"); v && !v->is_string()) bad_type("user", "a string");
   return p;

@@ -12,7 +12,8 @@ namespace {
 }
 }  // namespace
 
-std::shared_ptr<const grammar::Grammar> structured_output(const nlohmann::json& body) {
+std::shared_ptr<const grammar::Grammar> structured_output(const nlohmann::json& body,
+                                                          std::string_view text) {
   const auto rf = body.find("response_format");
   const auto gr = body.find("grammar");
   std::string gbnf;
@@ -35,12 +36,20 @@ std::shared_ptr<const grammar::Grammar> structured_output(const nlohmann::json& 
       if (const auto s = js->find("strict"); s != js->end() && !s->is_boolean() && !s->is_null()) {
         bad("response_format.json_schema.strict", "must be a boolean", "invalid_type");
       }
-      const auto schema = js->find("schema");
-      // No schema: any JSON value (OpenAI requires one; llama-server accepts its absence).
-      const std::string text = schema == js->end() ? "{}" : schema->dump();
+      // No schema: any JSON value (OpenAI requires one; llama-server accepts its absence). The
+      // schema as the client wrote it: `body` keeps keys sorted, and a strict object's
+      // properties are written in the schema's order.
+      std::string schema = "{}";
+      if (js->contains("schema")) {
+        schema = nlohmann::ordered_json::parse(text, nullptr, false)
+                     .at("response_format")
+                     .at("json_schema")
+                     .at("schema")
+                     .dump();
+      }
       param = "response_format.json_schema.schema";
       try {
-        gbnf = grammar::schema_to_gbnf(text);
+        gbnf = grammar::schema_to_gbnf(schema);
       } catch (const Error& e) {
         bad(param, e.what());
       }

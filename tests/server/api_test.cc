@@ -338,6 +338,16 @@ TEST(ParseCompletion, StructuredOutput) {
   grammar::Matcher matcher(p.grammar);
   EXPECT_TRUE(matcher.accept("{\"a\": 12}"));
   EXPECT_TRUE(matcher.accepting());
+  // A strict object's properties in the schema's order as the client wrote it (not sorted).
+  const auto ordered = parse_completion(
+      R"({"prompt":"a","response_format":{"type":"json_schema","json_schema":{"schema":{
+          "type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"integer"}},
+          "required":["zeta","alpha"]}}}})",
+      false, m);
+  grammar::Matcher om(ordered.grammar);
+  EXPECT_TRUE(om.accept(R"({"zeta": 1, "alpha": 2})"));
+  EXPECT_TRUE(om.accepting());
+  EXPECT_FALSE(grammar::Matcher(ordered.grammar).accept(R"({"alpha")"));
   EXPECT_NE(parse_completion(R"({"prompt":"a","grammar":"root ::= [0-9]+"})", false, m).grammar,
             nullptr);
   auto refusal = [&](const std::string& body) -> std::pair<std::string, std::string> {
