@@ -1,7 +1,8 @@
 // What converting one Hugging Face model family means, as data: which config.json fields
 // become which GGUF keys, which HF tensor becomes which of the architecture's tensors
 // (convert_hf_to_gguf.py and gguf-py's tensor_mapping.py), and the per-tensor transforms.
-// One table per family (families.cc); a new family is one more table and one row in kFamilies.
+// One file per family (families/<family>.cc); a new family is one more file, its extern in
+// families/common.h and one row in kFamilies (families.cc).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <span>

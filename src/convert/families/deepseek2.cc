@@ -1,0 +1,141 @@
+// deepseek_v2 / deepseek_v3 -> `deepseek2`: kv_b_proj kept whole as attn_kv_b (the loader
+//   splits it per head), e_score_correction_bias -> exp_probs_b.bias, the first
+//   first_k_dense_replace layers dense, scoring_func -> expert_gating_func, YaRN keys.
+#include "convert/families/common.h"
+#include "lynx/error.h"
+
+namespace lynx::convert::table {
+namespace {
+
+constexpr KeyRule kDeepseekKeys[] = {
+    {"n_routed_experts", "expert_count", K::kU32, true},
+    {"num_experts_per_tok", "expert_used_count", K::kU32, true},
+    {"moe_intermediate_size", "expert_feed_forward_length", K::kU32, true},
+    {"n_shared_experts", "expert_shared_count", K::kU32, true},
+    {"routed_scaling_factor", "expert_weights_scale", K::kF32},
+    {"norm_topk_prob", "expert_weights_norm", K::kBool},
+    {"kv_lora_rank", "attention.kv_lora_rank", K::kU32, true},
+    {"qk_rope_head_dim", "rope.dimension_count", K::kU32, true},
+    {"first_k_dense_replace", "leading_dense_block_count", K::kU32, true},
+};
+
+constexpr TensorRule kMlaAttn[] = {
+    {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", When::kNoQLora},
+    {T::kAttnQA, "model.layers.{L}.self_attn.q_a_proj.weight", When::kQLora},
+    {T::kAttnQANorm, "model.layers.{L}.self_attn.q_a_layernorm.weight", When::kQLora},
+    {T::kAttnQB, "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
+    {T::kAttnKvAMqa, "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
+    {T::kAttnKvANorm, "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
+    {T::kAttnKvB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
+    {T::kAttnKB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToKB},
+    {T::kAttnVB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
+     Transform::kKvBToVB},
+    {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
+    {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
+};
+
+constexpr TensorRule kDeepseekExperts[] = {
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias", When::kMoeOptional},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
+};
+
+constexpr Keys kDeepseekK[] = {kBaseKeys, kDeepseekKeys};
+
+constexpr Rules kDeepseekL[] = {kMlaAttn, kDenseFfn, kExperts, kDeepseekExperts};
+
+void deepseek_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "deepseek2";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const int64_t nope = c.get_int("qk_nope_head_dim"), rope = c.get_int("qk_rope_head_dim");
+  u32("attention.key_length", nope + rope);
+  u32("attention.value_length", c.get_int("v_head_dim"));
+  if (c.has("q_lora_rank")) u32("attention.q_lora_rank", c.get_int("q_lora_rank"));
+  const std::string scoring = c.get_string("scoring_func", "softmax");
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    c.fail("scoring_func '" + scoring + "' is not supported (softmax, sigmoid)");
+  }
+  u32("expert_gating_func", scoring == "sigmoid" ? 2 : 1);
+  const std::string topk = c.get_string("topk_method", "greedy");
+  const int64_t n_group = c.get_int("n_group", 1);
+  if ((topk == "group_limited_greedy" || topk == "noaux_tc") && n_group > 1) {
+    u32("expert_group_count", n_group);
+    u32("expert_group_used_count", c.get_int("topk_group"));
+  }
+  if (c.has("rope_scaling")) {
+    const nlohmann::json& r = c.json()["rope_scaling"];
+    // DeepSeek's own configs say "type"; transformers writes "rope_type".
+    std::string type;
+    for (const char* k : {"type", "rope_type"}) {
+      if (r.is_object() && r.contains(k) && r[k].is_string()) type = r[k].get<std::string>();
+    }
+    if (type != "yarn" || !r.contains("factor") || !r["factor"].is_number()) {
+      c.fail("rope_scaling must be of type yarn with a factor for deepseek2");
+    }
+    w.set(key(a, "rope.scaling.type"), gguf::Value::str("yarn"));
+    w.set(key(a, "rope.scaling.factor"), gguf::Value::f32(r["factor"].get<float>()));
+    if (r.contains("original_max_position_embeddings") &&
+        r["original_max_position_embeddings"].is_number_unsigned()) {
+      u32("rope.scaling.original_context_length",
+          r["original_max_position_embeddings"].get<int64_t>());
+    }
+    const float mscale_all = r.contains("mscale_all_dim") && r["mscale_all_dim"].is_number()
+                                 ? r["mscale_all_dim"].get<float>()
+                                 : 0.f;
+    w.set(key(a, "rope.scaling.yarn_log_multiplier"), gguf::Value::f32(0.1f * mscale_all));
+  }
+}
+
+// The split layout's head sizes (newer convert_hf_to_gguf.py): the cached key is the latent
+// plus the rope part, the cached value the latent; the per-head sizes move to the *_mla keys;
+// one key/value head.
+void deepseek_split_keys(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "deepseek2";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const int64_t nope = c.get_int("qk_nope_head_dim"), rope = c.get_int("qk_rope_head_dim");
+  const int64_t lora = c.get_int("kv_lora_rank");
+  u32("attention.key_length", lora + rope);
+  u32("attention.value_length", lora);
+  u32("attention.key_length_mla", nope + rope);
+  u32("attention.value_length_mla", c.get_int("v_head_dim"));
+  u32("attention.head_count_kv", 1);
+}
+
+bool deepseek_moe_layer(const HfConfig& c, int il) {
+  return il >= c.get_int("first_k_dense_replace") && il % c.get_int("moe_layer_freq", 1) == 0;
+}
+
+}  // namespace
+
+constexpr Family kDeepseekV2 = {
+    .model_type = "deepseek_v2",
+    .arch = "deepseek2",
+    .keys = kDeepseekK,
+    .global = kGlobal,
+    .layer = kDeepseekL,
+    .tokenizer_pre = "deepseek-llm",
+    .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
+    .moe_layer = deepseek_moe_layer,
+    .n_expert_key = "n_routed_experts",
+    .shared_key = "n_shared_experts",
+};
+
+constexpr Family kDeepseekV3 = {
+    .model_type = "deepseek_v3",
+    .arch = "deepseek2",
+    .keys = kDeepseekK,
+    .global = kGlobal,
+    .layer = kDeepseekL,
+    .tokenizer_pre = "deepseek-v3",
+    .extra_keys = deepseek_extra,
+    .split_keys = deepseek_split_keys,
+    .moe_layer = deepseek_moe_layer,
+    .n_expert_key = "n_routed_experts",
+    .shared_key = "n_shared_experts",
+};
+
+}  // namespace lynx::convert::table

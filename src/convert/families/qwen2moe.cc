@@ -1,0 +1,33 @@
+// qwen2_moe / qwen3_moe / olmoe: experts gate_proj/up_proj/down_proj stacked; the Qwen2-MoE
+//   shared expert and its sigmoid gate (shared_expert_gate -> ffn_gate_inp_shexp); OLMoE's
+//   rms epsilon fixed at 1e-5 (OlmoeModel).
+#include "convert/families/common.h"
+#include "lynx/error.h"
+
+namespace lynx::convert::table {
+namespace {
+
+constexpr TensorRule kQwenSharedExpert[] = {
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_expert.gate_proj.weight", When::kShared},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_expert.up_proj.weight", When::kShared},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_expert.down_proj.weight", When::kShared},
+    {T::kFfnGateInpShexp, "model.layers.{L}.mlp.shared_expert_gate.weight", When::kShared},
+};
+
+constexpr Rules kQwen2MoeL[] = {kGqaAttn, kQkvBias, kExperts, kQwenSharedExpert};
+
+}  // namespace
+
+constexpr Family kQwen2Moe = {
+    .model_type = "qwen2_moe",
+    .arch = "qwen2moe",
+    .keys = kQwenMoeK,
+    .global = kGlobal,
+    .layer = kQwen2MoeL,
+    .tokenizer_pre = "qwen2",
+    .extra_keys = plain_extra,
+    .n_expert_key = "num_experts",
+    .shared_key = "shared_expert_intermediate_size",
+};
+
+}  // namespace lynx::convert::table
