@@ -20,7 +20,7 @@ size_t walk(const lynx::gguf::Value& v, int depth) {
     } catch (const lynx::Error&) {
       h += static_cast<size_t>(v.as_uint());
     }
-    h += static_cast<size_t>(v.as_float());
+    h += static_cast<size_t>(v.as_float() != 0);  // a cast of the value itself may overflow
   } else if (v.is_float()) {
     h += static_cast<size_t>(v.as_float() != 0);
   } else if (v.type == ValueType::BOOL) {

@@ -12,14 +12,14 @@ trap 'rm -rf "$tmp"' EXIT
 pids=()
 names=()
 start() {  # start TARGET MAX_LEN "EXTRA FLAGS" SEED_FILES...
-  local name=$1 bin=build/fuzz/bin/$1 corpus=$tmp/$1 max_len=$2 flags=$3
+  local name=$1 bin=build/asan/bin/$1 corpus=$tmp/$1 max_len=$2 flags=$3
   shift 3
-  [[ -x $bin ]] || { echo "run-fuzz: $bin not built (make fuzz)"; exit 1; }
-  mkdir -p "$corpus" build/fuzz/artifacts
+  [[ -x $bin ]] || { echo "run-fuzz: $bin not built (make asan)"; exit 1; }
+  mkdir -p "$corpus" build/asan/artifacts
   cp "$@" "$corpus"/ 2>/dev/null || true
   "$bin" -max_total_time="$secs" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 \
-    -artifact_prefix="build/fuzz/artifacts/$name-" $flags "$corpus" >"$tmp/$name.log" 2>&1 &
+    -artifact_prefix="build/asan/artifacts/$name-" $flags "$corpus" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
   names+=("$name")
 }
