@@ -17,7 +17,10 @@ work="$(mktemp -d)"
 pid=""
 cleanup() { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-"$bin" synth --shape tiny-moe --layers 1 --vocab 300 -o "$work/model.gguf" >/dev/null 2>&1
+# Qwen2.5's released chat template: Hermes tool calls (<tool_call>{...}</tool_call>), which the
+# server can force by grammar (tool_choice "required" / named in test.mjs).
+"$bin" synth --shape tiny-moe --layers 1 --vocab 300 -o "$work/model.gguf" \
+  --chat-template "$here/../../tests/template/templates/Qwen-Qwen2.5-7B-Instruct.jinja" >/dev/null 2>&1
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 key="e2e-key"

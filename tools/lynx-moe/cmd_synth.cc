@@ -1,5 +1,7 @@
 // `lynx-moe synth`: writes a random-weight model at a real model's shape.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "commands.h"
 #include "common.h"
@@ -9,7 +11,7 @@ namespace lynx::cli {
 
 void register_synth(CLI::App& app) {
   struct Args {
-    std::string shape, type = "f16", expert_type, out;
+    std::string shape, type = "f16", expert_type, out, chat_template;
     int layers = 0, experts = 0, vocab = 0, nextn = -1;
     uint64_t seed = 1;
     float router_std = 1.5f;
@@ -34,6 +36,10 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->add_option("--router-std", args->router_std, "Std of router logits")
       ->check(number_in(0, 1e6));
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Jinja file stored as tokenizer.chat_template (the server reads its chat and "
+                  "tool-call format off it)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", args->out, "Output file")->required();
   cmd->callback([args] {
     SynthOptions o;
@@ -52,6 +58,12 @@ void register_synth(CLI::App& app) {
     if (args->nextn >= 0) o.shape.n_nextn = args->nextn;
     o.seed = args->seed;
     o.router_std = args->router_std;
+    if (!args->chat_template.empty()) {
+      std::ifstream in(args->chat_template, std::ios::binary);
+      o.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) throw Error("cannot read " + args->chat_template);
+      if (o.chat_template.empty()) throw UsageError(args->chat_template + " is empty");
+    }
     int last = -1;
     o.progress = [&](size_t done, size_t total) {
       const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
