@@ -15,13 +15,12 @@
 
 namespace lynx {
 
-// The routed-expert step (src/model/expert_executor.h); declared here so that a client can
-// supply its own without this header knowing any executor.
-class ExpertExecutor;
+// Where a context computes the routed experts (src/model/expert_executor.h). The executor
+// interface takes the engine's internal weight views, so it is not part of this API: a
+// backend is made inside the engine (expert parallelism: lynx::dist::Session::experts) and
+// passed through here as an opaque handle.
+class ExpertBackend;
 struct BatchToken;
-namespace kernels {
-class ThreadPool;
-}  // namespace kernels
 
 struct ContextOptions {
   int n_threads = 0;             // 0 = hardware concurrency
@@ -46,11 +45,10 @@ struct ContextOptions {
   // The kernel of that mode: "" (or "auto") the best this machine has, else "amx",
   // "avx512bf16" or "none" (lynx::Error when this machine cannot run it).
   std::string bf16_kernel;
-  // Makes the context's expert executor from its thread pool and product path
-  // (!exact_activations); empty: this process's CPU kernels. Expert parallelism over MPI
-  // (src/dist, docs/distributed.md) plugs in here.
-  std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool& pool, bool int_acts)>
-      make_experts;
+  // Where the routed experts are computed; nullptr: this process's CPU kernels (through the
+  // model's expert tier when it has one). Expert parallelism over MPI (src/dist,
+  // docs/distributed.md) plugs in here.
+  std::shared_ptr<const ExpertBackend> experts;
   // Called with every validated batch before it runs (expert parallelism: rank 0 of `serve`
   // sends each step to the other ranks, which replay it); empty: none.
   std::function<void(std::span<const BatchToken> batch)> before_eval;

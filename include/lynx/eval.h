@@ -33,8 +33,8 @@ struct EvalOptions {
   bool exact_activations = false;  // see ContextOptions
   bool bf16_activations = false;   // see ContextOptions
   std::string bf16_kernel;         // see ContextOptions
-  // ContextOptions::make_experts of every context eval makes (expert parallelism).
-  decltype(ContextOptions::make_experts) make_experts;
+  // ContextOptions::experts of every context eval makes (expert parallelism).
+  std::shared_ptr<const ExpertBackend> experts;
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
 };
 

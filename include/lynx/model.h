@@ -11,12 +11,6 @@
 #include "lynx/routing.h"
 
 namespace lynx {
-namespace kernels {
-// How a weight matrix's bytes are ordered (src/kernels/kernels.h); declared here without its
-// values so the model header does not depend on the kernels. Zero is kRows, the file's order.
-enum class WeightLayout : uint8_t;
-}  // namespace kernels
-
 struct ModelArena;  // owned F32 copies of small tensors (norms, biases), packed weights
 
 enum class RopeType : uint8_t { kNorm, kNeox };  // adjacent pairs / split halves
@@ -122,73 +116,13 @@ struct ModelConfig {
   bool layer_routed(int il) const { return layer_kinds[size_t(il)].ffn != FfnKind::kDense; }
 };
 
-// A weight matrix: `rows` rows of `cols` elements of `type` (ggml ne = [cols, rows]); for
-// expert tensors, `n_mat` such matrices back to back. In file order (rows contiguous) unless
-// the loader repacked it: then `layout` is kInterleaved16 or kPanel16 and only the matmul
-// kernels, which take the layout, may read it.
-struct Weight {
-  gguf::TensorType type = gguf::TensorType::F32;
-  const uint8_t* data = nullptr;
-  int64_t cols = 0;
-  int64_t rows = 0;
-  int64_t n_mat = 1;
-  size_t row_bytes = 0;
-  size_t mat_bytes = 0;
-  kernels::WeightLayout layout{};  // kRows
-  // [n_mat] or nullptr: matrix i at mats[i] instead of data + i * mat_bytes (routed experts
-  // read into the expert tier's slots, as the tiered executor hands them to the kernels).
-  const uint8_t* const* mats = nullptr;
-  bool present() const { return data != nullptr; }
-  const uint8_t* mat(int64_t i) const { return mats ? mats[i] : data + i * mat_bytes; }
-};
-
-struct LayerWeights {
-  const float* attn_norm = nullptr;
-  Weight wq, wk, wv, wo;
-  // A fused [q; k; v] projection (attn_qkv, bailingmoe2): bound here, then split at load into
-  // the wq / wk / wv row views of it (no copy) and cleared; qkv_fused remembers the file's
-  // layout (the imatrix names the one tensor).
-  Weight wqkv;
-  bool qkv_fused = false;
-  // MLA (deepseek2): q through a low-rank pair (wq_a, q_a_norm, wq_b) or wq directly; the
-  // latent and rope part from wkv_a_mqa, the latent normed by kv_a_norm; per head, wk_b
-  // [kv_lora x qk_nope] absorbs the key up-projection into q and wv_b [v x kv_lora] the value
-  // one into the output (n_mat = n_head; made from attn_kv_b, wkv_b, when a file has only it).
-  Weight wq_a, wq_b, wkv_a_mqa, wkv_b, wk_b, wv_b;
-  const float* q_a_norm = nullptr;
-  const float* kv_a_norm = nullptr;
-  const float* bq = nullptr;
-  const float* bk = nullptr;
-  const float* bv = nullptr;
-  // gpt-oss: the output projection's bias [n_embd] and one learned logit per head [n_head]
-  // (attn_sinks) that joins every softmax denominator of that head (nullptr: none).
-  const float* bo = nullptr;
-  const float* attn_sinks = nullptr;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  // Dense FFN.
-  Weight ffn_gate, ffn_up, ffn_down;
-  // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
-  Weight router;
-  // [n_expert] or nullptr: the selection bias (exp_probs_b, DeepSeek-V3), added to choose
-  // experts, never to weigh them (GatingConfig::select_bias).
-  const float* exp_probs_b = nullptr;
-  Weight gate_exps, up_exps, down_exps;
-  // gpt-oss: the router's bias [n_expert] (added to the logits), the experts' biases
-  // [n_expert x F] (gate, up) and [n_expert x n_embd] (down), and the activation between
-  // (ModelConfig::expert_act, copied here so the expert executors see it with the weights).
-  const float* router_b = nullptr;
-  const float* gate_exps_b = nullptr;
-  const float* up_exps_b = nullptr;
-  const float* down_exps_b = nullptr;
-  ExpertAct expert_act = ExpertAct::kSwiglu;
-  // Shared expert.
-  Weight gate_shexp, up_shexp, down_shexp;
-  // [n_embd] or nullptr: the shared expert's output scaled by sigmoid(shexp_gate . x)
-  // (ffn_gate_inp_shexp, qwen2moe).
-  const float* shexp_gate = nullptr;
-};
+// The weight views (Weight, LayerWeights, ModelWeights) are the engine's internals
+// (src/model/weights.h): raw pointers into the mapping or the arena, per-family fields and
+// the kernels' packed layouts. Clients reach a model through its configuration, Context and
+// the commands' interfaces; the engine's own layers include the internal header.
+struct Weight;
+struct LayerWeights;
+struct ModelWeights;
 
 struct LoadOptions {
   // Called while the file is read ahead (bytes done, total).
@@ -243,10 +177,12 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const gguf::File& file() const { return file_; }
-  const LayerWeights& layer(int i) const { return layers_[i]; }
-  const Weight& token_embd() const { return token_embd_; }
-  const Weight& output() const { return output_; }
-  const float* output_norm() const { return output_norm_; }
+  // The weights (src/model/weights.h; the types are internal).
+  const ModelWeights& weights() const;
+  const LayerWeights& layer(int i) const;
+  const Weight& token_embd() const;
+  const Weight& output() const;
+  const float* output_norm() const;
   // Bytes of one expert's three matrices (gate, up, down) in layer `il`.
   size_t expert_bytes(int il) const;
   // The expert tier when the routed experts are read on demand (LoadOptions::expert_cache);
@@ -256,7 +192,12 @@ class Model {
   const std::string& expert_tier_summary() const { return tier_summary_; }
 
  private:
-  Model(gguf::File file) : file_(std::move(file)) {}
+  explicit Model(gguf::File file);
+
+ public:
+  ~Model();
+
+ private:
   // The stages of load after the configuration (model.cc).
   void bind_weights();
   void pack_weights(const LoadOptions& opts);
@@ -265,9 +206,7 @@ class Model {
   bool routed_expert(const Weight& w) const;
   gguf::File file_;
   ModelConfig cfg_;
-  std::vector<LayerWeights> layers_;
-  Weight token_embd_, output_;
-  const float* output_norm_ = nullptr;
+  std::unique_ptr<ModelWeights> w_;
   std::shared_ptr<ModelArena> arena_;
   std::shared_ptr<ExpertTier> tier_;
   std::string tier_summary_;

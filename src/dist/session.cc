@@ -50,18 +50,20 @@ std::unique_ptr<Model> Session::load(const std::string& path, LoadOptions opts) 
   return model;
 }
 
-Session::Factory Session::executor_factory(MpiExpertExecutor** made) {
-  return executor_factory(made, opts_.combine);
+std::shared_ptr<const ExpertBackend> Session::experts(MpiExpertExecutor** made) {
+  return experts(made, opts_.combine);
 }
 
-Session::Factory Session::executor_factory(MpiExpertExecutor** made, Combine combine) {
+std::shared_ptr<const ExpertBackend> Session::experts(MpiExpertExecutor** made,
+                                                      Combine combine) {
   if (!model_) throw Error("expert parallel: no model loaded");
-  return [this, made, combine](kernels::ThreadPool& pool, bool int_acts) {
-    auto ex =
-        std::make_unique<MpiExpertExecutor>(mpi_, *model_, placement_, combine, pool, int_acts);
-    if (made) *made = ex.get();
-    return std::unique_ptr<ExpertExecutor>(std::move(ex));
-  };
+  return std::make_shared<const ExpertBackend>(
+      [this, made, combine](kernels::ThreadPool& pool, bool int_acts) {
+        auto ex = std::make_unique<MpiExpertExecutor>(mpi_, *model_, placement_, combine, pool,
+                                                      int_acts);
+        if (made) *made = ex.get();
+        return std::unique_ptr<ExpertExecutor>(std::move(ex));
+      });
 }
 
 std::vector<RankStats> Session::gather(MpiExpertExecutor& ex) const {

@@ -34,12 +34,11 @@ class Session {
   // the same CollectiveError.
   std::unique_ptr<Model> load(const std::string& path, LoadOptions opts);
 
-  // ContextOptions::make_experts for contexts on the model load() returned; the executor it
+  // ContextOptions::experts for contexts on the model load() returned; the executor it
   // makes is also stored in *made when given (for take_stats / gather). `combine`: the
   // options' unless given.
-  using Factory = std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool&, bool)>;
-  Factory executor_factory(MpiExpertExecutor** made = nullptr);
-  Factory executor_factory(MpiExpertExecutor** made, Combine combine);
+  std::shared_ptr<const ExpertBackend> experts(MpiExpertExecutor** made = nullptr);
+  std::shared_ptr<const ExpertBackend> experts(MpiExpertExecutor** made, Combine combine);
 
   // Every rank's statistics since the last call for `ex` (collective: every rank calls it
   // at the same point, with its executor of the same context).

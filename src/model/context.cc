@@ -167,7 +167,7 @@ int positive_threads(int n) {
 std::unique_ptr<ExpertExecutor> make_executor(const Model& m, const ContextOptions& o,
                                               kernels::ThreadPool& pool, bool int_acts,
                                               kernels::Bf16Kernel bf16) {
-  if (o.make_experts) return o.make_experts(pool, int_acts);
+  if (o.experts) return o.experts->make(pool, int_acts);
   if (m.expert_tier()) {
     return std::make_unique<TieredExpertExecutor>(*m.expert_tier(), m, pool, int_acts, bf16);
   }
@@ -185,7 +185,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       experts(make_executor(m, o, pool, int_acts, bf16)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
-  if (!experts) throw Error("ContextOptions::make_experts returned no executor");
+  if (!experts) throw Error("ContextOptions::experts made no executor");
   kv.n_ctx = o.n_ctx;
   for (const LayerKind& k : m.config().layer_kinds) max_window = std::max(max_window, k.window);
   policy = make_routing_policy(o.routing);

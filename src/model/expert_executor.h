@@ -6,10 +6,14 @@
 // on this process's kernels; an executor over MPI ranks or a GPU is a new file implementing
 // this interface (docs/architecture.md).
 #pragma once
+#include <functional>
+#include <memory>
+
 #include "kernels/expert_plan.h"
 #include "kernels/thread_pool.h"
 #include "lynx/context.h"
 #include "lynx/model.h"
+#include "model/weights.h"
 
 namespace lynx {
 
@@ -37,6 +41,17 @@ class ExpertExecutor {
   // [N] 1 = expert e of layer il is in memory now, for the routing (RoutingInput::resident);
   // nullptr: every expert is (the default). Valid until the next call.
   virtual const uint8_t* resident(int /*il*/) { return nullptr; }
+};
+
+// ContextOptions::experts: makes a context's executor from its thread pool and product path
+// (int_acts = !exact_activations). Made inside the engine (expert parallelism); the public
+// API only passes it along.
+class ExpertBackend {
+ public:
+  using Make = std::function<std::unique_ptr<ExpertExecutor>(kernels::ThreadPool& pool,
+                                                             bool int_acts)>;
+  explicit ExpertBackend(Make make) : make(std::move(make)) {}
+  Make make;
 };
 
 }  // namespace lynx

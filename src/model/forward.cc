@@ -15,6 +15,7 @@
 #include "model/finite.h"
 #include "model/forward.h"
 #include "model/gpt_oss_ops.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {

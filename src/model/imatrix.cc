@@ -11,6 +11,7 @@
 
 #include "lynx/error.h"
 #include "lynx/gguf.h"
+#include "model/weights.h"
 #include "util/file.h"
 
 namespace lynx {

@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "kernels/weight_pack.h"
 #include "model/arch/arch.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {
@@ -103,7 +104,7 @@ std::vector<std::string> supported_architectures() {
 }
 
 size_t Model::expert_bytes(int il) const {
-  const LayerWeights& l = layers_[il];
+  const LayerWeights& l = w_->layers[il];
   return l.gate_exps.mat_bytes + l.up_exps.mat_bytes + l.down_exps.mat_bytes;
 }
 
@@ -332,6 +333,10 @@ kernels::MatrixRef matrix_ref(const Weight& w) {
 
 }  // namespace
 
+Model::Model(gguf::File file)
+    : file_(std::move(file)), w_(std::make_unique<ModelWeights>()) {}
+Model::~Model() = default;
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
   gguf::File file = gguf::File::open(path);
   std::unique_ptr<Model> m(new Model(std::move(file)));
@@ -367,16 +372,16 @@ void Model::bind_weights() {
                   " rows: the vocabulary sizes must match");
     }
   }
-  token_embd_ = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  output_norm_ = b.vector("output_norm.weight", c.n_embd);
-  output_ = b.matrix("output.weight", c.n_embd, c.n_vocab, 1, false);
-  if (!output_.present()) {
-    output_ = token_embd_;
+  w_->token_embd = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  w_->output_norm = b.vector("output_norm.weight", c.n_embd);
+  w_->output = b.matrix("output.weight", c.n_embd, c.n_vocab, 1, false);
+  if (!w_->output.present()) {
+    w_->output = w_->token_embd;
     c.tied_output = true;
   }
   const arch::ArchDesc& a = arch::find(c.arch);
-  layers_.resize(size_t(c.n_layer));
-  for (int il = 0; il < c.n_layer; ++il) layers_[size_t(il)] = bind_layer(b, a, c, il);
+  w_->layers.resize(size_t(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) w_->layers[size_t(il)] = bind_layer(b, a, c, il);
 }
 
 // Stage 3: the matrices that only matmuls read in the layouts the kernels prefer (not MLA's
@@ -385,25 +390,25 @@ void Model::bind_weights() {
 // tied to it keep the file's layout.
 void Model::pack_weights(const LoadOptions& opts) {
   std::vector<Weight*> weights;
-  for (LayerWeights& l : layers_) {
+  for (LayerWeights& l : w_->layers) {
     for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
                       &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps,
                       &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
-      if (w->present() && w->data != token_embd_.data && !(tier_ && routed_expert(*w))) {
+      if (w->present() && w->data != w_->token_embd.data && !(tier_ && routed_expert(*w))) {
         weights.push_back(w);
       }
     }
   }
-  if (output_.data != token_embd_.data) weights.push_back(&output_);
+  if (w_->output.data != w_->token_embd.data) weights.push_back(&w_->output);
   std::vector<kernels::MatrixRef> refs;
   refs.reserve(weights.size());
   for (const Weight* w : weights) refs.push_back(matrix_ref(*w));
   // Expert shards: per layer, which experts to pack (LoadOptions::keep_expert).
-  std::vector<std::vector<uint8_t>> keep(opts.keep_expert ? layers_.size() : 0);
+  std::vector<std::vector<uint8_t>> keep(opts.keep_expert ? w_->layers.size() : 0);
   for (size_t il = 0; il < keep.size(); ++il) {
     for (int e = 0; e < cfg_.n_expert; ++e) keep[il].push_back(opts.keep_expert(int(il), e));
     for (kernels::MatrixRef& r : refs) {
-      const LayerWeights& l = layers_[il];
+      const LayerWeights& l = w_->layers[il];
       if (r.n_mat > 1 &&
           (r.data == l.gate_exps.data || r.data == l.up_exps.data || r.data == l.down_exps.data)) {
         r.keep = keep[il].data();

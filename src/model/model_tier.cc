@@ -8,6 +8,7 @@
 #include "lynx/model.h"
 #include "model/expert_tier.h"
 #include "model/memory_budget.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {
@@ -21,7 +22,7 @@ std::string gib(double bytes) {
 }  // namespace
 
 bool Model::routed_expert(const Weight& w) const {
-  for (const LayerWeights& l : layers_) {
+  for (const LayerWeights& l : w_->layers) {
     if (w.n_mat > 1 &&
         (w.data == l.gate_exps.data || w.data == l.up_exps.data || w.data == l.down_exps.data)) {
       return true;
@@ -61,11 +62,11 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
                                                   : kernels::WeightLayout::kRows;
     return m;
   };
-  std::vector<TierLayer> layers(layers_.size());
+  std::vector<TierLayer> layers(w_->layers.size());
   size_t routed = 0;
   for (int il = 0; il < c.n_layer; ++il) {
     if (!c.layer_routed(il)) continue;
-    const LayerWeights& l = layers_[size_t(il)];
+    const LayerWeights& l = w_->layers[size_t(il)];
     layers[size_t(il)] = {il, matrix(l.gate_exps), matrix(l.up_exps), matrix(l.down_exps)};
     routed += expert_bytes(il) * size_t(c.n_expert);
   }

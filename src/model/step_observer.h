@@ -14,6 +14,7 @@
 #include "kernels/expert_plan.h"
 #include "lynx/context.h"
 #include "lynx/routing.h"
+#include "model/weights.h"
 
 namespace lynx {
 

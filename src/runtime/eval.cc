@@ -80,7 +80,7 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   co.exact_activations = o.exact_activations;
   co.bf16_activations = o.bf16_activations;
   co.bf16_kernel = o.bf16_kernel;
-  co.make_experts = o.make_experts;
+  co.experts = o.experts;
   co.n_ctx = std::max(1, max_len);
   co.routing = policy;
   Context ctx(model, co);
@@ -208,7 +208,7 @@ std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
   co.exact_activations = o.exact_activations;
   co.bf16_activations = o.bf16_activations;
   co.bf16_kernel = o.bf16_kernel;
-  co.make_experts = o.make_experts;
+  co.experts = o.experts;
   co.n_ctx = max_len + n_gen;
   co.routing = policy;
   Context ctx(model, co);

@@ -108,7 +108,7 @@ void check_equal(Session& session, const std::string& path) {
       co.routing = spec;
       std::vector<int32_t> forced;
       const auto ref = workload(*whole, co, forced);
-      co.make_experts = session.executor_factory(nullptr, combine);
+      co.experts = session.experts(nullptr, combine);
       const auto ep = workload(*shard, co, forced);
       const std::string what = path + " " + spec + " " + cname;
       if (ep.size() != ref.size()) {
@@ -215,7 +215,7 @@ void check_placement(const Mpi& mpi) {
 void die_mid_step(Session& session, const std::string& path) {
   auto shard = session.load(path, {});
   ContextOptions co;
-  co.make_experts = session.executor_factory();
+  co.experts = session.experts();
   co.n_threads = 1;
   Context ctx(*shard, co);
   int steps = 0;
@@ -247,7 +247,7 @@ void hang_mid_step(Session& session, const std::string& path) {
     hook_why = why;
   });
   ContextOptions co;
-  co.make_experts = session.executor_factory();
+  co.experts = session.experts();
   co.n_threads = 1;
   Context ctx(*shard, co);
   int steps = 0;

@@ -16,6 +16,7 @@
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
+#include "model/weights.h"
 #include "routing/lynx.h"
 
 namespace lynx {

@@ -17,6 +17,7 @@
 #include "lynx/model.h"
 #include "lynx/synth.h"
 #include "model/gpt_oss_ops.h"
+#include "model/weights.h"
 #include "routing/lynx.h"
 
 namespace lynx {

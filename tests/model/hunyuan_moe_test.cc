@@ -18,6 +18,7 @@
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {

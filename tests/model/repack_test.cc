@@ -15,6 +15,7 @@
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {

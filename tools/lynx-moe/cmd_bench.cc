@@ -26,6 +26,7 @@
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "model/expert_tier.h"
+#include "model/weights.h"
 #include "trace_replay.h"
 
 namespace lynx::cli {

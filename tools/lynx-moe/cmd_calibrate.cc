@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "lynx/eval.h"
 #include "lynx/routing.h"
+#include "model/weights.h"
 
 namespace lynx::cli {
 namespace {

@@ -125,7 +125,7 @@ void run_eval(const EvalArgs& a, ExpertParallel& ep) {
   if (ep.on()) {
     ContextOptions co;
     ep.configure(co);
-    o.make_experts = co.make_experts;
+    o.experts = co.experts;
   }
   auto tok = Tokenizer::from_gguf(model->file());
   const auto docs = read_eval_documents(a.data);

@@ -19,6 +19,7 @@
 #include "lynx/error.h"
 #include "model/expert_tier.h"
 #include "model/memory_budget.h"
+#include "model/weights.h"
 #include "routing/policies.h"
 #include "util/file.h"
 

@@ -171,7 +171,7 @@ std::unique_ptr<Model> ExpertParallel::load_model(const std::string& path, bool 
 int ExpertParallel::configure(ContextOptions& co) {
   if (!on()) return -1;
   impl_->made.push_back(std::make_unique<dist::MpiExpertExecutor*>(nullptr));
-  co.make_experts = impl_->session->executor_factory(impl_->made.back().get());
+  co.experts = impl_->session->experts(impl_->made.back().get());
   return int(impl_->made.size()) - 1;
 }
 

@@ -11,6 +11,7 @@
 
 #include "lynx/gguf.h"
 #include "lynx/model.h"
+#include "model/weights.h"
 #include "model/arch/tensor_names.h"
 
 namespace lynx::arch {
