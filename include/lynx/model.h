@@ -1,6 +1,7 @@
 // A loaded GGUF model: its configuration (architecture differences resolved to data at load
 // time) and zero-copy views of its weights in the memory-mapped file.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,9 @@ enum class FfnKind : uint8_t {
   kDense,      // SwiGLU FFN
   kMoe,        // router + routed experts
   kMoeShared,  // routed experts + a shared expert
+  // gemma4: a dense FFN and the routed experts side by side on the same residual, each with
+  // its own input and output norms, their sum normed once more (the sandwich norms).
+  kMoeDense,
 };
 struct LayerKind {
   AttnKind attn = AttnKind::kGqa;
@@ -34,11 +38,34 @@ struct LayerKind {
   // Sliding-window attention (gpt-oss's even layers): a token at position p attends to the
   // keys at positions p - window + 1 .. p (llama.cpp's LLAMA_SWA_TYPE_STANDARD); 0 = all.
   int window = 0;
+  // The second attention geometry (ModelConfig::alt; gemma4's full-attention layers): its head
+  // dimension, K/V head count, rope and K=V.
+  bool alt = false;
 };
 // The activation between the experts' gate/up and down products.
 enum class ExpertAct : uint8_t {
   kSwiglu,     // silu(gate) * up
   kSwigluOai,  // gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7): g sigmoid(1.702 g) (u + 1)
+  kGeglu,      // gemma: gelu(gate) * up, GELU's tanh form (gelu_pytorch_tanh, ggml_gelu)
+};
+// The dense FFN's (and shared expert's) activation.
+enum class DenseAct : uint8_t {
+  kSilu,      // SwiGLU
+  kGeluTanh,  // GeGLU (gemma)
+};
+
+// A second attention geometry for the layers with LayerKind::alt (gemma4: the full-attention
+// layers have 512-wide heads, 2 K/V heads whose values are their keys, and a rope of their own).
+// Pair i of the rope rotates by pos * base^(-2i/n_rot) / freq_factors[i] (llama.cpp's
+// rope_freqs: 1e30 leaves a pair unrotated, as Hugging Face's "proportional" rope does).
+struct AltAttention {
+  int head_dim = 0;
+  int n_head_kv = 0;
+  bool k_eq_v = false;  // no attn_v: the values are the K projection (before its norm / rope)
+  float rope_base = 10000.f;
+  int n_rot = 0;
+  std::vector<float> freq_factors;  // [n_rot / 2] or empty (all 1)
+  std::vector<uint8_t> layers;      // [n_layer] 1: layer il has this geometry (the family's)
 };
 
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
@@ -101,8 +128,21 @@ struct ModelConfig {
   int n_layer_nextn = 0;
   int n_swa = 0;                              // {arch}.attention.sliding_window (gpt-oss; 0 = none)
   ExpertAct expert_act = ExpertAct::kSwiglu;  // from the family's description
+  DenseAct dense_act = DenseAct::kSilu;       // from the family's description
   bool tied_output = false;                   // output projection shares token_embd
-  std::vector<LayerKind> layer_kinds;         // [n_layer], from the architecture description
+  // Gemma's conventions (all off elsewhere): the embeddings multiplied by embd_scale
+  // (sqrt(n_embd); 0: none); the attention scale kq_scale (0: 1/sqrt(head_dim); gemma4: 1,
+  // the q/k norms carry it); the values RMS-normed per head without weights (v_norm); the
+  // logits soft-capped as cap tanh(logit / cap) (final_softcap; 0: none); and the layers'
+  // sandwich norms: the attention's and the FFN's outputs normed (post_attention_norm,
+  // post_ffw_norm) before the residual adds them.
+  float embd_scale = 0.f;
+  float kq_scale = 0.f;
+  bool v_norm = false;
+  float final_softcap = 0.f;
+  bool sandwich_norms = false;
+  AltAttention alt;                    // LayerKind::alt layers' geometry
+  std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
@@ -114,6 +154,17 @@ struct ModelConfig {
   int cache_k_dim() const { return mla() ? kv_lora_rank + qk_rope_dim : kv_dim(); }
   int cache_v_dim() const { return mla() ? 0 : kv_dim(); }
   bool layer_routed(int il) const { return layer_kinds[size_t(il)].ffn != FfnKind::kDense; }
+  // Layer il's attention geometry (the alt one for LayerKind::alt layers).
+  bool layer_alt(int il) const { return layer_kinds[size_t(il)].alt; }
+  int layer_head_dim(int il) const { return layer_alt(il) ? alt.head_dim : head_dim; }
+  int layer_n_head_kv(int il) const { return layer_alt(il) ? alt.n_head_kv : n_head_kv; }
+  int layer_q_dim(int il) const { return n_head * layer_head_dim(il); }
+  int layer_kv_dim(int il) const { return layer_n_head_kv(il) * layer_head_dim(il); }
+  int cache_k_dim(int il) const { return mla() ? cache_k_dim() : layer_kv_dim(il); }
+  int cache_v_dim(int il) const { return mla() ? 0 : layer_kv_dim(il); }
+  // The widest q and K/V rows of any layer (scratch sizes).
+  int max_q_dim() const { return std::max(q_dim(), alt.head_dim > 0 ? n_head * alt.head_dim : 0); }
+  int max_kv_dim() const { return std::max(kv_dim(), alt.n_head_kv * alt.head_dim); }
 };
 
 // The weight views (Weight, LayerWeights, ModelWeights) are the engine's internals

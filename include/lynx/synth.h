@@ -46,16 +46,23 @@ struct SynthShape {
   // others dense, n_ff wide); tied_output: no output.weight (the output shares token_embd).
   int moe_layer_step = 1;
   bool tied_output = false;
+  // gemma4: the full-attention layers' geometry (head_dim_alt-wide heads, n_head_kv_alt K/V
+  // heads, their values the keys with k_eq_v_alt, rope at rope_base_alt on the first
+  // rope_frac_alt of the pairs: Hugging Face's "proportional" rope), every alt_period-th layer
+  // and the last full (the others sliding_window), and the logits' soft cap (0: none).
+  int head_dim_alt = 0, n_head_kv_alt = 0, alt_period = 0;
+  float rope_base_alt = 0.f, rope_frac_alt = 1.f, final_softcap = 0.f;
+  bool k_eq_v_alt = false;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
 // layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, ernie4_5-moe (ERNIE-4.5-21B-A3B), dots1,
 // qwen3-vl-30b, mistral-small-4, glm-5 (5 of its 78 layers), ling-mini-2.0 (bailingmoe2),
-// hunyuan-a13b, and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
+// hunyuan-a13b, gemma4-26b-a4b, and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
 // tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm, tiny-gpt-oss,
 // tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1, tiny-qwen3vlmoe, tiny-bailingmoe2,
-// tiny-hunyuan-moe). Throws lynx::Error for an unknown name.
+// tiny-hunyuan-moe, tiny-gemma4). Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -239,7 +239,6 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
 void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
   constexpr int32_t kRollback = 64;
   const ModelConfig& c = model.config();
-  const int kd = c.cache_k_dim(), vd = c.cache_v_dim();
   const int32_t cap =
       need <= s.cap ? s.cap
                     : std::max<int32_t>(need, std::min<int32_t>(kv.n_ctx, std::max(64, s.cap * 2)));
@@ -249,6 +248,7 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
                      : 0;
   for (size_t il = 0; il < s.layers.size(); ++il) {
     SequenceLayer& l = s.layers[il];
+    const int kd = c.cache_k_dim(int(il)), vd = c.cache_v_dim(int(il));
     if (c.layer_kinds[il].window == 0) {
       if (cap > s.cap) {
         l.k.resize(size_t(cap) * kd);
@@ -336,7 +336,6 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
   Sequence& d = impl_->kv.seqs[size_t(dst)];
   if (len == 0) return dst;
   const ModelConfig& c = impl_->model.config();
-  const size_t kd = size_t(c.cache_k_dim()), vd = size_t(c.cache_v_dim());
   // Full-attention layers: rows [0, len), at the capacity the source would grow to. Window
   // layers: the whole ring (same ring size, so every held position keeps its row); positions
   // at len and beyond are never read (len is the sequence's length).
@@ -344,6 +343,7 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
   for (size_t il = 0; il < d.layers.size(); ++il) {
     const SequenceLayer& from = s.layers[il];
     SequenceLayer& to = d.layers[il];
+    const size_t kd = size_t(c.cache_k_dim(int(il))), vd = size_t(c.cache_v_dim(int(il)));
     if (c.layer_kinds[il].window == 0) {
       to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
       to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));

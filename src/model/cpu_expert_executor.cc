@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/matmul_id.h"
+#include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
 
 namespace lynx {
@@ -41,6 +42,8 @@ void add_expert_bias(const kernels::ExpertPlan& plan, std::span<const int32_t> e
 void activate(ExpertAct act, const float* gate, const float* up, float* out, int64_t n) {
   if (act == ExpertAct::kSwigluOai) {
     swiglu_oai(gate, up, out, n);
+  } else if (act == ExpertAct::kGeglu) {
+    geglu(gate, up, out, n);
   } else {
     kernels::swiglu(gate, up, out, n);
   }

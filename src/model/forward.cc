@@ -14,6 +14,7 @@
 #include "kernels/matmul_bf16.h"
 #include "model/finite.h"
 #include "model/forward.h"
+#include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
 #include "model/weights.h"
 
@@ -72,16 +73,17 @@ void rope(float* v, int hd, const float* cs, RopeType type) {
   }
 }
 
-// (cos, sin) of theta_i = pos * base^(-2i/hd) for every token of the step, computed once
-// and shared by all layers and heads. With YaRN (ModelConfig::yarn) pair i's frequency blends
-// the interpolated base^(-2i/hd) / factor with the original by ramp(i) * ext_factor, and cos
-// and sin are scaled by yarn.mscale.
-void rope_table(const ModelConfig& c, std::span<const BatchToken> batch, std::vector<float>& cs) {
-  const int rd = c.rope_dim(), half = rd / 2;
-  const RopeYarn& y = c.yarn;
+// (cos, sin) of theta_i = pos * base^(-2i/rd) / ff[i] for every token of the step, computed
+// once and shared by all layers and heads (ff: llama.cpp's rope_freqs, 1 when empty). With
+// YaRN (ModelConfig::yarn) pair i's frequency blends the interpolated base^(-2i/rd) / factor
+// with the original by ramp(i) * ext_factor, and cos and sin are scaled by yarn.mscale.
+void rope_table(float base, int rd, std::span<const float> ff, const RopeYarn& y,
+                std::span<const BatchToken> batch, std::vector<float>& cs) {
+  const int half = rd / 2;
   std::vector<double> freq(size_t(half), 0.0);
   for (int i = 0; i < half; ++i) {
-    const double extrap = std::pow(double(c.rope_base), -2.0 * i / rd);
+    double extrap = std::pow(double(base), -2.0 * i / rd);
+    if (!ff.empty()) extrap /= double(ff[size_t(i)]);
     freq[size_t(i)] = extrap;
     if (y.on) {
       const double t = (double(i) - y.low) / std::max(0.001, double(y.high) - y.low);
@@ -136,11 +138,16 @@ void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers
 
 // Self-attention block of layer il: B.x += Wo · attn(norm(B.x)); the batch's K/V go into
 // the cache at their positions.
+// The layer's geometry is its own (ModelConfig::layer_head_dim: gemma4's full layers are
+// wider, with fewer K/V heads, a rope of their own and, without attn_v, values that are the
+// K projection).
 void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size());
-  const int E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), hd = c.head_dim;
+  const int hd = c.layer_head_dim(il), n_kv = c.layer_n_head_kv(il);
+  const int E = c.n_embd, Q = c.n_head * hd, KV = n_kv * hd;
   const int window = c.layer_kinds[size_t(il)].window;
+  const bool alt = c.layer_alt(il);
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
@@ -148,7 +155,11 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   project(cp, L.wq, xn, B.q.data(), obs);
   project(cp, L.wk, xn, B.k.data(), obs);
-  project(cp, L.wv, xn, B.v.data(), obs);
+  if (L.wv.present()) {
+    project(cp, L.wv, xn, B.v.data(), obs);
+  } else {  // K = V (gemma4's full layers): the values are the raw K projection
+    std::memcpy(B.v.data(), B.k.data(), sizeof(float) * size_t(T) * KV);
+  }
   add_bias(L.bq, B.q.data(), T, Q);
   add_bias(L.bk, B.k.data(), T, KV);
   add_bias(L.bv, B.v.data(), T, KV);
@@ -162,19 +173,24 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     } else if (c.qk_norm == QKNorm::kPerHead) {
       for (int h = 0; h < c.n_head; ++h)
         kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
-      for (int h = 0; h < c.n_head_kv; ++h)
+      for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
+    }
+    if (c.v_norm) {  // gemma4: each value head RMS-normed, without weights
+      float* v = &B.v[size_t(t) * KV];
+      for (int h = 0; h < n_kv; ++h)
+        kernels::rmsnorm(v + h * hd, nullptr, v + h * hd, hd, c.rms_eps);
     }
     const int pos = batch[size_t(t)].pos;
     // The first rd dims of each head rotate (rd < hd: partial rotary), the rest pass through.
-    const int rd = c.rope_dim();
-    const float* cs = &B.rope_cs[size_t(t) * rd];  // rd/2 (cos, sin) pairs
+    const int rd = alt ? c.alt.n_rot : c.rope_dim();
+    const float* cs = &(alt ? B.rope_cs_alt : B.rope_cs)[size_t(t) * rd];  // rd/2 (cos, sin)
     for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, rd, cs, c.rope);
-    for (int h = 0; h < c.n_head_kv; ++h) rope(k + h * hd, rd, cs, c.rope);
+    for (int h = 0; h < n_kv; ++h) rope(k + h * hd, rd, cs, c.rope);
     if (c.qk_norm == QKNorm::kPerHeadAfterRope) {
       for (int h = 0; h < c.n_head; ++h)
         kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
-      for (int h = 0; h < c.n_head_kv; ++h)
+      for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
     // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
@@ -185,18 +201,18 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     std::memcpy(&sl.v[row * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
   }
 
-  const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
-  const int group = c.n_head / c.n_head_kv;
+  const float scale = c.kq_scale > 0 ? c.kq_scale : c.yarn.kq_mul / std::sqrt(float(hd));
+  const int group = c.n_head / n_kv;
   // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
   // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
   // per-head dot/axpy loop, which reads each K/V row once per head but needs no transpose.
   group_by_sequence(batch, group, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
-  cp.pool.parallel_for(n_tiles * c.n_head_kv, [&](int64_t b, int64_t e, int tid) {
+  cp.pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
     for (int64_t job = b; job < e; ++job) {
-      const AttnTile& tile = B.attn_tiles[size_t(job / c.n_head_kv)];
-      const int kvh = int(job % c.n_head_kv);
+      const AttnTile& tile = B.attn_tiles[size_t(job / n_kv)];
+      const int kvh = int(job % n_kv);
       const int32_t seq_id = batch[size_t(B.attn_tok[size_t(tile.begin)])].seq;
       const SequenceLayer& sl = kv.layer(seq_id, il);
       const Sequence& seq = kv.sequence(seq_id);
@@ -250,6 +266,12 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
   add_bias(L.bo, B.tmp.data(), T, E);
+  if (L.post_attn_norm) {  // gemma's sandwich norm on the block's output
+    for (int t = 0; t < T; ++t) {
+      float* r = &B.tmp[size_t(t) * E];
+      kernels::rmsnorm(r, L.post_attn_norm, r, E, c.rms_eps);
+    }
+  }
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
@@ -361,16 +383,22 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
-// Dense SwiGLU FFN over all T rows of `in`: out = down(silu(gate in) * up in).
+// Dense FFN over all T rows of `in`: out = down(act(gate in) * up in), act SiLU (SwiGLU) or
+// GELU (GeGLU, gemma).
 void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const Weight& down,
-               MatIn& in, float* out, StepBuffers& B, StepObserver& obs) {
+               MatIn& in, float* out, StepBuffers& B, StepObserver& obs,
+               DenseAct act = DenseAct::kSilu) {
   const int T = in.n_tok;
   const int64_t F = gate.rows;
   ensure(B.sh_gate, size_t(T) * F);
   ensure(B.sh_up, size_t(T) * F);
   project(cp, gate, in, B.sh_gate.data(), obs);
   project(cp, up, in, B.sh_up.data(), obs);
-  kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
+  if (act == DenseAct::kGeluTanh) {
+    geglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
+  } else {
+    kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
+  }
   MatIn hidden{B.sh_gate.data(), T, F, &B.xq_mid};
   project(cp, down, hidden, out, obs);
 }
@@ -403,19 +431,71 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
   obs.routed(in, out);
 }
 
+// RMS-norms each of the T rows of y (E wide) in place with weights w.
+void norm_rows(float* y, const float* w, int T, int E, float eps) {
+  for (int t = 0; t < T; ++t) kernels::rmsnorm(&y[size_t(t) * E], w, &y[size_t(t) * E], E, eps);
+}
+
+// gemma4's FFN block of layer il: the dense GeGLU MLP and the routed experts side by side on
+// the same x, B.x += post_ffw_norm(post_ffw_norm_1(MLP(ffn_norm(x))) +
+// post_ffw_norm_2(experts(pre_ffw_norm_2(x)))), the router reading RMSNorm(x) (no weight)
+// times router_scale / sqrt(E) and each chosen weight (after the policy) times its expert's
+// down_exps_scale.
+void moe_dense_ffn(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+                   std::span<const BatchToken> batch, const Router& router, ExpertExecutor& experts,
+                   StepBuffers& B, StepObserver& obs) {
+  const int T = int(batch.size()), E = c.n_embd, K = c.n_expert_used;
+  for (int t = 0; t < T; ++t) {
+    kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
+  }
+  MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.ffn_out.data(), B, obs, c.dense_act);
+  norm_rows(B.ffn_out.data(), L.post_ffw_norm_1, T, E, c.rms_eps);
+
+  const float root = 1.f / std::sqrt(float(E));
+  for (int t = 0; t < T; ++t) {
+    float* r = &B.xn[size_t(t) * E];
+    kernels::rmsnorm(&B.x[size_t(t) * E], nullptr, r, E, c.rms_eps);
+    if (L.router_scale) {
+      for (int i = 0; i < E; ++i) r[i] = r[i] * L.router_scale[i] * root;
+    }
+  }
+  MatIn xr{B.xn.data(), T, E, &B.xq_in};
+  route(cp, c, L, il, batch, router, xr, B, obs, experts.resident(il));
+  if (L.down_exps_scale) {
+    for (size_t i = 0; i < size_t(T) * K; ++i) B.weights[i] *= L.down_exps_scale[B.ids[i]];
+  }
+  for (int t = 0; t < T; ++t) {
+    kernels::rmsnorm(&B.x[size_t(t) * E], L.pre_ffw_norm_2, &B.xn[size_t(t) * E], E, c.rms_eps);
+  }
+  MatIn xe{B.xn.data(), T, E, &B.xq_in};
+  obs.experts_begin();
+  B.plan.build(B.ids.data(), B.weights.data(), T, K, c.n_expert);
+  experts.run(B.plan, xe, il, L, B.tmp.data());
+  obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
+  norm_rows(B.tmp.data(), L.post_ffw_norm_2, T, E, c.rms_eps);
+  for (size_t i = 0; i < size_t(T) * E; ++i) B.tmp[i] += B.ffn_out[i];
+  norm_rows(B.tmp.data(), L.post_ffw_norm, T, E, c.rms_eps);
+  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+}
+
 // Feed-forward block of layer il: B.x += FFN(norm(B.x)), MoE (router, policy, routed
 // experts through the executor, shared expert) or dense.
 void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                   std::span<const BatchToken> batch, const Router& router, ExpertExecutor& experts,
                   StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size()), E = c.n_embd;
+  if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense) {
+    moe_dense_ffn(cp, c, L, il, batch, router, experts, B, obs);
+    return;
+  }
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (!c.layer_routed(il)) {
-    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs);
+    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs, c.dense_act);
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
   }
@@ -445,10 +525,11 @@ void size_buffers(const ModelConfig& c, int T, int n_threads, StepBuffers& B) {
   ensure(B.x, t * E);
   ensure(B.xn, t * E);
   ensure(B.tmp, t * E);
-  ensure(B.q, t * c.q_dim());
-  ensure(B.attn, t * c.q_dim());
-  ensure(B.k, t * c.kv_dim());
-  ensure(B.v, t * c.kv_dim());
+  ensure(B.q, t * c.max_q_dim());
+  ensure(B.attn, t * c.max_q_dim());
+  ensure(B.k, t * c.max_kv_dim());
+  ensure(B.v, t * c.max_kv_dim());
+  ensure(B.ffn_out, t * E);
   ensure(B.flags, t);
   ensure(B.scores, size_t(n_threads));
   if (c.is_moe()) {
@@ -479,6 +560,7 @@ void output_logits(const Compute& cp, const Model& model, std::span<const BatchT
   ensure(out.values, size_t(out.n) * c.n_vocab);
   MatIn out_in{B.out_in.data(), out.n, E, &B.xq_in};
   project(cp, model.output(), out_in, out.values.data(), obs);
+  if (c.final_softcap > 0) softcap(out.values.data(), int64_t(out.n) * c.n_vocab, c.final_softcap);
   check_finite_rows(
       out.values.data(), out.n, size_t(c.n_vocab), batch,
       [&](int r) { return B.out_rows[size_t(r)]; }, "output logits");
@@ -494,13 +576,19 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
   op.observer.begin_step(batch);
   for (int t = 0; t < T; ++t) B.flags[size_t(t)] = batch[size_t(t)].flags;
 
-  rope_table(c, batch, B.rope_cs);
+  rope_table(c.rope_base, c.rope_dim(), {}, c.yarn, batch, B.rope_cs);
+  if (c.alt.n_rot > 0) {
+    rope_table(c.alt.rope_base, c.alt.n_rot, c.alt.freq_factors, RopeYarn{}, batch, B.rope_cs_alt);
+  }
   // Embedding rows (only the rows of the batch's tokens are read; token_embd is never
   // repacked, so its rows are where the file has them).
   const Weight& emb = op.model.token_embd();
   for (int t = 0; t < T; ++t) {
     kernels::dequantize_row(emb.type, emb.data + size_t(batch[size_t(t)].token) * emb.row_bytes,
                             &B.x[size_t(t) * E], E);
+    if (c.embd_scale > 0) {  // gemma: embeddings times sqrt(n_embd)
+      for (int i = 0; i < E; ++i) B.x[size_t(t) * E + i] *= c.embd_scale;
+    }
     op.observer.weights_read(emb.row_bytes);
   }
 
@@ -512,6 +600,9 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
       attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
     }
     feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer);
+    if (L.out_scale) {  // gemma4's layer_scalar: the whole hidden state scaled
+      for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] *= L.out_scale[0];
+    }
     // T x E values just written, still in cache: names the first layer that went bad.
     check_finite_rows(
         B.x.data(), T, size_t(E), batch, [](int r) { return r; }, "hidden states after layer", il);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,7 +136,15 @@ ModelConfig read_config(const gguf::File& f) {
   }
   c.n_embd = positive_int(f, a + "embedding_length");
   c.n_head = positive_int(f, a + "attention.head_count");
-  c.n_head_kv = int_in(f, a + "attention.head_count_kv", c.n_head, 1, kMaxDim);
+  // A per-layer array (gemma4's sliding and full layers differ): its first entry here; the
+  // family reads and checks the whole array (its read_metadata).
+  const gguf::Value* hkv = f.find(a + "attention.head_count_kv");
+  if (hkv && hkv->type == gguf::ValueType::ARRAY && !hkv->as_array().empty()) {
+    const int64_t v0 = hkv->as_array().front().as_int(a + "attention.head_count_kv");
+    c.n_head_kv = int(std::clamp<int64_t>(v0, 0, kMaxDim));
+  } else {
+    c.n_head_kv = int_in(f, a + "attention.head_count_kv", c.n_head, 1, kMaxDim);
+  }
   c.n_ctx_train = int_in(f, a + "context_length", 4096, 1, kMaxDim);
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
     throw Error("attention.head_count_kv = " + std::to_string(c.n_head_kv) +
@@ -160,6 +169,7 @@ ModelConfig read_config(const gguf::File& f) {
   c.qk_norm = tr.qk_norm;
   c.qkv_bias = tr.qkv_bias;
   c.expert_act = tr.expert_act;
+  c.dense_act = DenseAct::kSilu;
   c.n_expert = int_in(f, a + "expert_count", 0, 0, 4096);
   c.n_expert_used = int_in(f, a + "expert_used_count", 0, 0, 4096);
   if (tr.moe && c.n_expert == 0) throw Error(c.arch + " model without " + a + "expert_count");
@@ -288,6 +298,45 @@ void split_qkv(const ModelConfig& c, LayerWeights& l) {
   l.qkv_fused = true;
 }
 
+// Fused experts (ffn_gate_up_exps: per expert F gate rows, then F up rows): copied apart into
+// gate_exps / up_exps owned by the model (the kernels, the repacking and the expert plan read
+// one matrix per expert); a routed layer with neither layout names both.
+void split_gate_up(const Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& l,
+                   bool routed) {
+  if (!l.gate_up_exps.present()) {
+    if (routed && !l.gate_exps.present()) {
+      throw Error("missing tensor '" + p + "ffn_gate_exps.weight' (or '" + p +
+                  "ffn_gate_up_exps.weight')");
+    }
+    return;
+  }
+  if (l.gate_exps.present() || l.up_exps.present()) {
+    throw Error("tensor '" + p +
+                "ffn_gate_up_exps.weight' comes with ffn_gate_exps / "
+                "ffn_up_exps: one layout or the other");
+  }
+  const Weight& f = l.gate_up_exps;
+  const int64_t F = c.n_ff_exp;
+  const size_t half = f.row_bytes * size_t(F);
+  Weight parts[2];
+  for (int part = 0; part < 2; ++part) {
+    const size_t bytes = half * size_t(f.n_mat);
+    auto* dst = reinterpret_cast<uint8_t*>(b.own((bytes + sizeof(float) - 1) / sizeof(float)));
+    for (int64_t e = 0; e < f.n_mat; ++e) {
+      std::memcpy(dst + size_t(e) * half, f.mat(e) + size_t(part) * half, half);
+    }
+    Weight& w = parts[part];
+    w = f;
+    w.data = dst;
+    w.rows = F;
+    w.mat_bytes = half;
+  }
+  l.gate_exps = parts[0];
+  l.up_exps = parts[1];
+  l.gate_up_exps = {};
+  l.gate_up_fused = true;
+}
+
 // Stage 2, per layer: the tensors of the layer's block kinds, by the family's tables.
 LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
   LayerWeights l;
@@ -310,6 +359,7 @@ LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c
     const bool bound = bind_group(b, c, g, p, l);
     if (bound && g.optional && g.infer == arch::Dim::kFfShexp) kind.ffn = FfnKind::kMoeShared;
   }
+  split_gate_up(b, c, p, l, kind.ffn != FfnKind::kDense);
   if (l.exp_probs_b) c.gating.select_bias = true;
   return l;
 }

@@ -34,6 +34,15 @@ bool Model::routed_expert(const Weight& w) const {
 bool Model::plan_expert_tier(const LoadOptions& opts) {
   const ModelConfig& c = cfg_;
   if (!c.is_moe() || opts.expert_cache == 0) return false;
+  // Experts copied apart from a fused gate/up tensor live in memory, not at file offsets.
+  for (const LayerWeights& l : layers_) {
+    if (!l.gate_up_fused) continue;
+    if (opts.expert_cache > 0) {
+      throw Error("the expert tier does not take fused ffn_gate_up_exps experts yet");
+    }
+    tier_summary_ = "experts loaded: gate and up fused in the file, copied apart at load";
+    return false;
+  }
   if (opts.keep_expert) {
     if (opts.expert_cache > 0) {
       throw Error("the expert tier cannot be combined with expert parallelism yet");

@@ -629,6 +629,64 @@ const SynthShape kShapes[] = {
      .n_expert_shared = 1,
      .norm_topk = true,
      .tied_output = true},
+    // Gemma 4 26B-A4B (config.json of google/gemma-4-26B-A4B-it, text_config): 30 layers, 5
+    // sliding (window 1024, 8 K/V heads of 256, rope base 1e4) to 1 full (2 K/V heads of 512
+    // whose values are their keys, rope base 1e6 on a quarter of the pairs); every layer a
+    // GeGLU MLP of 2112 beside 128 experts of 704, 8 per token; vocabulary 262144, tied
+    // embeddings, logits capped at 30. context_length 4096 (the real 262144 would size a
+    // server's KV cache).
+    {.name = "gemma4-26b-a4b",
+     .arch = "gemma4",
+     .n_layer = 30,
+     .n_embd = 2816,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .head_dim = 256,
+     .n_vocab = 262144,
+     .n_ctx = 4096,
+     .n_ff = 2112,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 704,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .norm_topk = true,
+     .sliding_window = 1024,
+     .tied_output = true,
+     .head_dim_alt = 512,
+     .n_head_kv_alt = 2,
+     .alt_period = 6,
+     .rope_base_alt = 1e6f,
+     .rope_frac_alt = 0.25f,
+     .final_softcap = 30.f,
+     .k_eq_v_alt = true},
+    // A small gemma4 for tests: sliding (window 4) and full layers alternate, the full ones with
+    // 32-wide heads (16 sliding), 1 K/V head (2), 4 of 16 rope pairs rotating; logits capped.
+    {.name = "tiny-gemma4",
+     .arch = "gemma4",
+     .n_layer = 4,
+     .n_embd = 64,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 16,
+     .n_vocab = 512,
+     .n_ctx = 2048,
+     .n_ff = 64,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 32,
+     .rope_base = 10000.f,
+     .rms_eps = 1e-6f,
+     .norm_topk = true,
+     .sliding_window = 4,
+     .tied_output = true,
+     .head_dim_alt = 32,
+     .n_head_kv_alt = 1,
+     .alt_period = 2,
+     .rope_base_alt = 1e6f,
+     .rope_frac_alt = 0.25f,
+     .final_softcap = 10.f,
+     .k_eq_v_alt = true},
 };
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
@@ -765,6 +823,26 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
   c.gating.weights_scale = s.weights_scale;
   c.gating.n_group = s.n_group;
   c.gating.n_group_used = s.n_group_used;
+  if (s.head_dim_alt > 0) {
+    AltAttention& a = c.alt;
+    a.head_dim = s.head_dim_alt;
+    a.n_head_kv = s.n_head_kv_alt;
+    a.k_eq_v = s.k_eq_v_alt;
+    a.rope_base = s.rope_base_alt;
+    a.n_rot = s.head_dim_alt;
+    // Hugging Face's proportional rope: int(frac * head_dim // 2) pairs rotate at
+    // base^(-2i/head_dim), the others not (llama.cpp's rope_freqs: 1, then 1e30).
+    const int rotated = int(s.rope_frac_alt * float(s.head_dim_alt) / 2.f);
+    a.freq_factors.assign(size_t(s.head_dim_alt / 2), 1e30f);
+    std::fill_n(a.freq_factors.begin(), std::min(rotated, s.head_dim_alt / 2), 1.f);
+    // Every alt_period-th layer full, and the last one (Gemma4TextConfig forces it).
+    a.layers.assign(size_t(s.n_layer), 0);
+    for (int il = 0; il < s.n_layer; ++il) {
+      a.layers[size_t(il)] =
+          il == s.n_layer - 1 || (s.alt_period > 0 && il % s.alt_period == s.alt_period - 1);
+    }
+  }
+  c.final_softcap = s.final_softcap;
   c.layer_kinds.resize(size_t(s.n_layer));
   for (int il = 0; il < s.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(desc, c, il);
   return c;

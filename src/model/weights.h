@@ -62,6 +62,22 @@ struct LayerWeights {
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
+  // gemma4's sandwich norms: the attention output's (post_attention_norm) and the FFN
+  // output's (post_ffw_norm); beside the experts, the dense FFN's output norm
+  // (post_ffw_norm_1) and the experts' input and output norms (pre_ffw_norm_2,
+  // post_ffw_norm_2); nullptr: none.
+  const float* post_attn_norm = nullptr;
+  const float* post_ffw_norm = nullptr;
+  const float* post_ffw_norm_1 = nullptr;
+  const float* pre_ffw_norm_2 = nullptr;
+  const float* post_ffw_norm_2 = nullptr;
+  // gemma4's router input: RMSNorm(x) (no weight) times router_scale [n_embd] / sqrt(n_embd)
+  // (ffn_gate_inp.scale; nullptr: the FFN's normed input); the experts' outputs scaled per
+  // expert by down_exps_scale [n_expert] (ffn_down_exps.scale, the router's per_expert_scale);
+  // the layer's output multiplied by out_scale[0] (layer_output_scale, HF's layer_scalar).
+  const float* router_scale = nullptr;
+  const float* down_exps_scale = nullptr;
+  const float* out_scale = nullptr;
   // Dense FFN.
   Weight ffn_gate, ffn_up, ffn_down;
   // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
@@ -70,6 +86,13 @@ struct LayerWeights {
   // experts, never to weigh them (GatingConfig::select_bias).
   const float* exp_probs_b = nullptr;
   Weight gate_exps, up_exps, down_exps;
+  // Experts with gate and up fused in one tensor (ffn_gate_up_exps, [n_embd x 2F x n_expert]:
+  // each expert's F gate rows, then its F up rows; llama.cpp's gemma4 converter): bound here,
+  // then copied apart at load into gate_exps / up_exps owned by the model, and cleared;
+  // gate_up_fused remembers it (the expert tier reads experts from the file, so it is not
+  // offered for such files yet).
+  Weight gate_up_exps;
+  bool gate_up_fused = false;
   // gpt-oss: the router's bias [n_expert] (added to the logits), the experts' biases
   // [n_expert x F] (gate, up) and [n_expert x n_embd] (down), and the activation between
   // (ModelConfig::expert_act, copied here so the expert executors see it with the weights).

@@ -15,6 +15,7 @@
 
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -435,6 +436,32 @@ def test_minimax_m2_rope_and_goldens():
     toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
     for name in ("tiny-minimax-m2-f32", "tiny-minimax-m2-q8_0"):
         got = MM.forward(MM.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
+def test_gemma4_rope_and_goldens():
+    import gemma4_ref as G4
+    rng = np.random.default_rng(14)
+    v = rng.standard_normal(32)
+    # A whole-head rope (the sliding layers) is ggml's NEOX rope (reference.py).
+    inv = np.array([1e4 ** (-2.0 * i / 32) for i in range(16)])
+    assert np.allclose(G4.rope(v, 7, inv), R.rope(v, 7, R.ROPE_NEOX, 1e4))
+    # The proportional rope (the full layers): 4 of 16 pairs (i, i + 16) turn at
+    # base^(-2i/32), the others stay, as llama.cpp's rope_freqs of 1e30 leaves them.
+    inv = np.array([1e6 ** (-2.0 * i / 32) if i < 4 else 0.0 for i in range(16)])
+    out = G4.rope(v, 9, inv)
+    for i in range(16):
+        c, s_ = math.cos(9 * inv[i]), math.sin(9 * inv[i])
+        assert np.isclose(out[i], v[i] * c - v[i + 16] * s_)
+        assert np.isclose(out[i + 16], v[i] * s_ + v[i + 16] * c)
+    assert np.array_equal(out[4:16], v[4:16]) and np.array_equal(out[20:], v[20:])
+    assert abs(G4.gelu_tanh(1.0) - 0.8411920) < 1e-6
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "gemma4")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-gemma4-f32", "tiny-gemma4-q8_0"):
+        got = G4.forward(G4.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
         want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
         assert np.array_equal(got.reshape(-1), want), name
 

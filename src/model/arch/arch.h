@@ -40,6 +40,11 @@ enum class Dim : uint8_t {
   kQkNorm,      // 1 when the config has q/k norms, else 0 (families where they are optional)
   kEmbd2,       // 2 * n_embd (NextN: eh_proj takes the embedding and the hidden state)
   kVocab,       // n_vocab
+  kQAlt,        // n_head * alt.head_dim (ModelConfig::alt: gemma4's full-attention layers)
+  kKVAlt,       // alt.n_head_kv * alt.head_dim
+  kHeadDimAlt,  // alt.head_dim
+  kAltV,        // 1 when the alt layers have their own attn_v (not alt.k_eq_v), else 0
+  kFfExp2,      // 2 * n_ff_exp (a fused ffn_gate_up_exps' rows)
 };
 int64_t dim(const ModelConfig& c, Dim d);
 
@@ -86,6 +91,7 @@ bool group_applies(const ModelConfig& c, const TensorGroup& g);
 struct BlockTables {
   std::span<const TensorGroup> attn_gqa = {};
   std::span<const TensorGroup> attn_mla = {};
+  std::span<const TensorGroup> attn_alt = {};  // LayerKind::alt layers (gemma4's full ones)
   std::span<const TensorGroup> ffn_dense = {};
   std::span<const TensorGroup> ffn_moe = {};  // routed experts, and the shared expert's group
 };

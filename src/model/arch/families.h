@@ -21,5 +21,6 @@ extern const ArchDesc kErnie45Moe;   // ernie4_5_moe.cc: ERNIE-4.5-21B-A3B / 300
 extern const ArchDesc kDots1;        // dots1.cc: dots.llm1 (rednote-hilab)
 extern const ArchDesc kBailingMoe2;  // bailingmoe2.cc: Ling / Ring 2.0 (inclusionAI)
 extern const ArchDesc kHunyuanMoe;   // hunyuan_moe.cc: Hunyuan-A13B (Tencent)
+extern const ArchDesc kGemma4;       // gemma4.cc: Gemma 4 26B-A4B (Google)
 
 }  // namespace lynx::arch

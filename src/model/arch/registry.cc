@@ -12,7 +12,7 @@ namespace {
 constexpr const ArchDesc* kAll[] = {
     &kLlama,      &kQwen2Moe, &kQwen3Moe, &kOlmoe,       &kQwen2,      &kQwen3,
     &kDeepseek2,  &kGlm4Moe,  &kGptOss,   &kMinimaxM2,   &kErnie45Moe, &kDots1,
-    &kQwen3VlMoe, &kMistral4, &kGlmDsa,   &kBailingMoe2, &kHunyuanMoe};
+    &kQwen3VlMoe, &kMistral4, &kGlmDsa,   &kBailingMoe2, &kHunyuanMoe, &kGemma4};
 
 }  // namespace
 
@@ -37,6 +37,7 @@ LayerKind layer_kind(const ArchDesc& a, const ModelConfig& c, int il) {
 }
 
 std::span<const TensorGroup> attn_groups(const ArchDesc& a, const LayerKind& k) {
+  if (k.alt) return a.blocks.attn_alt;
   return k.attn == AttnKind::kMla ? a.blocks.attn_mla : a.blocks.attn_gqa;
 }
 
@@ -162,6 +163,16 @@ int64_t dim(const ModelConfig& c, Dim d) {
       return 2 * int64_t(c.n_embd);
     case Dim::kVocab:
       return c.n_vocab;
+    case Dim::kQAlt:
+      return int64_t(c.n_head) * c.alt.head_dim;
+    case Dim::kKVAlt:
+      return int64_t(c.alt.n_head_kv) * c.alt.head_dim;
+    case Dim::kHeadDimAlt:
+      return c.alt.head_dim;
+    case Dim::kAltV:
+      return c.alt.k_eq_v ? 0 : 1;
+    case Dim::kFfExp2:
+      return 2 * int64_t(c.n_ff_exp);
   }
   return 0;
 }

@@ -10,6 +10,7 @@ namespace lynx::arch::tensor {
 inline constexpr char kTokenEmbd[] = "token_embd.weight";
 inline constexpr char kOutputNorm[] = "output_norm.weight";
 inline constexpr char kOutput[] = "output.weight";
+inline constexpr char kRopeFreqs[] = "rope_freqs.weight";
 
 // Attention.
 inline constexpr char kAttnNorm[] = "attn_norm.weight";
@@ -54,6 +55,15 @@ inline constexpr char kFfnUpShexp[] = "ffn_up_shexp.weight";
 inline constexpr char kFfnDownShexp[] = "ffn_down_shexp.weight";
 inline constexpr char kFfnGateInpShexp[] = "ffn_gate_inp_shexp.weight";
 inline constexpr char kLayerOutputNorm[] = "layer_output_norm.weight";
+// gemma4 (llama-arch.cpp LLM_ARCH_GEMMA4).
+inline constexpr char kPostFfwNorm[] = "post_ffw_norm.weight";
+inline constexpr char kPostFfwNorm1[] = "post_ffw_norm_1.weight";
+inline constexpr char kPreFfwNorm2[] = "pre_ffw_norm_2.weight";
+inline constexpr char kPostFfwNorm2[] = "post_ffw_norm_2.weight";
+inline constexpr char kFfnGateInpScale[] = "ffn_gate_inp.scale";
+inline constexpr char kFfnDownExpsScale[] = "ffn_down_exps.scale";
+inline constexpr char kFfnGateUpExps[] = "ffn_gate_up_exps.weight";
+inline constexpr char kLayerOutputScale[] = "layer_output_scale.weight";
 
 // A next-token-prediction (NextN) layer's own.
 inline constexpr char kNextnEhProj[] = "nextn.eh_proj.weight";

@@ -1,0 +1,494 @@
+// gemma4 (Gemma 4 26B-A4B) against the independent NumPy reference (tests/reference/
+// gemma4_ref.py, written from HF's modeling_gemma4.py; fixtures from make_gemma4_fixtures.py):
+// logits at every position by prefill, token by token and batched with another sequence, in
+// F32 and Q8_0, over a sliding layer and a full layer of another head width whose values are
+// its keys; the proportional rope, the sliding window and the soft cap really matter; every
+// routing policy on its router; bad files named; fused gate/up experts; GELU and the soft cap
+// by hand; the real-shape preset.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "../scratch.h"
+#include "logits_util.h"
+#include "lynx/context.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+#include "lynx/synth.h"
+#include "model/gemma_ops.h"
+
+namespace lynx {
+namespace {
+
+const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/gemma4/";
+const char* const kF32 = "tiny-gemma4-f32";
+const char* const kQ8 = "tiny-gemma4-q8_0";
+
+std::vector<int32_t> tokens() {
+  return testing_util::read_tokens(kDir + "tokens.txt");
+}
+
+std::vector<float> golden(const std::string& name, size_t n) {
+  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+}
+
+using testing_util::exact_ctx;
+using testing_util::rel_err;
+
+constexpr double kTol = 1e-5;
+
+// Every position's logits by prefill ([n x V]).
+std::vector<float> prefill_logits(const Model& m, const ContextOptions& o = exact_ctx()) {
+  const auto toks = tokens();
+  const int V = m.config().n_vocab, n = int(toks.size());
+  Context ctx(m, o);
+  const int32_t s = ctx.new_sequence();
+  std::vector<BatchToken> batch;
+  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
+  ctx.eval(batch);
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    const auto l = ctx.logits(i);
+    out.insert(out.end(), l.begin(), l.begin() + V);
+  }
+  return out;
+}
+
+TEST(Gemma4, ConfigFromTheFile) {
+  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.arch, "gemma4");
+  ASSERT_EQ(c.n_layer, 2);
+  EXPECT_EQ(c.n_embd, 64);
+  // Layer 0 sliding: 16-wide heads, 2 K/V heads, window 4, whole-head rope at 1e4.
+  EXPECT_FALSE(c.layer_alt(0));
+  EXPECT_EQ(c.layer_head_dim(0), 16);
+  EXPECT_EQ(c.layer_n_head_kv(0), 2);
+  EXPECT_EQ(c.layer_kinds[0].window, 4);
+  EXPECT_EQ(c.rope_dim(), 16);
+  EXPECT_EQ(c.rope_base, 10000.f);
+  // Layer 1 full (the last layer always is): 32-wide heads, 1 K/V head, values = keys, a
+  // quarter of the rope pairs rotating at 1e6.
+  EXPECT_TRUE(c.layer_alt(1));
+  EXPECT_EQ(c.layer_head_dim(1), 32);
+  EXPECT_EQ(c.layer_n_head_kv(1), 1);
+  EXPECT_EQ(c.layer_kinds[1].window, 0);
+  EXPECT_EQ(c.layer_q_dim(1), 128);
+  EXPECT_EQ(c.cache_k_dim(1), 32);
+  EXPECT_EQ(c.cache_k_dim(0), 32);
+  EXPECT_TRUE(c.alt.k_eq_v);
+  EXPECT_EQ(c.alt.n_rot, 32);
+  EXPECT_EQ(c.alt.rope_base, 1e6f);
+  ASSERT_EQ(c.alt.freq_factors.size(), 16u);
+  EXPECT_EQ(std::count(c.alt.freq_factors.begin(), c.alt.freq_factors.end(), 1.f), 4);
+  EXPECT_FALSE(m->layer(1).wv.present());
+  EXPECT_TRUE(m->layer(0).wv.present());
+  // Gemma's conventions.
+  EXPECT_FLOAT_EQ(c.embd_scale, 8.f);
+  EXPECT_EQ(c.kq_scale, 1.f);
+  EXPECT_TRUE(c.v_norm);
+  EXPECT_EQ(c.final_softcap, 10.f);
+  EXPECT_TRUE(c.tied_output);
+  EXPECT_EQ(c.rope, RopeType::kNeox);
+  EXPECT_EQ(c.qk_norm, QKNorm::kPerHead);
+  EXPECT_EQ(c.dense_act, DenseAct::kGeluTanh);
+  EXPECT_EQ(c.expert_act, ExpertAct::kGeglu);
+  for (int il = 0; il < 2; ++il) {
+    EXPECT_EQ(c.layer_kinds[size_t(il)].ffn, FfnKind::kMoeDense);
+    const LayerWeights& L = m->layer(il);
+    EXPECT_NE(L.post_attn_norm, nullptr);
+    EXPECT_NE(L.post_ffw_norm, nullptr);
+    EXPECT_NE(L.post_ffw_norm_1, nullptr);
+    EXPECT_NE(L.pre_ffw_norm_2, nullptr);
+    EXPECT_NE(L.post_ffw_norm_2, nullptr);
+    EXPECT_NE(L.router_scale, nullptr);
+    EXPECT_NE(L.down_exps_scale, nullptr);
+    EXPECT_NE(L.out_scale, nullptr);
+    EXPECT_TRUE(L.ffn_gate.present());
+  }
+  EXPECT_EQ(c.n_expert, 8);
+  EXPECT_EQ(c.n_expert_used, 4);
+  EXPECT_EQ(c.n_ff, 64);
+  EXPECT_EQ(c.n_ff_exp, 32);
+  EXPECT_EQ(c.gating.func, GatingFunc::kSoftmax);
+  EXPECT_TRUE(c.gating.norm_topk);
+}
+
+// Every position's logits, three ways: one prefill batch; one token per step; and token by
+// token interleaved in the same batches with a second sequence fed the tokens reversed. The
+// 12 positions run past the window of 4.
+TEST(Gemma4, GoldensAtEveryPositionPrefillDecodeAndBatched) {
+  for (const char* name : {kF32, kQ8}) {
+    auto m = Model::load(kDir + name + ".gguf");
+    const auto toks = tokens();
+    const int V = m->config().n_vocab, n = int(toks.size());
+    const auto want = golden(name, size_t(n) * V);
+    const auto pre = prefill_logits(*m);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_LT(rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V],
+                        size_t(V)),
+                kTol)
+          << name << " prefill position " << i;
+    }
+    Context a(*m, exact_ctx()), b(*m, exact_ctx());
+    const int32_t sa = a.new_sequence();
+    const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
+    for (int i = 0; i < n; ++i) {
+      std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
+      a.eval(one);
+      std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
+                                     {toks[size_t(i)], sb0, i, kTokenDecode, true}};
+      b.eval(two);
+      EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
+          << name << " decode position " << i;
+      const auto la = a.logits(0), lb = b.logits(1);
+      ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << name << " position " << i;
+    }
+  }
+}
+
+// The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
+// reference and picks the same arg-max at every position.
+TEST(Gemma4, IntegerPathNearTheGoldens) {
+  auto m = Model::load(kDir + kQ8 + std::string(".gguf"));
+  const auto toks = tokens();
+  const int V = m->config().n_vocab, n = int(toks.size());
+  const auto want = golden(kQ8, size_t(n) * V);
+  ContextOptions o = exact_ctx();
+  o.exact_activations = false;
+  const auto got = prefill_logits(*m, o);
+  for (int i = 0; i < n; ++i) {
+    const float* g = &got[size_t(i) * V];
+    const float* w = &want[size_t(i) * V];
+    EXPECT_LT(rel_err(std::span(got).subspan(size_t(i) * V, size_t(V)), w, size_t(V)), 4e-2)
+        << "position " << i;
+    EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w) << "position " << i;
+  }
+}
+
+// Every routing policy runs a decode batch of the model: finite logits, and in every MoE layer
+// between 1 and B x k active experts (at most N); Lynx and OEA, which only move choices onto
+// experts the batch already has, no more than top-k.
+TEST(Gemma4, EveryPolicyRunsOnItsRouter) {
+  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
+  const auto toks = tokens();
+  const int B = 8, V = m->config().n_vocab;
+  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
+  std::vector<int> topk_experts;
+  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
+                           "static-k:k=2", "cover", "subst"}) {
+    ContextOptions o = exact_ctx();
+    o.routing = spec;
+    Context ctx(*m, o);
+    std::vector<int32_t> seqs;
+    std::vector<BatchToken> batch;
+    for (int b = 0; b < B; ++b) {
+      seqs.push_back(ctx.new_sequence());
+      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
+    }
+    ctx.eval(batch);
+    batch.clear();
+    for (int b = 0; b < B; ++b)
+      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
+    ctx.eval(batch);
+    for (int b = 0; b < B; ++b) {
+      const auto l = ctx.logits(b);
+      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
+          << spec;
+    }
+    const StepStats& st = ctx.last_step();
+    ASSERT_EQ(st.layers.size(), 2u) << spec;
+    for (size_t il = 0; il < st.layers.size(); ++il) {
+      const int d = st.layers[il].distinct_experts;
+      EXPECT_GE(d, 1) << spec << " " << il;
+      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
+      if (std::string(spec) == "topk") topk_experts.push_back(d);
+      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
+        EXPECT_LE(d, topk_experts[il]) << spec << " " << il;
+      }
+    }
+  }
+}
+
+// Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `replace` gives
+// a tensor other F32 contents of its shape.
+using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
+using Drop = std::function<bool(const gguf::TensorInfo&)>;
+std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
+                    const Drop& drop, const std::string& replace = {},
+                    const std::vector<float>& values = {}) {
+  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    gguf::Value v = kv.value;
+    if (edit(kv.key, v)) w.set(kv.key, v);
+  }
+  for (const auto& t : f.tensors()) {
+    if (drop(t)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name == replace) {
+      w.add_tensor(t.name, gguf::TensorType::F32, ne, values.data(), values.size() * 4);
+    } else {
+      w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+    }
+  }
+  const std::string path = test::scratch_path("gemma4_" + name + ".gguf");
+  w.write(path);
+  return path;
+}
+const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
+const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
+
+double last_position_err(const Model& m) {
+  const size_t V = size_t(m.config().n_vocab), n = tokens().size();
+  const auto want = golden(kF32, n * V);
+  const auto got = prefill_logits(m);
+  return rel_err(std::span(got).subspan((n - 1) * V, V), &want[(n - 1) * V], V);
+}
+
+// The goldens check the mechanisms, not arithmetic the reference and engine would share by
+// accident: with every rope pair of the full layer rotating, without the soft cap, or with a
+// window wider than the prompt, the last position's logits move.
+TEST(Gemma4, RopeWindowAndSoftCapMatter) {
+  auto all_rotate = Model::load(rewrite(kF32, "all_rotate", kAllKv, kNoDrop, "rope_freqs.weight",
+                                        std::vector<float>(16, 1.f)));
+  EXPECT_GT(last_position_err(*all_rotate), 1e-3);
+  auto no_cap = Model::load(rewrite(
+      kF32, "no_cap",
+      [](const std::string& k, gguf::Value&) { return k != "gemma4.final_logit_softcapping"; },
+      kNoDrop));
+  EXPECT_EQ(no_cap->config().final_softcap, 0.f);
+  EXPECT_GT(last_position_err(*no_cap), 1e-3);
+  auto wide = Model::load(rewrite(
+      kF32, "wide",
+      [](const std::string& k, gguf::Value& v) {
+        if (k == "gemma4.attention.sliding_window") v = gguf::Value::u32(64);
+        return true;
+      },
+      kNoDrop));
+  EXPECT_GT(last_position_err(*wide), 1e-3);
+}
+
+void expect_load_error(const std::string& path, const std::string& substring) {
+  try {
+    Model::load(path);
+    ADD_FAILURE() << "loading " << path << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+TEST(Gemma4, BadFilesAreNamed) {
+  auto drop = [](const char* name) {
+    return [name](const gguf::TensorInfo& t) { return t.name == name; };
+  };
+  auto set_u32 = [](const char* key, uint32_t val) {
+    return [key, val](const std::string& k, gguf::Value& v) {
+      if (k == key) v = gguf::Value::u32(val);
+      return true;
+    };
+  };
+  expect_load_error(rewrite(kF32, "no_post2", kAllKv, drop("blk.1.post_ffw_norm_2.weight")),
+                    "missing tensor 'blk.1.post_ffw_norm_2.weight'");
+  expect_load_error(rewrite(kF32, "no_rscale", kAllKv, drop("blk.0.ffn_gate_inp.scale")),
+                    "missing tensor 'blk.0.ffn_gate_inp.scale'");
+  expect_load_error(rewrite(kF32, "no_escale", kAllKv, drop("blk.0.ffn_down_exps.scale")),
+                    "missing tensor 'blk.0.ffn_down_exps.scale'");
+  expect_load_error(rewrite(kF32, "no_postattn", kAllKv, drop("blk.1.post_attention_norm.weight")),
+                    "missing tensor 'blk.1.post_attention_norm.weight'");
+  // The sliding layer has its own values: attn_v is required there.
+  expect_load_error(rewrite(kF32, "no_v0", kAllKv, drop("blk.0.attn_v.weight")),
+                    "missing tensor 'blk.0.attn_v.weight'");
+  // A full layer's heads of the sliding width: its q has the wrong shape; keys and values of
+  // two widths are refused by the keys.
+  expect_load_error(
+      rewrite(
+          kF32, "klen",
+          [](const std::string& k, gguf::Value& v) {
+            if (k == "gemma4.attention.key_length" || k == "gemma4.attention.value_length")
+              v = gguf::Value::u32(16);
+            return true;
+          },
+          kNoDrop),
+      "tensor 'blk.1.attn_q.weight' has shape");
+  expect_load_error(rewrite(kF32, "kvlen", set_u32("gemma4.attention.key_length", 16), kNoDrop),
+                    "gemma4.attention.value_length = 32 differs from gemma4.attention.key_length");
+  expect_load_error(
+      rewrite(kF32, "vlen", set_u32("gemma4.attention.value_length_swa", 32), kNoDrop),
+      "gemma4.attention.value_length_swa = 32 differs from gemma4.attention.key_length_swa");
+  // A head_count_kv array of the wrong length, or an entry that does not divide the heads.
+  expect_load_error(rewrite(
+                        kF32, "hkv_len",
+                        [](const std::string& k, gguf::Value& v) {
+                          if (k == "gemma4.attention.head_count_kv")
+                            v = gguf::Value::array(gguf::ValueType::UINT32, {gguf::Value::u32(2)});
+                          return true;
+                        },
+                        kNoDrop),
+                    "gemma4.attention.head_count_kv has 1 entries for 2 layers");
+  expect_load_error(rewrite(
+                        kF32, "hkv_div",
+                        [](const std::string& k, gguf::Value& v) {
+                          if (k == "gemma4.attention.head_count_kv")
+                            v = gguf::Value::array(gguf::ValueType::UINT32,
+                                                   {gguf::Value::u32(2), gguf::Value::u32(3)});
+                          return true;
+                        },
+                        kNoDrop),
+                    "gemma4.attention.head_count_kv[1] = 3 does not divide head_count = 4");
+  // What is not implemented is refused by name, not run wrong.
+  expect_load_error(
+      rewrite(kF32, "ple", set_u32("gemma4.embedding_length_per_layer_input", 256), kNoDrop),
+      "per-layer input embeddings");
+  expect_load_error(
+      rewrite(kF32, "shared_kv", set_u32("gemma4.attention.shared_kv_layers", 1), kNoDrop),
+      "KV sharing across layers is not implemented");
+  expect_load_error(rewrite(kF32, "rope_freqs", kAllKv, kNoDrop, "rope_freqs.weight",
+                            std::vector<float>(16, -1.f)),
+                    "rope_freqs.weight");
+}
+
+// The experts' gate and up fused in one tensor, as llama.cpp's converter writes them
+// (ffn_gate_up_exps: per expert its gate rows, then its up rows), give the same logits bit for
+// bit as the two tensors; both layouts at once, or neither, are refused by name; the expert
+// tier is not offered for fused files.
+std::string fuse_gate_up(const std::string& fixture, const std::string& name, bool keep_split,
+                         bool drop_all = false) {
+  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+  }
+  for (const auto& t : f.tensors()) {
+    const bool gate = t.name.ends_with("ffn_gate_exps.weight");
+    const bool up = t.name.ends_with("ffn_up_exps.weight");
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (!(gate || up) || keep_split) w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
+    if (!gate || drop_all) continue;
+    const std::string p =
+        t.name.substr(0, t.name.size() - std::string("ffn_gate_exps.weight").size());
+    const gguf::TensorInfo* u = f.find_tensor(p + "ffn_up_exps.weight");
+    const size_t mat = t.n_bytes / size_t(t.ne[2]);
+    std::vector<uint8_t> fused;
+    for (int64_t e = 0; e < t.ne[2]; ++e) {
+      fused.insert(fused.end(), t.data + size_t(e) * mat, t.data + size_t(e + 1) * mat);
+      fused.insert(fused.end(), u->data + size_t(e) * mat, u->data + size_t(e + 1) * mat);
+    }
+    w.add_tensor(p + "ffn_gate_up_exps.weight", t.type, {t.ne[0], 2 * t.ne[1], t.ne[2]},
+                 fused.data(), fused.size());
+  }
+  const std::string path = test::scratch_path("gemma4_" + name + ".gguf");
+  w.write(path);
+  return path;
+}
+
+TEST(Gemma4, FusedGateUpExpertsGiveTheSameLogits) {
+  for (const char* name : {kF32, kQ8}) {
+    auto split = Model::load(kDir + name + ".gguf");
+    auto fused = Model::load(fuse_gate_up(name, std::string(name) + "_fused", false));
+    EXPECT_TRUE(fused->layer(0).gate_up_fused);
+    EXPECT_FALSE(split->layer(0).gate_up_fused);
+    EXPECT_EQ(fused->layer(1).gate_exps.rows, 32);
+    for (const bool exact : {true, false}) {
+      ContextOptions o = exact_ctx();
+      o.exact_activations = exact;
+      const auto a = prefill_logits(*split, o), b = prefill_logits(*fused, o);
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << name << " exact " << exact;
+    }
+  }
+  expect_load_error(fuse_gate_up(kF32, "both", true), "one layout or the other");
+  expect_load_error(fuse_gate_up(kF32, "neither", false, true),
+                    "missing tensor 'blk.0.ffn_gate_exps.weight' (or 'blk.0.ffn_gate_up_exps");
+  LoadOptions lo;
+  lo.expert_cache = 1 << 20;
+  try {
+    Model::load(fuse_gate_up(kF32, "tier", false), lo);
+    ADD_FAILURE() << "a tier over fused experts loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused ffn_gate_up_exps"), std::string::npos) << e.what();
+  }
+}
+
+// GELU's tanh form and the soft cap, by hand.
+TEST(Gemma4, GeluAndSoftCapByHand) {
+  EXPECT_NEAR(gelu_tanh(0.f), 0.f, 1e-7);
+  EXPECT_NEAR(gelu_tanh(1.f), 0.8411920f, 1e-6);
+  EXPECT_NEAR(gelu_tanh(-2.f), -0.0454023f, 1e-6);
+  const float gate[2] = {1.f, -2.f}, up[2] = {2.f, 3.f};
+  float out[2];
+  geglu(gate, up, out, 2);
+  EXPECT_NEAR(out[0], 1.6823840f, 1e-6);
+  EXPECT_NEAR(out[1], -0.1362069f, 1e-6);
+  float x[3] = {0.f, 30.f, -300.f};
+  softcap(x, 3, 30.f);
+  EXPECT_EQ(x[0], 0.f);
+  EXPECT_NEAR(x[1], 30.f * std::tanh(1.f), 1e-5);
+  EXPECT_NEAR(x[2], -30.f, 1e-5);
+}
+
+// The real-shape preset carries the released config, and what synth writes at that shape cut
+// to 6 layers (smaller dims here, the layout the same) loads back with the full layer at 5.
+TEST(Gemma4, RealShapePreset) {
+  const SynthShape s = synth_shape("gemma4-26b-a4b");
+  EXPECT_EQ(s.arch, "gemma4");
+  EXPECT_EQ(s.n_layer, 30);
+  EXPECT_EQ(s.n_embd, 2816);
+  EXPECT_EQ(s.n_head, 16);
+  EXPECT_EQ(s.n_head_kv, 8);
+  EXPECT_EQ(s.head_dim, 256);
+  EXPECT_EQ(s.head_dim_alt, 512);
+  EXPECT_EQ(s.n_head_kv_alt, 2);
+  EXPECT_EQ(s.alt_period, 6);
+  EXPECT_TRUE(s.k_eq_v_alt);
+  EXPECT_EQ(s.n_vocab, 262144);
+  EXPECT_EQ(s.n_ff, 2112);
+  EXPECT_EQ(s.n_expert, 128);
+  EXPECT_EQ(s.n_expert_used, 8);
+  EXPECT_EQ(s.n_ff_exp, 704);
+  EXPECT_EQ(s.sliding_window, 1024);
+  EXPECT_EQ(s.rope_base, 1e4f);
+  EXPECT_EQ(s.rope_base_alt, 1e6f);
+  EXPECT_EQ(s.rope_frac_alt, 0.25f);
+  EXPECT_EQ(s.final_softcap, 30.f);
+  EXPECT_EQ(s.rms_eps, 1e-6f);
+  EXPECT_TRUE(s.tied_output);
+  SynthOptions o;
+  o.shape = s;
+  o.shape.n_layer = 7;
+  o.shape.n_embd = 64;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.head_dim = 16;
+  o.shape.head_dim_alt = 32;
+  o.shape.n_head_kv_alt = 1;
+  o.shape.n_vocab = 300;
+  o.shape.n_expert = 16;
+  o.shape.n_ff_exp = 16;
+  o.shape.n_ff = 32;
+  const std::string path = test::scratch_path("gemma4_synth.gguf");
+  write_synth_model(o, path);
+  auto m = Model::load(path);
+  const ModelConfig& c = m->config();
+  ASSERT_EQ(c.n_layer, 7);
+  for (int il = 0; il < 7; ++il) {
+    EXPECT_EQ(c.layer_alt(il), il == 5 || il == 6) << il;
+    EXPECT_EQ(c.layer_kinds[size_t(il)].window, c.layer_alt(il) ? 0 : 1024) << il;
+  }
+  EXPECT_EQ(std::count(c.alt.freq_factors.begin(), c.alt.freq_factors.end(), 1.f), 4);
+  EXPECT_EQ(c.final_softcap, 30.f);
+  Context ctx(*m, exact_ctx());
+  const int32_t sq = ctx.new_sequence();
+  std::vector<BatchToken> batch = {{1, sq, 0, kTokenPrefill, false},
+                                   {2, sq, 1, kTokenPrefill, true}};
+  ctx.eval(batch);
+  const auto l = ctx.logits(0);
+  EXPECT_TRUE(std::all_of(l.begin(), l.begin() + 300,
+                          [](float x) { return std::isfinite(x) && std::abs(x) <= 30.f; }));
+}
+
+}  // namespace
+}  // namespace lynx
