@@ -303,8 +303,10 @@ TEST(Gemma4, BadFilesAreNamed) {
   // The sliding layer has its own values: attn_v is required there.
   expect_load_error(rewrite(kF32, "no_v0", kAllKv, drop("blk.0.attn_v.weight")),
                     "missing tensor 'blk.0.attn_v.weight'");
-  // A full layer's heads of the sliding width: its q has the wrong shape; keys and values of
-  // two widths are refused by the keys.
+  // Heads the tensors do not have; a full layer's heads of the sliding width (its rope and
+  // its values then disagree with the keys).
+  expect_load_error(rewrite(kF32, "heads", set_u32("gemma4.attention.head_count", 8), kNoDrop),
+                    "tensor 'blk.0.attn_q.weight' has shape");
   expect_load_error(
       rewrite(
           kF32, "klen",
@@ -314,7 +316,7 @@ TEST(Gemma4, BadFilesAreNamed) {
             return true;
           },
           kNoDrop),
-      "tensor 'blk.1.attn_q.weight' has shape");
+      "gemma4.rope.dimension_count = 32 is out of range [2, 16]");
   expect_load_error(rewrite(kF32, "kvlen", set_u32("gemma4.attention.key_length", 16), kNoDrop),
                     "gemma4.attention.value_length = 32 differs from gemma4.attention.key_length");
   expect_load_error(
