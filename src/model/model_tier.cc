@@ -35,7 +35,7 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
   const ModelConfig& c = cfg_;
   if (!c.is_moe() || opts.expert_cache == 0) return false;
   // Experts copied apart from a fused gate/up tensor live in memory, not at file offsets.
-  for (const LayerWeights& l : layers_) {
+  for (const LayerWeights& l : w_->layers) {
     if (!l.gate_up_fused) continue;
     if (opts.expert_cache > 0) {
       throw Error("the expert tier does not take fused ffn_gate_up_exps experts yet");

@@ -18,6 +18,7 @@
 #include "lynx/model.h"
 #include "lynx/synth.h"
 #include "model/gemma_ops.h"
+#include "model/weights.h"
 
 namespace lynx {
 namespace {
