@@ -17,6 +17,7 @@ PKGS=(
   python3 python3-numpy # independent reference forward pass (tests/reference)
   python3-matplotlib    # scripts/plot.py: the figures, from the commands' JSON
   python3-jinja2        # reference renderer of the chat-template goldens (tests/template)
+  chromium              # the chat page's browser test (scripts/e2e-chatpage, headless)
 )
 if [[ "${1:-}" == "--train" ]]; then
   PKGS+=(python3-torch libopenblas0)

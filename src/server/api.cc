@@ -546,8 +546,8 @@ json completion_body(const CompletionParams& p, const std::string& id, int64_t c
   return out;
 }
 
-json routing_usage(const std::vector<ChoiceResult>& choices,
-                   const std::vector<std::string>& specs) {
+json routing_usage(const std::vector<ChoiceResult>& choices, const std::vector<std::string>& specs,
+                   const StepExperts& experts) {
   std::vector<int64_t> tokens(specs.size(), 0);
   for (const ChoiceResult& c : choices) {
     for (size_t l = 0; l < c.level_tokens.size() && l < tokens.size(); ++l) {
@@ -560,7 +560,14 @@ json routing_usage(const std::vector<ChoiceResult>& choices,
       levels.push_back({{"level", l}, {"spec", specs[l]}, {"decode_tokens", tokens[l]}});
     }
   }
-  return {{"levels", std::move(levels)}};
+  // null where nothing was measured: no decode step (max_tokens 1) or no MoE layer.
+  auto mean = [&](int64_t sum) {
+    return experts.layer_steps > 0 ? json(double(sum) / double(experts.layer_steps)) : json();
+  };
+  return {{"levels", std::move(levels)},
+          {"decode_steps", experts.steps},
+          {"distinct_experts_per_step", mean(experts.distinct)},
+          {"distinct_experts_exact_per_step", mean(experts.distinct_exact)}};
 }
 
 std::vector<json> event_chunks(const CompletionParams& p, const std::string& id, int64_t created,

@@ -136,8 +136,22 @@ struct Event {
 std::string tool_choice_unmet(const CompletionParams& p,
                               const std::vector<chatparse::ToolCall>& calls);
 
-// usage.routing of an answer: per routing level used, its spec and the decode tokens it made.
-json routing_usage(const std::vector<ChoiceResult>& choices, const std::vector<std::string>& specs);
+// What the engine measured on the decode steps of one request (each step once, however many
+// of the request's choices it carried): the distinct experts those steps activated, summed
+// over the steps and the model's MoE layers (the whole batch's experts, as the step streamed
+// them), beside what exact top-k would have activated on the same tokens.
+struct StepExperts {
+  int64_t steps = 0;        // decode steps that made a token of the request
+  int64_t layer_steps = 0;  // steps x MoE layers (0 for a dense model)
+  int64_t distinct = 0;     // sum of distinct experts activated, per step and layer
+  int64_t distinct_exact = 0;
+};
+
+// usage.routing of an answer: per routing level used, its spec and the decode tokens it made;
+// the request's decode steps and their mean distinct experts per MoE layer (docs/serving.md,
+// "Adaptive routing").
+json routing_usage(const std::vector<ChoiceResult>& choices, const std::vector<std::string>& specs,
+                   const StepExperts& experts);
 
 // Non-streaming bodies.
 json completion_body(const CompletionParams& p, const std::string& id, int64_t created,

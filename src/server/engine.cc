@@ -83,6 +83,11 @@ Engine::Engine(const Model& model, const Tokenizer& tok, const ServerOptions& op
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     if (tok.is_eog(id)) eog_.push_back(id);
   }
+  if (model.config().is_moe()) {
+    for (int il = 0; il < model.config().n_layer; ++il) {
+      if (model.config().layer_routed(il)) routed_layers_.push_back(il);
+    }
+  }
 }
 
 Engine::~Engine() {
@@ -243,7 +248,10 @@ bool Engine::on_token(Task& t, int i, int32_t tok, float logprob) {
     r.token_text.insert(r.token_text.end(), ev.token_text.begin(), ev.token_text.end());
     r.token_logprob.insert(r.token_logprob.end(), ev.token_logprob.begin(), ev.token_logprob.end());
     r.completion_tokens = c.tokens;
-    if (decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
+    if (decoded) {
+      ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
+      count_step(t);
+    }
     if (!ev.text.empty() || !ev.reasoning.empty() || !ev.tool_calls.empty() ||
         !ev.token_text.empty()) {
       t.events.push_back(std::move(ev));
@@ -305,7 +313,10 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
     r.tool_calls = std::move(calls);
     r.tool_choice_unmet = ev.tool_choice_unmet;
     r.completion_tokens = c.tokens;
-    if (eog_decoded) ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
+    if (eog_decoded) {
+      ++r.level_tokens[size_t(t.params.exact_routing ? 0 : step_level_)];
+      count_step(t);
+    }
     r.finish_reason = reason;
     ev.finish_reason = reason;
     t.events.push_back(std::move(ev));
@@ -314,6 +325,20 @@ void Engine::on_finish(Task& t, int i, FinishReason why) {
   t.cv.notify_all();
   std::lock_guard lk(mu_);
   if (--outstanding_ == 0) idle_cv_.notify_all();
+}
+
+void Engine::count_step(Task& t) {
+  // Tokens are handed out after the step's evaluation, so the context's last step is the one
+  // that made this token.
+  if (t.last_step_counted == step_no_) return;
+  t.last_step_counted = step_no_;
+  const StepStats& st = ctx_.last_step();
+  ++t.experts.steps;
+  for (const int il : routed_layers_) {
+    ++t.experts.layer_steps;
+    t.experts.distinct += st.layers[size_t(il)].distinct_experts;
+    t.experts.distinct_exact += st.layers[size_t(il)].distinct_exact;
+  }
 }
 
 void Engine::before_step(std::span<const int64_t> decoding) {
@@ -381,6 +406,7 @@ void Engine::loop() {
       return;
     }
     if (!paused) {
+      ++step_no_;
       const double t0 = now_seconds();
       const int64_t steps_before = sched_.stats().steps;
       try {

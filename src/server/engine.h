@@ -36,7 +36,8 @@ struct Task {
   std::deque<Event> events;
   std::vector<ChoiceResult> results;  // accumulated per choice
   int n_finished = 0;
-  std::string error;  // set when the server (not the client) ended the request
+  std::string error;    // set when the server (not the client) ended the request
+  StepExperts experts;  // the request's decode steps (usage.routing)
   bool done() const { return n_finished == params.n; }
 
   // Engine thread only.
@@ -49,6 +50,7 @@ struct Task {
     int tokens = 0;
   };
   std::vector<Choice> choices;
+  int64_t last_step_counted = -1;  // the engine's step number last added to `experts`
 };
 
 enum class Admission { kAccepted, kFull, kDraining };
@@ -83,6 +85,8 @@ class Engine {
   bool on_token(Task& t, int i, int32_t tok, float logprob);
   void on_finish(Task& t, int i, FinishReason why);
   void fail_all(const std::string& error);
+  // Adds the step being run to t.experts, once per step (call with t.mu held).
+  void count_step(Task& t);
   // Scheduler hook: picks the step's routing level from its decoding requests' wishes and
   // switches the context's policy when it changes.
   void before_step(std::span<const int64_t> decoding);
@@ -118,6 +122,9 @@ class Engine {
   int learn_level_ =
       0;  // the level the step's time is learned at (0 when all its tokens were exact)
   int ctx_level_ = 0;
+  // Engine thread: steps attempted, so that a request counts each of its steps once.
+  int64_t step_no_ = 0;
+  std::vector<int> routed_layers_;  // the model's MoE layers
   std::thread thread_;
 };
 

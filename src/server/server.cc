@@ -20,6 +20,7 @@
 
 #include "lynx/model.h"
 #include "server/api.h"
+#include "server/chat_page.h"
 #include "server/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -73,7 +74,7 @@ std::string escape_controls(const std::string& s) {
 
 std::string endpoint_label(const std::string& path) {
   for (const char* p :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/"}) {
     if (path == p) return p;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models";
@@ -138,7 +139,9 @@ struct Server::Impl {
 
 void Server::Impl::handle(const server::HttpRequest& req, server::HttpResponse& res) {
   try {
-    if (!opts.api_key.empty() && req.path != "/health") {
+    // The chat page is public like /health: it holds no data, and asks for the key itself.
+    const bool open = req.path == "/health" || req.path == "/";
+    if (!opts.api_key.empty() && !open) {
       const std::string auth = req.header("Authorization");
       if (!constant_time_equal(auth, "Bearer " + opts.api_key)) {
         send_error(res, ApiError(401,
@@ -179,7 +182,13 @@ json Server::Impl::model_json() const {
 void Server::Impl::route(const server::HttpRequest& req, server::HttpResponse& res) {
   const std::string& path = req.path;
   const bool get = req.method == "GET" || req.method == "HEAD";
-  if (get && path == "/health") {
+  if (get && path == "/") {
+    res.body = server::chat_page();
+    res.content_type = "text/html; charset=utf-8";
+    res.set_header("Content-Security-Policy", std::string(server::chat_page_csp()));
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Referrer-Policy", "no-referrer");
+  } else if (get && path == "/health") {
     if (draining) res.status = 503;
     res.body = draining ? R"({"status":"shutting down"})" : R"({"status":"ok"})";
     std::lock_guard lk(fail_mu);
@@ -271,7 +280,8 @@ void Server::Impl::answer_whole(const server::HttpRequest& req, server::HttpResp
     if (task->error.empty()) {
       json body = server::completion_body(task->params, ids.id, ids.created, api.name,
                                           task->results, int(task->params.prompt.size()));
-      body["usage"]["routing"] = server::routing_usage(task->results, api.routing_levels);
+      body["usage"]["routing"] =
+          server::routing_usage(task->results, api.routing_levels, task->experts);
       res.body = dump(body);
     } else {
       send_error(res, ApiError(draining ? 503 : 500, task->error, "", "", "server_error"));
@@ -317,7 +327,9 @@ void Server::Impl::answer_stream(server::HttpResponse& res,
       error = task->error;
       for (const auto& r : task->results) completion += r.completion_tokens;
       if (!task->results.empty()) cached = task->results[0].cached_tokens;
-      if (done) routing_usage = server::routing_usage(task->results, api.routing_levels);
+      if (done) {
+        routing_usage = server::routing_usage(task->results, api.routing_levels, task->experts);
+      }
     }
     for (const server::Event& ev : evs) {
       if (!error.empty() && !ev.finish_reason.empty()) continue;  // reported below

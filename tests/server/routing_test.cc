@@ -117,6 +117,72 @@ TEST(RequestRouting, NamedLevelsAndCapsWithStreamingUsage) {
   EXPECT_EQ(metric(m, "lynx_routing_level"), 0);
 }
 
+// usage.routing's decode_steps and distinct experts per step: what the engine measured on the
+// steps that made the request's tokens. tiny-moe has one MoE layer, 8 of 64 experts per token.
+TEST(RoutingUsage, DistinctExpertsOfTheRequestsSteps) {
+  {
+    Running srv(tiny_options());  // topk
+    // Alone: every decode step is this request's one token, so exactly its 8 experts.
+    Reply r = post(srv, "/v1/completions", body("", 8));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json u = r.j()["usage"]["routing"];
+    EXPECT_EQ(u["decode_steps"], 7) << u;
+    EXPECT_EQ(u["distinct_experts_per_step"], 8.0) << u;
+    EXPECT_EQ(u["distinct_experts_exact_per_step"], 8.0) << u;
+    Stream s = post_stream(srv, "/v1/completions",
+                           body(R"("stream":true,"stream_options":{"include_usage":true})"));
+    ASSERT_EQ(s.status, 200);
+    EXPECT_EQ(s.chunks().back()["usage"]["routing"], u);
+    // The first token comes from the prompt: no decode step, nothing measured.
+    r = post(srv, "/v1/completions", body("", 1));
+    u = r.j()["usage"]["routing"];
+    EXPECT_EQ(u["decode_steps"], 0) << u;
+    EXPECT_TRUE(u["distinct_experts_per_step"].is_null()) << u;
+    // Two choices decode in the same steps: each step counted once, with both tokens' experts
+    // (sampled, so that the two differ).
+    r = post(srv, "/v1/completions",
+             R"({"prompt":"route me","temperature":1,"seed":5,"n":2,"ignore_eos":true,)"
+             R"("max_tokens":8})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    u = r.j()["usage"]["routing"];
+    EXPECT_EQ(u["decode_steps"], 7) << u;
+    const double d = u["distinct_experts_per_step"];
+    EXPECT_GT(d, 8.0) << u;
+    EXPECT_LE(d, 16.0) << u;
+    EXPECT_EQ(u["distinct_experts_exact_per_step"], d) << u;
+  }
+  // Four requests (different prompts) decoding together under lynx: they share every decode
+  // step, so they report the same figures, and the policy activates no more experts than exact
+  // top-k would.
+  ServerOptions o = tiny_options();
+  o.routing = "lynx:alpha=3,beta=4";
+  Running srv(o);
+  srv.server->set_paused(true);
+  std::vector<json> usage(4);
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < usage.size(); ++i) {
+    th.emplace_back([&, i] {
+      Reply r = post(srv, "/v1/completions",
+                     R"({"prompt":"route me )" + std::to_string(i) +
+                         R"(","temperature":0,"ignore_eos":true,"max_tokens":12})");
+      if (r.status == 200) usage[i] = r.j()["usage"]["routing"];
+    });
+  }
+  EXPECT_TRUE(eventually(
+      [&] { return metric(get(srv, "/metrics").body, "lynx_requests_waiting") == 4.0; }));
+  srv.server->set_paused(false);
+  for (auto& t : th) t.join();
+  ASSERT_TRUE(usage[0].is_object());
+  EXPECT_EQ(usage[0]["decode_steps"], 11) << usage[0];
+  const double d = usage[0]["distinct_experts_per_step"];
+  const double exact = usage[0]["distinct_experts_exact_per_step"];
+  EXPECT_GT(exact, 8.0) << usage[0];
+  EXPECT_LE(exact, 32.0) << usage[0];
+  EXPECT_GE(d, 8.0) << usage[0];
+  EXPECT_LE(d, exact) << usage[0];
+  for (size_t i = 1; i < usage.size(); ++i) EXPECT_EQ(usage[i], usage[0]) << i;
+}
+
 // Eight requests decoding together from their first step: the batch runs the strongest level
 // every request allows. A request routed "exact" does not hold the others back.
 TEST(RequestRouting, TheBatchTakesTheWeakestWish) {
