@@ -213,6 +213,10 @@ struct LoadOptions {
   size_t mem_budget = 0;
   int64_t expert_cache = -1;
   int expert_readers = 4;  // reader threads of the tier
+  // What streaming an expert that is not in a slot costs, in units of a resident expert's
+  // stream (RoutingInput::cost): about RAM bandwidth over the disk's. The default is this
+  // machine kind's ratio (docs/offload.md: ~36 GB/s from RAM, ~1.8 GB/s direct reads).
+  float expert_miss_cost = 20.f;
   // Replaces the tier's file reads: reads n bytes at file offset `off` into dst, throwing
   // lynx::Error on failure (fault injection in tests). Empty: pread on the file.
   std::function<void(uint64_t off, size_t n, uint8_t* dst)> expert_read;

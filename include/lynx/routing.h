@@ -80,6 +80,13 @@ struct RoutingInput {
   // resident experts as loaded anyway, so low-confidence choices move onto them (lynx, oea);
   // exact policies ignore it.
   const uint8_t* resident = nullptr;
+  // [N] what streaming expert e costs this step, in units of a resident expert's stream from
+  // RAM (1); an expert the tier must read from the file costs about the RAM-to-disk bandwidth
+  // ratio (LoadOptions::expert_miss_cost). nullptr: 1 for every expert. cover grows its set
+  // by routed mass per unit of cost and budget fills its slots in that order, so
+  // low-confidence choices move onto cheap experts; a token's confident choices and exact
+  // policies ignore it.
+  const float* cost = nullptr;
 };
 
 // The contract every policy keeps: each token gets exactly k DISTINCT valid expert ids in

@@ -41,6 +41,9 @@ class ExpertExecutor {
   // [N] 1 = expert e of layer il is in memory now, for the routing (RoutingInput::resident);
   // nullptr: every expert is (the default). Valid until the next call.
   virtual const uint8_t* resident(int /*il*/) { return nullptr; }
+  // [N] RoutingInput::cost of the experts of layer il, as of the last resident(il) call;
+  // nullptr: every expert costs the same (the default).
+  virtual const float* cost(int /*il*/) { return nullptr; }
 };
 
 // ContextOptions::experts: makes a context's executor from its thread pool and product path

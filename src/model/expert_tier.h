@@ -97,6 +97,9 @@ class ExpertTier {
   ExpertTierStats stats() const;
   // out[e] = 1 when expert e of layer il is in a slot (read or being read), else 0.
   void resident(int il, std::vector<uint8_t>& out) const;
+  // RoutingInput::cost of an expert not in a slot (LoadOptions::expert_miss_cost).
+  void set_miss_cost(float c) { miss_cost_ = c; }
+  float miss_cost() const { return miss_cost_; }
 
  private:
   struct Slot {
@@ -133,6 +136,7 @@ class ExpertTier {
   std::vector<size_t> up_off_, down_off_;  // per layer, within a slot
   int n_expert_ = 0;
   int n_slots_ = 0;
+  float miss_cost_ = 20.f;
   size_t slot_bytes_ = 0;
   std::unique_ptr<kernels::PackedWeights> pool_;
   TierReadFn read_;

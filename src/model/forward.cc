@@ -407,7 +407,7 @@ void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const We
 // The router stays F32 as llama.cpp keeps it.
 void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
            std::span<const BatchToken> batch, const Router& router, MatIn& xn, StepBuffers& B,
-           StepObserver& obs, const uint8_t* resident) {
+           StepObserver& obs, const uint8_t* resident, const float* cost) {
   project(cp, L.router, xn, B.router.data(), obs);
   add_bias(L.router_b, B.router.data(), xn.n_tok, c.n_expert);
   if (router.override_logits) router.override_logits(il, batch, B.router.data());
@@ -425,6 +425,7 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
   in.layer = il;
   in.gating = &c.gating;
   in.resident = resident;
+  in.cost = cost;
   RoutingOutput out{B.ids.data(), B.weights.data()};
   obs.routing_begin();
   router.policy.route(in, out);
@@ -461,7 +462,9 @@ void moe_dense_ffn(const Compute& cp, const ModelConfig& c, const LayerWeights& 
     }
   }
   MatIn xr{B.xn.data(), T, E, &B.xq_in};
-  route(cp, c, L, il, batch, router, xr, B, obs, experts.resident(il));
+  const uint8_t* resident = experts.resident(il);
+  const float* cost = experts.cost(il);  // after resident(il): the same snapshot
+  route(cp, c, L, il, batch, router, xr, B, obs, resident, cost);
   if (L.down_exps_scale) {
     for (size_t i = 0; i < size_t(T) * K; ++i) B.weights[i] *= L.down_exps_scale[B.ids[i]];
   }
@@ -500,7 +503,9 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     return;
   }
 
-  route(cp, c, L, il, batch, router, xn, B, obs, experts.resident(il));
+  const uint8_t* resident = experts.resident(il);
+  const float* cost = experts.cost(il);  // after resident(il): the same snapshot
+  route(cp, c, L, il, batch, router, xn, B, obs, resident, cost);
   obs.experts_begin();
   B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
   experts.run(B.plan, xn, il, L, B.tmp.data());

@@ -2,6 +2,7 @@
 // the expert tier, and the tier's size (docs/offload.md).
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "kernels/weight_pack.h"
 #include "lynx/error.h"
@@ -32,6 +33,10 @@ bool Model::routed_expert(const Weight& w) const {
 }
 
 bool Model::plan_expert_tier(const LoadOptions& opts) {
+  if (!(opts.expert_miss_cost >= 1.f && opts.expert_miss_cost <= 1e6f)) {
+    throw Error("expert miss cost must be in [1, 1e6], got " +
+                std::to_string(opts.expert_miss_cost));
+  }
   const ModelConfig& c = cfg_;
   if (!c.is_moe() || opts.expert_cache == 0) return false;
   // Experts copied apart from a fused gate/up tensor live in memory, not at file offsets.
@@ -114,6 +119,7 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
   n_slots = std::clamp<int64_t>(n_slots, 1, std::max<int64_t>(1, total));
   tier_ = std::make_shared<ExpertTier>(file_.path(), std::move(layers), c.n_expert, int(n_slots),
                                        opts.expert_readers, opts.expert_read);
+  tier_->set_miss_cost(opts.expert_miss_cost);
   char buf[256];
   std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%) in %s of slots; ",
                 (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),

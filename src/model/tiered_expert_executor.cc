@@ -41,6 +41,13 @@ const uint8_t* TieredExpertExecutor::resident(int il) {
   return resident_.data();
 }
 
+const float* TieredExpertExecutor::cost(int /*il*/) {
+  const float miss = tier_.miss_cost();
+  cost_.resize(resident_.size());
+  for (size_t e = 0; e < resident_.size(); ++e) cost_[e] = resident_[e] ? 1.f : miss;
+  return cost_.data();
+}
+
 void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
                                const LayerWeights& layer, float* out) {
   const TierLayer& tl = tier_.layer(il);

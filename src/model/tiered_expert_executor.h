@@ -21,6 +21,7 @@ class TieredExpertExecutor final : public ExpertExecutor {
   // address), not the slot views this executor computes with.
   void set_activation_hook(const Context::ActivationHook* h) override;
   const uint8_t* resident(int il) override;
+  const float* cost(int il) override;
 
  private:
   ExpertTier& tier_;
@@ -35,6 +36,7 @@ class TieredExpertExecutor final : public ExpertExecutor {
   Context::ActivationHook hook_;  // user_hook_ with the view's weights mapped back
   int hook_layer_ = -1;
   std::vector<uint8_t> resident_;  // resident(): the tier's snapshot
+  std::vector<float> cost_;        // cost(): 1 resident, the tier's miss cost otherwise
 };
 
 }  // namespace lynx

@@ -6,7 +6,9 @@
 //        cov(e) = sum over decode tokens t with e in exact_topk(t) of p[t][e]
 //      (router probability of the assignments e would serve), ties to the lower id, until
 //      |C| = max(M, k). cov is additive over experts, so the greedy on marginal coverage is
-//      exactly this ordering. Experts with cov = 0 are added only while |C| < k.
+//      exactly this ordering. Experts with cov = 0 are added only while |C| < k. With the
+//      expert tier (RoutingInput::cost) the order is cov(e) / cost(e): a resident expert
+//      takes a slot before a missing one that serves less than cost times its mass.
 //   3. each decode token takes its top-k by router logit within C; |C| >= k so every token
 //      keeps exactly k distinct experts (M < k therefore still gives k per token).
 // Weights follow the remap rule (gating over the chosen set, renormalized or rescaled to the
@@ -56,6 +58,9 @@ class BudgetPolicy final : public RoutingPolicy {
         if (!in_c_[e]) cand_.push_back(e);
       }
       const int need = std::min(target - n_c, int(cand_.size()));
+      if (in.cost) {
+        for (int32_t e : cand_) cov_[e] /= in.cost[e];
+      }
       std::partial_sort(cand_.begin(), cand_.begin() + need, cand_.end(),
                         [this](int32_t a, int32_t b) {
                           return cov_[a] > cov_[b] || (cov_[a] == cov_[b] && a < b);

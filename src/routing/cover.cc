@@ -13,6 +13,9 @@
 //      G(e) = sum_t (V_t(U + e) - V_t(U)) (ties: lower id) joins U while G(e) >= lambda of
 //      the layer, and regardless of lambda while U holds fewer than k experts. So an expert
 //      is streamed only when it gives back at least lambda tokens' worth of routed mass.
+//      With the expert tier (RoutingInput::cost), gains are per unit of cost: the expert with
+//      the largest G(e) / cost(e) joins while that is >= lambda, so an expert read from disk
+//      must give back cost times more than a resident one.
 //   3. remap: each decode token takes its top-k by logit within U (its confident prefix is
 //      in U and ranks first); weights by the remap rule of gating.h.
 // tau and lambda take one value per MoE layer (V0/V1/...; the last holds for later layers).
@@ -100,7 +103,7 @@ class CoverPolicy final : public RoutingPolicy {
         cum += q[ids[j]];
       }
     }
-    greedy_.grow(q_.data(), B, n, k, lambda, in_u_, n_u, u_);
+    greedy_.grow(q_.data(), B, n, k, lambda, in.cost, in_u_, n_u, u_);
     chosen_.resize(k);
     for (int t : rows_) {
       const float* z = in.logits + size_t(t) * n;

@@ -4,7 +4,7 @@
 
 namespace lynx::routing {
 
-void CoverGreedy::grow(const float* q, int B, int n, int k, float lambda,
+void CoverGreedy::grow(const float* q, int B, int n, int k, float lambda, const float* cost,
                        std::vector<uint8_t>& in_u, int& n_u, std::vector<int32_t>& u) {
   best.assign(size_t(B) * k, 0.f);
   n_best.assign(size_t(B), 0);
@@ -34,6 +34,8 @@ void CoverGreedy::grow(const float* q, int B, int n, int k, float lambda,
         const float floor = n_best[size_t(r)] < k ? 0.f : best[size_t(r) * k + k - 1];
         if (v > floor) gain += v - floor;
       }
+      // Per unit of what streaming e costs this step (the expert tier's misses cost more).
+      if (cost) gain /= cost[e];
       if (gain > best_g) {
         best_g = gain;
         best_e = e;

@@ -17,9 +17,10 @@ struct CoverGreedy {
   // confident prefixes), grown in place: the expert with the largest marginal gain (the sum
   // over rows of how much it raises the row's k best q within U; ties: lower id) joins while
   // its gain >= lambda, and regardless of lambda while U holds fewer than k experts. u gets
-  // the experts of U in id order.
-  void grow(const float* q, int B, int n, int k, float lambda, std::vector<uint8_t>& in_u, int& n_u,
-            std::vector<int32_t>& u);
+  // the experts of U in id order. cost [n] (RoutingInput::cost) or nullptr: with costs, the
+  // expert with the largest gain per unit of cost joins, while gain / cost >= lambda.
+  void grow(const float* q, int B, int n, int k, float lambda, const float* cost,
+            std::vector<uint8_t>& in_u, int& n_u, std::vector<int32_t>& u);
 };
 
 }  // namespace lynx::routing

@@ -190,7 +190,7 @@ class SubstPolicy final : public RoutingPolicy {
         cum += q[ids[j]];
       }
     }
-    greedy_.grow(q_.data(), B, n, k, lambda, in_u_, n_u, u_);
+    greedy_.grow(q_.data(), B, n, k, lambda, in.cost, in_u_, n_u, u_);
   }
 
   // The similarity rows of `layer` ([N x N], row d = the dropped expert), or nullptr when the

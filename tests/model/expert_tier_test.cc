@@ -21,6 +21,7 @@
 #include "lynx/model.h"
 #include "model/expert_tier.h"
 #include "model/memory_budget.h"
+#include "model/tiered_expert_executor.h"
 
 namespace lynx {
 namespace {
@@ -68,8 +69,10 @@ LoadOptions tier_of(const Model& m, int slots) {
 // Every position's logits of: the first half of the tokens prefilled in sequence A, then the
 // rest decoded one by one in A while B, started with the same tokens reversed, runs beside it
 // in the same batches (distinct tokens per step, so the plan has many experts).
-std::vector<float> run(const Model& m, const std::vector<int32_t>& toks, bool exact) {
+std::vector<float> run(const Model& m, const std::vector<int32_t>& toks, bool exact,
+                       const std::string& routing = "topk") {
   ContextOptions co;
+  co.routing = routing;
   co.n_ctx = 64;
   co.n_threads = 2;
   co.exact_activations = exact;
@@ -143,6 +146,46 @@ TEST(ExpertTier, ResidentExpertsAreNotReadAgain) {
   EXPECT_EQ(second.bytes_read, first.bytes_read);
   EXPECT_GT(second.hits, first.hits);
   EXPECT_EQ(second.evictions, 0u);
+}
+
+// RoutingInput::cost from the tier: 1 for an expert in a slot, the miss cost for the others,
+// as of the residency snapshot the routing gets. With a miss cost of 1 every expert costs the
+// same, and cover (which reads only the costs) routes as on the fully loaded model, bit for bit.
+TEST(ExpertTier, RoutingSeesTheMissCost) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  LoadOptions o = tier_of(*full, 3);
+  o.expert_miss_cost = 7.f;
+  const auto m = Model::load(fx.file, o);
+  run(*m, fx.tokens, false);
+  kernels::ThreadPool pool(1);
+  TieredExpertExecutor ex(*m->expert_tier(), *m, pool, true);
+  int seen_resident = 0, seen_missing = 0;
+  for (int il = 0; il < m->config().n_layer; ++il) {
+    if (!m->config().layer_routed(il)) continue;
+    const uint8_t* r = ex.resident(il);
+    const float* c = ex.cost(il);
+    for (int e = 0; e < m->config().n_expert; ++e) {
+      EXPECT_EQ(c[e], r[e] ? 1.f : 7.f) << il << " " << e;
+      (r[e] ? seen_resident : seen_missing)++;
+    }
+  }
+  EXPECT_GT(seen_resident, 0);
+  EXPECT_GT(seen_missing, 0);
+
+  const std::string cover = "cover:tau=0.3,lambda=0.2";
+  LoadOptions flat = tier_of(*full, 3);
+  flat.expert_miss_cost = 1.f;
+  const std::vector<float> loaded = run(*full, fx.tokens, false, cover);
+  EXPECT_FALSE(same_bits(loaded, run(*full, fx.tokens, false)));  // cover does remap here
+  EXPECT_TRUE(same_bits(run(*Model::load(fx.file, flat), fx.tokens, false, cover), loaded));
+  // A high miss cost moves choices elsewhere than the loaded model's cover.
+  LoadOptions steep = tier_of(*full, 3);
+  steep.expert_miss_cost = 1000.f;
+  EXPECT_FALSE(same_bits(run(*Model::load(fx.file, steep), fx.tokens, false, cover), loaded));
+  LoadOptions bad = tier_of(*full, 3);
+  bad.expert_miss_cost = 0.5f;
+  EXPECT_THROW(Model::load(fx.file, bad), Error);
 }
 
 // A reader that fails while `fail` is set: the step throws an error naming the tier, the

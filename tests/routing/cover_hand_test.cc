@@ -35,9 +35,11 @@ std::vector<float> logits() {
   return z;
 }
 
-test::Step run(const std::string& spec, std::vector<uint8_t> flags = {}) {
+test::Step run(const std::string& spec, std::vector<uint8_t> flags = {},
+               std::vector<float> cost = {}) {
   test::Step s(logits(), 3, GatingConfig{6, 2, GatingFunc::kSoftmax, true, 1.f});
   s.flags = std::move(flags);
+  s.cost = std::move(cost);
   auto in = s.in();
   auto out = s.out();
   make_routing_policy(spec)->route(in, out);
@@ -74,6 +76,28 @@ TEST(CoverHand, GreedyAddsTheExpertWithTheMostMass) {
   expect_weights(s, 0, 0, 1);  // unchanged: exact weights
   expect_weights(s, 1, 2, 1);
   expect_weights(s, 2, 4, 1);
+}
+
+// The expert tier (RoutingInput::cost): e1 would be read from disk (cost 20), e3 is resident
+// (1), and so is every other expert but the confident e0 (20). lambda = 0.5; U starts at the
+// top-1s {e0, e2, e4} whatever they cost. Gain per unit of cost: e1 .750 / 20 = .0375,
+// e3 .571, e5 0: e3 joins. Second bests in U = {e0, e2, e3, e4}: t0 .150, t1 .286, t2 .429;
+// e1 now gains (.400 - .150) + (.357 - .286) = .321, / 20 = .016 < .5: stop. t0 -> {e0, e2},
+// t1 -> {e2, e3}, t2 keeps {e4, e3}. Without costs e1 joins instead (.750 first, then e3's
+// .143 < .5): the exact {e0, e1, e2, e1, e4, e1} of the example above.
+TEST(CoverHand, CostMovesChoicesOntoResidentExperts) {
+  std::vector<float> cost(6, 1.f);
+  cost[0] = cost[1] = 20.f;
+  test::Step s = run("cover:tau=0.5,lambda=0.5", {}, cost);
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 2, 2, 3, 4, 3}));
+  EXPECT_EQ(distinct(s), 4);
+  expect_weights(s, 0, 0, 2);
+  expect_weights(s, 1, 2, 3);
+  expect_weights(s, 2, 4, 3);
+  EXPECT_EQ(run("cover:tau=0.5,lambda=0.5").ids, (std::vector<int32_t>{0, 1, 2, 1, 4, 1}));
+  // Every expert at cost 1 is the same as no costs.
+  EXPECT_EQ(run("cover:tau=0.5,lambda=0.5", {}, std::vector<float>(6, 1.f)).ids,
+            (std::vector<int32_t>{0, 1, 2, 1, 4, 1}));
 }
 
 // lambda = 0.1: e3's .143 also passes, U = {e0..e4} and every token keeps its exact top-2.

@@ -25,6 +25,8 @@ inline std::vector<float> random_logits(std::mt19937_64& rng, int T, int N, floa
 struct Step {
   std::vector<float> logits;
   std::vector<uint8_t> flags;
+  std::vector<float> cost;         // RoutingInput::cost; empty: nullptr
+  std::vector<uint8_t> resident;  // RoutingInput::resident; empty: nullptr
   std::vector<int32_t> ids;
   std::vector<float> weights;
   GatingConfig gating;
@@ -33,6 +35,8 @@ struct Step {
     RoutingInput r;
     r.logits = logits.data();
     r.flags = flags.empty() ? nullptr : flags.data();
+    r.cost = cost.empty() ? nullptr : cost.data();
+    r.resident = resident.empty() ? nullptr : resident.data();
     r.n_tokens = T;
     r.gating = &gating;
     return r;

@@ -117,8 +117,8 @@ TEST(RoutingInvariants, EveryPolicyOnRandomInputs) {
   int checked = 0;
   for (const auto& c : cases) {
     for (int T : {1, 2, 5, 16, 64}) {
-      for (int variant = 0; variant < 4; ++variant) {
-        const bool coarse = variant & 1, mixed = variant & 2;
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool coarse = variant & 1, mixed = variant & 2, tier = variant & 4;
         GatingConfig g{c.N, c.k, c.func, c.norm, c.scale};
         auto z = test::random_logits(rng, T, c.N, 1.5f, coarse);
         std::vector<uint8_t> flags;
@@ -127,6 +127,17 @@ TEST(RoutingInvariants, EveryPolicyOnRandomInputs) {
           for (int t = 0; t < T; ++t) {
             const int p = pick(rng);
             flags.push_back(p == 0 ? kTokenPrefill : p == 1 ? kTokenExact : kTokenDecode);
+          }
+        }
+        // The expert tier: about a third of the experts resident (cost 1), the rest read from
+        // disk (cost 20).
+        std::vector<uint8_t> resident;
+        std::vector<float> cost;
+        if (tier) {
+          std::uniform_int_distribution<int> pick(0, 2);
+          for (int e = 0; e < c.N; ++e) {
+            resident.push_back(pick(rng) == 0);
+            cost.push_back(resident.back() ? 1.f : 20.f);
           }
         }
         test::Step ref(z, T, g);
@@ -140,6 +151,8 @@ TEST(RoutingInvariants, EveryPolicyOnRandomInputs) {
           auto pol = make_routing_policy(spec);
           test::Step s(z, T, g);
           s.flags = flags;
+          s.resident = resident;
+          s.cost = cost;
           // Guard values after the [T x k] outputs: nothing may be written past them.
           s.ids.push_back(-99);
           s.weights.push_back(-99.f);

@@ -22,9 +22,10 @@ const std::vector<float> kZ = {
     0.0f, -0.5f, 0.8f, 0.9f,  1.2f,  -1.0f, 0.2f,  -0.6f,  //
 };
 
-test::Step run(const std::string& spec, bool norm = true, int T = 3) {
+test::Step run(const std::string& spec, bool norm = true, int T = 3, std::vector<float> cost = {}) {
   test::Step s(std::vector<float>(kZ.begin(), kZ.begin() + 8 * T), T,
                GatingConfig{8, 3, GatingFunc::kSoftmax, norm, 1.f});
+  s.cost = std::move(cost);
   auto in = s.in();
   auto out = s.out();
   make_routing_policy(spec)->route(in, out);
@@ -97,6 +98,21 @@ TEST(PeersHand, BudgetGreedyCoverage) {
   EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 2, 0}));
   EXPECT_EQ(distinct(s), 4);
   expect_weights(s, 2, softmax_over(2, {4, 2, 0}));
+}
+
+// The expert tier (RoutingInput::cost): e2 and e5 would be read from disk (cost 20), e3 is
+// resident. Coverage per unit of cost: e2 0.469 / 20 = 0.023, e3 0.209, e5 0.187 / 20 =
+// 0.009, so e3 takes the fourth slot: t1 -> {e1, e0, e3} (logits 3.0, 0.1, 0.0), t2 ->
+// {e4, e3, e0}. A top-1 that is not resident (e0 at cost 20) still joins first.
+TEST(PeersHand, BudgetPrefersResidentExperts) {
+  std::vector<float> cost(8, 1.f);
+  cost[0] = cost[2] = cost[5] = 20.f;
+  test::Step s = run("budget:m=4", true, 3, cost);
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 0, 3, 4, 3, 0}));
+  EXPECT_EQ(distinct(s), 4);
+  expect_weights(s, 1, softmax_over(1, {1, 0, 3}));
+  // Every expert at the same cost routes as without costs.
+  EXPECT_EQ(run("budget:m=4", true, 3, std::vector<float>(8, 7.f)).ids, run("budget:m=4").ids);
 }
 
 // t = 0.5: probability ratios to the top-1 are exp(z - z_top1):

@@ -214,6 +214,11 @@ void add_tier_flags(CLI::App* cmd, TierFlags* f) {
                   "the file does not fit --mem-budget");
   cmd->add_option("--expert-readers", f->readers, "Reader threads of the expert tier (default 4)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--expert-miss-cost", f->miss_cost,
+                  "What streaming an expert that is not in the tier's slots costs the routing, "
+                  "in units of a resident expert (about RAM over disk bandwidth; default 20): "
+                  "cover and budget move low-confidence choices onto resident experts by it")
+      ->check(CLI::Range(1.0, 1e6));
 }
 
 void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
@@ -225,6 +230,7 @@ void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
                      "--mem-budget: " + e.what());
   }
   opts.expert_readers = f.readers;
+  opts.expert_miss_cost = f.miss_cost;
 }
 
 std::string expert_tier_line(const Model& model) {

@@ -64,10 +64,11 @@ void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16
 // LoadOptions::repack_float.
 // The expert tier (docs/offload.md): --mem-budget SIZE (default: the memory cgroup's room or
 // MemAvailable) and --expert-cache SIZE (slots; 0 = every expert loaded; default: a tier
-// only when the file does not fit the budget), --expert-readers N.
+// only when the file does not fit the budget), --expert-readers N, --expert-miss-cost X.
 struct TierFlags {
   std::string mem_budget, expert_cache;
   int readers = 4;
+  float miss_cost = 20.f;
 };
 void add_tier_flags(CLI::App* cmd, TierFlags* flags);
 // The flags into `opts` (UsageError on a malformed size).
