@@ -22,6 +22,10 @@ namespace lynx {
 class ExpertBackend;
 struct BatchToken;
 
+// A KV cache type by name ("f32", "f16", "q8_0", any case); lynx::Error naming the choices
+// otherwise.
+gguf::TensorType kv_cache_type_from_name(const std::string& name);
+
 struct ContextOptions {
   int n_threads = 0;             // 0 = hardware concurrency
   int n_ctx = 4096;              // context limit per sequence (positions)
@@ -45,6 +49,15 @@ struct ContextOptions {
   // The kernel of that mode: "" (or "auto") the best this machine has, else "amx",
   // "avx512bf16" or "none" (lynx::Error when this machine cannot run it).
   std::string bf16_kernel;
+  // Element types of the KV cache (llama.cpp's -ctk / -ctv): F32 (default: today's arithmetic,
+  // bit for bit), F16 (half the bytes) or Q8_0 (blocks of 32 values with one fp16 scale, as
+  // GGUF's Q8_0: 34 bytes per 32 values, ~0.27x of F32). Each token's keys and values are
+  // rounded once as they are stored, and attention decodes them per key tile
+  // (kernels/attention.h); docs/benchmarks.md has the measured speed, memory and perplexity.
+  // MLA models cache one latent vector per token, stored in cache_type_k (they have no V
+  // cache: cache_type_v does not apply). Anything else throws lynx::Error.
+  gguf::TensorType cache_type_k = gguf::TensorType::F32;
+  gguf::TensorType cache_type_v = gguf::TensorType::F32;
   // Where the routed experts are computed; nullptr: this process's CPU kernels (through the
   // model's expert tier when it has one). Expert parallelism over MPI (src/dist,
   // docs/distributed.md) plugs in here.
@@ -117,7 +130,7 @@ class Context {
   // outside [0, length], or positions its sliding-window rings no longer keep (as
   // truncate_sequence).
   int32_t copy_sequence(int32_t src, int32_t len);
-  // Bytes the KV cache holds now, over all sequences (F32 keys and values).
+  // Bytes the KV cache holds now, over all sequences (keys and values in their cache types).
   size_t kv_cache_bytes() const;
   // Bytes the KV cache of one sequence holds now.
   size_t sequence_cache_bytes(int32_t seq) const;

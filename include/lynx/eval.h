@@ -30,9 +30,11 @@ struct EvalOptions {
   int gen_tokens = 32;
   int code_lines = 64;  // held-out lines for the exact-match completion score (0 = off)
   int n_threads = 0;
-  bool exact_activations = false;  // see ContextOptions
-  bool bf16_activations = false;   // see ContextOptions
-  std::string bf16_kernel;         // see ContextOptions
+  bool exact_activations = false;                         // see ContextOptions
+  bool bf16_activations = false;                          // see ContextOptions
+  std::string bf16_kernel;                                // see ContextOptions
+  gguf::TensorType cache_type_k = gguf::TensorType::F32;  // see ContextOptions
+  gguf::TensorType cache_type_v = gguf::TensorType::F32;
   // ContextOptions::experts of every context eval makes (expert parallelism).
   std::shared_ptr<const ExpertBackend> experts;
   std::function<void(const std::string& what, size_t done, size_t total)> progress;

@@ -38,8 +38,11 @@ struct ServerOptions {
   int max_queue = 64;              // requests waiting for a slot before 429
   int n_threads = 0;               // compute threads of the engine (0 = all cores)
   bool exact_activations = false;  // F32 activations for quantized types too (ContextOptions)
-  int http_threads = 0;            // 0 = max_batch + max_queue + 4 (a waiting client holds one)
-  int max_n = 8;                   // largest `n` (choices per request) accepted
+  // KV cache element types (ContextOptions::cache_type_k / _v: F32, F16, Q8_0).
+  gguf::TensorType cache_type_k = gguf::TensorType::F32;
+  gguf::TensorType cache_type_v = gguf::TensorType::F32;
+  int http_threads = 0;  // 0 = max_batch + max_queue + 4 (a waiting client holds one)
+  int max_n = 8;         // largest `n` (choices per request) accepted
   // The prefix cache (lynx/scheduler.h): finished requests' KV caches kept up to this many
   // bytes for requests whose prompts start with the same tokens; 0 = off.
   size_t cache_ram_bytes = 0;

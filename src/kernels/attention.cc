@@ -4,6 +4,8 @@
 //                  kN rows and no horizontal sum is needed;
 //   s  [kKeys x Rp] one key tile's scores, then their exp (the P of flash attention);
 //   vt [kKeys x hdp] the tile's value rows, zero-padded to hdp (a multiple of the width);
+//   kt [kKeys x hd] the tile's key rows decoded to F32 (F16 / Q8_0 caches only; F32 keys
+//                  are read in place);
 //   o  [Rp x hdp]  the unnormalized outputs; m, l, corr, lo, hi [Rp]: running max, running
 //                  sum, this tile's rescale factor, and each row's visible key positions.
 // Keys are read straight from the cache rows (broadcast scalars), values through vt.
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/kernels.h"
 #include "lynx/error.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -35,6 +38,48 @@ using VF = hn::Vec<DF>;
 constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 // Keys per tile: the tile's scores and values stay in L1 next to the queries' vectors.
 constexpr int kKeys = 32;
+
+using gguf::TensorType;
+
+// dst[0..n) = the first n elements of a cached head vector of type t (F32, F16, Q8_0), with
+// the values of the scalar decoders: an F16 widening and q * d are exact in F32 on every
+// target.
+HWY_INLINE void DecodeKvRow(TensorType t, const uint8_t* src, float* dst, int n) {
+  const DF df;
+  if (t == TensorType::F32) {
+    std::memcpy(dst, src, sizeof(float) * size_t(n));
+    return;
+  }
+  if (t == TensorType::F16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+    int d = 0;
+    for (; d + kN <= n; d += int(kN))
+      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + d)), df, dst + d);
+    for (; d < n; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, src + 2 * size_t(d), 2);
+      dst[d] = fp16_to_fp32(bits);
+    }
+    return;
+  }
+  // Q8_0: blocks of fp16 d and 32 int8 quants; a tail block decodes into a 32-float buffer.
+  const hn::Rebind<int8_t, DF> di8;
+  const hn::Rebind<int32_t, DF> di32;
+  HWY_ALIGN float tail[32];
+  for (int b = 0; b * 32 < n; ++b, src += 34) {
+    uint16_t bits;
+    std::memcpy(&bits, src, 2);
+    const VF d = hn::Set(df, fp16_to_fp32(bits));
+    float* out = (b + 1) * 32 <= n ? dst + b * 32 : tail;
+    const auto* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (int j = 0; j < 32; j += int(kN)) {
+      hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, q + j))), d), df,
+                 out + j);
+    }
+    if (out == tail) std::memcpy(dst + b * 32, tail, sizeof(float) * size_t(n - b * 32));
+  }
+}
 
 // Scores of NK keys (rows krow) for NR vectors of query rows starting at column c of qt:
 // s[key * rp + c ...] = (q . k) * scale, -inf where the key's position is outside the row's
@@ -115,13 +160,15 @@ HWY_INLINE void PvBlock(const float* p, int64_t rp, const float* vt, int64_t hdp
 
 void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   const DF df;
-  const int G = a.n_head, hd = a.hd;
+  const int G = a.n_head, hd = a.hd, hdv = a.hd_v > 0 ? a.hd_v : a.hd;
   const int64_t R = int64_t(a.n_tok) * G;
+  const bool decode_k = a.k_type != TensorType::F32;
   // Rows padded to whole vectors and to the 4-row blocks of PvBlock.
   constexpr int64_t kStep = kN > 4 ? kN : 4;
   const int64_t rp = (R + kStep - 1) / kStep * kStep;
-  const int64_t hdp = (hd + kN - 1) / kN * kN;
-  const size_t need = size_t(hd * rp + kKeys * rp + kKeys * hdp + rp * hdp + 5 * rp);
+  const int64_t hdp = (hdv + kN - 1) / kN * kN;
+  const size_t need =
+      size_t(hd * rp + kKeys * rp + kKeys * hdp + rp * hdp + 5 * rp + (decode_k ? kKeys * hd : 0));
   if (scratch.size() < need) scratch.resize(need);
   float* qt = scratch.data();
   float* s = qt + hd * rp;
@@ -132,6 +179,7 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   float* corr = l + rp;
   float* lo = corr + rp;
   float* hi = lo + rp;
+  float* kt = hi + rp;
 
   int32_t kmin = INT32_MAX, kmax = -1;
   for (int64_t r = 0; r < rp; ++r) {
@@ -158,6 +206,8 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   }
   std::fill(o, o + rp * hdp, 0.f);
 
+  const auto* kbase = static_cast<const uint8_t*>(a.k);
+  const auto* vbase = static_cast<const uint8_t*>(a.v);
   const float* krow[kKeys];
   float pk[kKeys];
   const VF ninf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
@@ -166,11 +216,16 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
     for (int j = 0; j < nk; ++j) {
       const int32_t p = kb + j;
       const int64_t row = a.ring > 0 ? p % a.ring : p;
-      krow[j] = a.k + row * a.kv_stride;
+      const uint8_t* kr = kbase + row * a.k_stride;
+      if (decode_k) {
+        DecodeKvRow(a.k_type, kr, kt + j * hd, hd);
+        krow[j] = kt + j * hd;
+      } else {
+        krow[j] = reinterpret_cast<const float*>(kr);
+      }
       pk[j] = float(p);
-      const float* vr = a.v + row * a.kv_stride;
-      std::memcpy(vt + j * hdp, vr, sizeof(float) * size_t(hd));
-      std::fill(vt + j * hdp + hd, vt + (j + 1) * hdp, 0.f);
+      DecodeKvRow(a.v_type, vbase + row * a.v_stride, vt + j * hdp, hdv);
+      std::fill(vt + j * hdp + hdv, vt + (j + 1) * hdp, 0.f);
     }
     int j = 0;
     for (; j + 4 <= nk; j += 4)
@@ -228,9 +283,9 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   }
   for (int64_t r = 0; r < R; ++r) {
     const int i = int(r / G), g = int(r % G);
-    float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * hd;
+    float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * hdv;
     const float inv = 1.f / l[r];
-    for (int d = 0; d < hd; ++d) out[d] = o[r * hdp + d] * inv;
+    for (int d = 0; d < hdv; ++d) out[d] = o[r * hdp + d] * inv;
   }
 }
 
@@ -251,8 +306,68 @@ int attention_tile_tokens(int n_head) {
   return std::max(1, kRowsPerTile / std::max(1, n_head));
 }
 
+bool is_kv_cache_type(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::Q8_0;
+}
+
+size_t kv_cache_head_bytes(TensorType t, int64_t n) {
+  switch (t) {
+    case TensorType::F32:
+      return size_t(n) * 4;
+    case TensorType::F16:
+      return size_t(n) * 2;
+    case TensorType::Q8_0:
+      return size_t((n + 31) / 32) * 34;
+    default:
+      throw Error(std::string("KV cache type ") + gguf::tensor_type_name(t) +
+                  " is not one of f32, f16, q8_0");
+  }
+}
+
+void kv_cache_store(TensorType t, const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<uint8_t*>(dst);
+  if (t == TensorType::F32) {
+    std::memcpy(out, src, sizeof(float) * size_t(n));
+  } else if (t == TensorType::F16) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = fp32_to_fp16(src[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+  } else {
+    const int64_t whole = n / 32 * 32;
+    if (whole > 0) quantize_row(TensorType::Q8_0, src, out, whole);
+    if (whole < n) {  // the last block zero-padded
+      float pad[32] = {};
+      std::memcpy(pad, src + whole, sizeof(float) * size_t(n - whole));
+      quantize_row(TensorType::Q8_0, pad, out + whole / 32 * 34, 32);
+    }
+  }
+}
+
+void kv_cache_load(TensorType t, const void* src, float* dst, int64_t n) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  if (t == TensorType::F32) {
+    std::memcpy(dst, in, sizeof(float) * size_t(n));
+  } else if (t == TensorType::F16) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, in + 2 * i, 2);
+      dst[i] = fp16_to_fp32(h);
+    }
+  } else {
+    float block[32];
+    for (int64_t b = 0; b * 32 < n; ++b) {
+      ref::dequantize_row(TensorType::Q8_0, in + b * 34, block, 32);
+      std::memcpy(dst + b * 32, block, sizeof(float) * size_t(std::min<int64_t>(32, n - b * 32)));
+    }
+  }
+}
+
 void attention_group(const AttentionGroup& a, std::vector<float>& scratch) {
   if (a.n_tok <= 0) return;
+  if (!is_kv_cache_type(a.k_type) || !is_kv_cache_type(a.v_type)) {
+    throw Error("attention_group: KV cache types must be f32, f16 or q8_0");
+  }
   for (int i = 0; i < a.n_tok; ++i) {
     if (a.pos[i] < 0 || a.pos[i] >= (1 << 24)) {
       throw Error("attention_group: position " + std::to_string(a.pos[i]) + " outside [0, 2^24)");
@@ -264,7 +379,8 @@ void attention_group(const AttentionGroup& a, std::vector<float>& scratch) {
 namespace ref {
 
 void attention_group(const AttentionGroup& a) {
-  std::vector<float> sc;
+  const int hdv = a.hd_v > 0 ? a.hd_v : a.hd;
+  std::vector<float> sc, kd(size_t(a.hd)), vd;
   for (int i = 0; i < a.n_tok; ++i) {
     const int32_t p = a.pos[i];
     const int32_t j0 = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
@@ -274,9 +390,10 @@ void attention_group(const AttentionGroup& a) {
       const float* q = a.q + int64_t(a.tok[i]) * a.q_stride + int64_t(g) * a.hd;
       auto row = [&](int j) { return a.ring > 0 ? (j0 + j) % a.ring : j0 + j; };
       for (int j = 0; j < n; ++j) {
-        const float* k = a.k + int64_t(row(j)) * a.kv_stride;
+        kv_cache_load(a.k_type, static_cast<const uint8_t*>(a.k) + int64_t(row(j)) * a.k_stride,
+                      kd.data(), a.hd);
         double d = 0;
-        for (int e = 0; e < a.hd; ++e) d += double(q[e]) * k[e];
+        for (int e = 0; e < a.hd; ++e) d += double(q[e]) * kd[size_t(e)];
         sc[size_t(j)] = float(d) * a.scale;
       }
       float mx = a.sinks ? a.sinks[g] : -INFINITY;
@@ -286,12 +403,15 @@ void attention_group(const AttentionGroup& a) {
         sc[size_t(j)] = std::exp(sc[size_t(j)] - mx);
         sum += sc[size_t(j)];
       }
-      float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * a.hd;
-      for (int e = 0; e < a.hd; ++e) {
+      float* out = a.out + int64_t(a.tok[i]) * a.out_stride + int64_t(g) * hdv;
+      vd.assign(size_t(n) * hdv, 0.f);
+      for (int j = 0; j < n; ++j) {
+        kv_cache_load(a.v_type, static_cast<const uint8_t*>(a.v) + int64_t(row(j)) * a.v_stride,
+                      &vd[size_t(j) * hdv], hdv);
+      }
+      for (int e = 0; e < hdv; ++e) {
         double acc = 0;
-        for (int j = 0; j < n; ++j) {
-          acc += double(sc[size_t(j)]) * a.v[int64_t(row(j)) * a.kv_stride + e];
-        }
+        for (int j = 0; j < n; ++j) acc += double(sc[size_t(j)]) * vd[size_t(j) * hdv + e];
         out[e] = float(acc / sum);
       }
     }

@@ -3,8 +3,11 @@
 // heads x tokens of the query tile (a small GEMM Q_tile K_tile^T, an online softmax as flash
 // attention runs it, then P V accumulated), instead of once per (token, head).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "lynx/gguf.h"
 
 namespace lynx::kernels {
 
@@ -16,6 +19,13 @@ namespace lynx::kernels {
 // p % ring for a ring buffer (ring > 0), else p. The scores are (q . k) * scale; with sinks
 // (one logit per head, nullptr: none) each head's softmax has that logit in its denominator
 // only, as gpt-oss's attention does.
+//
+// The cache rows hold F32 (today's arithmetic, read in place), F16 or Q8_0 elements
+// (kv_cache_row_bytes): a key tile's rows are decoded to F32 in L1 as the tile is reached
+// (bit for bit the scalar decoders of kernels/types), never the whole cache. The values may
+// be shorter than the keys (hd_v < hd: MLA, whose values are the first kv_lora_rank elements
+// of its key rows, v == k); query head g reads q + ... + g * hd, output head g writes
+// out + ... + g * hd_v.
 struct AttentionGroup {
   const float* q = nullptr;
   int64_t q_stride = 0;
@@ -26,14 +36,28 @@ struct AttentionGroup {
   int n_tok = 0;
   int n_head = 0;
   int hd = 0;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t kv_stride = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;  // bytes between consecutive rows
+  gguf::TensorType k_type = gguf::TensorType::F32, v_type = gguf::TensorType::F32;
+  int hd_v = 0;  // value (and output) dims per head; 0: hd
   int ring = 0;
   int window = 0;
   float scale = 1.f;
   const float* sinks = nullptr;
 };
+
+// The KV cache element types: F32, F16 and Q8_0.
+bool is_kv_cache_type(gguf::TensorType t);
+// Bytes of one cached head vector of n elements: Q8_0 rounds n up to whole blocks of 32 (the
+// padding holds zeros and is never read), so every head starts on a block.
+size_t kv_cache_head_bytes(gguf::TensorType t, int64_t n);
+// Stores n F32 values as one cached head vector (kv_cache_head_bytes(t, n) bytes at dst):
+// F32 copied, F16 rounded to nearest even, Q8_0 through the type table's quantizer (ggml's
+// quantize_row_q8_0_ref).
+void kv_cache_store(gguf::TensorType t, const float* src, void* dst, int64_t n);
+// The scalar decode of the first n elements of a cached head vector (types' decoders).
+void kv_cache_load(gguf::TensorType t, const void* src, float* dst, int64_t n);
 
 // Query tokens per tile for a group of n_head heads: about 64 (head, token) rows, which fill
 // the SIMD lanes of the score GEMM and reuse each K/V row that many times.
@@ -45,7 +69,8 @@ void attention_group(const AttentionGroup& a, std::vector<float>& scratch);
 
 namespace ref {
 // The scalar twin: per (token, head) the scores, the softmax (with the sink) and the sum of
-// weighted values, as the forward pass computed them before the blocked kernel.
+// weighted values, as the forward pass computed them before the blocked kernel; each key and
+// value row decoded with kv_cache_load (for Q8_0 the type table's scalar decoder).
 void attention_group(const AttentionGroup& a);
 }  // namespace ref
 

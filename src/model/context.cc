@@ -6,12 +6,26 @@
 #include <numeric>
 #include <thread>
 
+#include "kernels/attention.h"
 #include "model/cpu_expert_executor.h"
 #include "model/forward.h"
 #include "model/step_observer.h"
 #include "model/tiered_expert_executor.h"
 
 namespace lynx {
+
+gguf::TensorType kv_cache_type_from_name(const std::string& name) {
+  gguf::TensorType t = gguf::TensorType::F32;
+  try {
+    t = gguf::tensor_type_from_name(name);
+  } catch (const Error&) {
+    t = gguf::TensorType::BF16;  // not a cache type: refused below
+  }
+  if (!kernels::is_kv_cache_type(t)) {
+    throw Error("unknown KV cache type '" + name + "' (known: f32, f16, q8_0)");
+  }
+  return t;
+}
 
 // What a context owns; forward() gets each part as its own operand.
 struct Context::Impl {
@@ -76,8 +90,8 @@ void Context::free_sequence(int32_t seq) {
   s.len = 0;
   // Release the cache memory: a finished request must not keep its KV cache alive.
   for (auto& l : s.layers) {
-    std::vector<float>().swap(l.k);
-    std::vector<float>().swap(l.v);
+    std::vector<uint8_t>().swap(l.k);
+    std::vector<uint8_t>().swap(l.v);
   }
   s.cap = 0;
   s.ring = 0;
@@ -158,6 +172,33 @@ std::vector<TraceRecord> Context::take_trace() {
 
 namespace {
 
+// The cache's element types and row geometry (KvCache). MLA caches one vector per token (the
+// latent and the rope part), its keys; it takes cache_type_k, and there is no V cache.
+void set_cache_format(const ModelConfig& c, const ContextOptions& o, KvCache& kv) {
+  for (gguf::TensorType t : {o.cache_type_k, o.cache_type_v}) {
+    if (!kernels::is_kv_cache_type(t)) {
+      throw Error(std::string("KV cache type ") + gguf::tensor_type_name(t) +
+                  " is not supported (f32, f16 or q8_0)");
+    }
+  }
+  kv.k_type = o.cache_type_k;
+  kv.v_type = c.mla() ? o.cache_type_k : o.cache_type_v;
+  kv.rows.assign(size_t(c.n_layer), {});
+  for (int il = 0; il < c.n_layer; ++il) {
+    KvRows& r = kv.rows[size_t(il)];
+    if (c.mla()) {
+      r.k_head = kernels::kv_cache_head_bytes(kv.k_type, c.cache_k_dim());
+      r.k_row = r.k_head;
+    } else {
+      const int hd = c.layer_head_dim(il), heads = c.layer_n_head_kv(il);
+      r.k_head = kernels::kv_cache_head_bytes(kv.k_type, hd);
+      r.v_head = kernels::kv_cache_head_bytes(kv.v_type, hd);
+      r.k_row = size_t(heads) * r.k_head;
+      r.v_row = size_t(heads) * r.v_head;
+    }
+  }
+}
+
 int positive_threads(int n) {
   return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
 }
@@ -187,6 +228,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
   if (o.n_ctx <= 0) throw Error("context size must be positive");
   if (!experts) throw Error("ContextOptions::experts made no executor");
   kv.n_ctx = o.n_ctx;
+  set_cache_format(m.config(), o, kv);
   for (const LayerKind& k : m.config().layer_kinds) max_window = std::max(max_window, k.window);
   policy = make_routing_policy(o.routing);
   if (m.config().is_moe()) policy->check(m.config().gating);  // e.g. static-k:k above k
@@ -248,7 +290,7 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
                      : 0;
   for (size_t il = 0; il < s.layers.size(); ++il) {
     SequenceLayer& l = s.layers[il];
-    const int kd = c.cache_k_dim(int(il)), vd = c.cache_v_dim(int(il));
+    const size_t kd = kv.rows[il].k_row, vd = kv.rows[il].v_row;
     if (c.layer_kinds[il].window == 0) {
       if (cap > s.cap) {
         l.k.resize(size_t(cap) * kd);
@@ -313,7 +355,7 @@ size_t Context::sequence_cache_bytes(int32_t seq) const {
   if (seq < 0 || size_t(seq) >= impl_->kv.seqs.size()) return 0;
   size_t n = 0;
   for (const SequenceLayer& l : impl_->kv.seqs[size_t(seq)].layers) {
-    n += (l.k.size() + l.v.size()) * sizeof(float);
+    n += l.k.size() + l.v.size();
   }
   return n;
 }
@@ -343,7 +385,7 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
   for (size_t il = 0; il < d.layers.size(); ++il) {
     const SequenceLayer& from = s.layers[il];
     SequenceLayer& to = d.layers[il];
-    const size_t kd = size_t(c.cache_k_dim(int(il))), vd = size_t(c.cache_v_dim(int(il)));
+    const size_t kd = impl_->kv.rows[il].k_row, vd = impl_->kv.rows[il].v_row;
     if (c.layer_kinds[il].window == 0) {
       to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
       to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));

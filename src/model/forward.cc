@@ -104,9 +104,11 @@ void rope_table(float base, int rd, std::span<const float> ff, const RopeYarn& y
 
 // The step's tokens grouped by sequence into attention tiles (B.attn_tok / attn_pos hold the
 // batch rows and positions, sequence by sequence in batch order): a sequence with one token
-// is one unblocked tile; one with several is cut into tiles of attention_tile_tokens, the
+// is one unblocked tile (a blocked one when `block_single`: caches that the blocked kernel
+// decodes per key tile); one with several is cut into tiles of attention_tile_tokens, the
 // latest (longest key range) first so the pool's chunks end on short ones.
-void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers& B) {
+void group_by_sequence(std::span<const BatchToken> batch, int group, bool block_single,
+                       StepBuffers& B) {
   const int T = int(batch.size());
   B.attn_tok.clear();
   B.attn_pos.clear();
@@ -128,7 +130,7 @@ void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers
       ++e;
     }
     if (e - b == 1) {
-      B.attn_tiles.push_back({b, e, false});
+      B.attn_tiles.push_back({b, e, block_single});
     } else {
       for (int x = e; x > b; x -= tile) B.attn_tiles.push_back({std::max(b, x - tile), x, true});
     }
@@ -148,6 +150,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   const int E = c.n_embd, Q = c.n_head * hd, KV = n_kv * hd;
   const int window = c.layer_kinds[size_t(il)].window;
   const bool alt = c.layer_alt(il);
+  const KvRows& kr = kv.rows[size_t(il)];
 
   for (int t = 0; t < T; ++t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
@@ -197,16 +200,23 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     // of one sequence in the same step (a prefill chunk) see their predecessors.
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
     const size_t row = cache_row(kv.sequence(batch[size_t(t)].seq), window, pos);
-    std::memcpy(&sl.k[row * KV], k, sizeof(float) * KV);
-    std::memcpy(&sl.v[row * KV], &B.v[size_t(t) * KV], sizeof(float) * KV);
+    const float* v = &B.v[size_t(t) * KV];
+    for (int h = 0; h < n_kv; ++h) {
+      kernels::kv_cache_store(kv.k_type, k + h * hd, &sl.k[row * kr.k_row + h * kr.k_head], hd);
+      kernels::kv_cache_store(kv.v_type, v + h * hd, &sl.v[row * kr.v_row + h * kr.v_head], hd);
+    }
   }
+  // F32 caches keep the per-head dot/axpy loop for decode tokens (today's arithmetic); F16 and
+  // Q8_0 caches take the blocked kernel for them too, which decodes each key tile once for the
+  // group's heads.
+  const bool f32_cache = kv.k_type == gguf::TensorType::F32 && kv.v_type == gguf::TensorType::F32;
 
   const float scale = c.kq_scale > 0 ? c.kq_scale : c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = c.n_head / n_kv;
   // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
   // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
   // per-head dot/axpy loop, which reads each K/V row once per head but needs no transpose.
-  group_by_sequence(batch, group, B);
+  group_by_sequence(batch, group, !f32_cache, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   cp.pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
@@ -228,9 +238,12 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
         a.n_tok = tile.end - tile.begin;
         a.n_head = group;
         a.hd = hd;
-        a.k = &sl.k[head];
-        a.v = &sl.v[head];
-        a.kv_stride = KV;
+        a.k = &sl.k[size_t(kvh) * kr.k_head];
+        a.v = &sl.v[size_t(kvh) * kr.v_head];
+        a.k_stride = int64_t(kr.k_row);
+        a.v_stride = int64_t(kr.v_row);
+        a.k_type = kv.k_type;
+        a.v_type = kv.v_type;
         a.ring = window > 0 ? seq.ring : 0;
         a.window = window;
         a.scale = scale;
@@ -243,11 +256,13 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const BatchToken& bt = batch[size_t(t)];
       // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
       const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
+      const auto* keys = reinterpret_cast<const float*>(sl.k.data());
+      const auto* values = reinterpret_cast<const float*>(sl.v.data());
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
         for (int j = 0; j < n; ++j) {
           const size_t row = cache_row(seq, window, j0 + j);
-          sc[size_t(j)] = kernels::dot(q, &sl.k[row * KV + head], hd) * scale;
+          sc[size_t(j)] = kernels::dot(q, &keys[row * KV + head], hd) * scale;
         }
         if (L.attn_sinks) {
           softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
@@ -258,7 +273,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
         std::fill(out, out + hd, 0.f);
         for (int j = 0; j < n; ++j) {
           const size_t row = cache_row(seq, window, j0 + j);
-          kernels::axpy(sc[size_t(j)], &sl.v[row * KV + head], out, hd);
+          kernels::axpy(sc[size_t(j)], &values[row * KV + head], out, hd);
         }
       }
     }
@@ -286,6 +301,59 @@ void project_mat(const Compute& cp, const Weight& w, int64_t i, MatIn& in, float
                     w.layout);
   }
   obs.weights_read(w.mat_bytes);
+}
+
+// MLA's attention over an F16 / Q8_0 cache: the absorbed form is attention with one KV head
+// of dims kv_lora + rope whose values are the first kv_lora dims of its keys, which the
+// blocked kernel runs (each latent tile decoded once for kMlaHeads heads). In: B.mla_q
+// [H x T x R] and the rope part of B.q; out: B.mla_o [H x T x R].
+void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<const BatchToken> batch,
+                 KvCache& kv, StepBuffers& B, float scale) {
+  constexpr int kMlaHeads = 8;  // heads per job: decode of one sequence still splits
+  const int T = int(batch.size()), H = c.n_head;
+  const int R = c.kv_lora_rank, nope = c.qk_nope_dim, rd = c.qk_rope_dim;
+  const int hd = nope + rd, Q = H * hd, CK = R + rd;
+  ensure(B.mla_qcat, size_t(T) * H * CK);
+  ensure(B.mla_ocat, size_t(T) * H * R);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < H; ++h) {
+      float* dst = &B.mla_qcat[(size_t(t) * H + size_t(h)) * CK];
+      std::memcpy(dst, &B.mla_q[(size_t(h) * T + size_t(t)) * R], sizeof(float) * R);
+      std::memcpy(dst + R, &B.q[size_t(t) * Q + size_t(h) * hd + nope], sizeof(float) * rd);
+    }
+  }
+  const int chunk = std::min(H, kMlaHeads), n_chunks = (H + chunk - 1) / chunk;
+  group_by_sequence(batch, chunk, true, B);
+  const int64_t n_tiles = int64_t(B.attn_tiles.size());
+  cp.pool.parallel_for(n_tiles * n_chunks, [&](int64_t b, int64_t e, int tid) {
+    for (int64_t job = b; job < e; ++job) {
+      const AttnTile& tile = B.attn_tiles[size_t(job / n_chunks)];
+      const int h0 = int(job % n_chunks) * chunk;
+      const SequenceLayer& sl = kv.layer(batch[size_t(B.attn_tok[size_t(tile.begin)])].seq, il);
+      kernels::AttentionGroup a;
+      a.q = &B.mla_qcat[size_t(h0) * CK];
+      a.q_stride = int64_t(H) * CK;
+      a.out = &B.mla_ocat[size_t(h0) * R];
+      a.out_stride = int64_t(H) * R;
+      a.tok = &B.attn_tok[size_t(tile.begin)];
+      a.pos = &B.attn_pos[size_t(tile.begin)];
+      a.n_tok = tile.end - tile.begin;
+      a.n_head = std::min(chunk, H - h0);
+      a.hd = CK;
+      a.hd_v = R;
+      a.k = a.v = sl.k.data();
+      a.k_stride = a.v_stride = int64_t(kv.rows[size_t(il)].k_row);
+      a.k_type = a.v_type = kv.k_type;
+      a.scale = scale;
+      kernels::attention_group(a, B.scores[size_t(tid)]);
+    }
+  });
+  for (int h = 0; h < H; ++h) {
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(&B.mla_o[(size_t(h) * T + size_t(t)) * R],
+                  &B.mla_ocat[(size_t(t) * H + size_t(h)) * R], sizeof(float) * R);
+    }
+  }
 }
 
 // Multi-head latent attention of layer il (deepseek2) in the absorbed form, for prefill and
@@ -336,7 +404,8 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
     rope(ck + R, rd, cs, c.rope);
     // Into the cache before any attention runs (tokens of one prefill chunk see each other).
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
-    std::memcpy(&sl.k[size_t(batch[size_t(t)].pos) * CK], ck, sizeof(float) * CK);
+    kernels::kv_cache_store(kv.k_type, ck,
+                            &sl.k[size_t(batch[size_t(t)].pos) * kv.rows[size_t(il)].k_row], CK);
   }
   // Absorb the key up-projection into q: q_lat,h = W_kb,h q_nope,h, head by head.
   for (int h = 0; h < H; ++h) {
@@ -349,26 +418,31 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
   }
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
-  cp.pool.parallel_for(int64_t(T) * H, [&](int64_t b, int64_t e, int tid) {
-    std::vector<float>& sc = B.scores[size_t(tid)];
-    ensure(sc, size_t(kv.n_ctx));
-    for (int64_t job = b; job < e; ++job) {
-      const int t = int(job / H), h = int(job % H);
-      const BatchToken& bt = batch[size_t(t)];
-      const SequenceLayer& sl = kv.layer(bt.seq, il);
-      const float* ql = &B.mla_q[(size_t(h) * T + size_t(t)) * R];
-      const float* qr = &B.q[size_t(t) * Q + size_t(h) * hd + nope];
-      const int n = bt.pos + 1;  // causal: positions 0..pos
-      for (int j = 0; j < n; ++j) {
-        const float* row = &sl.k[size_t(j) * CK];
-        sc[size_t(j)] = (kernels::dot(ql, row, R) + kernels::dot(qr, row + R, rd)) * scale;
+  if (kv.k_type != gguf::TensorType::F32) {
+    mla_blocked(cp, c, il, batch, kv, B, scale);
+  } else {
+    cp.pool.parallel_for(int64_t(T) * H, [&](int64_t b, int64_t e, int tid) {
+      std::vector<float>& sc = B.scores[size_t(tid)];
+      ensure(sc, size_t(kv.n_ctx));
+      for (int64_t job = b; job < e; ++job) {
+        const int t = int(job / H), h = int(job % H);
+        const BatchToken& bt = batch[size_t(t)];
+        const SequenceLayer& sl = kv.layer(bt.seq, il);
+        const auto* keys = reinterpret_cast<const float*>(sl.k.data());
+        const float* ql = &B.mla_q[(size_t(h) * T + size_t(t)) * R];
+        const float* qr = &B.q[size_t(t) * Q + size_t(h) * hd + nope];
+        const int n = bt.pos + 1;  // causal: positions 0..pos
+        for (int j = 0; j < n; ++j) {
+          const float* row = &keys[size_t(j) * CK];
+          sc[size_t(j)] = (kernels::dot(ql, row, R) + kernels::dot(qr, row + R, rd)) * scale;
+        }
+        kernels::softmax_inplace(sc.data(), n);
+        float* out = &B.mla_o[(size_t(h) * T + size_t(t)) * R];
+        std::fill(out, out + R, 0.f);
+        for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], &keys[size_t(j) * CK], out, R);
       }
-      kernels::softmax_inplace(sc.data(), n);
-      float* out = &B.mla_o[(size_t(h) * T + size_t(t)) * R];
-      std::fill(out, out + R, 0.f);
-      for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], &sl.k[size_t(j) * CK], out, R);
-    }
-  });
+    });
+  }
   // The value up-projection per head, into the heads' slots of the output projection's input.
   for (int h = 0; h < H; ++h) {
     MatIn o{&B.mla_o[size_t(h) * T * R], T, R, &B.xq_head};

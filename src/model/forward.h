@@ -16,12 +16,14 @@
 
 namespace lynx {
 
-// KV cache of one sequence: per layer, [cap x cache_k_dim] keys and [cap x cache_v_dim]
-// values (F32, grown on demand up to the context limit); for MLA the keys hold each token's
-// normed latent and its roped rope part, and there are no values. A sliding-window layer
-// (LayerKind::window > 0) keeps a ring of `ring` rows instead: position p in row p % ring.
+// KV cache of one sequence: per layer, [cap x KvRows::k_row] keys and [cap x KvRows::v_row]
+// values (grown on demand up to the context limit); a row is one head
+// vector per KV head in the cache's element type (KvCache::k_type, v_type). For MLA the key
+// row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
+// part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
+// of `ring` rows instead: position p in row p % ring.
 struct SequenceLayer {
-  std::vector<float> k, v;
+  std::vector<uint8_t> k, v;
 };
 struct Sequence {
   bool in_use = false;
@@ -40,11 +42,22 @@ inline size_t cache_row(const Sequence& s, int window, int32_t pos) {
   return window > 0 ? size_t(pos % s.ring) : size_t(pos);
 }
 
+// Bytes of one cached head vector and of one cache row (all KV heads) of a layer, keys and
+// values (MLA: one key vector, no values).
+struct KvRows {
+  size_t k_head = 0, v_head = 0, k_row = 0, v_row = 0;
+};
+
 // The KV cache of every sequence (index: sequence id); no sequence holds more than n_ctx
 // positions.
 struct KvCache {
   std::vector<Sequence> seqs;
   int n_ctx = 0;
+  // Element types (ContextOptions::cache_type_k / _v: F32, F16, Q8_0) and row geometry: a
+  // head vector is kernels::kv_cache_head_bytes(type, head dim) bytes, a row holds the layer's
+  // KV heads. F32 rows are laid out as the plain float rows they always were.
+  gguf::TensorType k_type = gguf::TensorType::F32, v_type = gguf::TensorType::F32;
+  std::vector<KvRows> rows;  // per layer (layers may differ in head dim and KV heads)
   SequenceLayer& layer(int32_t seq, int il) { return seqs[size_t(seq)].layers[size_t(il)]; }
   const Sequence& sequence(int32_t seq) const { return seqs[size_t(seq)]; }
 };
@@ -73,6 +86,9 @@ struct StepBuffers {
   // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
   // head's value output [T x v].
   std::vector<float> mla_qa, mla_nope, mla_q, mla_o, mla_v;
+  // MLA over a quantized cache (the blocked kernel): per token and head the query [q_lat;
+  // q_rope] [T x H x (kv_lora + rope)] and the latent output [T x H x kv_lora].
+  std::vector<float> mla_qcat, mla_ocat;
   kernels::QuantizedActs xq_head;
   std::vector<float> sh_gate, sh_up;       // shared expert / dense FFN hidden
   std::vector<float> out_in;               // normed rows needing logits

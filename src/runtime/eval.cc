@@ -80,6 +80,8 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
   co.exact_activations = o.exact_activations;
   co.bf16_activations = o.bf16_activations;
   co.bf16_kernel = o.bf16_kernel;
+  co.cache_type_k = o.cache_type_k;
+  co.cache_type_v = o.cache_type_v;
   co.experts = o.experts;
   co.n_ctx = std::max(1, max_len);
   co.routing = policy;
@@ -208,6 +210,8 @@ std::vector<std::vector<int32_t>> greedy_runs(const Model& model,
   co.exact_activations = o.exact_activations;
   co.bf16_activations = o.bf16_activations;
   co.bf16_kernel = o.bf16_kernel;
+  co.cache_type_k = o.cache_type_k;
+  co.cache_type_v = o.cache_type_v;
   co.experts = o.experts;
   co.n_ctx = max_len + n_gen;
   co.routing = policy;

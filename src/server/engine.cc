@@ -46,6 +46,8 @@ ContextOptions context_options(const ServerOptions& o, const RoutingControl& rc)
   ContextOptions c;
   c.n_threads = o.n_threads;
   c.exact_activations = o.exact_activations;
+  c.cache_type_k = o.cache_type_k;
+  c.cache_type_v = o.cache_type_v;
   c.n_ctx = o.n_ctx;
   // The server's spelling of --routing when the server starts at it (what it reports).
   const std::string& spec = rc.ladder()[size_t(rc.server_level())].spec;

@@ -2,7 +2,7 @@
 // (bit-identical, every family's cache layout: plain, MLA latent, sliding-window rings), turn
 // 2 of a conversation generates what it generates without the cache, running requests share
 // a prefix, the bytes bound holds with eviction, and cancelled or failed requests leave
-// nothing behind.
+// nothing behind. Copies, truncation and turns over F16 / Q8_0 KV caches too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,7 +52,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class CopySequence : public ::testing::TestWithParam<const char*> {};
+struct CopyCase {
+  const char* file;
+  gguf::TensorType cache = gguf::TensorType::F32;  // K and V
+};
+void PrintTo(const CopyCase& c, std::ostream* os) {
+  *os << c.file << " " << gguf::tensor_type_name(c.cache);
+}
+
+class CopySequence : public ::testing::TestWithParam<CopyCase> {};
 
 // A prefix copied from another sequence, then the rest of the prompt: the logits of a
 // sequence that computed the same prefix itself in the same steps, to the bit (the copy holds
@@ -61,10 +69,11 @@ class CopySequence : public ::testing::TestWithParam<const char*> {};
 // made by a longer step: some float products take other kernels there (docs/serving.md,
 // "Prefix cache").
 TEST_P(CopySequence, CopiedPrefixGivesTheSequencesOwnLogits) {
-  auto m = Model::load(kFixtures + GetParam());
+  auto m = Model::load(kFixtures + GetParam().file);
   ContextOptions co;
   co.n_threads = 2;
   co.n_ctx = 96;
+  co.cache_type_k = co.cache_type_v = GetParam().cache;
   Context ctx(*m, co);
   const auto p = tokens(40, 1, m->config().n_vocab);
   const int32_t whole = ctx.new_sequence();
@@ -88,15 +97,32 @@ TEST_P(CopySequence, CopiedPrefixGivesTheSequencesOwnLogits) {
     ctx.free_sequence(dst);
     ctx.free_sequence(own);
   }
+  // Truncated back to len, then the rest again: the logits of the copy (the rows past len are
+  // written anew).
+  for (int len : {7, 21}) {
+    const int32_t src = ctx.new_sequence();
+    feed(ctx, src, p, 0, 40, 7);
+    const int32_t own = ctx.new_sequence();
+    feed(ctx, own, p, 0, len, 7);
+    const auto want = feed(ctx, own, p, len, 40, 40);
+    ctx.truncate_sequence(src, len);
+    EXPECT_TRUE(same_bits(feed(ctx, src, p, len, 40, 40), want)) << "truncated to " << len;
+    ctx.free_sequence(src);
+    ctx.free_sequence(own);
+  }
   EXPECT_THROW(ctx.copy_sequence(whole, 41), Error);
   EXPECT_THROW(ctx.copy_sequence(whole + 100, 1), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CopySequence,
-                         ::testing::Values("qwen2moe-f32.gguf", "olmoe-q8_0.gguf",
-                                           "llama-moe-q4_0.gguf", "llama-moe-bf16.gguf",
-                                           "mla/tiny-deepseek-v2.gguf",
-                                           "gpt-oss/tiny-gpt-oss.gguf"));
+constexpr auto kF16 = gguf::TensorType::F16, kQ8 = gguf::TensorType::Q8_0;
+INSTANTIATE_TEST_SUITE_P(
+    Families, CopySequence,
+    ::testing::Values(CopyCase{"qwen2moe-f32.gguf"}, CopyCase{"olmoe-q8_0.gguf"},
+                      CopyCase{"llama-moe-q4_0.gguf"}, CopyCase{"llama-moe-bf16.gguf"},
+                      CopyCase{"mla/tiny-deepseek-v2.gguf"}, CopyCase{"gpt-oss/tiny-gpt-oss.gguf"},
+                      CopyCase{"qwen2moe-f32.gguf", kQ8}, CopyCase{"olmoe-q8_0.gguf", kF16},
+                      CopyCase{"mla/tiny-deepseek-v2.gguf", kQ8},
+                      CopyCase{"gpt-oss/tiny-gpt-oss.gguf", kQ8}));
 
 // gpt-oss's window layers keep a ring: a prefix further back than the ring holds cannot be
 // copied (the prefix cache then evaluates the prompt again).
@@ -135,13 +161,16 @@ GenerationRequest request(const std::vector<int32_t>& prompt, int n, Turn& t) {
 // A conversation of three turns, each prompt the previous prompt + its answer + new tokens:
 // with the cache, each turn reuses everything before its new tokens (the answer's rows came
 // from decode steps) and generates exactly what it generates without the cache.
-TEST(PrefixCache, ConversationTurnsMatchWithoutTheCache) {
+class ConversationTurns : public ::testing::TestWithParam<gguf::TensorType> {};
+
+TEST_P(ConversationTurns, MatchWithoutTheCache) {
   auto m = Model::load(kFixtures + "olmoe-q8_0.gguf");
   const int V = m->config().n_vocab;
   auto run = [&](size_t cache_bytes, std::vector<Turn>& turns) {
     ContextOptions co;
     co.n_threads = 2;
     co.n_ctx = 256;
+    co.cache_type_k = co.cache_type_v = GetParam();
     Context ctx(*m, co);
     SchedulerOptions so;
     so.prefix_cache_bytes = cache_bytes;
@@ -178,6 +207,10 @@ TEST(PrefixCache, ConversationTurnsMatchWithoutTheCache) {
   EXPECT_EQ(on.reused_tokens, 37 + 57);
   EXPECT_EQ(on.entries, 1u);  // each turn's entry replaced the one it extended
 }
+
+INSTANTIATE_TEST_SUITE_P(CacheTypes, ConversationTurns,
+                         ::testing::Values(gguf::TensorType::F32, gguf::TensorType::F16,
+                                           gguf::TensorType::Q8_0));
 
 // Requests that share a system prompt while one of them runs: the later one copies the
 // running one's rows, and both generate what they generate alone.

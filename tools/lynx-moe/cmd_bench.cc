@@ -42,13 +42,33 @@ struct Args {
   bool exact_acts = false;
   bool bf16_acts = false;
   std::string bf16_kernel;
+  CacheTypeFlags cache_types;
   bool bf16_compare = false;  // every policy also with --bf16-acts, step-interleaved
+  bool kv_compare = false;    // every policy also with f16 and q8_0 KV caches, interleaved
   bool no_repack = false;
   EpFlags ep;
 };
 
 // The label --bf16-compare gives a policy's row in the BF16 fast mode.
 constexpr std::string_view kBf16Suffix = " +bf16-acts";
+// The labels --kv-compare gives a policy's rows with F16 and Q8_0 KV caches (K and V).
+constexpr std::string_view kKvF16Suffix = " +kv=f16", kKvQ8Suffix = " +kv=q8_0";
+
+// Removes the labels of --bf16-compare and --kv-compare from a row's spec, applying them to
+// `co` when given.
+void strip_row_labels(std::string& spec, ContextOptions* co) {
+  for (auto [suffix, type] : {std::pair{kKvF16Suffix, gguf::TensorType::F16},
+                              std::pair{kKvQ8Suffix, gguf::TensorType::Q8_0}}) {
+    if (spec.ends_with(suffix)) {
+      spec.resize(spec.size() - suffix.size());
+      if (co) co->cache_type_k = co->cache_type_v = type;
+    }
+  }
+  if (spec.ends_with(kBf16Suffix)) {
+    spec.resize(spec.size() - kBf16Suffix.size());
+    if (co) co->bf16_activations = true;
+  }
+}
 
 // Prompts read from --prompt-file: line b holds sequence b's token ids (the first --prompt of
 // them are used), so that other engines can be fed the very same sequences.
@@ -146,10 +166,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.exact_activations = a.exact_acts;
     co.bf16_activations = a.bf16_acts;
     co.bf16_kernel = a.bf16_kernel;
-    if (co.routing.ends_with(kBf16Suffix)) {  // --bf16-compare's second row of a policy
-      co.routing.resize(co.routing.size() - kBf16Suffix.size());
-      co.bf16_activations = true;
-    }
+    a.cache_types.apply(co);
+    strip_row_labels(co.routing, &co);  // --bf16-compare's and --kv-compare's rows
     ep_ids[p] = ep.configure(co);
     ctxs.push_back(std::make_unique<Context>(model, co));
     Context& ctx = *ctxs.back();
@@ -439,7 +457,7 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
   auto model = ep.load_model(a.model, !a.no_repack && !a.exact_acts, !a.no_repack);
   std::vector<std::string> specs;  // the routing specs, without --bf16-compare's labels
   for (std::string s : policies) {
-    if (s.ends_with(kBf16Suffix)) s.resize(s.size() - kBf16Suffix.size());
+    strip_row_labels(s, nullptr);
     specs.push_back(s);
   }
   check_specs_fit(specs, *model, "--routing");
@@ -475,6 +493,8 @@ void run_bench(const Args& a, const std::vector<int>& batches, const std::vector
       kernels::bf16_kernel_name(kernels::bf16_kernel_by_name(a.bf16_kernel));
   if (a.bf16_acts) acts += "; bf16 for BF16/F16 weights (--bf16-acts)" + bf16_on;
   if (a.bf16_compare) acts += "; rows '+bf16-acts': bf16 for BF16/F16 weights" + bf16_on;
+  acts += std::string("; KV cache ") + a.cache_types.k + "/" + a.cache_types.v;
+  if (a.kv_compare) acts += "; rows '+kv=T': KV cache T/T";
   const char* layout = a.no_repack ? "rows"
                        : a.exact_acts
                            ? "f32/f16/bf16 in 16-row panels, quantized rows"
@@ -537,10 +557,15 @@ void register_bench(CLI::App& app) {
                   "(the peak over them is reported)");
   add_exact_acts_flag(cmd, &a->exact_acts);
   add_bf16_acts_flag(cmd, &a->bf16_acts, &a->bf16_kernel);
+  add_cache_type_flags(cmd, &a->cache_types);
   cmd->add_flag("--bf16-compare", a->bf16_compare,
                 "Run every policy twice in each cell, step-interleaved: as given and with "
                 "--bf16-acts (rows labelled '+bf16-acts'; their speedup is against the first "
                 "policy's exact row)");
+  cmd->add_flag("--kv-compare", a->kv_compare,
+                "Run every policy three times in each cell, step-interleaved: with the KV cache "
+                "types given (--cache-type-k/-v, default f32) and with f16 and q8_0 K and V "
+                "caches (rows labelled '+kv=f16', '+kv=q8_0')");
   cmd->add_flag(
       "--no-repack", a->no_repack,
       "Keep the weights in the file's row layout (default: repacked at load, types with an "
@@ -570,13 +595,16 @@ void register_bench(CLI::App& app) {
           throw UsageError("--threads values must be in [1, " + std::to_string(kMaxThreads) + "]");
         }
       }
-      if (!a->bf16_compare) return run_bench(*a, batches, threads, policies, ep);
-      std::vector<std::string> both;  // each policy exact, then in the BF16 fast mode
+      std::vector<std::string> rows;  // each policy as asked, then in the compared modes
       for (const auto& p : policies) {
-        both.push_back(p);
-        both.push_back(p + std::string(kBf16Suffix));
+        rows.push_back(p);
+        if (a->bf16_compare) rows.push_back(p + std::string(kBf16Suffix));
+        if (a->kv_compare) {
+          rows.push_back(p + std::string(kKvF16Suffix));
+          rows.push_back(p + std::string(kKvQ8Suffix));
+        }
       }
-      run_bench(*a, batches, threads, both, ep);
+      run_bench(*a, batches, threads, rows, ep);
     });
   });
 }

@@ -20,6 +20,7 @@ namespace {
 struct EvalArgs {
   std::string model, data, routing = "topk;lynx", batch = "1,4,16,32", output = "md";
   EvalOptions opts;
+  CacheTypeFlags cache_types;
   EpFlags ep;
 };
 
@@ -111,6 +112,8 @@ void run_eval(const EvalArgs& a, ExpertParallel& ep) {
     throw UsageError("-o must be md, csv or json");
   }
   EvalOptions o = a.opts;
+  o.cache_type_k = a.cache_types.k_type();
+  o.cache_type_v = a.cache_types.v_type();
   o.policies = routing_specs(a.routing, "--routing");
   o.batches = parse_int_list(a.batch, "--batch");
   for (int b : o.batches) {
@@ -168,6 +171,7 @@ void register_eval(CLI::App& app) {
       ->check(int_in(0, kMaxThreads));
   add_exact_acts_flag(cmd, &a.opts.exact_activations);
   add_bf16_acts_flag(cmd, &a.opts.bf16_activations, &a.opts.bf16_kernel);
+  add_cache_type_flags(cmd, &a.cache_types);
   cmd->add_option("-o,--output", a.output, "md, csv or json");
   add_ep_flags(cmd, &a.ep);
   cmd->callback(

@@ -31,6 +31,7 @@ struct Args {
   bool no_bos = false, quiet = false, ignore_eos = false, chat = false, exact_acts = false;
   bool bf16_acts = false;
   std::string bf16_kernel;
+  CacheTypeFlags cache_types;
   std::string chat_format, system;
   EpFlags ep;
 };
@@ -60,6 +61,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   co.exact_activations = a.exact_acts;
   co.bf16_activations = a.bf16_acts;
   co.bf16_kernel = a.bf16_kernel;
+  a.cache_types.apply(co);
   Context ctx(model, co);
   SchedulerOptions so;
   so.max_batch = a.parallel;
@@ -319,6 +321,7 @@ void add_generate_flags(CLI::App* cmd, Args& a) {
   cmd->add_flag("-q,--quiet", a.quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a.exact_acts);
   add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
+  add_cache_type_flags(cmd, &a.cache_types);
   add_ep_flags(cmd, &a.ep);
 }
 

@@ -17,6 +17,7 @@ void register_logits(CLI::App& app) {
     int threads = 0;
     bool all = false, exact_acts = false, bf16_acts = false;
     std::string bf16_kernel;
+    CacheTypeFlags cache_types;
     EpFlags ep;
   };
   auto args = std::make_shared<Args>();
@@ -30,6 +31,7 @@ void register_logits(CLI::App& app) {
   cmd->add_flag("--all", args->all, "Write the logits of every position, not only the last");
   add_exact_acts_flag(cmd, &args->exact_acts);
   add_bf16_acts_flag(cmd, &args->bf16_acts, &args->bf16_kernel);
+  add_cache_type_flags(cmd, &args->cache_types);
   add_ep_flags(cmd, &args->ep);
   cmd->callback([args] {
     ExpertParallel::run(args->ep, [&](ExpertParallel& ep) {
@@ -69,6 +71,7 @@ void register_logits(CLI::App& app) {
       co.exact_activations = args->exact_acts;
       co.bf16_activations = args->bf16_acts;
       co.bf16_kernel = args->bf16_kernel;
+      args->cache_types.apply(co);
       ep.configure(co);
       Context ctx(*model, co);
       const int32_t seq = ctx.new_sequence();

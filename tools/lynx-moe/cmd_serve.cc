@@ -103,6 +103,8 @@ void follow_steps(const ServerOptions& o, ExpertParallel& ep) {
   ContextOptions co;
   co.n_threads = o.n_threads;
   co.exact_activations = o.exact_activations;
+  co.cache_type_k = o.cache_type_k;
+  co.cache_type_v = o.cache_type_v;
   co.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::max(2, model->config().n_ctx_train);
   co.routing = o.routing;
   ep.configure(co);
@@ -154,6 +156,7 @@ struct ServeArgs {
   double tpot_ms = 0;
   bool bf16_acts = false;
   std::string bf16_kernel;  // --bf16-kernel
+  CacheTypeFlags cache_types;
   int64_t cache_mib = 8192;
   EpFlags ep;
 };
@@ -177,6 +180,7 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("-t,--threads", a.o.n_threads, "Compute threads (default: all cores)");
   add_exact_acts_flag(cmd, &a.o.exact_activations);
   add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
+  add_cache_type_flags(cmd, &a.cache_types);
   cmd->add_option("--http-threads", a.o.http_threads,
                   "HTTP worker threads (default max-batch + max-queue + 4)");
   cmd->add_option("--model-name", a.o.model_name, "Model id served (default: general.name)");
@@ -389,6 +393,8 @@ void serve_until_signalled(ServerOptions& o, bool bf16_acts, const std::string& 
 void run(CLI::App* cmd, ServeArgs& a) {
   ServerOptions& o = a.o;
   o.tpot_slo_s = a.tpot_ms / 1e3;
+  o.cache_type_k = a.cache_types.k_type();
+  o.cache_type_v = a.cache_types.v_type();
   if (a.cache_mib < -1 || a.cache_mib > (int64_t(1) << 30)) {
     bad_flag("--cache-ram: must be MiB between 0 (off) and 2^30, or -1 (no limit)");
   }

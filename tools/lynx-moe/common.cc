@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -159,6 +160,48 @@ void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16
         }
         return "";
       });
+}
+
+gguf::TensorType CacheTypeFlags::k_type() const {
+  return kv_cache_type_from_name(k);
+}
+gguf::TensorType CacheTypeFlags::v_type() const {
+  return kv_cache_type_from_name(v);
+}
+void CacheTypeFlags::apply(ContextOptions& co) const {
+  co.cache_type_k = k_type();
+  co.cache_type_v = v_type();
+}
+
+void add_cache_type_flags(CLI::App* cmd, CacheTypeFlags* flags) {
+  auto check = [](const std::string& name) -> std::string {
+    try {
+      kv_cache_type_from_name(name);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  cmd->add_option("--cache-type-k", flags->k,
+                  "KV cache type of the keys (-ctk): f32 (default, exact), f16 or q8_0 (blocks of "
+                  "32 with an fp16 scale, ~0.27x the bytes of f32). MLA models cache their "
+                  "latent in this type. See docs/benchmarks.md for speed and perplexity")
+      ->check(check);
+  cmd->add_option("--cache-type-v", flags->v,
+                  "KV cache type of the values (-ctv): f32 (default), f16 or q8_0")
+      ->check(check);
+}
+
+std::vector<char*> long_cache_type_flags(int argc, char** argv) {
+  static char k[] = "--cache-type-k", v[] = "--cache-type-v";
+  std::vector<char*> out(argv, argv + argc);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") break;  // positional arguments follow
+    if (std::string_view(argv[i]) == "-ctk") out[size_t(i)] = k;
+    if (std::string_view(argv[i]) == "-ctv") out[size_t(i)] = v;
+  }
+  out.push_back(nullptr);
+  return out;
 }
 
 void check_bf16_acts_combo(bool bf16_acts, bool expert_parallel) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "lynx/context.h"
 #include "lynx/model.h"
 #include "util/clock.h"
 
@@ -56,6 +57,19 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);
 // Adds --bf16-acts (ContextOptions::bf16_activations, the BF16 fast mode of BF16/F16 weights)
 // and --bf16-kernel (ContextOptions::bf16_kernel, checked against this CPU).
 void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16_kernel);
+
+// --cache-type-k / -ctk and --cache-type-v / -ctv (ContextOptions::cache_type_k / _v: f32,
+// f16 or q8_0), on every command that creates a Context for a model's tokens.
+struct CacheTypeFlags {
+  std::string k = "f32", v = "f32";
+  gguf::TensorType k_type() const;  // lynx::Error on an unknown name (checked when parsed)
+  gguf::TensorType v_type() const;
+  void apply(ContextOptions& co) const;
+};
+void add_cache_type_flags(CLI::App* cmd, CacheTypeFlags* flags);
+// llama.cpp's spellings -ctk and -ctv, which CLI11 cannot register (a single dash takes one
+// letter): argv with them replaced by --cache-type-k / --cache-type-v.
+std::vector<char*> long_cache_type_flags(int argc, char** argv);
 
 // Loads a model, drawing a progress bar on stderr while the file is read ahead (only when
 // stderr is a terminal or the file is large). `repack`: LoadOptions::repack; commands pass

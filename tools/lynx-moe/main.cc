@@ -1,6 +1,7 @@
 // lynx-moe: command-line front end of the engine.
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   lynx::cli::register_calibrate(app);
   lynx::cli::harden_options(app);
   try {
-    app.parse(argc, argv);
+    std::vector<char*> args = lynx::cli::long_cache_type_flags(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every malformed command line exits 2.
     return app.exit(e) == 0 ? 0 : 2;
