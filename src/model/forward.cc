@@ -215,7 +215,8 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   const int group = c.n_head / n_kv;
   // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
   // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
-  // per-head dot/axpy loop, which reads each K/V row once per head but needs no transpose.
+  // per-head dot/axpy loop over an F32 cache, which reads each K/V row once per head but needs
+  // no transpose (F16 / Q8_0 caches: the blocked kernel, see f32_cache).
   group_by_sequence(batch, group, !f32_cache, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   cp.pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e, int tid) {
