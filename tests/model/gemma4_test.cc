@@ -40,21 +40,9 @@ using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
 
-// Every position's logits by prefill ([n x V]).
+// Every position's logits of the fixture's tokens by prefill ([n x V]).
 std::vector<float> prefill_logits(const Model& m, const ContextOptions& o = exact_ctx()) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  Context ctx(m, o);
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (int i = 0; i < n; ++i) {
-    const auto l = ctx.logits(i);
-    out.insert(out.end(), l.begin(), l.begin() + V);
-  }
-  return out;
+  return testing_util::prefill_logits(m, tokens(), o);
 }
 
 TEST(Gemma4, ConfigFromTheFile) {

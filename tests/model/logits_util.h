@@ -66,9 +66,10 @@ inline ContextOptions exact_ctx() {
   return o;
 }
 
-// Every position's logits of one prefill batch of toks in a fresh sequence, exact_ctx().
-inline std::vector<float> prefill_logits(const Model& m, const std::vector<int32_t>& toks) {
-  Context ctx(m, exact_ctx());
+// Every position's logits of one prefill batch of toks in a fresh sequence ([n x V]).
+inline std::vector<float> prefill_logits(const Model& m, const std::vector<int32_t>& toks,
+                                         const ContextOptions& o = exact_ctx()) {
+  Context ctx(m, o);
   const int32_t s = ctx.new_sequence();
   std::vector<BatchToken> batch;
   for (size_t i = 0; i < toks.size(); ++i) {
