@@ -15,16 +15,12 @@
 namespace lynx {
 
 gguf::TensorType kv_cache_type_from_name(const std::string& name) {
-  gguf::TensorType t = gguf::TensorType::F32;
   try {
-    t = gguf::tensor_type_from_name(name);
-  } catch (const Error&) {
-    t = gguf::TensorType::BF16;  // not a cache type: refused below
+    const gguf::TensorType t = gguf::tensor_type_from_name(name);
+    if (kernels::is_kv_cache_type(t)) return t;
+  } catch (const Error&) {  // not a type name at all: the same message
   }
-  if (!kernels::is_kv_cache_type(t)) {
-    throw Error("unknown KV cache type '" + name + "' (known: f32, f16, q8_0)");
-  }
-  return t;
+  throw Error("unknown KV cache type '" + name + "' (known: f32, f16, q8_0)");
 }
 
 // What a context owns; forward() gets each part as its own operand.
