@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -22,38 +22,27 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/dots1/";
+const testing_util::FamilyFixtures kFx("dots1");
+const std::string kDir = kFx.dir();
 const char* const kF32 = "tiny-dots1-f32";
 const char* const kQ8 = "tiny-dots1-q8_0";
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
 std::vector<float> golden(const std::string& name, size_t n) {
-  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+  return kFx.golden(name, n);
 }
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
 
-// Every position's logits by prefill ([n x V]).
 std::vector<float> prefill_logits(const Model& m, const ContextOptions& o = exact_ctx()) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  Context ctx(m, o);
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (int i = 0; i < n; ++i) {
-    const auto l = ctx.logits(i);
-    out.insert(out.end(), l.begin(), l.begin() + V);
-  }
-  return out;
+  return kFx.prefill(m, o);
 }
 
 TEST(Dots1, ConfigFromTheFile) {
@@ -89,99 +78,21 @@ TEST(Dots1, ConfigFromTheFile) {
   EXPECT_EQ(m->layer(1).shexp_gate, nullptr);
 }
 
-// Every position's logits, three ways: one prefill batch; one token per step; and token by
-// token interleaved in the same batches with a second sequence fed the tokens reversed.
+// Every position's logits by prefill, token by token, and batched with another sequence.
 TEST(Dots1, GoldensAtEveryPositionPrefillDecodeAndBatched) {
-  for (const char* name : {kF32, kQ8}) {
-    auto m = Model::load(kDir + name + ".gguf");
-    const auto toks = tokens();
-    const int V = m->config().n_vocab, n = int(toks.size());
-    const auto want = golden(name, size_t(n) * V);
-    const auto pre = prefill_logits(*m);
-    for (int i = 0; i < n; ++i) {
-      EXPECT_LT(rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V],
-                        size_t(V)),
-                kTol)
-          << name << " prefill position " << i;
-    }
-    Context a(*m, exact_ctx()), b(*m, exact_ctx());
-    const int32_t sa = a.new_sequence();
-    const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
-    for (int i = 0; i < n; ++i) {
-      std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
-      a.eval(one);
-      std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
-                                     {toks[size_t(i)], sb0, i, kTokenDecode, true}};
-      b.eval(two);
-      EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
-          << name << " decode position " << i;
-      const auto la = a.logits(0), lb = b.logits(1);
-      ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << name << " position " << i;
-    }
-  }
+  for (const char* name : {kF32, kQ8})
+    testing_util::expect_goldens_at_every_position(kFx, name, kTol);
 }
 
 // The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
 // reference and picks the same arg-max at every position.
 TEST(Dots1, IntegerPathNearTheGoldens) {
-  auto m = Model::load(kDir + kQ8 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int V = m->config().n_vocab, n = int(toks.size());
-  const auto want = golden(kQ8, size_t(n) * V);
-  ContextOptions o = exact_ctx();
-  o.exact_activations = false;
-  const auto got = prefill_logits(*m, o);
-  for (int i = 0; i < n; ++i) {
-    const float* g = &got[size_t(i) * V];
-    const float* w = &want[size_t(i) * V];
-    EXPECT_LT(rel_err(std::span(got).subspan(size_t(i) * V, size_t(V)), w, size_t(V)), 4e-2)
-        << "position " << i;
-    EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w) << "position " << i;
-  }
+  testing_util::expect_integer_path_near_goldens(kFx, kQ8, 4e-2);
 }
 
-// Every routing policy runs a decode batch of the model (sigmoid router with selection bias):
-// finite logits, and in every MoE layer between 1 and B x k active experts (at most N); Lynx
-// and OEA, which only move choices onto experts the batch already has, no more than top-k.
+// Every routing policy runs a decode batch on the family's router (family_harness.h).
 TEST(Dots1, EveryPolicyRunsOnItsRouter) {
-  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int B = 8, V = m->config().n_vocab;
-  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
-  std::vector<int> topk_experts;
-  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
-                           "static-k:k=2", "cover", "subst"}) {
-    ContextOptions o = exact_ctx();
-    o.routing = spec;
-    Context ctx(*m, o);
-    std::vector<int32_t> seqs;
-    std::vector<BatchToken> batch;
-    for (int b = 0; b < B; ++b) {
-      seqs.push_back(ctx.new_sequence());
-      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
-    }
-    ctx.eval(batch);
-    batch.clear();
-    for (int b = 0; b < B; ++b)
-      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
-    ctx.eval(batch);
-    for (int b = 0; b < B; ++b) {
-      const auto l = ctx.logits(b);
-      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
-          << spec;
-    }
-    const StepStats& st = ctx.last_step();
-    ASSERT_EQ(st.layers.size(), 2u) << spec;
-    for (size_t il = 1; il < st.layers.size(); ++il) {  // layer 0 is dense
-      const int d = st.layers[il].distinct_experts;
-      EXPECT_GE(d, 1) << spec << " " << il;
-      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
-      if (std::string(spec) == "topk") topk_experts.push_back(d);
-      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
-        EXPECT_LE(d, topk_experts[il - 1]) << spec << " " << il;
-      }
-    }
-  }
+  testing_util::expect_every_policy_runs(kFx, kF32, 8);
 }
 
 // Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `add` adds u32
@@ -191,25 +102,16 @@ using Drop = std::function<bool(const gguf::TensorInfo&)>;
 std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
                     const Drop& drop, const std::vector<std::pair<std::string, uint32_t>>& add = {},
                     const std::vector<std::pair<std::string, std::vector<float>>>& replace = {}) {
-  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
-  gguf::Writer w;
-  for (const auto& kv : f.metadata()) {
-    if (kv.key == "general.alignment") continue;
-    gguf::Value v = kv.value;
-    if (edit(kv.key, v)) w.set(kv.key, v);
-  }
-  for (const auto& [k, v] : add) w.set(k, gguf::Value::u32(v));
-  for (const auto& t : f.tensors()) {
-    if (drop(t)) continue;
-    const void* data = t.data;
+  testing_util::GgufEdit e{edit, {}, drop, nullptr};
+  for (const auto& [k, v] : add) e.add.emplace_back(k, gguf::Value::u32(v));
+  e.replace = [&replace](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
     for (const auto& [tn, values] : replace) {
-      if (tn == t.name && values.size() * sizeof(float) == t.n_bytes) data = values.data();
+      if (tn == t.name && values.size() * sizeof(float) == t.n_bytes)
+        return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
     }
-    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), data, t.n_bytes);
-  }
-  const std::string path = test::scratch_path("dots1_" + name + ".gguf");
-  w.write(path);
-  return path;
+    return std::nullopt;
+  };
+  return kFx.rewrite(fixture, name, e);
 }
 const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
 const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
@@ -253,16 +155,6 @@ TEST(Dots1, ScaleBiasAndSharedExpertMatter) {
       rewrite(kF32, "no_shexp_out", kAllKv, kNoDrop, {},
               {{"blk.1.ffn_down_shexp.weight", std::vector<float>(d->n_bytes / 4, 0.f)}});
   EXPECT_GT(last_err(no_shexp), 1e-3);
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
-  }
 }
 
 TEST(Dots1, BadFilesAreNamed) {

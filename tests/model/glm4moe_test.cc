@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -23,68 +23,32 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/glm4moe/";
+const testing_util::FamilyFixtures kFx("glm4moe");
+const std::string kDir = kFx.dir();
 const char* const kAir = "tiny-glm4moe";
 const char* const kQkNorm = "tiny-glm4moe-qknorm";
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
-std::vector<float> golden(const std::string& shape, size_t n) {
-  return testing_util::read_logits(kDir + shape + ".logits.f32", n);
+std::vector<float> golden(const std::string& name, size_t n) {
+  return kFx.golden(name, n);
 }
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
 
-// Every position's logits by prefill; returns them ([n x V]).
+// Every position's logits by prefill ([n x V]).
 std::vector<float> prefill_logits(const Model& m) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  Context ctx(m, exact_ctx());
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (int i = 0; i < n; ++i) {
-    const auto l = ctx.logits(i);
-    out.insert(out.end(), l.begin(), l.begin() + V);
-  }
-  return out;
+  return kFx.prefill(m);
 }
 
-// Every position's logits, three ways: one prefill batch; one token per step; and token by
-// token interleaved in the same batches with a second sequence fed the tokens reversed.
 void check_goldens(const Model& m, const std::string& shape) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  const auto want = golden(shape, size_t(n) * V);
-  const auto pre = prefill_logits(m);
-  for (int i = 0; i < n; ++i) {
-    EXPECT_LT(
-        rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V], size_t(V)),
-        kTol)
-        << shape << " prefill position " << i;
-  }
-  Context a(m, exact_ctx()), b(m, exact_ctx());
-  const int32_t sa = a.new_sequence();
-  const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
-  for (int i = 0; i < n; ++i) {
-    std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
-    a.eval(one);
-    std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
-                                   {toks[size_t(i)], sb0, i, kTokenDecode, true}};
-    b.eval(two);
-    EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
-        << shape << " decode position " << i;
-    // Batch invariance: the same token's row, bit for bit, whatever else is in the batch.
-    const auto la = a.logits(0), lb = b.logits(1);
-    ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << shape << " position " << i;
-  }
+  testing_util::expect_goldens_at_every_position(kFx, m, shape, kTol);
 }
 
 TEST(Glm4Moe, ConfigFromTheFile) {
@@ -124,63 +88,13 @@ TEST(Glm4Moe, GoldensAtEveryPositionPrefillDecodeAndBatched) {
 // picks the same arg-max at every position (measured: 1.8e-2 and 2.0e-2 of the largest logit).
 TEST(Glm4Moe, IntegerPathNearTheGoldens) {
   for (const char* shape : {kAir, kQkNorm}) {
-    auto m = Model::load(kDir + shape + ".gguf");
-    const auto toks = tokens();
-    const int V = m->config().n_vocab, n = int(toks.size());
-    const auto want = golden(shape, size_t(n) * V);
-    ContextOptions o = exact_ctx();
-    o.exact_activations = false;
-    Context ctx(*m, o);
-    const int32_t s = ctx.new_sequence();
-    std::vector<BatchToken> batch;
-    for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-    ctx.eval(batch);
-    for (int i = 0; i < n; ++i) {
-      const auto l = ctx.logits(i);
-      const float* w = &want[size_t(i) * V];
-      EXPECT_LT(rel_err(l, w, size_t(V)), 4e-2) << shape << " position " << i;
-      EXPECT_EQ(std::max_element(l.begin(), l.begin() + V) - l.begin(),
-                std::max_element(w, w + V) - w)
-          << shape << " position " << i;
-    }
+    testing_util::expect_integer_path_near_goldens(kFx, shape, 4e-2);
   }
 }
 
-// Every routing policy runs a decode batch of the model (sigmoid router with selection bias):
-// finite logits, and in every MoE layer between 1 and B x k active experts (at most N).
+// Every routing policy runs a decode batch on its sigmoid + bias router (family_harness.h).
 TEST(Glm4Moe, EveryPolicyRunsOnTheModel) {
-  auto m = Model::load(kDir + kAir + std::string(".gguf"));
-  const auto toks = tokens();
-  const int B = 8, V = m->config().n_vocab;
-  for (const char* spec :
-       {"topk", "lynx", "oea:k0=2", "budget:m=8", "ser:kmin=2,t=0.5", "static-k:k=2", "cover"}) {
-    ContextOptions o = exact_ctx();
-    o.routing = spec;
-    Context ctx(*m, o);
-    std::vector<int32_t> seqs;
-    std::vector<BatchToken> batch;
-    for (int b = 0; b < B; ++b) {
-      seqs.push_back(ctx.new_sequence());
-      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
-    }
-    ctx.eval(batch);
-    batch.clear();
-    for (int b = 0; b < B; ++b)
-      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
-    ctx.eval(batch);
-    for (int b = 0; b < B; ++b) {
-      const auto l = ctx.logits(b);
-      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
-          << spec;
-    }
-    const StepStats& st = ctx.last_step();
-    for (size_t il = 0; il < st.layers.size(); ++il) {
-      const int k = m->config().n_expert_used, n = m->config().n_expert;
-      if (!m->config().layer_routed(int(il))) continue;
-      EXPECT_GE(st.layers[il].distinct_experts, 1) << spec << " " << il;
-      EXPECT_LE(st.layers[il].distinct_experts, std::min(B * k, n)) << spec << " " << il;
-    }
-  }
+  testing_util::expect_every_policy_runs(kFx, kAir);
 }
 
 // Copies a fixture, letting `edit` change metadata and `drop` remove tensors.
@@ -250,16 +164,6 @@ TEST(Glm4Moe, PartialRotaryMatters) {
   const auto want = golden(kAir, n * V);
   const auto got = prefill_logits(*full);
   EXPECT_GT(rel_err(std::span(got).subspan((n - 1) * V, V), &want[(n - 1) * V], V), 1e-3);
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
-  }
 }
 
 TEST(Glm4Moe, BadFilesAreNamed) {

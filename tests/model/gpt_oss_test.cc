@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -23,54 +23,27 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/gpt-oss/";
+const testing_util::FamilyFixtures kFx("gpt-oss");
+const std::string kDir = kFx.dir();
 const char* const kVariants[] = {"tiny-gpt-oss", "tiny-gpt-oss-f16-experts"};
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
 std::vector<float> golden(const std::string& name, size_t n) {
-  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+  return kFx.golden(name, n);
 }
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
 
-// Every position's logits, three ways: one prefill batch; one token per step; and token by
-// token interleaved in the same batches with a second sequence fed the tokens reversed.
+// Every position's logits by prefill, token by token, and batched with another sequence.
 void check_goldens(const Model& m, const std::string& name) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  const auto want = golden(name, size_t(n) * V);
-  {
-    Context ctx(m, exact_ctx());
-    const int32_t s = ctx.new_sequence();
-    std::vector<BatchToken> batch;
-    for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-    ctx.eval(batch);
-    for (int i = 0; i < n; ++i) {
-      EXPECT_LT(rel_err(ctx.logits(i), &want[size_t(i) * V], size_t(V)), kTol)
-          << name << " prefill position " << i;
-    }
-  }
-  Context a(m, exact_ctx()), b(m, exact_ctx());
-  const int32_t sa = a.new_sequence();
-  const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
-  for (int i = 0; i < n; ++i) {
-    std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
-    a.eval(one);
-    std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
-                                   {toks[size_t(i)], sb0, i, kTokenDecode, true}};
-    b.eval(two);
-    EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
-        << name << " decode position " << i;
-    // Batch invariance: the same token's row, bit for bit, whatever else is in the batch.
-    const auto la = a.logits(0), lb = b.logits(1);
-    ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << name << " position " << i;
-  }
+  testing_util::expect_goldens_at_every_position(kFx, m, name, kTol);
 }
 
 TEST(GptOss, GoldensAtEveryPositionPrefillDecodeAndBatched) {
@@ -294,16 +267,6 @@ TEST(GptOss, WindowLayerCacheIsARingOfTheRecentPositions) {
     const int32_t s = ctx.new_sequence();
     run(ctx, s, 0, 10);   // ring of 67
     run(ctx, s, 10, 80);  // a 70-token chunk: the ring grows to 73, rows moved
-  }
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
   }
 }
 

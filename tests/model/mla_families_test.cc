@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -19,30 +19,20 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/mla/";
+const testing_util::FamilyFixtures kFx("mla");
+const std::string kDir = kFx.dir();
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
 // Every position's logits by prefill ([n x V]).
 std::vector<float> prefill_logits(const Model& m) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  Context ctx(m, exact_ctx());
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (int i = 0; i < n; ++i) {
-    const auto l = ctx.logits(i);
-    out.insert(out.end(), l.begin(), l.begin() + V);
-  }
-  return out;
+  return kFx.prefill(m);
 }
 
 struct ExtraTensor {
@@ -204,16 +194,6 @@ TEST(GlmDsa, MissingGatingKeyIsSigmoid) {
       [](const std::string& k, gguf::Value&) { return k != "deepseek2.expert_gating_func"; },
       [](const gguf::TensorInfo& t) { return t.name.find("exp_probs_b") != std::string::npos; }));
   EXPECT_EQ(ds->config().gating.func, GatingFunc::kSoftmax);
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
-  }
 }
 
 TEST(GlmDsa, BadFilesAreNamed) {

@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -20,37 +20,27 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/qwen3vlmoe/";
+const testing_util::FamilyFixtures kFx("qwen3vlmoe");
+const std::string kDir = kFx.dir();
 const char* const kF32 = "tiny-qwen3vlmoe-f32";
 const char* const kQ8 = "tiny-qwen3vlmoe-q8_0";
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
 std::vector<float> golden(const std::string& name, size_t n) {
-  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+  return kFx.golden(name, n);
 }
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
 
 std::vector<float> prefill_logits(const Model& m, const ContextOptions& o = exact_ctx()) {
-  const auto toks = tokens();
-  const int V = m.config().n_vocab, n = int(toks.size());
-  Context ctx(m, o);
-  const int32_t s = ctx.new_sequence();
-  std::vector<BatchToken> batch;
-  for (int i = 0; i < n; ++i) batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, true});
-  ctx.eval(batch);
-  std::vector<float> out;
-  for (int i = 0; i < n; ++i) {
-    const auto l = ctx.logits(i);
-    out.insert(out.end(), l.begin(), l.begin() + V);
-  }
-  return out;
+  return kFx.prefill(m, o);
 }
 
 // Copies the F32 fixture: `edit` may change a value or drop the key (returning false), `drop`
@@ -112,55 +102,16 @@ TEST(Qwen3VlMoe, ConfigFromTheFile) {
   EXPECT_EQ(m->file().get_int("qwen3vlmoe.n_deepstack_layers"), 2);
 }
 
-// Every position's logits, three ways: one prefill batch; one token per step; and token by
-// token interleaved in the same batches with a second sequence fed the tokens reversed.
+// Every position's logits by prefill, token by token, and batched with another sequence.
 TEST(Qwen3VlMoe, GoldensAtEveryPositionPrefillDecodeAndBatched) {
-  for (const char* name : {kF32, kQ8}) {
-    auto m = Model::load(kDir + name + ".gguf");
-    const auto toks = tokens();
-    const int V = m->config().n_vocab, n = int(toks.size());
-    const auto want = golden(name, size_t(n) * V);
-    const auto pre = prefill_logits(*m);
-    for (int i = 0; i < n; ++i) {
-      EXPECT_LT(rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V],
-                        size_t(V)),
-                kTol)
-          << name << " prefill position " << i;
-    }
-    Context a(*m, exact_ctx()), b(*m, exact_ctx());
-    const int32_t sa = a.new_sequence();
-    const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
-    for (int i = 0; i < n; ++i) {
-      std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
-      a.eval(one);
-      std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
-                                     {toks[size_t(i)], sb0, i, kTokenDecode, true}};
-      b.eval(two);
-      EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
-          << name << " decode position " << i;
-      const auto la = a.logits(0), lb = b.logits(1);
-      ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << name << " position " << i;
-    }
-  }
+  for (const char* name : {kF32, kQ8})
+    testing_util::expect_goldens_at_every_position(kFx, name, kTol);
 }
 
 // The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
 // reference and picks the same arg-max at every position.
 TEST(Qwen3VlMoe, IntegerPathNearTheGoldens) {
-  auto m = Model::load(kDir + kQ8 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int V = m->config().n_vocab, n = int(toks.size());
-  const auto want = golden(kQ8, size_t(n) * V);
-  ContextOptions o = exact_ctx();
-  o.exact_activations = false;
-  const auto got = prefill_logits(*m, o);
-  for (int i = 0; i < n; ++i) {
-    const float* g = &got[size_t(i) * V];
-    const float* w = &want[size_t(i) * V];
-    EXPECT_LT(rel_err(std::span(got).subspan(size_t(i) * V, size_t(V)), w, size_t(V)), 4e-2)
-        << "position " << i;
-    EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w) << "position " << i;
-  }
+  testing_util::expect_integer_path_near_goldens(kFx, kQ8, 4e-2);
 }
 
 // Text positions make the interleaved M-RoPE the NEOX rope: the same weights as a qwen3moe
@@ -189,57 +140,9 @@ TEST(Qwen3VlMoe, RunsAsQwen3MoeWhateverTheSections) {
   }
 }
 
-// Every routing policy runs a decode batch on the softmax router: finite logits and between 1
-// and min(B x k, N) active experts per layer; Lynx and OEA no more than top-k.
+// Every routing policy runs a decode batch on the family's router (family_harness.h).
 TEST(Qwen3VlMoe, EveryPolicyRunsOnItsRouter) {
-  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int B = 8, V = m->config().n_vocab;
-  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
-  std::vector<int> topk_experts;
-  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
-                           "static-k:k=2", "cover", "subst"}) {
-    ContextOptions o = exact_ctx();
-    o.routing = spec;
-    Context ctx(*m, o);
-    std::vector<int32_t> seqs;
-    std::vector<BatchToken> batch;
-    for (int b = 0; b < B; ++b) {
-      seqs.push_back(ctx.new_sequence());
-      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
-    }
-    ctx.eval(batch);
-    batch.clear();
-    for (int b = 0; b < B; ++b)
-      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
-    ctx.eval(batch);
-    for (int b = 0; b < B; ++b) {
-      const auto l = ctx.logits(b);
-      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
-          << spec;
-    }
-    const StepStats& st = ctx.last_step();
-    ASSERT_EQ(st.layers.size(), 2u) << spec;
-    for (size_t il = 0; il < st.layers.size(); ++il) {
-      const int d = st.layers[il].distinct_experts;
-      EXPECT_GE(d, 1) << spec << " " << il;
-      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
-      if (std::string(spec) == "topk") topk_experts.push_back(d);
-      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
-        EXPECT_LE(d, topk_experts[il]) << spec << " " << il;
-      }
-    }
-  }
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
-  }
+  testing_util::expect_every_policy_runs(kFx, kF32, 8);
 }
 
 TEST(Qwen3VlMoe, BadFilesAreNamed) {
