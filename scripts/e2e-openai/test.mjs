@@ -225,8 +225,25 @@ await check("tools: streamed with the stream helper", async () => {
   });
   const done = [];
   stream.on("tool_calls.function.arguments.done", (e) => done.push(e));
+  // The raw chunks: the call's id and name first, then its arguments in pieces.
+  const pieces = [];
+  let header = null;
+  stream.on("chunk", (chunk) => {
+    for (const t of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      if (t.id) {
+        assert.equal(header, null);
+        assert.equal(pieces.length, 0);
+        header = t;
+      } else if (t.function?.arguments) {
+        pieces.push(t.function.arguments);
+      }
+    }
+  });
   const final = await stream.finalChatCompletion();
   const c = checkCalls(final.choices[0], "get_weather");
+  assert.equal(header.function.name, "get_weather");
+  assert.ok(pieces.length > 3, `arguments in ${pieces.length} pieces`);
+  assert.equal(pieces.join(""), c.function.arguments);
   // Greedy: the same call as the non-streamed request, assembled from the deltas.
   assert.equal(c.function.arguments, forced.message.tool_calls[0].function.arguments);
   assert.equal(done.length, 1);

@@ -9,8 +9,11 @@
 // tests/template/templates and docs/serving.md, "Tools and reasoning"); which one a model
 // speaks is read off its template text, as llama.cpp's chat parser does.
 //
-// Model output is untrusted: a call that does not parse, or that the generation cut off, is
-// kept as text in the content (and named in ParsedOutput::problems), never thrown.
+// Model output is untrusted and never makes the parser throw. A block that turns out not to be
+// a call before the call could begin (no valid name, arguments that are no object) is kept as
+// text in the content; a call that had begun (call_stream.h) stays a call, its arguments
+// closed as JSON where they stopped being valid or where the generation cut them off. Either
+// way ParsedOutput::problems says what happened.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -69,9 +72,9 @@ struct ToolCall {
   std::string arguments;  // a JSON object, as text
 };
 
-// One step of a stream. A tool call comes as two deltas of one index: the first has its id and
-// name (arguments ""), the second its arguments. Calls are sent once they are complete and
-// valid, so that a call that turns out malformed can still become content.
+// One step of a stream. A tool call comes as deltas of one index: the first has its id and
+// name (arguments ""), the next ones pieces of its arguments as the model writes them; the
+// pieces concatenate to the call's final arguments.
 struct ToolCallDelta {
   int index = 0;
   std::string id, name;  // non-empty on the first delta of a call only

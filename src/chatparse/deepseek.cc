@@ -20,7 +20,7 @@ bool parse_deepseek(std::string_view body, const ParseOptions&, std::vector<RawC
       return false;
     }
     s.remove_prefix(kBegin.size());
-    const size_t end = s.find(kEnd);
+    const size_t end = find_outside_strings(s, kEnd);
     if (end == std::string_view::npos) {
       why = "a call without <｜tool▁call▁end｜>";
       return false;

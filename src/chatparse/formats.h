@@ -29,6 +29,9 @@ struct BlockFormat {
   std::string_view open;
   std::string_view close;  // "": the block runs to the next `open` or to the end of the text
   BodyParser parse;
+  // The body's calls have JSON arguments: a marker inside a JSON string is text, not the end.
+  // (The XML formats' values are raw text, where a quote means nothing.)
+  bool json_strings = true;
 };
 
 // The block format of `f`; null for kNone and kHarmony.
@@ -56,6 +59,9 @@ bool call_from_object(const ojson& v, RawCall& out, std::string& why);
 ojson typed_value(std::string_view raw, const ParseOptions& o, const std::string& function,
                   const std::string& param);
 std::string_view trim(std::string_view s);
+// The first `marker` in s[from..) that is not inside a JSON string (s[from] outside one), or
+// npos: a call's arguments may hold the format's own markers as text.
+size_t find_outside_strings(std::string_view s, std::string_view marker, size_t from = 0);
 bool is_space(char c);
 // A valid function name as OpenAI accepts one: 1-64 of [A-Za-z0-9_.-] (other text is not a
 // call but prose that happens to sit between markers).

@@ -30,6 +30,34 @@ std::string word_after(std::string_view header, std::string_view key) {
   return std::string(s.substr(0, n));
 }
 
+constexpr std::string_view kFunctions = "functions.";
+
+bool is_function(const std::string& recipient) {
+  return recipient.substr(0, kFunctions.size()) == kFunctions &&
+         detail::valid_name(recipient.substr(kFunctions.size()));
+}
+
+// A call message's body: the arguments (the header names the function).
+bool parse_arguments(std::string_view body, const ParseOptions&, std::vector<detail::RawCall>& out,
+                     std::string& why) {
+  detail::ojson v;
+  detail::RawCall c;
+  if (!detail::parse_json(body, v, why) || !detail::arguments_object(v, c.args, why)) {
+    return false;
+  }
+  out.push_back(std::move(c));
+  return true;
+}
+
+// A call parsed whole cannot see the header: the name goes on the call just made.
+void fix_name(OutputParser::Impl& s, const std::string& name) {
+  if (s.res.tool_calls.empty() || !s.res.tool_calls.back().name.empty()) return;
+  s.res.tool_calls.back().name = name;
+  for (auto& d : s.out->tool_calls) {
+    if (d.index == int(s.res.tool_calls.size()) - 1 && !d.id.empty()) d.name = name;
+  }
+}
+
 }  // namespace
 
 void OutputParser::Impl::step_harmony(bool final, bool truncated) {
@@ -82,6 +110,10 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
         body_start = pos;
         scan = pos;
         state = State::kBody;
+        calls.reset();
+        if (o.parse_tools && channel == "commentary" && is_function(recipient)) {
+          start_calls(recipient.substr(kFunctions.size()));
+        }
         // Reasoning kept in the text: the analysis message as the model wrote it.
         if (channel == "analysis" && !o.extract_reasoning) {
           emit_content(all.substr(block_start, pos - block_start));
@@ -92,25 +124,42 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
         // A held call body is searched from where the last search stopped (linear time).
         const size_t from = scan > pos ? scan - pos : 0;
         size_t found = std::string_view::npos, end_len = 0;
-        for (std::string_view e : kEnds) {
-          const size_t at = rest.find(e, from);
-          if (at < found) {
-            found = at;
-            // <|start|> begins the next message: it is not consumed with this one.
-            end_len = e == kStart ? 0 : e.size();
+        if (calls) {
+          // A streamed call: an end marker inside its JSON strings is text.
+          size_t which = 0;
+          const size_t at = find_end(kEnds, &which);
+          if (at != std::string_view::npos) {
+            found = at - pos;
+            end_len = kEnds[which] == kStart ? 0 : kEnds[which].size();
+          }
+        } else {
+          for (std::string_view e : kEnds) {
+            const size_t at = rest.find(e, from);
+            if (at < found) {
+              found = at;
+              // <|start|> begins the next message: it is not consumed with this one.
+              end_len = e == kStart ? 0 : e.size();
+            }
           }
         }
         const bool call = channel == "commentary" && !recipient.empty();
         if (call) {
           if (found == std::string_view::npos && !final) {
-            scan = text.size() - std::min(text.size(), size_t{9});  // longest end marker - 1
-            return;                                                 // held until complete
+            if (calls) {
+              calls->advance(all.substr(body_start, scan - body_start), false);
+              pump();
+            } else {
+              scan = text.size() - std::min(text.size(), size_t{9});  // longest end marker - 1
+            }
+            return;  // held until complete
           }
           const size_t body_end = found == std::string_view::npos ? text.size() : pos + found;
           const size_t end = found == std::string_view::npos ? text.size() : body_end + end_len;
           const std::string_view raw = all.substr(block_start, end - block_start);
-          constexpr std::string_view kFunctions = "functions.";
-          if (!o.parse_tools) {
+          if (calls) {
+            end_block(body_end, end, found == std::string_view::npos && truncated, parse_arguments);
+            fix_name(*this, recipient.substr(kFunctions.size()));
+          } else if (!o.parse_tools) {
             emit_content(raw);
           } else if (found == std::string_view::npos && truncated) {
             not_a_call(raw, "a tool call cut off by max_tokens, kept as text");
@@ -120,26 +169,8 @@ void OutputParser::Impl::step_harmony(bool final, bool truncated) {
             not_a_call(raw, "a call of an invalid function name, kept as text");
           } else {
             // The arguments as the body writes them; the recipient names the function.
-            const std::string name = recipient.substr(kFunctions.size());
-            take_block(all.substr(body_start, body_end - body_start), raw,
-                       [](std::string_view body, const ParseOptions&,
-                          std::vector<detail::RawCall>& out, std::string& why) {
-                         detail::ojson v;
-                         detail::RawCall c;
-                         if (!detail::parse_json(body, v, why) ||
-                             !detail::arguments_object(v, c.args, why)) {
-                           return false;
-                         }
-                         out.push_back(std::move(c));
-                         return true;
-                       });
-            // take_block cannot see the header: the name goes on the call it just made.
-            if (!res.tool_calls.empty() && res.tool_calls.back().name.empty()) {
-              res.tool_calls.back().name = name;
-              for (auto& d : out->tool_calls) {
-                if (d.index == int(res.tool_calls.size()) - 1 && !d.id.empty()) d.name = name;
-              }
-            }
+            take_block(all.substr(body_start, body_end - body_start), raw, parse_arguments);
+            fix_name(*this, recipient.substr(kFunctions.size()));
           }
           pos = end;
           state = State::kText;

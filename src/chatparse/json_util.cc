@@ -44,6 +44,27 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+size_t find_outside_strings(std::string_view s, std::string_view marker, size_t from) {
+  bool in_string = false, escaped = false;
+  for (size_t i = from; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (s.substr(i, marker.size()) == marker) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {

@@ -19,9 +19,11 @@ bool parse_kimi_k2(std::string_view body, const ParseOptions&, std::vector<RawCa
       return false;
     }
     s.remove_prefix(kBegin.size());
-    const size_t end = s.find(kEnd);
     const size_t args = s.find(kArgs);
-    if (end == std::string_view::npos || args == std::string_view::npos || args > end) {
+    const size_t end = args == std::string_view::npos
+                           ? std::string_view::npos
+                           : find_outside_strings(s, kEnd, args + kArgs.size());
+    if (end == std::string_view::npos || args == std::string_view::npos) {
       why = "a call without <|tool_call_argument_begin|> or <|tool_call_end|>";
       return false;
     }

@@ -4,6 +4,7 @@
 // unfinished call, so a stream shows the answer as it comes.
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 
 #include "chatparse/parser_impl.h"
 
@@ -91,6 +92,16 @@ std::string OutputParser::Impl::new_id() {
   return id;
 }
 
+std::string OutputParser::Impl::call_id(const std::string& model_id) {
+  const bool keep =
+      !model_id.empty() &&
+      (o.format.tools != ToolFormat::kMistral ||
+       (model_id.size() == 9 && std::all_of(model_id.begin(), model_id.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch));
+        })));
+  return keep ? model_id : new_id();
+}
+
 void OutputParser::Impl::emit_calls(std::vector<detail::RawCall>& calls) {
   for (auto& c : calls) {
     if (!o.parallel_tool_calls && !res.tool_calls.empty()) {
@@ -100,17 +111,149 @@ void OutputParser::Impl::emit_calls(std::vector<detail::RawCall>& calls) {
     ToolCall t;
     t.name = c.name;
     t.arguments = c.args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    const bool keep_id =
-        !c.id.empty() && (o.format.tools != ToolFormat::kMistral ||
-                          (c.id.size() == 9 && std::all_of(c.id.begin(), c.id.end(), [](char ch) {
-                             return std::isalnum(static_cast<unsigned char>(ch));
-                           })));
-    t.id = keep_id ? c.id : new_id();
+    t.id = call_id(c.id);
     const int index = int(res.tool_calls.size());
     out->tool_calls.push_back({index, t.id, t.name, ""});
     out->tool_calls.push_back({index, "", "", t.arguments});
     res.tool_calls.push_back(std::move(t));
   }
+  skip_ws = true;
+  at_start = false;
+}
+
+void OutputParser::Impl::start_calls(std::string harmony_name) {
+  calls = std::make_unique<detail::CallStream>(o.format.tools, o, std::move(harmony_name));
+  call_index.clear();
+  sent.clear();
+  in_string = escaped = false;
+}
+
+void OutputParser::Impl::pump() {
+  if (!calls) return;
+  const std::vector<detail::OpenCall>& cs = calls->calls();
+  for (size_t k = 0; k < cs.size(); ++k) {
+    if (k == call_index.size()) {
+      sent.push_back(0);
+      if (!o.parallel_tool_calls && !res.tool_calls.empty()) {
+        res.problems.push_back("call of '" + cs[k].name +
+                               "' dropped: parallel_tool_calls is false");
+        call_index.push_back(-1);
+        continue;
+      }
+      ToolCall t;
+      t.name = cs[k].name;
+      t.id = call_id(cs[k].id);
+      const int index = int(res.tool_calls.size());
+      out->tool_calls.push_back({index, t.id, t.name, ""});
+      res.tool_calls.push_back(std::move(t));
+      call_index.push_back(index);
+      at_start = false;
+    }
+    if (call_index[k] < 0 || cs[k].arguments.size() <= sent[k]) continue;
+    std::string piece = cs[k].arguments.substr(sent[k]);
+    sent[k] = cs[k].arguments.size();
+    res.tool_calls[size_t(call_index[k])].arguments += piece;
+    out->tool_calls.push_back({call_index[k], "", "", std::move(piece)});
+  }
+}
+
+size_t OutputParser::Impl::find_end(std::span<const std::string_view> markers, size_t* which) {
+  const std::string_view all(text);
+  for (size_t i = scan; i < all.size(); ++i) {
+    const char c = all[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    const std::string_view rest = all.substr(i);
+    bool partial = false;
+    for (size_t k = 0; k < markers.size(); ++k) {
+      const std::string_view m = markers[k];
+      if (rest.substr(0, m.size()) == m) {
+        scan = i;
+        if (which) *which = k;
+        return i;
+      }
+      partial |= rest.size() < m.size() && m.substr(0, rest.size()) == rest;
+    }
+    if (partial) {
+      scan = i;  // may be a marker once more text comes
+      return std::string_view::npos;
+    }
+  }
+  scan = all.size();
+  return std::string_view::npos;
+}
+
+void OutputParser::Impl::end_block(size_t body_end, size_t end, bool truncated,
+                                   detail::BodyParser parse) {
+  const std::string_view all(text);
+  const std::string_view body = all.substr(body_start, body_end - body_start);
+  const std::string_view raw = all.substr(block_start, end - block_start);
+  if (calls) {
+    calls->advance(body, true);
+    pump();
+  }
+  if (!calls || calls->calls().empty()) {
+    // Nothing was sent: the block as a whole is a call or text.
+    calls.reset();
+    if (truncated) {
+      not_a_call(raw, "a tool call cut off by max_tokens, kept as text");
+    } else {
+      take_block(body, raw, parse);
+    }
+    return;
+  }
+  // Calls were sent: they stand, whatever follows them in the block.
+  if (!calls->clean()) {
+    const std::vector<detail::OpenCall>& sent_calls = calls->calls();
+    bool rest = false;
+    if (!truncated && sent_calls.back().ended) {
+      // A layout the stream does not follow (arguments before the name, or quoted): the
+      // calls after those sent come from the whole block.
+      std::vector<detail::RawCall> whole;
+      std::string why;
+      bool ok = false;
+      try {
+        ok = parse(body, o, whole, why);
+      } catch (const std::exception&) {
+      }
+      ok = ok && whole.size() >= sent_calls.size();
+      for (size_t k = 0; ok && k < sent_calls.size(); ++k) ok = whole[k].name == sent_calls[k].name;
+      if (ok) {
+        std::vector<detail::RawCall> more(
+            std::make_move_iterator(whole.begin() + ptrdiff_t(sent_calls.size())),
+            std::make_move_iterator(whole.end()));
+        emit_calls(more);
+        rest = true;
+      }
+    }
+    if (!rest) {
+      const bool open = !sent_calls.back().ended;
+      calls->close_open_call();
+      pump();
+      if (truncated) {
+        res.problems.push_back(open ? "a tool call cut off by max_tokens: its arguments were "
+                                      "closed as JSON where they stopped"
+                                    : "a tool call block cut off by max_tokens after its calls");
+      } else {
+        res.problems.push_back("a tool call block that is not well formed (" + calls->why() +
+                               "): the calls begun before that stand" +
+                               (open ? ", their arguments closed as JSON where they stopped" : ""));
+      }
+    }
+  }
+  calls.reset();
   skip_ws = true;
   at_start = false;
 }
@@ -160,6 +303,7 @@ void OutputParser::Impl::step(bool final, bool truncated) {
             pos = body_start;
             scan = body_start;
             state = State::kBlock;
+            start_calls();
             continue;
           }
           if (!final && r.empty()) return;
@@ -174,6 +318,7 @@ void OutputParser::Impl::step(bool final, bool truncated) {
           scan = body_start;
           state = State::kBlock;
           at_start = false;
+          start_calls();
           continue;
         }
         const size_t hold =
@@ -200,30 +345,36 @@ void OutputParser::Impl::step(bool final, bool truncated) {
       }
       case State::kBlock: {
         const std::string_view all(text);
-        const std::string_view body = all.substr(body_start);
         // The block's end: its closing marker, else (formats without one) the next opening.
         const std::string_view end_marker = block->close.empty() ? block->open : block->close;
-        const size_t from = scan > body_start ? scan - body_start : 0;
-        const size_t found = body.find(end_marker, from);
-        if (found == std::string_view::npos) {
-          scan = text.size() - std::min(text.size(), end_marker.size() - 1);
+        size_t found, known;  // the end, or npos; the end of the body known to be body
+        if (block->json_strings) {
+          const std::string_view m[] = {end_marker};
+          found = find_end(m);
+          known = found == std::string_view::npos ? scan : found;
+        } else {
+          found = all.find(end_marker, std::max(scan, body_start));
+          if (found == std::string_view::npos) {
+            scan = text.size() - std::min(text.size(), end_marker.size() - 1);
+          }
+          known = found == std::string_view::npos ? std::max(scan, body_start) : found;
         }
         if (found != std::string_view::npos) {
-          const size_t end = body_start + found + (block->close.empty() ? 0 : block->close.size());
-          take_block(body.substr(0, found), all.substr(block_start, end - block_start),
-                     block->parse);
+          const size_t end = found + (block->close.empty() ? 0 : block->close.size());
+          end_block(found, end, false, block->parse);
           pos = end;
           state = State::kText;
           continue;
         }
-        if (!final) return;
-        const std::string_view raw = all.substr(block_start);
-        if (truncated) {
-          not_a_call(raw, "a tool call cut off by max_tokens, kept as text");
-        } else {
-          // The closing marker may be an end-of-generation token (not part of the text).
-          take_block(body, raw, block->parse);
+        if (!final) {
+          if (calls) {
+            calls->advance(all.substr(body_start, known - body_start), false);
+            pump();
+          }
+          return;
         }
+        // The closing marker may be an end-of-generation token (not part of the text).
+        end_block(text.size(), text.size(), truncated, block->parse);
         pos = text.size();
         state = State::kText;
         return;

@@ -1,9 +1,13 @@
 // Internal: the state of an OutputParser, shared by the block formats' machine (parser.cc) and
 // harmony's (harmony.cc).
 #pragma once
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "chatparse/call_stream.h"
 #include "chatparse/chat_output.h"
 #include "chatparse/formats.h"
 
@@ -38,6 +42,12 @@ struct OutputParser::Impl {
   uint64_t rng = 0;         // tool call ids
   // harmony: the current message
   std::string channel, recipient;
+  // The current block's calls as they stream (call_stream.h); null where there is none.
+  std::unique_ptr<detail::CallStream> calls;
+  std::vector<int> call_index;  // each streamed call's index in res.tool_calls (-1: dropped)
+  std::vector<size_t> sent;     // bytes of each streamed call's arguments sent
+  // The search for a block's end outside JSON strings resumes in this state at `scan`.
+  bool in_string = false, escaped = false;
 
   void emit_content(std::string_view s);
   void emit_reasoning(std::string_view s);
@@ -47,6 +57,18 @@ struct OutputParser::Impl {
   // Parses a block body into calls (or not_a_call on `raw`).
   void take_block(std::string_view body, std::string_view raw, detail::BodyParser parse);
   std::string new_id();
+  // The id a call gets: the model's where the format's clients accept it, else a new one.
+  std::string call_id(const std::string& model_id);
+  // A new block whose calls stream (`harmony_name`: a harmony call of that function).
+  void start_calls(std::string harmony_name = "");
+  // Sends what the streaming calls added since the last pump: new calls' names, argument bytes.
+  void pump();
+  // The block text[block_start, end) ended (its body text[body_start, body_end)): its calls,
+  // streamed or parsed whole.
+  void end_block(size_t body_end, size_t end, bool truncated, detail::BodyParser parse);
+  // The first of `markers` at or after `scan` outside JSON strings, or npos (then `scan` is
+  // where the search resumes: text before it holds no marker and no marker's start).
+  size_t find_end(std::span<const std::string_view> markers, size_t* which = nullptr);
 
   void step(bool final, bool truncated);
   void step_harmony(bool final, bool truncated);

@@ -222,12 +222,15 @@ TEST(ToolCallFormat, HarmonyChannels) {
 
 TEST(ToolCallFormat, MistralBothForms) {
   const auto arr = parse(
-      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\"}, \"id\": "
-      "\"abcDEF123\"}, {\"name\": \"search\", \"arguments\": {\"query\": \"z\"}}]",
+      "[TOOL_CALLS][{\"name\": \"get_weather\", \"id\": \"abcDEF123\", \"arguments\": "
+      "{\"city\": \"Nice\"}}, {\"name\": \"search\", \"arguments\": {\"query\": \"z\"}, "
+      "\"id\": \"xyzXYZ789\"}]",
       opts(ToolFormat::kMistral));
   ASSERT_EQ(arr.tool_calls.size(), 2u);
   EXPECT_EQ(arr.tool_calls[0].id, "abcDEF123");  // the model's id, 9 alphanumerics
-  EXPECT_EQ(arr.tool_calls[1].id.size(), 9u);    // Mistral's templates refuse other ids
+  // An id after the arguments comes after the call was sent: the server's own.
+  EXPECT_NE(arr.tool_calls[1].id, "xyzXYZ789");
+  EXPECT_EQ(arr.tool_calls[1].id.size(), 9u);  // Mistral's templates refuse other ids
   const auto args_form = parse(
       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}[TOOL_CALLS]search[ARGS]{\"query\": \"z\"}",
       opts(ToolFormat::kMistral));
@@ -280,47 +283,212 @@ TEST(Reasoning, ThinkBlocks) {
 }
 
 TEST(MalformedCalls, KeptAsTextNeverThrown) {
+  // Malformed before the call could be sent (no valid name yet, arguments that are no object,
+  // the name after the arguments and the whole not a call): the block is text.
   const ParseOptions o = opts(ToolFormat::kHermes);
   const std::string bad =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>";
+      "<tool_call>\n{\"arguments\": {\"city\": }, \"name\": \"get_weather\"\n</tool_call>";
   const auto r = parse("Before " + bad, o);
   EXPECT_TRUE(r.tool_calls.empty());
   EXPECT_EQ(r.content, "Before " + bad);
   ASSERT_EQ(r.problems.size(), 1u);
   EXPECT_NE(r.problems[0].find("not valid JSON"), std::string::npos) << r.problems[0];
-  // Cut off by max_tokens: the unfinished call is text, even where it would parse.
-  const std::string cut = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}";
+  // Cut off by max_tokens before the arguments began: text.
+  const std::string cut = "<tool_call>\n{\"name\": \"search\", \"argu";
   const auto t = parse(cut, o, true);
   EXPECT_TRUE(t.tool_calls.empty());
   EXPECT_EQ(t.content, cut);
-  // Ended by the end-of-generation token right after the JSON: a call.
-  EXPECT_EQ(parse(cut, o, false).tool_calls.size(), 1u);
-  // A name that is not a function name, arguments that are not an object, nesting past the
-  // bound: text.
+  // A name that is not a function name, arguments that are not an object: text.
   EXPECT_TRUE(
       parse("<tool_call>{\"name\": \"a b\", \"arguments\": {}}</tool_call>", o).tool_calls.empty());
   EXPECT_TRUE(
       parse("<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", o).tool_calls.empty());
-  const std::string deep =
-      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(5000, '[') +
-      std::string(5000, ']') + "}}</tool_call>";
-  EXPECT_EQ(parse(deep, o).content, deep);
   for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kDeepSeekV3,
                        ToolFormat::kKimiK2, ToolFormat::kMistral, ToolFormat::kHarmony}) {
     const ParseOptions of = opts(f);
     for (const char* text :
-         {"<tool_call><function=x><parameter=a>1</function></tool_call>",
-          "<tool_call>get_weather<arg_key>city</arg_key></tool_call>",
+         {"<tool_call><function x><parameter=a>1</parameter></function></tool_call>",
+          "<tool_call>get weather<arg_key>city</arg_key></tool_call>",
           "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
           "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_end|>"
           "<|tool_calls_section_end|>",
-          "[TOOL_CALLS]f[ARGS]{oops", "[TOOL_CALLS][{\"name\": 1}]",
-          "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":<|call|>"}) {
+          "[TOOL_CALLS]f[ARGS]oops", "[TOOL_CALLS][{\"name\": 1}]",
+          "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[\"a\"]<|call|>"}) {
       const auto m = parse(text, of);
       EXPECT_TRUE(m.tool_calls.empty()) << tool_format_name(f) << ": " << text;
       EXPECT_FALSE(m.content.empty()) << tool_format_name(f) << ": " << text;
     }
   }
+}
+
+// Once a call's name and the start of its arguments were seen, it was sent: whatever follows,
+// it stays a call, its arguments what the model wrote, closed as JSON where they stopped (only
+// quotes and brackets added: no value the model did not write), and the problem named.
+TEST(MalformedCalls, SentCallsStandWithClosedArguments) {
+  const ParseOptions o = opts(ToolFormat::kHermes);
+  // Cut by max_tokens inside a string, after a dangling key, inside a number.
+  const std::pair<std::string, std::string> cuts[] = {
+      {"<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"par", R"({"query":"par"})"},
+      {"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\", \"da",
+       R"({"city":"X"})"},
+      {"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"opts\": {\"n\": [1, 2",
+       R"({"opts":{"n":[1]}})"},
+      {"<tool_call>{\"name\": \"search\", \"arguments\": {", "{}"},
+  };
+  for (const auto& [text, closed] : cuts) {
+    const auto r = parse(text, o, true);
+    ASSERT_EQ(r.tool_calls.size(), 1u) << text;
+    EXPECT_EQ(r.tool_calls[0].arguments, closed) << text;
+    EXPECT_EQ(r.content, "");
+    ASSERT_EQ(r.problems.size(), 1u);
+    EXPECT_NE(r.problems[0].find("max_tokens"), std::string::npos) << r.problems[0];
+  }
+  // A complete call cut before its closing marker is a call.
+  const auto whole =
+      parse("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}", o, true);
+  ASSERT_EQ(whole.tool_calls.size(), 1u);
+  EXPECT_EQ(whole.tool_calls[0].arguments, R"({"query":"x"})");
+  // Invalid JSON after the arguments began: the call stands, closed before the bad byte.
+  const auto bad = parse(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>", o);
+  ASSERT_EQ(bad.tool_calls.size(), 1u);
+  EXPECT_EQ(bad.tool_calls[0].arguments, "{}");
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_NE(bad.problems[0].find("not valid JSON"), std::string::npos) << bad.problems[0];
+  // Nesting past the bound stops the arguments there.
+  const std::string deep =
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(5000, '[') +
+      std::string(5000, ']') + "}}</tool_call>";
+  const auto d = parse(deep, o);
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_LT(d.tool_calls[0].arguments.size(), 200u);
+  // Every format: a call cut inside its arguments.
+  const std::pair<ToolFormat, std::string> formats[] = {
+      {ToolFormat::kQwen3Coder,
+       "<tool_call><function=search><parameter=query>a</parameter><parameter=x>"},
+      {ToolFormat::kGlm45, "<tool_call>search<arg_key>query</arg_key><arg_value>a</arg_value><arg"},
+      {ToolFormat::kDeepSeekV3,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"a"},
+      {ToolFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+       "<|tool_call_argument_begin|>{\"query\": \"a"},
+      {ToolFormat::kMistral, "[TOOL_CALLS]search[ARGS]{\"query\": \"a"},
+      {ToolFormat::kHarmony,
+       "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"query\": \"a"},
+      {ToolFormat::kLlama3, "{\"name\": \"search\", \"parameters\": {\"query\": \"a"},
+  };
+  for (const auto& [f, text] : formats) {
+    const auto r = parse(text, opts(f), true);
+    ASSERT_EQ(r.tool_calls.size(), 1u) << tool_format_name(f);
+    EXPECT_EQ(r.tool_calls[0].name, "search");
+    EXPECT_EQ(args(r, 0), json({{"query", "a"}})) << tool_format_name(f);
+    EXPECT_EQ(r.content, "") << tool_format_name(f);
+  }
+}
+
+// A stream sends a call's name first, then its arguments in pieces as the model writes them
+// (the JSON formats byte by byte, the XML formats one parameter at a time).
+TEST(Streaming, ArgumentsComeInPieces) {
+  const std::string code = "def f(x):\n    return \"</tool_call>\" + x  # <|call|>";
+  const json a = {{"query", code}, {"n", 3}};
+  // The XML formats have no quoting: a value cannot hold the block's closing marker.
+  const std::string xcode = "def f(x):\n    return \"<tool_call>\" + x  # <|call|>";
+  const json xa = {{"query", xcode}, {"n", 3}};
+  const std::string aj = a.dump();
+  const std::pair<ToolFormat, std::string> cases[] = {
+      {ToolFormat::kHermes,
+       "Let me look. <tool_call>\n{\"name\": \"search\", \"arguments\": " + aj + "}\n</tool_call>"},
+      {ToolFormat::kLlama3, "{\"name\": \"search\", \"parameters\": " + aj + "}"},
+      {ToolFormat::kMistral, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": " + aj + "}]"},
+      {ToolFormat::kMistral, "[TOOL_CALLS]search[ARGS]" + aj},
+      {ToolFormat::kDeepSeekV3, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>" +
+                                    aj + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+       "<|tool_call_argument_begin|>" +
+           aj + "<|tool_call_end|><|tool_calls_section_end|>"},
+      {ToolFormat::kHarmony,
+       "<|channel|>commentary to=functions.search <|constrain|>json<|message|>" + aj + "<|call|>"},
+      {ToolFormat::kQwen3Coder,
+       "<tool_call>\n<function=search>\n<parameter=query>\n" + xcode +
+           "\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>"},
+      {ToolFormat::kGlm45, "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>" + xcode +
+                               "</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n"
+                               "</tool_call>"},
+  };
+  for (const auto& [f, text] : cases) {
+    const auto whole = parse(text, opts(f));  // also: every stream adds up to this
+    ASSERT_EQ(whole.tool_calls.size(), 1u) << tool_format_name(f) << ": " << text;
+    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45;
+    EXPECT_EQ(args(whole, 0), xml ? xa : a) << tool_format_name(f);
+    EXPECT_TRUE(whole.problems.empty()) << tool_format_name(f) << ": " << whole.problems[0];
+    // A byte at a time: the header before any argument, then many pieces.
+    OutputParser p(opts(f));
+    int pieces = 0, headers = 0;
+    std::string assembled, content;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const OutputDelta d = i < text.size() ? p.push(text.substr(i, 1)) : p.finish(false);
+      content += d.content;
+      for (const auto& t : d.tool_calls) {
+        if (!t.id.empty()) {
+          ++headers;
+          EXPECT_EQ(assembled, "");
+        } else {
+          ++pieces;
+          assembled += t.arguments;
+        }
+      }
+    }
+    EXPECT_EQ(headers, 1);
+    EXPECT_EQ(assembled, whole.tool_calls[0].arguments);
+    EXPECT_GE(pieces, xml ? 3 : int(aj.size()) / 2) << tool_format_name(f);
+    EXPECT_EQ(content, whole.content);
+  }
+}
+
+// The format's own markers inside a JSON string of the arguments are text: the call is not
+// split there (the arguments above hold </tool_call> and <|call|>; these the others').
+TEST(Streaming, MarkersInsideArgumentStrings) {
+  const std::pair<ToolFormat, std::string> cases[] = {
+      {ToolFormat::kDeepSeekV3,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": "
+       "\"a<｜tool▁call▁end｜><｜tool▁calls▁end｜>b\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+       "<|tool_call_argument_begin|>{\"query\": \"a<|tool_call_end|><|tool_calls_section_end|>b\"}"
+       "<|tool_call_end|><|tool_calls_section_end|>"},
+      {ToolFormat::kMistral, "[TOOL_CALLS]search[ARGS]{\"query\": \"a[TOOL_CALLS]x[ARGS]{}b\"}"},
+      {ToolFormat::kLlama3,
+       "{\"name\": \"search\", \"parameters\": {\"query\": \"a<|python_tag|>b\"}}"},
+      {ToolFormat::kHarmony,
+       "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"query\": "
+       "\"a<|end|><|start|>b\"}<|call|>"},
+      {ToolFormat::kHermes,
+       "<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"a</tool_call>\\\"<tool_call>"
+       "b\"}}</tool_call>"},
+  };
+  for (const auto& [f, text] : cases) {
+    const auto r = parse(text, opts(f));
+    ASSERT_EQ(r.tool_calls.size(), 1u) << tool_format_name(f);
+    const std::string q = args(r, 0).at("query").get<std::string>();
+    EXPECT_EQ(q.front(), 'a') << tool_format_name(f);
+    EXPECT_EQ(q.back(), 'b') << tool_format_name(f);
+    EXPECT_EQ(r.content, "") << tool_format_name(f);
+    EXPECT_TRUE(r.problems.empty()) << tool_format_name(f);
+    // The whole-block parsers agree (a layout that is not streamed: name after arguments).
+  }
+  const auto late = parse(
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{"
+      "\"query\": "
+      "\"```<｜tool▁call▁end｜>\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      opts(ToolFormat::kDeepSeekV3));
+  ASSERT_EQ(late.tool_calls.size(), 1u);
+  EXPECT_EQ(args(late, 0), json({{"query", "```<｜tool▁call▁end｜>"}}));
+  const auto name_last = parse(
+      "<tool_call>{\"arguments\": {\"query\": \"</tool_call>\"}, \"name\": \"search\"}</tool_call>",
+      opts(ToolFormat::kHermes));
+  ASSERT_EQ(name_last.tool_calls.size(), 1u);
+  EXPECT_EQ(args(name_last, 0), json({{"query", "</tool_call>"}}));
 }
 
 TEST(ToolChoice, NoneAndParallel) {
@@ -401,10 +569,21 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
   const std::string filler(200000, 'x');
   const std::pair<ToolFormat, std::string> cases[] = {
       {ToolFormat::kHermes, "<tool_call>{\"name\": \"" + filler},
-      {ToolFormat::kMistral, "[TOOL_CALLS]f[ARGS]{\"a\": \"" + filler},
+      {ToolFormat::kMistral, "[TOOL_CALLS]" + filler},
+      {ToolFormat::kDeepSeekV3, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + filler},
+      {ToolFormat::kKimiK2, "<|tool_calls_section_begin|><|tool_call_begin|>functions." + filler},
+      {ToolFormat::kQwen3Coder, "<tool_call><function=f><parameter=a>" + filler},
+      {ToolFormat::kGlm45, "<tool_call>" + filler},
       {ToolFormat::kHarmony,
-       "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": \"" + filler}};
+       "<|channel|>commentary to=functions.f <|constrain|>json<|message|>\"" + filler}};
   for (const auto& [format, text] : cases) {
+    if (format == ToolFormat::kQwen3Coder) {
+      // The function is named: the call was sent; the unfinished parameter is not.
+      const auto r = parse_output(text, opts(format), true);
+      ASSERT_EQ(r.tool_calls.size(), 1u);
+      EXPECT_EQ(r.tool_calls[0].arguments, "{}");
+      continue;
+    }
     OutputParser p(opts(format));
     std::string shown;
     for (char c : text) {
@@ -416,6 +595,15 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
     EXPECT_EQ(shown, text) << tool_format_name(format);
     EXPECT_TRUE(p.result().tool_calls.empty());
   }
+  // A long argument streamed a byte at a time: linear too, every byte sent once.
+  OutputParser p(opts(ToolFormat::kMistral));
+  std::string sent;
+  const std::string text = "[TOOL_CALLS]f[ARGS]{\"a\": \"" + filler;
+  for (char c : text) {
+    for (const auto& t : p.push(std::string_view(&c, 1)).tool_calls) sent += t.arguments;
+  }
+  for (const auto& t : p.finish(true).tool_calls) sent += t.arguments;
+  EXPECT_EQ(sent, "{\"a\":\"" + filler + "\"}");
 }
 
 std::string read_template(const std::string& name) {
