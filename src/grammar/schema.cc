@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "lynx/grammar.h"
 
@@ -172,6 +173,19 @@ class Converter {
       const json& a = s[k];
       if (!a.is_array() || a.empty()) fail(path, std::string(k) + " must be a non-empty array");
       if (a.size() > 1024) fail(path, std::string(k) + " with more than 1024 schemas");
+      if (std::string_view(k) == "oneOf") {
+        // The grammar is anyOf's; it is oneOf's only where no value can match two branches.
+        for (size_t i = 0; i < a.size(); ++i) {
+          for (size_t j = i + 1; j < a.size(); ++j) {
+            if (!disjoint(a[i], a[j], 0)) {
+              fail(path, "oneOf branches " + std::to_string(i) + " and " + std::to_string(j) +
+                             " may both match one value, and the grammar cannot enforce that "
+                             "exactly one does: use anyOf, or make the branches differ by "
+                             "type, by const/enum values or by a required property");
+            }
+          }
+        }
+      }
       std::string alts;
       for (size_t i = 0; i < a.size(); ++i) {
         alts += (i ? " | " : "") + visit(a[i], path + "/" + k + "/" + std::to_string(i), depth + 1);
@@ -198,6 +212,134 @@ class Converter {
     }
     if (s.contains("items")) return typed(s, "array", path, depth);
     return "value";
+  }
+
+  // oneOf's exclusivity, decided on what the grammar of each branch accepts (the same keyword
+  // precedence as visit): two branches are disjoint when their JSON types are, when both are
+  // finite value sets without a common value, or when both are strict objects and one
+  // requires a property the other does not have or both require one property with disjoint
+  // schemas. Anything else counts as overlapping (sound, not complete).
+  enum : unsigned { kObj = 1, kArr = 2, kStr = 4, kFrac = 8, kInt = 16, kBool = 32, kNull = 64 };
+  static constexpr unsigned kAny = 127;
+
+  static unsigned value_type(const json& v) {
+    if (v.is_object()) return kObj;
+    if (v.is_array()) return kArr;
+    if (v.is_string()) return kStr;
+    if (v.is_number_integer()) return kInt;
+    if (v.is_number()) return kFrac;
+    if (v.is_boolean()) return kBool;
+    return kNull;
+  }
+
+  // The schema a $ref chain ends at (null when it points at nothing or loops too long).
+  const json* resolve(const json& s) const {
+    const json* t = &s;
+    for (int hops = 0; t->is_object() && t->contains("$ref"); ++hops) {
+      const json& r = (*t)["$ref"];
+      if (hops > 16 || !r.is_string()) return nullptr;
+      const std::string ref = r.get<std::string>();
+      if (ref == "#") {
+        t = &root_;
+        continue;
+      }
+      if (ref.size() < 2 || ref.substr(0, 2) != "#/") return nullptr;
+      try {
+        t = &root_.at(json::json_pointer(ref.substr(1)));
+      } catch (const std::exception&) {
+        return nullptr;
+      }
+    }
+    return t;
+  }
+
+  unsigned types_of(const json& in, int depth) const {
+    const json* s = resolve(in);
+    if (!s || !s->is_object() || depth > 16) return kAny;
+    if (s->contains("const")) return value_type((*s)["const"]);
+    if (s->contains("enum") && (*s)["enum"].is_array()) {
+      unsigned t = 0;
+      for (const json& v : (*s)["enum"]) t |= value_type(v);
+      return t;
+    }
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (!s->contains(k) || !(*s)[k].is_array()) continue;
+      unsigned t = 0;
+      for (const json& b : (*s)[k]) t |= types_of(b, depth + 1);
+      return t;
+    }
+    if (s->contains("type")) {
+      const json& ty = (*s)["type"];
+      unsigned t = 0;
+      for (const json& one : ty.is_array() ? ty : json::array({ty})) {
+        const std::string n = one.is_string() ? one.get<std::string>() : "";
+        t |= n == "object"    ? kObj
+             : n == "array"   ? kArr
+             : n == "string"  ? kStr
+             : n == "number"  ? kFrac | kInt
+             : n == "integer" ? kInt
+             : n == "boolean" ? kBool
+             : n == "null"    ? kNull
+                              : kAny;
+      }
+      return t;
+    }
+    if (s->contains("properties") || s->contains("additionalProperties")) return kObj;
+    if (s->contains("items")) return kArr;
+    return kAny;
+  }
+
+  // The values of a const/enum schema, else null.
+  static const json* values(const json& s, json& one) {
+    if (s.contains("const")) {
+      one = json::array({s["const"]});
+      return &one;
+    }
+    if (s.contains("enum") && s["enum"].is_array()) return &s["enum"];
+    return nullptr;
+  }
+
+  bool disjoint(const json& a_in, const json& b_in, int depth) const {
+    if ((types_of(a_in, depth) & types_of(b_in, depth)) == 0) return true;
+    const json* a = resolve(a_in);
+    const json* b = resolve(b_in);
+    if (!a || !b || !a->is_object() || !b->is_object() || depth > 16) return false;
+    json one_a, one_b;
+    const json* va = values(*a, one_a);
+    const json* vb = values(*b, one_b);
+    if (va && vb) {
+      for (const json& x : *va) {
+        for (const json& y : *vb) {
+          if (x == y) return false;
+        }
+      }
+      return true;
+    }
+    // Strict objects (the converter allows the listed properties only).
+    auto strict = [&](const json& s) {
+      json scratch;
+      return !values(s, scratch) && !s.contains("anyOf") && !s.contains("oneOf") &&
+             s.contains("properties") && s["properties"].is_object() && types_of(s, depth) == kObj;
+    };
+    if (!strict(*a) || !strict(*b)) return false;
+    auto required = [](const json& s, const std::string& k) {
+      if (!s.contains("required") || !s["required"].is_array()) return false;
+      for (const json& r : s["required"]) {
+        if (r == k) return true;
+      }
+      return false;
+    };
+    const json& pa = (*a)["properties"];
+    const json& pb = (*b)["properties"];
+    for (const auto& [k, sub] : pa.items()) {
+      if (!required(*a, k)) continue;
+      if (!pb.contains(k)) return true;
+      if (required(*b, k) && disjoint(sub, pb[k], depth + 1)) return true;
+    }
+    for (const auto& [k, sub] : pb.items()) {
+      if (required(*b, k) && !pa.contains(k)) return true;
+    }
+    return false;
   }
 
   std::string typed(const json& s, const std::string& type, const std::string& path, int depth) {

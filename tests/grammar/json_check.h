@@ -35,6 +35,7 @@ inline std::string check(const json& v, const json& s, const json& root) {
     int ok = 0;
     for (const json& sub : s[k]) ok += check(v, sub, root).empty();
     if (ok == 0) return std::string("no ") + k + " branch matches " + v.dump();
+    if (ok > 1 && std::string(k) == "oneOf") return "several oneOf branches match " + v.dump();
   }
   if (s.contains("type")) {
     auto is = [&](const std::string& t) {

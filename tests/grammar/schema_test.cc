@@ -191,5 +191,41 @@ TEST(SchemaToGbnf, AdversarialAndUnsupportedSchemasGiveAnError) {
             std::string::npos);
 }
 
+// oneOf is enforced exactly: accepted where no value can match two branches (the grammar is
+// then anyOf's and every output matches exactly one, checked by json_check.h), refused where
+// two branches may overlap.
+TEST(SchemaToGbnf, OneOfIsExclusiveOrRefused) {
+  const std::string by_type =
+      R"({"oneOf": [{"type": "integer"}, {"type": "string", "maxLength": 3}, {"type": "null"}]})";
+  EXPECT_GE(generate_and_validate(by_type, 30), 20);
+  const std::string tagged = R"({"type": "object", "properties": {"shape": {"oneOf": [
+      {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
+       "required": ["kind", "r"]},
+      {"type": "object", "properties": {"kind": {"const": "square"}, "r": {"type": "number"}},
+       "required": ["kind"]},
+      {"type": "object", "properties": {"w": {"type": "integer"}}, "required": ["w"]}]}},
+      "required": ["shape"]})";
+  EXPECT_GE(generate_and_validate(tagged, 30), 20);
+  EXPECT_TRUE(accepts(tagged, R"({"shape": {"kind": "square"}})"));
+  EXPECT_FALSE(accepts(tagged, R"({"shape": {"kind": "square", "w": 1}})"));
+  EXPECT_TRUE(schema_error(R"({"oneOf": [{"enum": [1, 2]}, {"const": 3}]})").empty());
+  EXPECT_TRUE(schema_error(R"({"$defs": {"s": {"type": "string"}},
+      "oneOf": [{"$ref": "#/$defs/s"}, {"type": "boolean"}]})")
+                  .empty());
+  // Overlapping branches: 1 is an integer and a number; "ab" fits both strings; {} fits two
+  // objects with nothing required; 2 is in both enums; an untyped branch overlaps everything.
+  for (const char* overlap :
+       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})",
+        R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 2}]})",
+        R"({"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                      {"type": "object", "properties": {"b": {"type": "integer"}}}]})",
+        R"({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]})",
+        R"({"oneOf": [{}, {"type": "null"}]})"}) {
+    EXPECT_NE(schema_error(overlap).find("may both match one value"), std::string::npos) << overlap;
+  }
+  // anyOf keeps accepting overlapping branches.
+  EXPECT_TRUE(schema_error(R"({"anyOf": [{"type": "integer"}, {"type": "number"}]})").empty());
+}
+
 }  // namespace
 }  // namespace lynx::grammar
