@@ -9,6 +9,13 @@
 //                (V3.1+), or function<｜tool▁sep｜>N\n```json\n{..}\n``` in the call (V3, R1)
 //   kimi-k2
 //   <|tool_calls_section_begin|><|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>{..}<|tool_call_end|>..<|tool_calls_section_end|>
+//   qwen3-coder
+//   <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n..</function>\n</tool_call> glm-4.5
+//   <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n..</tool_call> harmony
+//   [<|channel|>analysis<|message|>..<|end|><|start|>assistant]
+//                <|channel|>commentary to=functions.N <|constrain|>json<|message|>{..}[<|call|>]
+// In the XML formats a string parameter is raw text (without "</", which would end it) and
+// any other parameter the JSON its schema allows, as chatparse's typed_value reads them back.
 // Both layouts are allowed where a format has two: the model's logits pick the one it was
 // trained on.
 #include "server/tool_grammar.h"
@@ -49,24 +56,37 @@ std::string json_call(const std::string& name, std::string_view key, const std::
          args + " " + std::string(extra) + R"( "}" space)";
 }
 
-// Reasoning text up to the first "</think>": a right-linear grammar of the matcher that finds
-// "</think>" (state k: the last k bytes are its first k). '<' occurs only at its start, so a
-// '<' always goes back to state 1. Every rule may stop, and "</think>" after any state is
-// its first occurrence.
-std::string think_rules() {
-  static constexpr std::string_view kClose = "</think>";
+// Text up to the first `close` (reasoning up to "</think>"): a right-linear grammar of the
+// matcher that finds `close` (rule NAME<k>: the
+// last k bytes are its first k). '<' occurs only at its start, so a '<' always goes back to
+// state 1. Every rule may stop, and `close` after any state is its first occurrence.
+std::string text_until_rules(std::string_view close, const std::string& name) {
   std::string out;
-  for (size_t k = 0; k < kClose.size() - 1; ++k) {
-    const std::string self = "tc-think" + std::to_string(k);
-    const char next = kClose[k];  // the byte that extends the match
+  const size_t last = close.size() - 1;
+  for (size_t k = 0; k < last; ++k) {
+    const std::string self = name + std::to_string(k);
+    const char next = close[k];  // the byte that extends the match
     const std::string other = next == '<' ? "[^<]" : std::string("[^<") + next + "]";
-    out += self + " ::= ( " + other + " tc-think0 | \"<\" tc-think1";
-    if (k > 0) out += " | " + lit(std::string(1, next)) + " tc-think" + std::to_string(k + 1);
+    out += self + " ::= ( " + other + " " + name + "0 | \"<\" " + name + "1";
+    if (k > 0) out += " | " + lit(std::string(1, next)) + " " + name + std::to_string(k + 1);
     out += " )?\n";
   }
-  // State 7 ("</think" seen): '>' would close the block, so it is not reasoning.
-  out += "tc-think7 ::= ( [^<>] tc-think0 | \"<\" tc-think1 )?\n";
+  // All but the last byte seen: that byte would close the text, so it is not part of it.
+  out += name + std::to_string(last) + " ::= ( [^<" + std::string(1, close[last]) + "] " + name +
+         "0 | \"<\" " + name + "1 )?\n";
   return out;
+}
+
+std::string think_rules() {
+  return text_until_rules("</think>", "tc-think");
+}
+
+// A string parameter's value as the XML formats write it, raw: no "</" (which would end the
+// value or the call), and no '<' at all where the length is bounded (so that the count is of
+// characters). An unbounded one may not end in '<'.
+std::string raw_text_rule(size_t lo, long hi) {
+  if (lo == 0 && hi < 0) return "( [^<] | \"<\"+ [^</] )*";
+  return "[^<]{" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}";
 }
 
 struct Tool {
@@ -88,6 +108,14 @@ std::vector<std::string> format_markers(ToolFormat f) {
     case ToolFormat::kKimiK2:
       return {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
               "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    case ToolFormat::kQwen3Coder:
+      return {"<tool_call>", "</tool_call>", "<function=",
+              "</function>", "<parameter=",  "</parameter>"};
+    case ToolFormat::kGlm45:
+      return {"<tool_call>", "</tool_call>", "<arg_key>",
+              "</arg_key>",  "<arg_value>",  "</arg_value>"};
+    case ToolFormat::kHarmony:
+      return {"<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>"};
     default:
       return {};
   }
@@ -130,6 +158,17 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
                    " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" " + a +
                    " \"<|tool_call_end|>\"");
         break;
+      case ToolFormat::kQwen3Coder:
+        add(r, "\"<tool_call>\\n<function=\" " + lit(n) + " \">\\n\" " + a +
+                   " \"</function>\\n</tool_call>\"");
+        break;
+      case ToolFormat::kGlm45:
+        add(r, "\"<tool_call>\" " + lit(n) + " \"\\n\" " + a + " \"</tool_call>\"");
+        break;
+      case ToolFormat::kHarmony:
+        add(r, "\"<|channel|>commentary to=functions.\" " + lit(n) +
+                   " \" <|constrain|>json<|message|>\" " + a);
+        break;
       default:
         break;
     }
@@ -137,7 +176,13 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
   out += "tc-call ::= " + alts + "\n";
   switch (f) {
     case ToolFormat::kHermes:
+    case ToolFormat::kQwen3Coder:
+    case ToolFormat::kGlm45:
       out += parallel ? "tc-calls ::= tc-call ( tc-lay tc-call )*\n" : "tc-calls ::= tc-call\n";
+      break;
+    case ToolFormat::kHarmony:
+      // One call per generation: <|call|> ends it (an end-of-generation token, else text).
+      out += "tc-calls ::= tc-call \"<|call|>\"?\n";
       break;
     case ToolFormat::kMistral: {
       std::string v11;
@@ -191,6 +236,114 @@ std::string arguments_rule(const nlohmann::ordered_json& fn, size_t i, std::stri
   return prefix + "root";
 }
 
+// A value of the XML formats (Qwen3-Coder, GLM-4.5), which write parameters as raw text that
+// typed_value (chatparse) reads back: a property of type "string" as the raw string, anything
+// else as the JSON its schema allows (read back as that value). Throws grammar's Error where
+// the value cannot be enforced.
+std::string xml_value(const nlohmann::ordered_json& sub, const nlohmann::ordered_json& params,
+                      const std::string& prefix, std::string& rules) {
+  using ojson = nlohmann::ordered_json;
+  const bool string_typed = sub.is_object() && sub.contains("type") && sub["type"] == "string";
+  auto no_close = [](const std::string& v) { return v.find("</") == std::string::npos; };
+  const ojson* values = nullptr;
+  ojson one;
+  if (sub.is_object() && sub.contains("const")) {
+    one = ojson::array({sub["const"]});
+    values = &one;
+  } else if (sub.is_object() && sub.contains("enum") && sub["enum"].is_array()) {
+    values = &sub["enum"];
+  }
+  if (values) {
+    std::string alts;
+    for (const ojson& v : *values) {
+      std::string text = v.dump();
+      if (v.is_string()) {
+        const std::string raw = v.get<std::string>();
+        // Raw where it reads back as this string: always under type "string", otherwise
+        // where the text is not also JSON.
+        const bool raw_reads_back =
+            string_typed || ojson::parse(raw, nullptr, false).is_discarded();
+        if (raw_reads_back && no_close(raw)) {
+          text = raw;
+        } else if (string_typed) {
+          throw Error("json schema: a value holding \"</\" cannot be written in this format");
+        }
+      }
+      alts += (alts.empty() ? "" : " | ") + lit(text);
+    }
+    return "( " + alts + " )";
+  }
+  if (string_typed) {
+    for (const char* k : {"pattern", "format"}) {
+      if (sub.contains(k)) {
+        throw Error(std::string("json schema: keyword '") + k +
+                    "' on a string parameter is not enforced in this format");
+      }
+    }
+    auto bound = [&](const char* k) -> long {
+      if (!sub.contains(k)) return -1;
+      if (!sub[k].is_number_integer() || sub[k].get<long>() < 0 || sub[k].get<long>() > 1000) {
+        throw Error(std::string("json schema: ") + k + " must be an integer from 0 to 1000");
+      }
+      return sub[k].get<long>();
+    };
+    const long lo = bound("minLength"), hi = bound("maxLength");
+    if (hi >= 0 && hi < lo) throw Error("json schema: maxLength below minLength");
+    return "( " + raw_text_rule(size_t(std::max(lo, 0L)), hi) + " )";
+  }
+  // JSON, with the tool's definitions so that its $refs resolve.
+  ojson doc = sub.is_object() ? sub : ojson::object();
+  if (!sub.is_object() && !sub.is_boolean()) throw Error("json schema: a schema must be an object");
+  for (const char* k : {"$defs", "definitions"}) {
+    if (params.contains(k) && !doc.contains(k)) doc[k] = params[k];
+  }
+  rules += grammar::schema_rules_gbnf(doc.dump(), prefix);
+  return prefix + "root";
+}
+
+// The parameters of a call in an XML format: the schema's properties in its order, the
+// required ones always, the others optionally; any parameters where there is no schema.
+std::string xml_params_rule(ToolFormat f, const nlohmann::ordered_json& fn, size_t i,
+                            std::string& rules, std::string& why) {
+  auto param = [&](const std::string& key_rule, const std::string& value) {
+    return f == ToolFormat::kQwen3Coder
+               ? "\"<parameter=\" " + key_rule + " \">\\n\" " + value + " \"\\n</parameter>\\n\""
+               : "\"<arg_key>\" " + key_rule + " \"</arg_key>\\n<arg_value>\" " + value +
+                     " \"</arg_value>\\n\"";
+  };
+  const std::string any =
+      "( " + param("[A-Za-z0-9_.-]{1,64}", "( " + raw_text_rule(0, -1) + " )") + " )*";
+  const auto p = fn.find("parameters");
+  if (p == fn.end() || !p->is_object() || p->empty()) return any;
+  const auto props = p->find("properties");
+  if (props == p->end() || !props->is_object()) {
+    why = "parameters without properties";
+    return any;
+  }
+  if (const auto t = p->find("type"); t != p->end() && *t != "object") {
+    why = "parameters must be of type \"object\"";
+    return any;
+  }
+  std::string seq, part_rules;
+  try {
+    size_t k = 0;
+    for (const auto& [key, sub] : props->items()) {
+      const std::string prefix = "tc" + std::to_string(i) + "p" + std::to_string(k++) + "-";
+      const std::string item = param(lit(key), xml_value(sub, *p, prefix, part_rules));
+      bool req = false;
+      if (const auto r = p->find("required"); r != p->end() && r->is_array()) {
+        for (const auto& x : *r) req = req || x == key;
+      }
+      seq += (seq.empty() ? "" : " ") + (req ? item : "( " + item + " )?");
+    }
+  } catch (const Error& e) {
+    why = e.what();
+    return any;
+  }
+  rules += part_rules;
+  return seq.empty() ? "\"\"" : "( " + seq + " )";
+}
+
 }  // namespace
 
 bool tool_grammar_covers(ToolFormat f) {
@@ -209,13 +362,22 @@ ToolGrammar tool_call_grammar(const chatparse::ParseOptions& o,
     const std::string name = fn.at("name").get<std::string>();
     if (!only.empty() && name != only) continue;
     std::string why;
-    tools.push_back({name, arguments_rule(fn, tools.size(), rules, why)});
+    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45;
+    tools.push_back({name, xml ? xml_params_rule(f, fn, tools.size(), rules, why)
+                               : arguments_rule(fn, tools.size(), rules, why)});
     if (!why.empty()) g.free_arguments.push_back(name + ": " + why);
   }
   if (tools.empty()) return g;
   g.markers = format_markers(f);
   std::string pre = "tc-lay";
-  if (o.format.think_tags) {
+  if (f == ToolFormat::kHarmony) {
+    // The analysis message may come first (the generation prompt ends with <|start|>assistant,
+    // so the first message starts at <|channel|>).
+    // Its text holds no "<|", which would begin one of harmony's markers (chatparse ends the
+    // message at <|start|>, <|call|> and <|return|> too).
+    pre = "( \"<|channel|>analysis<|message|>\" tc-an \"<|end|><|start|>assistant\" )?";
+    rules += "tc-an ::= ( [^<] | \"<\"+ [^<|] )*\n";
+  } else if (o.format.think_tags) {
     // Reasoning before the call, free: the grammar starts constraining at the call. A prompt
     // that opened the block leaves the answer inside it, to be closed.
     pre = o.starts_in_reasoning ? "tc-think0 \"</think>\" tc-lay"

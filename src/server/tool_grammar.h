@@ -29,8 +29,8 @@ struct ToolGrammar {
   std::vector<std::string> free_arguments;
 };
 
-// Whether tool_call_grammar covers the format: the formats whose calls are text with JSON
-// arguments (hermes, mistral, llama3, deepseek-v3, kimi-k2).
+// Whether tool_call_grammar covers the format: every format the chat parser reads (hermes,
+// qwen3-coder, glm-4.5, deepseek-v3, kimi-k2, harmony, mistral, llama3), not kNone.
 bool tool_grammar_covers(chatparse::ToolFormat f);
 
 // The grammar of one call (o.parallel_tool_calls: one or more) of the request's `tools` (only
