@@ -8,6 +8,8 @@
 #
 #   sudo bash scripts/offload-bench.sh -M 2G [compare-llamacpp.sh options] FILE.gguf...
 #
+# LYNX2_ARGS replaces the second lynx-moe engine's flags (default: the file mapping), e.g.
+# LYNX2_ARGS=--no-expert-prefetch to compare the tier with and without its prefetch.
 # Needs root (a cgroup v1 memory controller under /sys/fs/cgroup/memory, or cgroup v2 with the
 # memory controller enabled). The page cache is dropped before the runs; the bandwidth probes
 # use 128 MiB buffers so that they fit the limit. Besides the table, lynx-moe's tier counters
@@ -47,7 +49,7 @@ echo 3 >/proc/sys/vm/drop_caches
 echo $$ >"$cg/cgroup.procs"
 echo "memory cgroup $cg: limit $limit ($bytes bytes)" >&2
 BW_SIZES=128 IK_RTR=0 LYNX_ARGS="--bw-sizes 128 ${LYNX_ARGS:-}" \
-  LYNX2_ARGS="--bw-sizes 128 --no-repack --expert-cache 0" \
+  LYNX2_ARGS="--bw-sizes 128 ${LYNX2_ARGS:---no-repack --expert-cache 0}" \
   bash scripts/compare-llamacpp.sh "${args[@]}"
 for f in memory.max_usage_in_bytes memory.peak; do
   [[ -f $cg/$f ]] && echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2

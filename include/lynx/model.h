@@ -217,6 +217,11 @@ struct LoadOptions {
   // stream (RoutingInput::cost): about RAM bandwidth over the disk's. The default is this
   // machine kind's ratio (docs/offload.md: ~36 GB/s from RAM, ~1.8 GB/s direct reads).
   float expert_miss_cost = 20.f;
+  // The tier reads ahead, for each token, the expert_prefetch experts the next routed layer's
+  // router ranks first on the current layer's input, while the current layer computes
+  // (docs/offload.md). 0: no read-ahead (the default until its speed is measured on a quiet
+  // machine: it cuts the misses but can raise the bytes read).
+  int expert_prefetch = 0;
   // Replaces the tier's file reads: reads n bytes at file offset `off` into dst, throwing
   // lynx::Error on failure (fault injection in tests). Empty: pread on the file.
   std::function<void(uint64_t off, size_t n, uint8_t* dst)> expert_read;

@@ -215,6 +215,10 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
       }
       Slot& x = slots_[size_t(s)];
       ++x.pins;
+      if (x.prefetched) {
+        x.prefetched = false;
+        ++stats_.prefetch_hits;
+      }
       if (x.state == Slot::kFailed) {  // a read that failed before: read it again
         queue_read(s);
         out.push_back({e, s, false});
@@ -242,6 +246,7 @@ void ExpertTier::claim(int il, std::vector<int32_t>& want, std::vector<Claim>& o
       x.layer = il;
       x.expert = e;
       x.pins = 1;
+      x.prefetched = false;
       where_[size_t(il) * size_t(n_expert_) + size_t(e)] = s;
       queue_read(s);
       out.push_back({e, s, false});
@@ -287,6 +292,50 @@ bool ExpertTier::ready(const Claim& c) {
   return true;
 }
 
+int ExpertTier::prefetch(int il, std::span<const int32_t> experts, int max_reads) {
+  if (il < 0 || size_t(il) >= layers_.size() || layers_[size_t(il)].layer < 0) return 0;
+  int queued = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Empty slots first, then transient ones by their experts' uses, least first.
+    std::vector<std::pair<double, int>> spare;
+    for (int s = 0; s < n_slots_; ++s) {
+      const Slot& x = slots_[size_t(s)];
+      if (x.pins > 0 || x.state == Slot::kReading) continue;
+      if (x.layer < 0) {
+        spare.push_back({-1.0, s});
+      } else if (x.transient) {
+        spare.push_back({uses(use_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)]), s});
+      }
+    }
+    std::sort(spare.begin(), spare.end());
+    size_t next = 0;
+    for (const int32_t e : experts) {
+      if (queued >= max_reads || next >= spare.size()) break;
+      if (e < 0 || e >= n_expert_) continue;
+      int32_t& w = where_[size_t(il) * size_t(n_expert_) + size_t(e)];
+      if (w >= 0) continue;
+      const int s = spare[next++].second;
+      Slot& x = slots_[size_t(s)];
+      if (x.layer >= 0) {
+        where_[size_t(x.layer) * size_t(n_expert_) + size_t(x.expert)] = -1;
+        if (x.state == Slot::kReady) ++stats_.evictions;
+      }
+      n_transient_ += 1 - int(x.transient && x.layer >= 0);
+      x.transient = true;
+      x.layer = il;
+      x.expert = e;
+      x.prefetched = true;
+      w = s;
+      queue_read(s);
+      ++stats_.prefetches;
+      ++queued;
+    }
+  }
+  if (queued > 0) work_cv_.notify_all();
+  return queued;
+}
+
 void ExpertTier::release(std::span<const Claim> claims) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -311,7 +360,7 @@ void ExpertTier::empty_slot(Slot& x) {
   x.layer = x.expert = -1;
   x.state = Slot::kEmpty;
   x.error.clear();
-  x.queued = x.rejoined = false;
+  x.queued = x.rejoined = x.prefetched = false;
   n_transient_ -= int(x.transient);
   x.transient = false;
 }

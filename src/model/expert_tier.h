@@ -50,6 +50,8 @@ struct ExpertTierStats {
   uint64_t wait_ns = 0;           // steps' time waiting for reads
   uint64_t evictions = 0;         // resident experts replaced
   uint64_t read_errors = 0;
+  uint64_t prefetches = 0;     // reads started by prefetch() (their bytes are in bytes_read)
+  uint64_t prefetch_hits = 0;  // prefetched experts a claim found (read or being read)
   int slots = 0;
   size_t slot_bytes = 0;
   int resident = 0;  // slots holding an expert now
@@ -84,6 +86,12 @@ class ExpertTier {
   void wait(const Claim& c);
   // Whether the claim's read is done, without waiting (throws as wait does when it failed).
   bool ready(const Claim& c);
+  // Starts reading experts of layer il that are not in a slot, most wanted first, at most
+  // `max_reads` of them, into slots no step needs now: empty ones, then transient ones whose
+  // experts are used least; never a kept expert, a pinned slot or one being read. Nothing is
+  // pinned: a claim that comes for the expert finds it read or being read (a hit), and an
+  // expert no claim wants is the first to go. Returns how many reads were queued.
+  int prefetch(int il, std::span<const int32_t> experts, int max_reads);
   // Unpins the claims (their experts stay resident until evicted).
   void release(std::span<const Claim> claims);
   // The slot's matrices (valid while the claim is held).
@@ -97,6 +105,10 @@ class ExpertTier {
   ExpertTierStats stats() const;
   // out[e] = 1 when expert e of layer il is in a slot (read or being read), else 0.
   void resident(int il, std::vector<uint8_t>& out) const;
+  // How many experts per token the executor predicts for the next layer and prefetches
+  // (LoadOptions::expert_prefetch; 0: none).
+  void set_prefetch(int per_token) { prefetch_ = per_token; }
+  int prefetch_per_token() const { return prefetch_; }
   // RoutingInput::cost of an expert not in a slot (LoadOptions::expert_miss_cost).
   void set_miss_cost(float c) { miss_cost_ = c; }
   float miss_cost() const { return miss_cost_; }
@@ -107,9 +119,10 @@ class ExpertTier {
     int pins = 0;
     enum State : uint8_t { kEmpty, kReading, kReady, kFailed } state = kEmpty;
     std::string error;
-    bool transient = false;  // holds an expert beyond the kept ones (place())
-    bool queued = false;     // in queue_, no reader has taken it yet
-    bool rejoined = false;   // pinned by a claim while a reader had it: retry a failed read
+    bool transient = false;   // holds an expert beyond the kept ones (place())
+    bool queued = false;      // in queue_, no reader has taken it yet
+    bool rejoined = false;    // pinned by a claim while a reader had it: retry a failed read
+    bool prefetched = false;  // read by prefetch(), no claim has found it yet
   };
   // Empties a slot holding nothing usable (a failed or cancelled read). Under mu_.
   void empty_slot(Slot& x);
@@ -137,6 +150,7 @@ class ExpertTier {
   int n_expert_ = 0;
   int n_slots_ = 0;
   float miss_cost_ = 20.f;
+  int prefetch_ = 0;
   size_t slot_bytes_ = 0;
   std::unique_ptr<kernels::PackedWeights> pool_;
   TierReadFn read_;

@@ -120,6 +120,7 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
   tier_ = std::make_shared<ExpertTier>(file_.path(), std::move(layers), c.n_expert, int(n_slots),
                                        opts.expert_readers, opts.expert_read);
   tier_->set_miss_cost(opts.expert_miss_cost);
+  tier_->set_prefetch(std::clamp(opts.expert_prefetch, 0, c.n_expert));
   char buf[256];
   std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%) in %s of slots; ",
                 (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),

@@ -3,15 +3,17 @@
 
 #include <algorithm>
 
+#include "kernels/kernels.h"
 #include "kernels/matmul_id.h"
 #include "lynx/error.h"
+#include "lynx/routing.h"
 
 namespace lynx {
 
 TieredExpertExecutor::TieredExpertExecutor(ExpertTier& tier, const Model& model,
                                            kernels::ThreadPool& pool, bool int_acts,
                                            kernels::Bf16Kernel bf16)
-    : tier_(tier), model_(model), cpu_(pool, int_acts, bf16) {
+    : tier_(tier), pool_(pool), model_(model), cpu_(pool, int_acts, bf16) {
   const size_t n = size_t(model.config().n_expert);
   gate_.assign(n, nullptr);
   up_.assign(n, nullptr);
@@ -48,6 +50,68 @@ const float* TieredExpertExecutor::cost(int /*il*/) {
   return cost_.data();
 }
 
+// The residual stream changes little in one layer, so the next routed layer's router applied
+// to this layer's input (renormed with the next layer's norm weights: x / w_il * w_next is
+// RMSNorm(h) * w_next) ranks the experts that layer will want (pre-gated MoE, Hwang et al.
+// 2024, predict the same way). Each token's first P experts by the next router's selection
+// order (P = ExpertTier::prefetch_per_token), most voted first, at most max(2k, P) reads per
+// layer, so a batch does not flood the readers with guesses ahead of the reads it needs.
+void TieredExpertExecutor::prefetch_next(int il, const kernels::ActRows& x) {
+  const ModelConfig& c = model_.config();
+  int next = il + 1;
+  while (next < c.n_layer && !c.layer_routed(next)) ++next;
+  if (next >= c.n_layer || tier_.layer(next).layer < 0) return;
+  // gemma4's router reads RMSNorm(x) without the FFN norm: not predicted (yet).
+  if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense ||
+      c.layer_kinds[size_t(next)].ffn == FfnKind::kMoeDense) {
+    return;
+  }
+  const LayerWeights& cur = model_.layer(il);
+  const LayerWeights& nl = model_.layer(next);
+  if (!cur.ffn_norm || !nl.ffn_norm || nl.router.rows != c.n_expert) return;
+  const int T = x.n_tok, N = c.n_expert, K = c.n_expert_used;
+  const int P = std::min(tier_.prefetch_per_token(), N);
+  const int64_t E = x.cols;
+  if (T <= 0 || nl.router.cols != E) return;
+  pre_x_.resize(size_t(T) * size_t(E));
+  for (int t = 0; t < T; ++t) {
+    const float* src = x.x + size_t(t) * size_t(E);
+    float* dst = &pre_x_[size_t(t) * size_t(E)];
+    for (int64_t i = 0; i < E; ++i) {
+      dst[i] = cur.ffn_norm[i] != 0.f ? src[i] / cur.ffn_norm[i] * nl.ffn_norm[i] : 0.f;
+    }
+  }
+  pre_logits_.resize(size_t(T) * size_t(N));
+  kernels::matmul(pool_, nl.router.type, nl.router.mat(0), nl.router.rows, nl.router.cols,
+                  pre_x_.data(), E, T, pre_logits_.data(), N, nl.router.layout);
+  const float* keys = pre_logits_.data();
+  for (int t = 0; t < T && nl.router_b; ++t) {
+    for (int e = 0; e < N; ++e) pre_logits_[size_t(t) * N + size_t(e)] += nl.router_b[e];
+  }
+  if (needs_selection_keys(c.gating) && (!c.gating.select_bias || nl.exp_probs_b)) {
+    pre_keys_.resize(pre_logits_.size());
+    selection_keys(c.gating, pre_logits_.data(), nl.exp_probs_b, T, pre_keys_.data());
+    keys = pre_keys_.data();
+  }
+  pre_votes_.assign(size_t(N), 0);
+  pre_order_.resize(size_t(N));
+  for (int t = 0; t < T; ++t) {
+    const float* row = keys + size_t(t) * N;
+    for (int e = 0; e < N; ++e) pre_order_[size_t(e)] = e;
+    std::partial_sort(pre_order_.begin(), pre_order_.begin() + P, pre_order_.end(),
+                      [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int j = 0; j < P; ++j) ++pre_votes_[size_t(pre_order_[size_t(j)])];
+  }
+  pre_order_.clear();
+  for (int e = 0; e < N; ++e) {
+    if (pre_votes_[size_t(e)] > 0) pre_order_.push_back(e);
+  }
+  std::stable_sort(pre_order_.begin(), pre_order_.end(), [this](int32_t a, int32_t b) {
+    return pre_votes_[size_t(a)] > pre_votes_[size_t(b)];
+  });
+  tier_.prefetch(next, pre_order_, std::max(2 * K, P));
+}
+
 void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
                                const LayerWeights& layer, float* out) {
   const TierLayer& tl = tier_.layer(il);
@@ -71,10 +135,14 @@ void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows
   };
   const float* rows = cpu_.rows(plan, x, view_, {});  // sizes the rows when nothing is active
   want_.assign(plan.active.begin(), plan.active.end());
+  bool first_claim = true;
   while (!want_.empty()) {
     claims_.clear();
     Release release{tier_, claims_};
     tier_.claim(il, want_, claims_);
+    // This layer's reads are queued first; the guesses for the next layer go behind them.
+    if (first_claim && tier_.prefetch_per_token() > 0) prefetch_next(il, x);
+    first_claim = false;
     for (const ExpertTier::Claim& c : claims_) {
       gate_[size_t(c.expert)] = tier_.gate(c.slot);
       up_[size_t(c.expert)] = tier_.up(c.slot, il);

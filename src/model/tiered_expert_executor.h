@@ -24,7 +24,13 @@ class TieredExpertExecutor final : public ExpertExecutor {
   const float* cost(int il) override;
 
  private:
+  // Predicts the experts of the routed layer after il from this layer's normed rows x and
+  // queues them for reading (ExpertTier::prefetch), so the reads overlap this layer's
+  // compute and the next layer's attention.
+  void prefetch_next(int il, const kernels::ActRows& x);
+
   ExpertTier& tier_;
+  kernels::ThreadPool& pool_;
   const Model& model_;
   CpuExpertExecutor cpu_;
   LayerWeights view_;  // the layer with its experts' matrices in the slots
@@ -37,6 +43,8 @@ class TieredExpertExecutor final : public ExpertExecutor {
   int hook_layer_ = -1;
   std::vector<uint8_t> resident_;  // resident(): the tier's snapshot
   std::vector<float> cost_;        // cost(): 1 resident, the tier's miss cost otherwise
+  std::vector<float> pre_x_, pre_logits_, pre_keys_;  // prefetch_next's rows and router output
+  std::vector<int32_t> pre_votes_, pre_order_;
 };
 
 }  // namespace lynx

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +64,7 @@ LoadOptions tier_of(const Model& m, int slots) {
     if (m.config().layer_routed(il)) slot = std::max(slot, m.expert_bytes(il) + 192);
   }
   o.expert_cache = int64_t(slot) * slots;
+  o.expert_prefetch = 2;  // the read-ahead runs in every tier test that does not turn it off
   return o;
 }
 
@@ -134,10 +136,13 @@ TEST(ExpertTier, LogitsBitIdenticalAtEveryPoolSize) {
   }
 }
 
+// (Without the prefetch, which reads its guesses of experts no step has used yet.)
 TEST(ExpertTier, ResidentExpertsAreNotReadAgain) {
   const MoeFixture fx = moe_fixtures().front();
   const auto full = Model::load(fx.file, resident());
-  const auto m = Model::load(fx.file, tier_of(*full, 1 << 20));
+  LoadOptions o = tier_of(*full, 1 << 20);
+  o.expert_prefetch = 0;
+  const auto m = Model::load(fx.file, o);
   run(*m, fx.tokens, false);
   const ExpertTierStats first = m->expert_tier()->stats();
   run(*m, fx.tokens, false);
@@ -270,6 +275,81 @@ TEST(ExpertTier, ContextsShareThePool) {
   t1.join();
   EXPECT_TRUE(same_bits(got[0], want));
   EXPECT_TRUE(same_bits(got[1], want));
+}
+
+// ExpertTier::prefetch by hand: reads what is asked, up to max_reads, into empty slots and
+// never over a kept expert; a claim then finds the experts (hits, counted as prefetch hits).
+TEST(ExpertTier, PrefetchFillsSpareSlotsOnly) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  LoadOptions o = tier_of(*full, 4);
+  o.expert_prefetch = 0;  // only the calls below prefetch
+  const auto m = Model::load(fx.file, o);
+  ExpertTier& tier = *m->expert_tier();
+  int il = 0;
+  while (!m->config().layer_routed(il)) ++il;
+  ASSERT_GE(m->config().n_expert, 8);
+  // Two of four slots read ahead: 0 and 1 (2 and 3 are over max_reads).
+  const std::vector<int32_t> guess = {0, 1, 2, 3};
+  EXPECT_EQ(tier.prefetch(il, guess, 2), 2);
+  std::vector<int32_t> want = {0, 1};
+  std::vector<ExpertTier::Claim> claims;
+  tier.claim(il, want, claims);
+  ASSERT_EQ(claims.size(), 2u);
+  for (const auto& c : claims) tier.wait(c);
+  ExpertTierStats s = tier.stats();
+  EXPECT_EQ(s.prefetches, 2u);
+  EXPECT_EQ(s.prefetch_hits, 2u);
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.misses, 0u);
+  // Already resident: nothing to read.
+  EXPECT_EQ(tier.prefetch(il, want, 4), 0);
+  tier.release(claims);
+  // The two other slots taken by claims (kept experts): a prefetch now may only replace the
+  // transient slots of 0 and 1, never 6 and 7.
+  claims.clear();
+  want = {6, 7};
+  tier.claim(il, want, claims);
+  for (const auto& c : claims) tier.wait(c);
+  tier.release(claims);
+  const std::vector<int32_t> more = {4, 5, 2};
+  EXPECT_EQ(tier.prefetch(il, more, 3), 2);
+  std::vector<uint8_t> res;
+  tier.resident(il, res);
+  EXPECT_EQ(std::vector<uint8_t>(res.begin(), res.begin() + 8),
+            (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(tier.stats().prefetches, 4u);
+  // A layer without routed experts, or an expert out of range: nothing, no throw.
+  EXPECT_EQ(tier.prefetch(-1, more, 2), 0);
+  const std::vector<int32_t> bad = {-1, 1 << 20};
+  EXPECT_EQ(tier.prefetch(il, bad, 2), 0);
+}
+
+// On the bundled model (a trained router): the prefetch reads ahead while decoding, the logits
+// are the same bits as without it, and its guesses are far better than chance (k of N per
+// token): the next layer's router on this layer's input ranks that layer's experts.
+TEST(ExpertTier, PrefetchPredictsTheNextLayerOfATrainedModel) {
+  const std::string path = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-64x8.gguf";
+  const auto full = Model::load(path, resident());
+  const std::vector<int32_t> toks = {300, 1200, 45, 877, 2048, 15, 999, 3000, 64, 1500,
+                                     7,   2222, 31, 640, 1800, 90, 420, 2600, 11, 3500};
+  LoadOptions on = tier_of(*full, 96), off = on;  // 96 of 256 experts
+  on.expert_prefetch = 4;
+  off.expert_prefetch = 0;
+  const auto a = Model::load(path, on);
+  const auto b = Model::load(path, off);
+  const std::vector<float> la = run(*a, toks, false), lb = run(*b, toks, false);
+  EXPECT_TRUE(same_bits(la, lb));
+  EXPECT_TRUE(same_bits(la, run(*full, toks, false)));
+  const ExpertTierStats s = a->expert_tier()->stats();
+  EXPECT_EQ(b->expert_tier()->stats().prefetches, 0u);
+  ASSERT_GT(s.prefetches, 0u);
+  const double accuracy = double(s.prefetch_hits) / double(s.prefetches);
+  const double chance = double(full->config().n_expert_used) / full->config().n_expert;
+  EXPECT_GT(accuracy, 2 * chance) << s.prefetch_hits << " of " << s.prefetches;
+  std::printf("prefetch: %llu reads, %llu claimed (%.1f%%; chance %.1f%%)\n",
+              (unsigned long long)s.prefetches, (unsigned long long)s.prefetch_hits, 100 * accuracy,
+              100 * chance);
 }
 
 // By default the tier is on exactly when the file does not fit the budget.

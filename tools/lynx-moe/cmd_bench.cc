@@ -120,8 +120,9 @@ struct Sample {
   double expert_bytes = 0;                  // expert weight bytes read per decode step
   double disk_bytes = 0;                    // expert tier: bytes read from the file per decode step
   double tier_misses = 0, tier_claims = 0;  // expert tier: per decode step
-  std::vector<RankShare> ranks;             // --expert-parallel: each rank's share, summed over
-  int gen_steps = 0;                        // the gen_steps decode steps
+  double tier_prefetches = 0, tier_prefetch_hits = 0;  // expert tier: per decode step
+  std::vector<RankShare> ranks;  // --expert-parallel: each rank's share, summed over
+  int gen_steps = 0;             // the gen_steps decode steps
 };
 
 struct Row {
@@ -209,6 +210,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
         s.disk_bytes += double(t1.bytes_read - t0.bytes_read);
         s.tier_misses += double(t1.misses - t0.misses);
         s.tier_claims += double(t1.misses + t1.hits - t0.misses - t0.hits);
+        s.tier_prefetches += double(t1.prefetches - t0.prefetches);
+        s.tier_prefetch_hits += double(t1.prefetch_hits - t0.prefetch_hits);
       }
       const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
@@ -240,6 +243,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.disk_bytes /= a.gen;
     s.tier_misses /= a.gen;
     s.tier_claims /= a.gen;
+    s.tier_prefetches /= a.gen;
+    s.tier_prefetch_hits /= a.gen;
     s.expert_tokens = ctxs[p]->expert_tokens();
     s.gen_steps = a.gen;
   }
@@ -362,11 +367,14 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
     wtype = gguf::tensor_type_name(model.layer(0).ffn_up.type);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
-    std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims;
+    std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims, pf,
+        pf_hits;
     for (const auto& s : row.reps) {
       disk.push_back(s.disk_bytes);
       miss.push_back(s.tier_misses);
       claims.push_back(s.tier_claims);
+      pf.push_back(s.tier_prefetches);
+      pf_hits.push_back(s.tier_prefetch_hits);
       ems.push_back(s.expert_s * 1e3);
       ebytes.push_back(s.expert_bytes);
       tps.push_back(row.batch / s.step_s);
@@ -435,6 +443,9 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
       out.back()["disk_bytes_per_token"] = mean(disk) / row.batch;
       out.back()["tier_misses_per_step"] = mean(miss);
       out.back()["tier_hit_rate"] = mean(claims) > 0 ? 1.0 - mean(miss) / mean(claims) : 0.0;
+      // Prefetched experts per step, and the share of them a claim then wanted.
+      out.back()["tier_prefetches_per_step"] = mean(pf);
+      out.back()["tier_prefetch_accuracy"] = mean(pf) > 0 ? mean(pf_hits) / mean(pf) : 0.0;
     }
     // Tokens per expert of each layer over the last repetition's decode steps (plot.py's
     // heatmaps).

@@ -257,6 +257,11 @@ void add_tier_flags(CLI::App* cmd, TierFlags* f) {
                   "the file does not fit --mem-budget");
   cmd->add_option("--expert-readers", f->readers, "Reader threads of the expert tier (default 4)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--expert-prefetch", f->prefetch,
+                  "Experts per token the expert tier reads ahead for the next layer, ranked by "
+                  "that layer's router on the current layer's input (k / 2 is a good start); 0: "
+                  "none (the default)")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--expert-miss-cost", f->miss_cost,
                   "What streaming an expert that is not in the tier's slots costs the routing, "
                   "in units of a resident expert (about RAM over disk bandwidth; default 20): "
@@ -274,6 +279,7 @@ void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
   }
   opts.expert_readers = f.readers;
   opts.expert_miss_cost = f.miss_cost;
+  opts.expert_prefetch = f.prefetch;
 }
 
 std::string expert_tier_line(const Model& model) {
@@ -281,15 +287,17 @@ std::string expert_tier_line(const Model& model) {
   if (!t) return {};
   const ExpertTierStats s = t->stats();
   const uint64_t claims = s.hits + s.misses;
-  char buf[400];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
                 "expert tier: %llu hits, %llu misses (%.1f%% hit), %.2f GB read (%.2f GB/s per "
                 "reader while reading; %.2f s reading, %.2f s laying out), %.2f s waiting, %llu "
-                "evictions, %d/%d slots resident",
+                "evictions, %llu prefetched (%.1f%% then claimed), %d/%d slots resident",
                 (unsigned long long)s.hits, (unsigned long long)s.misses,
                 claims ? 100.0 * double(s.hits) / double(claims) : 0.0, double(s.bytes_read) / 1e9,
                 s.read_ns ? double(s.bytes_read) / double(s.read_ns) : 0.0, double(s.read_ns) / 1e9,
                 double(s.repack_ns) / 1e9, double(s.wait_ns) / 1e9, (unsigned long long)s.evictions,
+                (unsigned long long)s.prefetches,
+                s.prefetches ? 100.0 * double(s.prefetch_hits) / double(s.prefetches) : 0.0,
                 s.resident, s.slots);
   return buf;
 }
@@ -319,6 +327,12 @@ std::string expert_tier_metrics(const Model& model) {
           "counter");
   counter("lynx_expert_tier_read_errors_total", "Expert reads that failed.", double(s.read_errors),
           "counter");
+  counter("lynx_expert_tier_prefetches_total",
+          "Experts the tier read ahead for the next layer (predicted through its router).",
+          double(s.prefetches), "counter");
+  counter("lynx_expert_tier_prefetch_hits_total",
+          "Read-ahead experts a step then claimed (prefetch accuracy = hits / prefetches).",
+          double(s.prefetch_hits), "counter");
   counter("lynx_expert_tier_slots", "Expert slots of the tier.", double(s.slots), "gauge");
   counter("lynx_expert_tier_resident", "Slots holding an expert.", double(s.resident), "gauge");
   return o;

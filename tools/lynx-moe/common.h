@@ -83,6 +83,7 @@ struct TierFlags {
   std::string mem_budget, expert_cache;
   int readers = 4;
   float miss_cost = 20.f;
+  int prefetch = 0;
 };
 void add_tier_flags(CLI::App* cmd, TierFlags* flags);
 // The flags into `opts` (UsageError on a malformed size).
