@@ -48,6 +48,10 @@ enum class ExpertAct : uint8_t {
   kSwigluOai,  // gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7): g sigmoid(1.702 g) (u + 1)
   kGeglu,      // gemma: gelu(gate) * up, GELU's tanh form (gelu_pytorch_tanh, ggml_gelu)
 };
+// An output gate on the attention before its output projection (attn_gate, LayerWeights::
+// wgate). kHeadSigmoid (step35): per token, g = sigmoid(W_g x) with one value per query head
+// (x the attention's normed input), head h's attention output times g[h].
+enum class AttnGate : uint8_t { kNone, kHeadSigmoid };
 // The dense FFN's (and shared expert's) activation.
 enum class DenseAct : uint8_t {
   kSilu,      // SwiGLU
@@ -60,6 +64,7 @@ enum class DenseAct : uint8_t {
 // rope_freqs: 1e30 leaves a pair unrotated, as Hugging Face's "proportional" rope does).
 struct AltAttention {
   int head_dim = 0;
+  int n_head = 0;  // query heads (step35's full layers have fewer); 0: ModelConfig::n_head
   int n_head_kv = 0;
   bool k_eq_v = false;  // no attn_v: the values are the K projection (before its norm / rope)
   float rope_base = 10000.f;
@@ -141,7 +146,13 @@ struct ModelConfig {
   bool v_norm = false;
   float final_softcap = 0.f;
   bool sandwich_norms = false;
-  AltAttention alt;                    // LayerKind::alt layers' geometry
+  AltAttention alt;                      // LayerKind::alt layers' geometry
+  AttnGate attn_gate = AttnGate::kNone;  // with the layers' attn_gate tensors (step35)
+  // Clamped SwiGLU (step35's swiglu_limits): per layer a limit L (0: none) turning
+  // silu(g) * u into min(silu(g), L) * clamp(u, -L, L); for the routed experts (swiglu_exp,
+  // copied into LayerWeights::expert_limit) and for the shared expert and the dense FFN
+  // (swiglu_ffn). Empty: no layer is clamped.
+  std::vector<float> swiglu_exp, swiglu_ffn;
   std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
@@ -158,12 +169,17 @@ struct ModelConfig {
   bool layer_alt(int il) const { return layer_kinds[size_t(il)].alt; }
   int layer_head_dim(int il) const { return layer_alt(il) ? alt.head_dim : head_dim; }
   int layer_n_head_kv(int il) const { return layer_alt(il) ? alt.n_head_kv : n_head_kv; }
-  int layer_q_dim(int il) const { return n_head * layer_head_dim(il); }
+  int layer_n_head(int il) const { return layer_alt(il) && alt.n_head > 0 ? alt.n_head : n_head; }
+  int layer_q_dim(int il) const { return layer_n_head(il) * layer_head_dim(il); }
+  float layer_swiglu_ffn(int il) const { return swiglu_ffn.empty() ? 0.f : swiglu_ffn[size_t(il)]; }
+  float layer_swiglu_exp(int il) const { return swiglu_exp.empty() ? 0.f : swiglu_exp[size_t(il)]; }
   int layer_kv_dim(int il) const { return layer_n_head_kv(il) * layer_head_dim(il); }
   int cache_k_dim(int il) const { return mla() ? cache_k_dim() : layer_kv_dim(il); }
   int cache_v_dim(int il) const { return mla() ? 0 : layer_kv_dim(il); }
   // The widest q and K/V rows of any layer (scratch sizes).
-  int max_q_dim() const { return std::max(q_dim(), alt.head_dim > 0 ? n_head * alt.head_dim : 0); }
+  int max_q_dim() const {
+    return std::max(q_dim(), alt.head_dim * (alt.n_head > 0 ? alt.n_head : n_head));
+  }
   int max_kv_dim() const { return std::max(kv_dim(), alt.n_head_kv * alt.head_dim); }
 };
 

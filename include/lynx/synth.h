@@ -53,16 +53,30 @@ struct SynthShape {
   int head_dim_alt = 0, n_head_kv_alt = 0, alt_period = 0;
   float rope_base_alt = 0.f, rope_frac_alt = 1.f, final_softcap = 0.f;
   bool k_eq_v_alt = false;
+  // step35: the full layers' query heads (n_head_alt; 0 = n_head) and rotary dims (n_rot_alt;
+  // 0 = gemma4's proportional rope above), full at the first layer of each alt_period
+  // (alt_first) instead of the last; llama3-type rope factors for them (rope_freqs, as
+  // llama.cpp's converter computes them over head_dim_alt: factor, original context,
+  // high-frequency factor; factor 0 = none); an attention output gate per head; and the
+  // SwiGLU clamps of the last swiglu_last layers (swiglu_exp for the routed experts,
+  // swiglu_ffn for the shared expert and dense MLP; 0 = none).
+  int n_head_alt = 0, n_rot_alt = 0;
+  bool alt_first = false;
+  float llama3_factor = 0.f, llama3_high = 4.f;
+  int llama3_orig_ctx = 0;
+  bool attn_gate = false;
+  float swiglu_exp = 0.f, swiglu_ffn = 0.f;
+  int swiglu_last = 0;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
 // deepseek-v3 (5 of its 61 layers: 3 dense, 2 MoE), glm-4.5-air, glm-4.5 (8 of its 92
 // layers), gpt-oss-20b, gpt-oss-120b, minimax-m2, ernie4_5-moe (ERNIE-4.5-21B-A3B), dots1,
 // qwen3-vl-30b, mistral-small-4, glm-5 (5 of its 78 layers), ling-mini-2.0 (bailingmoe2),
-// hunyuan-a13b, gemma4-26b-a4b, and small ones used by tests and the demo (tiny-moe, tiny-mixtral,
-// tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm, tiny-gpt-oss,
-// tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1, tiny-qwen3vlmoe, tiny-bailingmoe2,
-// tiny-hunyuan-moe, tiny-gemma4). Throws lynx::Error for an unknown name.
+// hunyuan-a13b, gemma4-26b-a4b, step-3.5-flash, and small ones used by tests and the demo
+// (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm,
+// tiny-gpt-oss, tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1, tiny-qwen3vlmoe, tiny-bailingmoe2,
+// tiny-hunyuan-moe, tiny-gemma4, tiny-step35). Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -12,6 +12,7 @@
 #include "kernels/matmul_id.h"
 #include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
+#include "model/swiglu_limit.h"
 
 namespace lynx {
 namespace {
@@ -38,9 +39,13 @@ void add_expert_bias(const kernels::ExpertPlan& plan, std::span<const int32_t> e
   }
 }
 
-// The activation between gate/up and down over n values (LayerWeights::expert_act).
-void activate(ExpertAct act, const float* gate, const float* up, float* out, int64_t n) {
-  if (act == ExpertAct::kSwigluOai) {
+// The activation between gate/up and down over n values (LayerWeights::expert_act; a
+// SwiGLU clamped at `limit` when > 0, LayerWeights::expert_limit).
+void activate(ExpertAct act, const float* gate, const float* up, float* out, int64_t n,
+              float limit) {
+  if (act == ExpertAct::kSwiglu && limit > 0.f) {
+    swiglu_limited(gate, up, out, n, limit);
+  } else if (act == ExpertAct::kSwigluOai) {
     swiglu_oai(gate, up, out, n);
   } else if (act == ExpertAct::kGeglu) {
     geglu(gate, up, out, n);
@@ -164,7 +169,7 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
           while (i < i1 && wave_rows_[size_t(i)] == wave_rows_[size_t(i - 1)] + 1) ++i;
           const int r0 = wave_rows_[size_t(i0)], r1 = r0 + int(i - i0);
           activate(layer.expert_act, &gate_[size_t(r0) * F], &up_[size_t(r0) * F],
-                   &gate_[size_t(r0) * F], int64_t(r1 - r0) * F);
+                   &gate_[size_t(r0) * F], int64_t(r1 - r0) * F, layer.expert_limit);
           if (int_down) {
             kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, r0, r1, xq_hidden_);
           }

@@ -16,6 +16,7 @@
 #include "model/forward.h"
 #include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
+#include "model/swiglu_limit.h"
 #include "model/weights.h"
 
 namespace lynx {
@@ -146,8 +147,8 @@ void group_by_sequence(std::span<const BatchToken> batch, int group, bool block_
 void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
   const int T = int(batch.size());
-  const int hd = c.layer_head_dim(il), n_kv = c.layer_n_head_kv(il);
-  const int E = c.n_embd, Q = c.n_head * hd, KV = n_kv * hd;
+  const int hd = c.layer_head_dim(il), n_kv = c.layer_n_head_kv(il), H = c.layer_n_head(il);
+  const int E = c.n_embd, Q = H * hd, KV = n_kv * hd;
   const int window = c.layer_kinds[size_t(il)].window;
   const bool alt = c.layer_alt(il);
   const KvRows& kr = kv.rows[size_t(il)];
@@ -174,8 +175,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       kernels::rmsnorm(q, L.q_norm, q, Q, c.rms_eps);
       kernels::rmsnorm(k, L.k_norm, k, KV, c.rms_eps);
     } else if (c.qk_norm == QKNorm::kPerHead) {
-      for (int h = 0; h < c.n_head; ++h)
-        kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < H; ++h) kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
       for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
@@ -188,11 +188,10 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     // The first rd dims of each head rotate (rd < hd: partial rotary), the rest pass through.
     const int rd = alt ? c.alt.n_rot : c.rope_dim();
     const float* cs = &(alt ? B.rope_cs_alt : B.rope_cs)[size_t(t) * rd];  // rd/2 (cos, sin)
-    for (int h = 0; h < c.n_head; ++h) rope(q + h * hd, rd, cs, c.rope);
+    for (int h = 0; h < H; ++h) rope(q + h * hd, rd, cs, c.rope);
     for (int h = 0; h < n_kv; ++h) rope(k + h * hd, rd, cs, c.rope);
     if (c.qk_norm == QKNorm::kPerHeadAfterRope) {
-      for (int h = 0; h < c.n_head; ++h)
-        kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < H; ++h) kernels::rmsnorm(q + h * hd, L.q_norm, q + h * hd, hd, c.rms_eps);
       for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
@@ -212,7 +211,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   const bool f32_cache = kv.k_type == gguf::TensorType::F32 && kv.v_type == gguf::TensorType::F32;
 
   const float scale = c.kq_scale > 0 ? c.kq_scale : c.yarn.kq_mul / std::sqrt(float(hd));
-  const int group = c.n_head / n_kv;
+  const int group = H / n_kv;
   // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
   // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
   // per-head dot/axpy loop over an F32 cache, which reads each K/V row once per head but needs
@@ -279,6 +278,17 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       }
     }
   });
+  if (L.wgate.present()) {  // step35: head h's output times sigmoid(W_g xn)[h]
+    ensure(B.attn_gate, size_t(T) * H);
+    project(cp, L.wgate, xn, B.attn_gate.data(), obs);
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const float g = 1.f / (1.f + std::exp(-B.attn_gate[size_t(t) * H + size_t(h)]));
+        float* o = &B.attn[size_t(t) * Q + size_t(h) * hd];
+        for (int i = 0; i < hd; ++i) o[i] *= g;
+      }
+    }
+  }
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
   add_bias(L.bo, B.tmp.data(), T, E);
@@ -459,10 +469,10 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
 }
 
 // Dense FFN over all T rows of `in`: out = down(act(gate in) * up in), act SiLU (SwiGLU) or
-// GELU (GeGLU, gemma).
+// GELU (GeGLU, gemma); a SwiGLU with limit > 0 is clamped (step35, swiglu_limited).
 void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const Weight& down,
                MatIn& in, float* out, StepBuffers& B, StepObserver& obs,
-               DenseAct act = DenseAct::kSilu) {
+               DenseAct act = DenseAct::kSilu, float limit = 0.f) {
   const int T = in.n_tok;
   const int64_t F = gate.rows;
   ensure(B.sh_gate, size_t(T) * F);
@@ -471,6 +481,8 @@ void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const We
   project(cp, up, in, B.sh_up.data(), obs);
   if (act == DenseAct::kGeluTanh) {
     geglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
+  } else if (limit > 0.f) {
+    swiglu_limited(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F, limit);
   } else {
     kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
   }
@@ -573,7 +585,8 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (!c.layer_routed(il)) {
-    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs, c.dense_act);
+    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs, c.dense_act,
+              c.layer_swiglu_ffn(il));
     for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
     return;
   }
@@ -588,7 +601,8 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
   if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeShared) {
-    dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs);
+    dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs, DenseAct::kSilu,
+              c.layer_swiglu_ffn(il));
     for (int t = 0; t < T; ++t) {
       float g = 1.f;
       if (L.shexp_gate) {  // qwen2moe: the shared expert scaled by sigmoid(gate . x)

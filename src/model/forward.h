@@ -82,6 +82,7 @@ struct StepBuffers {
   std::vector<float> rope_cs;                    // [T x rope_dim/2 x 2] (cos, sin) per token
   std::vector<float> rope_cs_alt;                // the same for ModelConfig::alt's rope
   std::vector<float> ffn_out;                    // [T x E] gemma4: the dense FFN's normed output
+  std::vector<float> attn_gate;                  // [T x n_head] step35: the attention gate
   // MLA scratch: low-rank q [T x q_lora]; per head (head-major) gathered q_nope [T x nope],
   // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
   // head's value output [T x v].

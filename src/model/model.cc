@@ -135,7 +135,19 @@ ModelConfig read_config(const gguf::File& f) {
                 " but the file holds only " + std::to_string(f.tensors().size()) + " tensors");
   }
   c.n_embd = positive_int(f, a + "embedding_length");
-  c.n_head = positive_int(f, a + "attention.head_count");
+  // head_count may be a per-layer array too (step35): its first entry here, the family
+  // reads and checks the whole array.
+  const gguf::Value* hc = f.find(a + "attention.head_count");
+  if (hc && hc->type == gguf::ValueType::ARRAY && !hc->as_array().empty()) {
+    const int64_t v0 = hc->as_array().front().as_int(a + "attention.head_count");
+    if (v0 < 1 || v0 > kMaxDim) {
+      throw Error("metadata " + a + "attention.head_count[0] = " + std::to_string(v0) +
+                  " is out of range [1, " + std::to_string(kMaxDim) + "]");
+    }
+    c.n_head = int(v0);
+  } else {
+    c.n_head = positive_int(f, a + "attention.head_count");
+  }
   // A per-layer array (gemma4's sliding and full layers differ): its first entry here; the
   // family reads and checks the whole array (its read_metadata).
   const gguf::Value* hkv = f.find(a + "attention.head_count_kv");
@@ -341,6 +353,7 @@ void split_gate_up(const Binder& b, const ModelConfig& c, const std::string& p, 
 LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c, int il) {
   LayerWeights l;
   l.expert_act = c.expert_act;
+  l.expert_limit = c.layer_swiglu_exp(il);
   LayerKind& kind = c.layer_kinds[size_t(il)];
   const std::string p = "blk." + std::to_string(il) + ".";
   for (const arch::TensorGroup& g : arch::attn_groups(a, kind)) {

@@ -4,690 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "kernels/kernels.h"
 #include "model/arch/arch.h"
+#include "model/synth_shapes.h"
 
 namespace lynx {
 namespace {
-
-// Shapes from the models' published configs (config.json of each release).
-const SynthShape kShapes[] = {
-    // OLMoE-1B-7B: 64 experts, 8 per token, no shared expert.
-    {"olmoe-1b-7b", "olmoe", 16, 2048, 16, 16, 128, 50304, 4096, 0, 64, 8, 1024, 0, 10000.f, 1e-5f},
-    // Qwen2-57B-A14B: 64 experts, 8 per token, one shared expert of width 20480.
-    {"qwen2-57b", "qwen2moe", 28, 3584, 28, 4, 128, 151936, 4096, 0, 64, 8, 2560, 20480, 1e6f,
-     1e-6f},
-    // Qwen3-30B-A3B: 128 experts, 8 per token, head_dim 128 != n_embd / n_head.
-    {"qwen3-30b", "qwen3moe", 48, 2048, 32, 4, 128, 151936, 4096, 0, 128, 8, 768, 0, 1e6f, 1e-6f},
-    // Mixtral-8x7B: 8 experts, 2 per token.
-    {"mixtral-8x7b", "llama", 32, 4096, 32, 8, 128, 32000, 4096, 0, 8, 2, 14336, 0, 1e6f, 1e-5f},
-    // Small shapes for tests and the demo: an OLMoE-like 64/8 and a Mixtral-like 8/2.
-    {"tiny-moe", "olmoe", 4, 256, 4, 4, 64, 512, 2048, 0, 64, 8, 128, 0, 10000.f, 1e-5f},
-    {"tiny-mixtral", "llama", 4, 256, 4, 2, 64, 512, 2048, 0, 8, 2, 512, 0, 10000.f, 1e-5f},
-    // DeepSeek-V2-Lite (and Coder-V2-Lite): MLA without q compression, 1 dense layer then 64
-    // experts, 6 per token, 2 shared, softmax, not renormalized. YaRN as its config.json:
-    // factor 40 over 4096 original positions, mscale_all_dim 0.707 (log multiplier 0.0707);
-    // context_length stays 4096 (the real 163840 would size a server's default KV cache).
-    {.name = "deepseek-v2-lite",
-     .arch = "deepseek2",
-     .n_layer = 27,
-     .n_embd = 2048,
-     .n_head = 16,
-     .n_head_kv = 16,
-     .head_dim = 192,
-     .n_vocab = 102400,
-     .n_ctx = 4096,
-     .n_ff = 10944,
-     .n_expert = 64,
-     .n_expert_used = 6,
-     .n_ff_exp = 1408,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .kv_lora_rank = 512,
-     .qk_nope_dim = 128,
-     .qk_rope_dim = 64,
-     .v_head_dim = 128,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .norm_topk = false,
-     .yarn_factor = 40.f,
-     .yarn_orig_ctx = 4096,
-     .yarn_log_mul = 0.0707f},
-    // DeepSeek-V3 layout at reduced depth (5 of 61 layers: its 3 dense ones, 2 MoE): q_lora
-    // 1536, 256 experts, 8 per token in 4 of 8 groups, sigmoid with selection bias,
-    // renormalized, routed scale 2.5, 1 shared expert; YaRN factor 40 over 4096, mscale_all_dim
-    // 1 (log multiplier 0.1).
-    {.name = "deepseek-v3",
-     .arch = "deepseek2",
-     .n_layer = 5,
-     .n_embd = 7168,
-     .n_head = 128,
-     .n_head_kv = 128,
-     .head_dim = 192,
-     .n_vocab = 129280,
-     .n_ctx = 4096,
-     .n_ff = 18432,
-     .n_expert = 256,
-     .n_expert_used = 8,
-     .n_ff_exp = 2048,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .q_lora_rank = 1536,
-     .kv_lora_rank = 512,
-     .qk_nope_dim = 128,
-     .qk_rope_dim = 64,
-     .v_head_dim = 128,
-     .n_layer_dense_lead = 3,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_group = 8,
-     .n_group_used = 4,
-     .yarn_factor = 40.f,
-     .yarn_orig_ctx = 4096,
-     .yarn_log_mul = 0.1f},
-    // Small MLA shapes for tests: V2-like (no q compression, softmax) and V3-like.
-    {.name = "tiny-deepseek-v2",
-     .arch = "deepseek2",
-     .n_layer = 3,
-     .n_embd = 256,
-     .n_head = 4,
-     .n_head_kv = 4,
-     .head_dim = 48,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 512,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 128,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .kv_lora_rank = 64,
-     .qk_nope_dim = 32,
-     .qk_rope_dim = 16,
-     .v_head_dim = 32,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .norm_topk = false},
-    // gpt-oss-20b / 120b (config.json of the releases): 24 / 36 layers, 32 / 128 experts, 4
-    // per token, softmax over the selected; 64 query heads and 8 KV heads of 64 dims (Q = 4096
-    // != n_embd 2880), sliding window 128 on the even layers, rope base 150000 with YaRN
-    // factor 32 over 4096 positions; experts in MXFP4 as the released files (the other
-    // matrices take --type; the releases' are Q8_0 in ggml-org's GGUF). context_length stays
-    // 4096 (the real 131072 would size a server's default KV cache).
-    {.name = "gpt-oss-20b",
-     .arch = "gpt-oss",
-     .n_layer = 24,
-     .n_embd = 2880,
-     .n_head = 64,
-     .n_head_kv = 8,
-     .head_dim = 64,
-     .n_vocab = 201088,
-     .n_ctx = 4096,
-     .n_expert = 32,
-     .n_expert_used = 4,
-     .n_ff_exp = 2880,
-     .rope_base = 150000.f,
-     .rms_eps = 1e-5f,
-     .norm_topk = false,
-     .yarn_factor = 32.f,
-     .yarn_orig_ctx = 4096,
-     .sliding_window = 128,
-     .mxfp4_experts = true},
-    {.name = "gpt-oss-120b",
-     .arch = "gpt-oss",
-     .n_layer = 36,
-     .n_embd = 2880,
-     .n_head = 64,
-     .n_head_kv = 8,
-     .head_dim = 64,
-     .n_vocab = 201088,
-     .n_ctx = 4096,
-     .n_expert = 128,
-     .n_expert_used = 4,
-     .n_ff_exp = 2880,
-     .rope_base = 150000.f,
-     .rms_eps = 1e-5f,
-     .norm_topk = false,
-     .yarn_factor = 32.f,
-     .yarn_orig_ctx = 4096,
-     .sliding_window = 128,
-     .mxfp4_experts = true},
-    // Small gpt-oss for tests: a window of 4 (shorter than the test prompts), head_dim 48 so
-    // Q = 192 != n_embd, widths multiples of 32 (MXFP4 blocks).
-    {.name = "tiny-gpt-oss",
-     .arch = "gpt-oss",
-     .n_layer = 2,
-     .n_embd = 128,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 48,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 96,
-     .rope_base = 150000.f,
-     .rms_eps = 1e-5f,
-     .norm_topk = false,
-     .yarn_factor = 32.f,
-     .yarn_orig_ctx = 4096,
-     .sliding_window = 4,
-     .mxfp4_experts = true},
-    {.name = "tiny-deepseek-v3",
-     .arch = "deepseek2",
-     .n_layer = 3,
-     .n_embd = 256,
-     .n_head = 4,
-     .n_head_kv = 4,
-     .head_dim = 48,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 512,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 128,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .q_lora_rank = 64,
-     .kv_lora_rank = 64,
-     .qk_nope_dim = 32,
-     .qk_rope_dim = 16,
-     .v_head_dim = 32,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_group = 4,
-     .n_group_used = 2},
-    // GLM-4.5-Air: 1 dense layer then 128 experts, 8 per token, 1 shared; sigmoid with
-    // selection bias, renormalized, routed scale 1; q/k/v biases, no q/k norm; NEOX rope on
-    // 64 of the 128 dims per head (partial_rotary_factor 0.5), base 1e6; one NextN block after
-    // its 46 layers. context_length 4096 (the real 131072 would size a server's KV cache).
-    {.name = "glm-4.5-air",
-     .arch = "glm4moe",
-     .n_layer = 46,
-     .n_embd = 4096,
-     .n_head = 96,
-     .n_head_kv = 8,
-     .head_dim = 128,
-     .n_vocab = 151552,
-     .n_ctx = 4096,
-     .n_ff = 10944,
-     .n_expert = 128,
-     .n_expert_used = 8,
-     .n_ff_exp = 1408,
-     .rope_base = 1e6f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 1.f,
-     .n_rot = 64,
-     .n_nextn = 1},
-    // GLM-4.5 at reduced depth (8 of 92 layers: its 3 dense ones, 5 MoE): 160 experts, 8 per
-    // token, 1 shared, routed scale 2.5, per-head q/k norms; otherwise as 4.5-Air.
-    {.name = "glm-4.5",
-     .arch = "glm4moe",
-     .n_layer = 8,
-     .n_embd = 5120,
-     .n_head = 96,
-     .n_head_kv = 8,
-     .head_dim = 128,
-     .n_vocab = 151552,
-     .n_ctx = 4096,
-     .n_ff = 12288,
-     .n_expert = 160,
-     .n_expert_used = 8,
-     .n_ff_exp = 1536,
-     .rope_base = 1e6f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 3,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_rot = 64,
-     .qk_norm = true,
-     .n_nextn = 1},
-    // Small glm4moe shapes for tests: Air-like, and GLM-4.5-like (q/k norms, scale 2.5).
-    {.name = "tiny-glm4moe",
-     .arch = "glm4moe",
-     .n_layer = 3,
-     .n_embd = 256,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 64,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 512,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 128,
-     .rope_base = 1e6f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 1.f,
-     .n_rot = 32,
-     .n_nextn = 1},
-    {.name = "tiny-glm4moe-qknorm",
-     .arch = "glm4moe",
-     .n_layer = 3,
-     .n_embd = 256,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 64,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 512,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 128,
-     .rope_base = 1e6f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_rot = 32,
-     .qk_norm = true,
-     .n_nextn = 1},
-    // MiniMax-M2 / M2.1 / M2.5 (config.json of MiniMaxAI/MiniMax-M2): 62 layers, all MoE, 256
-    // experts of width 1536, 8 per token, no shared expert; sigmoid with selection bias,
-    // renormalized; 48 query and 8 key/value heads of 128, RMSNorm over the whole q and k rows
-    // (the family's), NEOX rope on 64 of the 128 dims (rotary_dim), base 5e6, eps 1e-6;
-    // vocabulary 200064. context_length 4096 (the real 196608 would size a server's KV cache).
-    {.name = "minimax-m2",
-     .arch = "minimax-m2",
-     .n_layer = 62,
-     .n_embd = 3072,
-     .n_head = 48,
-     .n_head_kv = 8,
-     .head_dim = 128,
-     .n_vocab = 200064,
-     .n_ctx = 4096,
-     .n_ff = 1536,
-     .n_expert = 256,
-     .n_expert_used = 8,
-     .n_ff_exp = 1536,
-     .rope_base = 5e6f,
-     .rms_eps = 1e-6f,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .n_rot = 64},
-    // A small minimax-m2 for tests: head_dim x heads (128) differs from n_embd (64), rope on
-    // 16 of the 32 dims per head.
-    {.name = "tiny-minimax-m2",
-     .arch = "minimax-m2",
-     .n_layer = 3,
-     .n_embd = 64,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 32,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 32,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 32,
-     .rope_base = 5e6f,
-     .rms_eps = 1e-6f,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .n_rot = 16},
-    // ERNIE-4.5-21B-A3B (config.json of baidu/ERNIE-4.5-21B-A3B-PT, HF's Ernie4_5_MoeConfig
-    // defaults): 28 layers, the first dense (moe_layer_start_index 1, width 12288), then 64
-    // experts of width 1536, 6 per token, 2 shared experts (one FFN of 3072, no gate); softmax
-    // with selection bias, renormalized; 20 query and 4 key/value heads of 128, normal rope over
-    // the whole head, base 5e5, eps 1e-5; vocabulary 103424, tied embeddings. context_length
-    // 4096 (the real 131072 would size a server's KV cache).
-    {.name = "ernie4_5-moe",
-     .arch = "ernie4_5-moe",
-     .n_layer = 28,
-     .n_embd = 2560,
-     .n_head = 20,
-     .n_head_kv = 4,
-     .head_dim = 128,
-     .n_vocab = 103424,
-     .n_ctx = 4096,
-     .n_ff = 12288,
-     .n_expert = 64,
-     .n_expert_used = 6,
-     .n_ff_exp = 1536,
-     .n_ff_shexp = 3072,
-     .rope_base = 5e5f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .select_bias = true,
-     .norm_topk = true,
-     .tied_output = true},
-    // A small ernie4_5-moe for tests (the fixtures' shape): a dense layer, then two MoE layers
-    // of 8 experts (3 per token) and 2 shared; heads x head_dim (64) differs from n_embd (32).
-    {.name = "tiny-ernie4_5-moe",
-     .arch = "ernie4_5-moe",
-     .n_layer = 3,
-     .n_embd = 32,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 16,
-     .n_vocab = 300,
-     .n_ctx = 2048,
-     .n_ff = 64,
-     .n_expert = 8,
-     .n_expert_used = 3,
-     .n_ff_exp = 32,
-     .n_ff_shexp = 64,
-     .rope_base = 5e5f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .select_bias = true,
-     .norm_topk = true,
-     .tied_output = true},
-    // dots.llm1 (config.json of rednote-hilab/dots.llm1.inst): 62 layers, the first dense
-    // (intermediate_size 10944), then 128 experts of width 1408, 6 per token, and 2 shared
-    // (one FFN of 2816); sigmoid with selection bias, renormalized, routed scale 2.5; 32 query
-    // and 32 key/value heads of 128 with per-head q/k RMSNorm, NEOX rope on every dim, base
-    // 1e7, eps 1e-5; vocabulary 152064. context_length 4096 (the real 32768 would size a
-    // server's KV cache).
-    {.name = "dots1",
-     .arch = "dots1",
-     .n_layer = 62,
-     .n_embd = 4096,
-     .n_head = 32,
-     .n_head_kv = 32,
-     .head_dim = 128,
-     .n_vocab = 152064,
-     .n_ctx = 4096,
-     .n_ff = 10944,
-     .n_expert = 128,
-     .n_expert_used = 6,
-     .n_ff_exp = 1408,
-     .rope_base = 1e7f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f},
-    // A small dots1 for tests: head_dim x heads (96) differs from n_embd (64), one dense layer,
-    // 2 shared experts, routed scale 2.5.
-    {.name = "tiny-dots1",
-     .arch = "dots1",
-     .n_layer = 3,
-     .n_embd = 64,
-     .n_head = 4,
-     .n_head_kv = 4,
-     .head_dim = 24,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 64,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 32,
-     .rope_base = 1e7f,
-     .rms_eps = 1e-5f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 2,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f},
-    // Qwen3-VL-30B-A3B-Instruct's language model (text_config of its config.json): Qwen3-30B-A3B's
-    // shape (48 layers, 128 experts of 768, 8 per token, 32 query / 4 key-value heads of 128)
-    // with rope base 5e6; qwen3vlmoe writes mrope_section [24, 20, 20] (+ 0) and 3 deepstack
-    // layers (the vision tower's deepstack_visual_indexes).
-    {"qwen3-vl-30b", "qwen3vlmoe", 48, 2048, 32, 4, 128, 151936, 4096, 0, 128, 8, 768, 0, 5e6f,
-     1e-6f},
-    // A small qwen3vlmoe for tests: 4 query / 2 key-value heads of 32 (q_dim 128 != n_embd 64).
-    {"tiny-qwen3vlmoe", "qwen3vlmoe", 3, 64, 4, 2, 32, 512, 2048, 0, 16, 4, 32, 0, 10000.f, 1e-6f},
-    // Mistral Small 4 (Mistral4Config, mistralai/Mistral-Small-4-119B-2603): 36 layers, all MoE
-    // (first_k_dense_replace 0), 128 experts of 2048, 4 per token, softmax, renormalized, scale
-    // 1, one shared expert; MLA with q_lora_rank 1024, kv_lora_rank 256, qk_nope / qk_rope /
-    // v heads 64 / 64 / 128, 32 heads; YaRN factor 128 over 8192 positions, mscale_all_dim 1
-    // (log multiplier 0.1), rope base 10000; vocabulary 131072; eps 1e-6.
-    {.name = "mistral-small-4",
-     .arch = "mistral4",
-     .n_layer = 36,
-     .n_embd = 4096,
-     .n_head = 32,
-     .n_head_kv = 32,
-     .head_dim = 128,
-     .n_vocab = 131072,
-     .n_ctx = 4096,
-     .n_ff = 12288,
-     .n_expert = 128,
-     .n_expert_used = 4,
-     .n_ff_exp = 2048,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .q_lora_rank = 1024,
-     .kv_lora_rank = 256,
-     .qk_nope_dim = 64,
-     .qk_rope_dim = 64,
-     .v_head_dim = 128,
-     .n_layer_dense_lead = 0,
-     .n_expert_shared = 1,
-     .norm_topk = true,
-     .yarn_factor = 128.f,
-     .yarn_orig_ctx = 8192,
-     .yarn_log_mul = 0.1f},
-    // GLM-5 (zai-org/GLM-5 config.json, GlmMoeDsaForCausalLM) at reduced depth (5 of its 78
-    // layers: its 3 dense ones, 2 MoE): hidden 6144, 64 heads, MLA with q_lora_rank 2048,
-    // kv_lora_rank 512, qk_nope / qk_rope / v heads 192 / 64 / 256; dense width 12288; 256
-    // experts of 2048, 8 per token, sigmoid with selection bias, renormalized, scale 2.5, one
-    // shared; rope base 1e6 without scaling; eps 1e-5; vocabulary 154880. The DSA indexer's
-    // keys are written, its tensors not (the engine does not run it); no NextN block.
-    {.name = "glm-5",
-     .arch = "glm-dsa",
-     .n_layer = 5,
-     .n_embd = 6144,
-     .n_head = 64,
-     .n_head_kv = 64,
-     .head_dim = 256,
-     .n_vocab = 154880,
-     .n_ctx = 4096,
-     .n_ff = 12288,
-     .n_expert = 256,
-     .n_expert_used = 8,
-     .n_ff_exp = 2048,
-     .rope_base = 1e6f,
-     .rms_eps = 1e-5f,
-     .q_lora_rank = 2048,
-     .kv_lora_rank = 512,
-     .qk_nope_dim = 192,
-     .qk_rope_dim = 64,
-     .v_head_dim = 256,
-     .n_layer_dense_lead = 3,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f},
-    // Ling-mini-2.0 (config.json of inclusionAI/Ling-mini-2.0, BailingMoeV2ForCausalLM): 20
-    // layers, the first dense (intermediate_size 5120), then 256 experts of width 512, 8 per
-    // token, within the best 4 of 8 groups, and 1 shared expert of 512; sigmoid with selection
-    // bias, renormalized, routed scale 2.5; 16 query and 4 key/value heads of 128 through a
-    // fused attn_qkv, per-head q/k RMSNorm, NEOX rope on 64 of 128 dims (partial_rotary_factor
-    // 0.5), base 600000, eps 1e-6; vocabulary 157184; one MTP block after the trunk
-    // (num_nextn_predict_layers 1). context_length 4096 (the real 32768 would size a server's
-    // KV cache).
-    {.name = "ling-mini-2.0",
-     .arch = "bailingmoe2",
-     .n_layer = 20,
-     .n_embd = 2048,
-     .n_head = 16,
-     .n_head_kv = 4,
-     .head_dim = 128,
-     .n_vocab = 157184,
-     .n_ctx = 4096,
-     .n_ff = 5120,
-     .n_expert = 256,
-     .n_expert_used = 8,
-     .n_ff_exp = 512,
-     .rope_base = 600000.f,
-     .rms_eps = 1e-6f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_group = 8,
-     .n_group_used = 4,
-     .n_rot = 64,
-     .n_nextn = 1},
-    // A small bailingmoe2 for tests: 4 query and 2 key/value heads of 24 (q 96 rows, k and v 48
-    // each, fused), rope on 12 of 24 dims, one dense layer, 3 of 16 experts per token within
-    // the best 2 of 4 groups, one shared expert, routed scale 2.5.
-    {.name = "tiny-bailingmoe2",
-     .arch = "bailingmoe2",
-     .n_layer = 3,
-     .n_embd = 64,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 24,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 64,
-     .n_expert = 16,
-     .n_expert_used = 3,
-     .n_ff_exp = 32,
-     .rope_base = 600000.f,
-     .rms_eps = 1e-6f,
-     .n_layer_dense_lead = 1,
-     .n_expert_shared = 1,
-     .sigmoid = true,
-     .select_bias = true,
-     .norm_topk = true,
-     .weights_scale = 2.5f,
-     .n_group = 4,
-     .n_group_used = 2,
-     .n_rot = 12},
-    // Hunyuan-A13B (config.json of tencent/Hunyuan-A13B-Instruct): 32 layers, every one MoE: 64
-    // experts of width 3072 (moe_intermediate_size), 8 per token, softmax renormalized, plus
-    // one shared MLP of 3072 (intermediate_size, num_shared_expert 1); 32 query and 8
-    // key/value heads of 128, NEOX rope then per-head q/k RMSNorm; rope base 1e4 with NTK alpha
-    // 1000 folded in as llama.cpp's converter writes it (1e4 * 1000^(128/126)); eps 1e-5;
-    // vocabulary 128167, tied embeddings. context_length 4096 (llama.cpp's converter writes
-    // 262144, which would size a server's KV cache).
-    {.name = "hunyuan-a13b",
-     .arch = "hunyuan-moe",
-     .n_layer = 32,
-     .n_embd = 4096,
-     .n_head = 32,
-     .n_head_kv = 8,
-     .head_dim = 128,
-     .n_vocab = 128167,
-     .n_ctx = 4096,
-     .n_ff = 3072,
-     .n_expert = 64,
-     .n_expert_used = 8,
-     .n_ff_exp = 3072,
-     .n_ff_shexp = 3072,
-     .rope_base = 11158839.9251f,
-     .rms_eps = 1e-5f,
-     .n_expert_shared = 1,
-     .norm_topk = true,
-     .tied_output = true},
-    // A small hunyuan-moe for tests: heads x head_dim (64) differs from n_embd (32), the shared
-    // MLP (64) is wider than the experts (32), 8 experts, 3 per token, tied embeddings.
-    {.name = "tiny-hunyuan-moe",
-     .arch = "hunyuan-moe",
-     .n_layer = 3,
-     .n_embd = 32,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 16,
-     .n_vocab = 320,
-     .n_ctx = 2048,
-     .n_ff = 32,
-     .n_expert = 8,
-     .n_expert_used = 3,
-     .n_ff_exp = 32,
-     .n_ff_shexp = 64,
-     .rope_base = 11158839.9251f,
-     .rms_eps = 1e-5f,
-     .n_expert_shared = 1,
-     .norm_topk = true,
-     .tied_output = true},
-    // Gemma 4 26B-A4B (config.json of google/gemma-4-26B-A4B-it, text_config): 30 layers, 5
-    // sliding (window 1024, 8 K/V heads of 256, rope base 1e4) to 1 full (2 K/V heads of 512
-    // whose values are their keys, rope base 1e6 on a quarter of the pairs); every layer a
-    // GeGLU MLP of 2112 beside 128 experts of 704, 8 per token; vocabulary 262144, tied
-    // embeddings, logits capped at 30. context_length 4096 (the real 262144 would size a
-    // server's KV cache).
-    {.name = "gemma4-26b-a4b",
-     .arch = "gemma4",
-     .n_layer = 30,
-     .n_embd = 2816,
-     .n_head = 16,
-     .n_head_kv = 8,
-     .head_dim = 256,
-     .n_vocab = 262144,
-     .n_ctx = 4096,
-     .n_ff = 2112,
-     .n_expert = 128,
-     .n_expert_used = 8,
-     .n_ff_exp = 704,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .norm_topk = true,
-     .sliding_window = 1024,
-     .tied_output = true,
-     .head_dim_alt = 512,
-     .n_head_kv_alt = 2,
-     .alt_period = 6,
-     .rope_base_alt = 1e6f,
-     .rope_frac_alt = 0.25f,
-     .final_softcap = 30.f,
-     .k_eq_v_alt = true},
-    // A small gemma4 for tests: sliding (window 4) and full layers alternate, the full ones with
-    // 32-wide heads (16 sliding), 1 K/V head (2), 4 of 16 rope pairs rotating; logits capped.
-    {.name = "tiny-gemma4",
-     .arch = "gemma4",
-     .n_layer = 4,
-     .n_embd = 64,
-     .n_head = 4,
-     .n_head_kv = 2,
-     .head_dim = 16,
-     .n_vocab = 512,
-     .n_ctx = 2048,
-     .n_ff = 64,
-     .n_expert = 16,
-     .n_expert_used = 4,
-     .n_ff_exp = 32,
-     .rope_base = 10000.f,
-     .rms_eps = 1e-6f,
-     .norm_topk = true,
-     .sliding_window = 4,
-     .tied_output = true,
-     .head_dim_alt = 32,
-     .n_head_kv_alt = 1,
-     .alt_period = 2,
-     .rope_base_alt = 1e6f,
-     .rope_frac_alt = 0.25f,
-     .final_softcap = 10.f,
-     .k_eq_v_alt = true},
-};
 
 // splitmix64: a fast seeded generator, so multi-GB models are written at disk speed.
 struct Rng {
@@ -775,6 +99,28 @@ class SynthWriter {
   size_t done_ = 0;
 };
 
+// llama3-type rope factors as llama.cpp's converter writes rope_freqs for step35: over the
+// head_dim_alt / 2 frequencies base^(-2i/head_dim_alt), wavelengths below orig / high keep
+// factor 1, above orig / 1 take `factor`, between a smooth blend.
+std::vector<float> llama3_factors(const SynthShape& s) {
+  const int d = s.head_dim_alt;
+  const double orig = s.llama3_orig_ctx, lo_wl = orig / 1.0, hi_wl = orig / double(s.llama3_high);
+  std::vector<float> out;
+  for (int i = 0; i < d / 2; ++i) {
+    const double freq = 1.0 / std::pow(double(s.rope_base_alt), 2.0 * i / d);
+    const double wl = 2 * std::numbers::pi / freq;
+    if (wl < hi_wl) {
+      out.push_back(1.f);
+    } else if (wl > lo_wl) {
+      out.push_back(s.llama3_factor);
+    } else {
+      const double smooth = (orig / wl - 1.0) / (double(s.llama3_high) - 1.0);
+      out.push_back(float(1.0 / ((1.0 - smooth) / s.llama3_factor + smooth)));
+    }
+  }
+  return out;
+}
+
 // The configuration a shape describes, as the loader will read it back (the dimensions the
 // tensor tables are written in, and the block kind of every layer).
 ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
@@ -829,17 +175,35 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
     a.n_head_kv = s.n_head_kv_alt;
     a.k_eq_v = s.k_eq_v_alt;
     a.rope_base = s.rope_base_alt;
-    a.n_rot = s.head_dim_alt;
-    // Hugging Face's proportional rope: int(frac * head_dim // 2) pairs rotate at
-    // base^(-2i/head_dim), the others not (llama.cpp's rope_freqs: 1, then 1e30).
-    const int rotated = int(s.rope_frac_alt * float(s.head_dim_alt) / 2.f);
-    a.freq_factors.assign(size_t(s.head_dim_alt / 2), 1e30f);
-    std::fill_n(a.freq_factors.begin(), std::min(rotated, s.head_dim_alt / 2), 1.f);
-    // Every alt_period-th layer full, and the last one (Gemma4TextConfig forces it).
+    a.n_head = s.n_head_alt;
+    if (s.n_rot_alt > 0) {
+      a.n_rot = s.n_rot_alt;
+      if (s.llama3_factor > 0.f) a.freq_factors = llama3_factors(s);
+    } else {
+      a.n_rot = s.head_dim_alt;
+      // Hugging Face's proportional rope: int(frac * head_dim // 2) pairs rotate at
+      // base^(-2i/head_dim), the others not (llama.cpp's rope_freqs: 1, then 1e30).
+      const int rotated = int(s.rope_frac_alt * float(s.head_dim_alt) / 2.f);
+      a.freq_factors.assign(size_t(s.head_dim_alt / 2), 1e30f);
+      std::fill_n(a.freq_factors.begin(), std::min(rotated, s.head_dim_alt / 2), 1.f);
+    }
+    // gemma4: every alt_period-th layer full, and the last one (Gemma4TextConfig forces it);
+    // step35 (alt_first): the first of every alt_period.
     a.layers.assign(size_t(s.n_layer), 0);
     for (int il = 0; il < s.n_layer; ++il) {
       a.layers[size_t(il)] =
-          il == s.n_layer - 1 || (s.alt_period > 0 && il % s.alt_period == s.alt_period - 1);
+          s.alt_first
+              ? s.alt_period > 0 && il % s.alt_period == 0
+              : il == s.n_layer - 1 || (s.alt_period > 0 && il % s.alt_period == s.alt_period - 1);
+    }
+  }
+  c.attn_gate = s.attn_gate ? AttnGate::kHeadSigmoid : AttnGate::kNone;
+  if (s.swiglu_last > 0) {
+    c.swiglu_exp.assign(size_t(s.n_layer), 0.f);
+    c.swiglu_ffn.assign(size_t(s.n_layer), 0.f);
+    for (int il = std::max(0, s.n_layer - s.swiglu_last); il < s.n_layer; ++il) {
+      c.swiglu_exp[size_t(il)] = s.swiglu_exp;
+      c.swiglu_ffn[size_t(il)] = s.swiglu_ffn;
     }
   }
   c.final_softcap = s.final_softcap;
@@ -885,16 +249,16 @@ void write_tensor(SynthWriter& sw, const SynthOptions& o, const ModelConfig& c,
 
 std::vector<std::string> synth_shape_names() {
   std::vector<std::string> out;
-  for (const auto& s : kShapes) out.push_back(s.name);
+  for (const auto& s : synth_shapes()) out.push_back(s.name);
   return out;
 }
 
 SynthShape synth_shape(const std::string& name) {
-  for (const auto& s : kShapes) {
+  for (const auto& s : synth_shapes()) {
     if (s.name == name) return s;
   }
   std::string list;
-  for (const auto& s : kShapes) list += (list.empty() ? "" : ", ") + s.name;
+  for (const auto& s : synth_shapes()) list += (list.empty() ? "" : ", ") + s.name;
   throw Error("unknown shape '" + name + "' (known: " + list + ")");
 }
 

@@ -61,6 +61,9 @@ struct LayerWeights {
   const float* attn_sinks = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  // The attention's output gate [layer's n_head x n_embd] (ModelConfig::attn_gate; step35's
+  // g_proj), or absent.
+  Weight wgate;
   const float* ffn_norm = nullptr;
   // gemma4's sandwich norms: the attention output's (post_attention_norm) and the FFN
   // output's (post_ffw_norm); beside the experts, the dense FFN's output norm
@@ -101,6 +104,7 @@ struct LayerWeights {
   const float* up_exps_b = nullptr;
   const float* down_exps_b = nullptr;
   ExpertAct expert_act = ExpertAct::kSwiglu;
+  float expert_limit = 0.f;  // the experts' SwiGLU clamp (ModelConfig::swiglu_exp; 0: none)
   // Shared expert.
   Weight gate_shexp, up_shexp, down_shexp;
   // [n_embd] or nullptr: the shared expert's output scaled by sigmoid(shexp_gate . x)

@@ -5,14 +5,15 @@
 // these descriptions, so a new family is one new file plus its NumPy reference.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "lynx/gguf.h"
 #include "lynx/model.h"
-#include "model/weights.h"
 #include "model/arch/tensor_names.h"
+#include "model/weights.h"
 
 namespace lynx::arch {
 
@@ -40,11 +41,13 @@ enum class Dim : uint8_t {
   kQkNorm,      // 1 when the config has q/k norms, else 0 (families where they are optional)
   kEmbd2,       // 2 * n_embd (NextN: eh_proj takes the embedding and the hidden state)
   kVocab,       // n_vocab
-  kQAlt,        // n_head * alt.head_dim (ModelConfig::alt: gemma4's full-attention layers)
+  kQAlt,        // alt's heads * alt.head_dim (ModelConfig::alt: gemma4's full-attention layers)
   kKVAlt,       // alt.n_head_kv * alt.head_dim
   kHeadDimAlt,  // alt.head_dim
   kAltV,        // 1 when the alt layers have their own attn_v (not alt.k_eq_v), else 0
   kFfExp2,      // 2 * n_ff_exp (a fused ffn_gate_up_exps' rows)
+  kHeadsAlt,    // alt.n_head (0: n_head): the alt layers' query heads (step35's full ones)
+  kAttnGate,    // 1 when the config has an attention gate (ModelConfig::attn_gate), else 0
 };
 int64_t dim(const ModelConfig& c, Dim d);
 
@@ -133,6 +136,14 @@ float positive_float(const gguf::File& f, const std::string& key, double def);
 // yarn_beta_slow (32 / 1) and yarn_log_multiplier, and computes the ramp's corners; any other
 // type, or a bad value, throws naming the key.
 void read_rope_scaling(const gguf::File& f, const ArchDesc& a, ModelConfig& c);
+
+// A per-layer key: an array of n_layer entries (as converters write head counts, the sliding
+// pattern, clamp limits) or one value for every layer; an array of another length throws
+// naming the key. Absent: `def` for every layer, or a throw when def is empty (required).
+std::vector<int64_t> per_layer_ints(const gguf::File& f, const std::string& key, int n_layer,
+                                    std::optional<int64_t> def = std::nullopt);
+std::vector<float> per_layer_floats(const gguf::File& f, const std::string& key, int n_layer,
+                                    std::optional<float> def = std::nullopt);
 
 // Every registered family; find() throws naming the architecture and the supported list.
 std::span<const ArchDesc* const> all();

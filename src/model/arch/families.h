@@ -22,5 +22,6 @@ extern const ArchDesc kDots1;        // dots1.cc: dots.llm1 (rednote-hilab)
 extern const ArchDesc kBailingMoe2;  // bailingmoe2.cc: Ling / Ring 2.0 (inclusionAI)
 extern const ArchDesc kHunyuanMoe;   // hunyuan_moe.cc: Hunyuan-A13B (Tencent)
 extern const ArchDesc kGemma4;       // gemma4.cc: Gemma 4 26B-A4B (Google)
+extern const ArchDesc kStep35;       // step35.cc: Step-3.5-Flash (StepFun)
 
 }  // namespace lynx::arch

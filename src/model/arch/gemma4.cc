@@ -114,28 +114,6 @@ void require_equal(const std::string& what, int64_t got, int64_t want, const std
   }
 }
 
-// A per-layer key: an array of n_layer entries (as the converter writes head_count_kv and the
-// sliding pattern) or one value for every layer.
-std::vector<int64_t> per_layer(const gguf::File& f, const std::string& k, int n_layer) {
-  const gguf::Value* v = f.find(k);
-  if (!v) throw Error("metadata " + k + " is required");
-  std::vector<int64_t> out;
-  if (v->type != gguf::ValueType::ARRAY) {
-    out.assign(size_t(n_layer),
-               v->type == gguf::ValueType::BOOL ? int64_t(v->as_bool(k)) : v->as_int(k));
-    return out;
-  }
-  const auto& items = v->as_array(k);
-  if (items.size() != size_t(n_layer)) {
-    throw Error("metadata " + k + " has " + std::to_string(items.size()) + " entries for " +
-                std::to_string(n_layer) + " layers");
-  }
-  for (const gguf::Value& x : items) {
-    out.push_back(x.type == gguf::ValueType::BOOL ? int64_t(x.as_bool(k)) : x.as_int(k));
-  }
-  return out;
-}
-
 void read(const gguf::File& f, ModelConfig& c) {
   if (f.get_int(key(c, "embedding_length_per_layer_input"), 0) != 0) {
     throw Error("metadata " + key(c, "embedding_length_per_layer_input") +
@@ -158,8 +136,8 @@ void read(const gguf::File& f, ModelConfig& c) {
                 key(c, "attention.key_length_swa"));
   if (c.head_dim % 2 || c.alt.head_dim % 2) throw Error("gemma4 head dimensions must be even");
   const int n = c.n_layer;
-  const auto swa = per_layer(f, key(c, "attention.sliding_window_pattern"), n);
-  const auto hkv = per_layer(f, key(c, "attention.head_count_kv"), n);
+  const auto swa = per_layer_ints(f, key(c, "attention.sliding_window_pattern"), n);
+  const auto hkv = per_layer_ints(f, key(c, "attention.head_count_kv"), n);
   c.alt.layers.assign(size_t(n), 0);
   c.n_head_kv = c.alt.n_head_kv = 0;
   for (int il = 0; il < n; ++il) {

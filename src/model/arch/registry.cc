@@ -10,9 +10,9 @@ namespace {
 
 // One row per family file (families.h); the order is the one error messages list.
 constexpr const ArchDesc* kAll[] = {
-    &kLlama,      &kQwen2Moe, &kQwen3Moe, &kOlmoe,       &kQwen2,      &kQwen3,
-    &kDeepseek2,  &kGlm4Moe,  &kGptOss,   &kMinimaxM2,   &kErnie45Moe, &kDots1,
-    &kQwen3VlMoe, &kMistral4, &kGlmDsa,   &kBailingMoe2, &kHunyuanMoe, &kGemma4};
+    &kLlama,   &kQwen2Moe,    &kQwen3Moe,   &kOlmoe,      &kQwen2, &kQwen3,      &kDeepseek2,
+    &kGlm4Moe, &kGptOss,      &kMinimaxM2,  &kErnie45Moe, &kDots1, &kQwen3VlMoe, &kMistral4,
+    &kGlmDsa,  &kBailingMoe2, &kHunyuanMoe, &kGemma4,     &kStep35};
 
 }  // namespace
 
@@ -70,6 +70,56 @@ float positive_float(const gguf::File& f, const std::string& key, double def) {
                 " must be a positive finite number");
   }
   return float(v);
+}
+
+namespace {
+// The entries of a per-layer key as gguf Values (one value repeated, or the array's items).
+std::vector<const gguf::Value*> per_layer_values(const gguf::File& f, const std::string& key,
+                                                 int n_layer, bool& found) {
+  const gguf::Value* v = f.find(key);
+  found = v != nullptr;
+  std::vector<const gguf::Value*> out;
+  if (!v) return out;
+  if (v->type != gguf::ValueType::ARRAY) {
+    out.assign(size_t(n_layer), v);
+    return out;
+  }
+  const auto& items = v->as_array(key);
+  if (items.size() != size_t(n_layer)) {
+    throw Error("metadata " + key + " has " + std::to_string(items.size()) + " entries for " +
+                std::to_string(n_layer) + " layers");
+  }
+  for (const gguf::Value& x : items) out.push_back(&x);
+  return out;
+}
+}  // namespace
+
+std::vector<int64_t> per_layer_ints(const gguf::File& f, const std::string& key, int n_layer,
+                                    std::optional<int64_t> def) {
+  bool found = false;
+  const auto vals = per_layer_values(f, key, n_layer, found);
+  if (!found) {
+    if (!def) throw Error("metadata " + key + " is required");
+    return std::vector<int64_t>(size_t(n_layer), *def);
+  }
+  std::vector<int64_t> out;
+  for (const gguf::Value* x : vals) {
+    out.push_back(x->type == gguf::ValueType::BOOL ? int64_t(x->as_bool(key)) : x->as_int(key));
+  }
+  return out;
+}
+
+std::vector<float> per_layer_floats(const gguf::File& f, const std::string& key, int n_layer,
+                                    std::optional<float> def) {
+  bool found = false;
+  const auto vals = per_layer_values(f, key, n_layer, found);
+  if (!found) {
+    if (!def) throw Error("metadata " + key + " is required");
+    return std::vector<float>(size_t(n_layer), *def);
+  }
+  std::vector<float> out;
+  for (const gguf::Value* x : vals) out.push_back(float(x->as_float(key)));
+  return out;
 }
 
 void read_rope_scaling(const gguf::File& f, const ArchDesc& a, ModelConfig& c) {
@@ -164,7 +214,11 @@ int64_t dim(const ModelConfig& c, Dim d) {
     case Dim::kVocab:
       return c.n_vocab;
     case Dim::kQAlt:
-      return int64_t(c.n_head) * c.alt.head_dim;
+      return int64_t(c.alt.n_head > 0 ? c.alt.n_head : c.n_head) * c.alt.head_dim;
+    case Dim::kAttnGate:
+      return c.attn_gate != AttnGate::kNone ? 1 : 0;
+    case Dim::kHeadsAlt:
+      return c.alt.n_head > 0 ? c.alt.n_head : c.n_head;
     case Dim::kKVAlt:
       return int64_t(c.alt.n_head_kv) * c.alt.head_dim;
     case Dim::kHeadDimAlt:

@@ -26,6 +26,7 @@ inline constexpr char kAttnOutputBias[] = "attn_output.bias";
 inline constexpr char kAttnQNorm[] = "attn_q_norm.weight";
 inline constexpr char kAttnKNorm[] = "attn_k_norm.weight";
 inline constexpr char kAttnSinks[] = "attn_sinks.weight";
+inline constexpr char kAttnGate[] = "attn_gate.weight";
 inline constexpr char kAttnQA[] = "attn_q_a.weight";
 inline constexpr char kAttnQANorm[] = "attn_q_a_norm.weight";
 inline constexpr char kAttnQB[] = "attn_q_b.weight";
