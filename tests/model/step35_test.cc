@@ -13,7 +13,7 @@
 #include <functional>
 
 #include "../scratch.h"
-#include "logits_util.h"
+#include "family_harness.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
@@ -24,29 +24,18 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/step35/";
+const testing_util::FamilyFixtures kFx("step35");
 const char* const kF32 = "tiny-step35-f32";
 const char* const kQ8 = "tiny-step35-q8_0";
 
-std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
-}
-
-std::vector<float> golden(const std::string& name, size_t n) {
-  return testing_util::read_logits(kDir + name + ".logits.f32", n);
-}
-
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
+using testing_util::GgufEdit;
 using testing_util::rel_err;
-
-constexpr double kTol = 1e-5;
-
-std::vector<float> prefill_logits(const Model& m, const ContextOptions& o = exact_ctx()) {
-  return testing_util::prefill_logits(m, tokens(), o);
-}
+using testing_util::set_key;
 
 TEST(Step35, ConfigFromTheFile) {
-  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
+  auto m = kFx.load(kF32);
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.arch, "step35");
   ASSERT_EQ(c.n_layer, 4);
@@ -97,155 +86,45 @@ TEST(Step35, ConfigFromTheFile) {
   EXPECT_EQ(c.expert_act, ExpertAct::kSwiglu);
 }
 
-// Every position's logits, three ways: one prefill batch; one token per step; and token by
-// token interleaved in the same batches with a second sequence fed the tokens reversed. The
-// 12 positions run past the window of 4.
+// Every position's logits by prefill, token by token, and batched with another sequence (the
+// 12 positions run past the window of 4).
 TEST(Step35, GoldensAtEveryPositionPrefillDecodeAndBatched) {
-  for (const char* name : {kF32, kQ8}) {
-    auto m = Model::load(kDir + name + ".gguf");
-    const auto toks = tokens();
-    const int V = m->config().n_vocab, n = int(toks.size());
-    const auto want = golden(name, size_t(n) * V);
-    const auto pre = prefill_logits(*m);
-    for (int i = 0; i < n; ++i) {
-      EXPECT_LT(rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V],
-                        size_t(V)),
-                kTol)
-          << name << " prefill position " << i;
-    }
-    Context a(*m, exact_ctx()), b(*m, exact_ctx());
-    const int32_t sa = a.new_sequence();
-    const int32_t sb0 = b.new_sequence(), sb1 = b.new_sequence();
-    for (int i = 0; i < n; ++i) {
-      std::vector<BatchToken> one = {{toks[size_t(i)], sa, i, kTokenDecode, true}};
-      a.eval(one);
-      std::vector<BatchToken> two = {{toks[size_t(n - 1 - i)], sb1, i, kTokenDecode, true},
-                                     {toks[size_t(i)], sb0, i, kTokenDecode, true}};
-      b.eval(two);
-      EXPECT_LT(rel_err(a.logits(0), &want[size_t(i) * V], size_t(V)), kTol)
-          << name << " decode position " << i;
-      const auto la = a.logits(0), lb = b.logits(1);
-      ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin())) << name << " position " << i;
-    }
-  }
+  for (const char* name : {kF32, kQ8}) testing_util::expect_goldens_at_every_position(kFx, name);
 }
 
 // The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
 // reference and picks the same arg-max at every position.
 TEST(Step35, IntegerPathNearTheGoldens) {
-  auto m = Model::load(kDir + kQ8 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int V = m->config().n_vocab, n = int(toks.size());
-  const auto want = golden(kQ8, size_t(n) * V);
-  ContextOptions o = exact_ctx();
-  o.exact_activations = false;
-  const auto got = prefill_logits(*m, o);
-  for (int i = 0; i < n; ++i) {
-    const float* g = &got[size_t(i) * V];
-    const float* w = &want[size_t(i) * V];
-    EXPECT_LT(rel_err(std::span(got).subspan(size_t(i) * V, size_t(V)), w, size_t(V)), 4e-2)
-        << "position " << i;
-    EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w) << "position " << i;
-  }
+  testing_util::expect_integer_path_near_goldens(kFx, kQ8, 4e-2);
 }
 
-// Every routing policy runs a decode batch of the model: finite logits, and in every MoE layer
-// between 1 and B x k active experts (at most N); Lynx and OEA, which only move choices onto
-// experts the batch already has, no more than top-k.
+// Every routing policy runs a decode batch on the family's router (layers 0-1 dense).
 TEST(Step35, EveryPolicyRunsOnItsRouter) {
-  auto m = Model::load(kDir + kF32 + std::string(".gguf"));
-  const auto toks = tokens();
-  const int B = 8, V = m->config().n_vocab;
-  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
-  std::vector<int> topk_experts(4, 0);
-  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
-                           "static-k:k=2", "cover", "subst"}) {
-    ContextOptions o = exact_ctx();
-    o.routing = spec;
-    Context ctx(*m, o);
-    std::vector<int32_t> seqs;
-    std::vector<BatchToken> batch;
-    for (int b = 0; b < B; ++b) {
-      seqs.push_back(ctx.new_sequence());
-      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
-    }
-    ctx.eval(batch);
-    batch.clear();
-    for (int b = 0; b < B; ++b)
-      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
-    ctx.eval(batch);
-    for (int b = 0; b < B; ++b) {
-      const auto l = ctx.logits(b);
-      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
-          << spec;
-    }
-    const StepStats& st = ctx.last_step();
-    ASSERT_EQ(st.layers.size(), 4u) << spec;
-    for (size_t il = 2; il < st.layers.size(); ++il) {  // layers 0-1 are dense
-      const int d = st.layers[il].distinct_experts;
-      EXPECT_GE(d, 1) << spec << " " << il;
-      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
-      if (std::string(spec) == "topk") topk_experts[il] = d;
-      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
-        EXPECT_LE(d, topk_experts[il]) << spec << " " << il;
-      }
-    }
-  }
+  testing_util::expect_every_policy_runs(kFx, kF32, 8);
 }
 
-// Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `replace` gives
-// a tensor other F32 contents of its shape.
-using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
-using Drop = std::function<bool(const gguf::TensorInfo&)>;
-std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
-                    const Drop& drop, const std::string& replace = {},
-                    const std::vector<float>& values = {}) {
-  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
-  gguf::Writer w;
-  for (const auto& kv : f.metadata()) {
-    if (kv.key == "general.alignment") continue;
-    gguf::Value v = kv.value;
-    if (edit(kv.key, v)) w.set(kv.key, v);
-  }
-  for (const auto& t : f.tensors()) {
-    if (drop(t)) continue;
-    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-    if (t.name == replace) {
-      w.add_tensor(t.name, gguf::TensorType::F32, ne, values.data(), values.size() * 4);
-    } else {
-      w.add_tensor(t.name, t.type, ne, t.data, t.n_bytes);
-    }
-  }
-  const std::string path = test::scratch_path("step35_" + name + ".gguf");
-  w.write(path);
-  return path;
+// A copy of the F32 fixture with `edit` applied.
+std::string rewrite(const std::string& out, const GgufEdit& edit) {
+  return kFx.rewrite(kF32, out, edit);
 }
-// A copy of a fixture with one more metadata key.
-std::string with_key(const std::string& fixture, const std::string& name, const std::string& key,
-                     const gguf::Value& value) {
-  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
-  gguf::Writer w;
-  for (const auto& kv : f.metadata()) {
-    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
-  }
-  w.set(key, value);
-  for (const auto& t : f.tensors()) {
-    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
-  }
-  const std::string path = test::scratch_path("step35_" + name + ".gguf");
-  w.write(path);
-  return path;
+GgufEdit drop_where(std::function<bool(const gguf::TensorInfo&)> f) {
+  GgufEdit e;
+  e.drop = std::move(f);
+  return e;
 }
-const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
-const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
-KvEdit without(const std::string& key) {
-  return [key](const std::string& k, gguf::Value&) { return k != key; };
+GgufEdit replace_f32(const std::string& name, const std::vector<float>& values) {
+  GgufEdit e;
+  e.replace = [name, values](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
+    if (t.name != name) return std::nullopt;
+    return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
+  };
+  return e;
 }
 
 double last_position_err(const Model& m) {
-  const size_t V = size_t(m.config().n_vocab), n = tokens().size();
-  const auto want = golden(kF32, n * V);
-  const auto got = prefill_logits(m);
+  const size_t V = size_t(m.config().n_vocab), n = kFx.tokens().size();
+  const auto want = kFx.golden(kF32, n * V);
+  const auto got = kFx.prefill(m);
   return rel_err(std::span(got).subspan((n - 1) * V, V), &want[(n - 1) * V], V);
 }
 
@@ -253,37 +132,22 @@ double last_position_err(const Model& m) {
 // accident: without the attention gate, without either clamp, with every rope factor 1, or
 // with a window wider than the prompt, the last position's logits move.
 TEST(Step35, GateClampsRopeFactorsAndWindowMatter) {
-  auto no_gate = Model::load(rewrite(kF32, "no_gate", kAllKv, [](const gguf::TensorInfo& t) {
-    return t.name.ends_with("attn_gate.weight");
-  }));
+  auto no_gate = Model::load(rewrite("no_gate", drop_where([](const gguf::TensorInfo& t) {
+                                       return t.name.ends_with("attn_gate.weight");
+                                     })));
   EXPECT_EQ(no_gate->config().attn_gate, AttnGate::kNone);
   EXPECT_GT(last_position_err(*no_gate), 1e-3);
-  auto no_exp = Model::load(rewrite(kF32, "no_exp", without("step35.swiglu_clamp_exp"), kNoDrop));
+  auto no_exp = Model::load(rewrite("no_exp", testing_util::drop_key("step35.swiglu_clamp_exp")));
   EXPECT_TRUE(no_exp->config().swiglu_exp.empty());
   EXPECT_GT(last_position_err(*no_exp), 1e-3);
-  auto no_sh = Model::load(rewrite(kF32, "no_sh", without("step35.swiglu_clamp_shexp"), kNoDrop));
+  auto no_sh = Model::load(rewrite("no_sh", testing_util::drop_key("step35.swiglu_clamp_shexp")));
   EXPECT_GT(last_position_err(*no_sh), 1e-3);
-  auto flat = Model::load(
-      rewrite(kF32, "flat", kAllKv, kNoDrop, "rope_freqs.weight", std::vector<float>(8, 1.f)));
+  auto flat =
+      Model::load(rewrite("flat", replace_f32("rope_freqs.weight", std::vector<float>(8, 1.f))));
   EXPECT_GT(last_position_err(*flat), 1e-3);
-  auto wide = Model::load(rewrite(
-      kF32, "wide",
-      [](const std::string& k, gguf::Value& v) {
-        if (k == "step35.attention.sliding_window") v = gguf::Value::u32(64);
-        return true;
-      },
-      kNoDrop));
+  auto wide = Model::load(
+      rewrite("wide", set_key("step35.attention.sliding_window", gguf::Value::u32(64))));
   EXPECT_GT(last_position_err(*wide), 1e-3);
-}
-
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
-  }
 }
 
 gguf::Value u32_array(std::initializer_list<uint32_t> xs) {
@@ -292,66 +156,53 @@ gguf::Value u32_array(std::initializer_list<uint32_t> xs) {
   return gguf::Value::array(gguf::ValueType::UINT32, v);
 }
 
-KvEdit set(const std::string& key, const gguf::Value& val) {
-  return [key, val](const std::string& k, gguf::Value& v) {
-    if (k == key) v = val;
-    return true;
-  };
-}
-
 TEST(Step35, BadFilesAreNamed) {
-  auto drop = [](const char* name) {
-    return [name](const gguf::TensorInfo& t) { return t.name == name; };
-  };
+  auto dropped = [](const char* name) { return rewrite(name, testing_util::drop_tensor(name)); };
   // Missing tensors: the gate of one layer when the others have it, the shared expert, the
   // q/k norms, a full layer's value projection.
-  expect_load_error(rewrite(kF32, "no_gate1", kAllKv, drop("blk.1.attn_gate.weight")),
-                    "missing tensor 'blk.1.attn_gate.weight'");
-  expect_load_error(rewrite(kF32, "no_shexp", kAllKv, drop("blk.3.ffn_up_shexp.weight")),
+  expect_load_error(dropped("blk.1.attn_gate.weight"), "missing tensor 'blk.1.attn_gate.weight'");
+  expect_load_error(dropped("blk.3.ffn_up_shexp.weight"),
                     "missing tensor 'blk.3.ffn_up_shexp.weight'");
-  expect_load_error(rewrite(kF32, "no_qnorm", kAllKv, drop("blk.2.attn_q_norm.weight")),
+  expect_load_error(dropped("blk.2.attn_q_norm.weight"),
                     "missing tensor 'blk.2.attn_q_norm.weight'");
-  expect_load_error(rewrite(kF32, "no_v", kAllKv, drop("blk.0.attn_v.weight")),
-                    "missing tensor 'blk.0.attn_v.weight'");
+  expect_load_error(dropped("blk.0.attn_v.weight"), "missing tensor 'blk.0.attn_v.weight'");
   // Wrong shapes: heads the tensors do not have (a full layer given the sliding count).
   expect_load_error(
-      rewrite(kF32, "heads", set("step35.attention.head_count", u32_array({6, 6, 6, 6})), kNoDrop),
+      rewrite("heads", set_key("step35.attention.head_count", u32_array({6, 6, 6, 6}))),
       "tensor 'blk.0.attn_q.weight' has shape");
   // Per-layer arrays of the wrong length, or entries that do not fit.
   expect_load_error(
-      rewrite(kF32, "heads_len", set("step35.attention.head_count", u32_array({4, 6, 4})), kNoDrop),
+      rewrite("heads_len", set_key("step35.attention.head_count", u32_array({4, 6, 4}))),
       "step35.attention.head_count has 3 entries for 4 layers");
   expect_load_error(
-      rewrite(kF32, "hkv_len", set("step35.attention.head_count_kv", u32_array({2, 2})), kNoDrop),
+      rewrite("hkv_len", set_key("step35.attention.head_count_kv", u32_array({2, 2}))),
       "step35.attention.head_count_kv has 2 entries for 4 layers");
+  expect_load_error(rewrite("swa_len", set_key("step35.attention.sliding_window_pattern",
+                                               gguf::Value::array(gguf::ValueType::BOOL,
+                                                                  {gguf::Value::boolean(false)}))),
+                    "step35.attention.sliding_window_pattern has 1 entries for 4 layers");
   expect_load_error(
-      rewrite(kF32, "swa_len",
-              set("step35.attention.sliding_window_pattern",
-                  gguf::Value::array(gguf::ValueType::BOOL, {gguf::Value::boolean(false)})),
-              kNoDrop),
-      "step35.attention.sliding_window_pattern has 1 entries for 4 layers");
-  expect_load_error(rewrite(kF32, "clamp_len",
-                            set("step35.swiglu_clamp_exp",
-                                gguf::Value::array(gguf::ValueType::FLOAT32,
-                                                   {gguf::Value::f32(1.f), gguf::Value::f32(1.f)})),
-                            kNoDrop),
-                    "step35.swiglu_clamp_exp has 2 entries for 4 layers");
+      rewrite("clamp_len",
+              set_key("step35.swiglu_clamp_exp",
+                      gguf::Value::array(gguf::ValueType::FLOAT32,
+                                         {gguf::Value::f32(1.f), gguf::Value::f32(1.f)}))),
+      "step35.swiglu_clamp_exp has 2 entries for 4 layers");
   expect_load_error(
-      rewrite(kF32, "clamp_neg", set("step35.swiglu_clamp_shexp", gguf::Value::f32(-1.f)), kNoDrop),
+      rewrite("clamp_neg", set_key("step35.swiglu_clamp_shexp", gguf::Value::f32(-1.f))),
       "step35.swiglu_clamp_shexp[0] = -1.000000 must be a finite number >= 0");
-  expect_load_error(rewrite(kF32, "heads_div",
-                            set("step35.attention.head_count", u32_array({4, 5, 4, 6})), kNoDrop),
-                    "step35.attention.head_count[1] = 5 is out of range, does not divide");
-  expect_load_error(rewrite(kF32, "heads_mix",
-                            set("step35.attention.head_count", u32_array({4, 6, 2, 6})), kNoDrop),
-                    "step35.attention.head_count[2] = 2");
   expect_load_error(
-      rewrite(kF32, "rope_dims", set("step35.rope.dimension_count", gguf::Value::u32(6)), kNoDrop),
+      rewrite("heads_div", set_key("step35.attention.head_count", u32_array({4, 5, 4, 6}))),
+      "step35.attention.head_count[1] = 5 is out of range, does not divide");
+  expect_load_error(
+      rewrite("heads_mix", set_key("step35.attention.head_count", u32_array({4, 6, 2, 6}))),
+      "step35.attention.head_count[2] = 2");
+  expect_load_error(
+      rewrite("rope_dims", set_key("step35.rope.dimension_count", gguf::Value::u32(6))),
       "must be a multiple of 4");
-  expect_load_error(rewrite(kF32, "rope_freqs", kAllKv, kNoDrop, "rope_freqs.weight",
-                            std::vector<float>(8, -1.f)),
-                    "rope_freqs.weight");
-  expect_load_error(with_key(kF32, "yarn", "step35.rope.scaling.type", gguf::Value::str("yarn")),
+  expect_load_error(
+      rewrite("rope_freqs", replace_f32("rope_freqs.weight", std::vector<float>(8, -1.f))),
+      "rope_freqs.weight");
+  expect_load_error(rewrite("yarn", set_key("step35.rope.scaling.type", gguf::Value::str("yarn"))),
                     "step35.rope.scaling.type");
 }
 
