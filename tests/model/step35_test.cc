@@ -206,6 +206,24 @@ TEST(Step35, BadFilesAreNamed) {
                     "step35.rope.scaling.type");
 }
 
+// A file with an MTP block (block_count 5, nextn_predict_layers 1, per-layer arrays of 5 as a
+// converter keeping the block writes them; the block's tensors left out) runs the same 4-layer
+// trunk: the same logits.
+TEST(Step35, MtpBlockCountedAndSkipped) {
+  GgufEdit e;
+  e.kv = [](const std::string& k, gguf::Value& v) {
+    if (k == "step35.block_count") v = gguf::Value::u32(5);
+    if (k == "step35.attention.head_count") v = u32_array({4, 6, 4, 6, 4});
+    if (k == "step35.attention.head_count_kv") v = u32_array({2, 2, 2, 2, 2});
+    return true;
+  };
+  e.add = {{"step35.nextn_predict_layers", gguf::Value::u32(1)}};
+  auto m = Model::load(rewrite("mtp", e));
+  EXPECT_EQ(m->config().n_layer, 4);
+  EXPECT_EQ(m->config().n_layer_nextn, 1);
+  testing_util::expect_goldens_at_every_position(kFx, *m, kF32);
+}
+
 // The clamped SwiGLU by hand: SiLU of the gate capped from above only, up clamped both sides.
 TEST(Step35, ClampedSwigluByHand) {
   const float gate[4] = {0.5f, 3.f, -4.f, 2.f}, up[4] = {2.f, -0.5f, 5.f, -3.f};

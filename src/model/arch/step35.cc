@@ -85,6 +85,15 @@ void take_heads(const std::string& k, int il, int64_t v, int64_t per, int& into,
   into = int(v);
 }
 
+// The length a per-layer array must have: the trunk's layers, or all of block_count's when
+// the file has MTP blocks and writes their entries too (the entries past the trunk unused).
+int arr_len(const gguf::File& f, const ModelConfig& c, const char* k) {
+  const gguf::Value* v = f.find(key(c, k));
+  const int all = c.n_layer + c.n_layer_nextn;
+  const bool whole = v && v->type == gguf::ValueType::ARRAY && v->as_array().size() == size_t(all);
+  return whole ? all : c.n_layer;
+}
+
 void read(const gguf::File& f, ModelConfig& c) {
   // block_count counts the MTP blocks; the trunk is the layers before them.
   c.n_layer_nextn = int_in(f, key(c, "nextn_predict_layers"), 0, 0, c.n_layer - 1);
@@ -95,9 +104,12 @@ void read(const gguf::File& f, ModelConfig& c) {
     throw Error("metadata " + key(c, "attention.value_length") + " = " + std::to_string(v_len) +
                 " differs from the key head dimension " + std::to_string(c.head_dim));
   }
-  const auto swa = per_layer_ints(f, key(c, "attention.sliding_window_pattern"), n);
-  const auto heads = per_layer_ints(f, key(c, "attention.head_count"), n);
-  const auto kv = per_layer_ints(f, key(c, "attention.head_count_kv"), n);
+  const auto swa = per_layer_ints(f, key(c, "attention.sliding_window_pattern"),
+                                  arr_len(f, c, "attention.sliding_window_pattern"));
+  const auto heads =
+      per_layer_ints(f, key(c, "attention.head_count"), arr_len(f, c, "attention.head_count"));
+  const auto kv = per_layer_ints(f, key(c, "attention.head_count_kv"),
+                                 arr_len(f, c, "attention.head_count_kv"));
   AltAttention& a = c.alt;
   a.layers.assign(size_t(n), 0);
   a.head_dim = c.head_dim;
@@ -171,7 +183,8 @@ void read(const gguf::File& f, ModelConfig& c) {
 
   // The clamps: absent means none; negative or not finite is refused.
   auto limits = [&](const char* k) {
-    std::vector<float> v = per_layer_floats(f, key(c, k), n, 0.f);
+    std::vector<float> v = per_layer_floats(f, key(c, k), arr_len(f, c, k), 0.f);
+    v.resize(size_t(n));
     for (int il = 0; il < n; ++il) {
       const float x = v[size_t(il)];
       if (!(x >= 0.f) || !std::isfinite(x)) {
