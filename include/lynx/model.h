@@ -23,6 +23,9 @@ enum class QKNorm : uint8_t { kNone, kPerHead, kFull, kPerHeadAfterRope };
 enum class AttnKind : uint8_t {
   kGqa,  // grouped-query attention, K/V heads in the cache
   kMla,  // multi-head latent attention (deepseek2): the compressed latent + rope part cached
+  // Gated DeltaNet linear attention (qwen3next, qwen35moe): no KV cache; a recurrent state per
+  // sequence (ModelConfig::delta_net, the Context's state slots).
+  kDeltaNet,
 };
 enum class FfnKind : uint8_t {
   kDense,      // SwiGLU FFN
@@ -71,6 +74,31 @@ struct AltAttention {
   int n_rot = 0;
   std::vector<float> freq_factors;  // [n_rot / 2] or empty (all 1)
   std::vector<uint8_t> layers;      // [n_layer] 1: layer il has this geometry (the family's)
+};
+
+// Gated DeltaNet (Yang et al. 2024; Qwen3-Next's linear attention), as llama.cpp's ssm.* keys
+// describe it: n_k_heads query/key heads of head_k_dim, n_v_heads value heads of head_v_dim
+// (n_v_heads a multiple of n_k_heads), a causal depthwise conv of conv_kernel taps over the
+// q/k/v channels. Value head h reads key head h / (n_v / n_k) (qwen3next: the checkpoint's
+// grouped order) or h % n_k (`tiled`: qwen35moe, whose converter reorders the value heads).
+struct DeltaNet {
+  int conv_kernel = 0;  // ssm.conv_kernel
+  int head_k_dim = 0;   // ssm.state_size
+  int head_v_dim = 0;   // ssm.inner_size / ssm.time_step_rank
+  int n_k_heads = 0;    // ssm.group_count
+  int n_v_heads = 0;    // ssm.time_step_rank
+  bool tiled = false;
+  std::vector<uint8_t> layers;  // [n_layer] 1: layer il is a DeltaNet layer
+  int key_dim() const { return n_k_heads * head_k_dim; }
+  int value_dim() const { return n_v_heads * head_v_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }  // q, k, v channels
+  // Floats of one sequence's state in one layer: the last conv_kernel - 1 inputs of the conv,
+  // and a head_k_dim x head_v_dim matrix per value head.
+  int64_t conv_floats() const { return int64_t(conv_kernel - 1) * conv_dim(); }
+  int64_t state_floats() const { return int64_t(n_v_heads) * head_k_dim * head_v_dim; }
+  int key_head(int v_head) const {
+    return tiled ? v_head % n_k_heads : v_head / (n_v_heads / n_k_heads);
+  }
 };
 
 // Everything the forward pass needs to know about an architecture, as data. Filled from the
@@ -153,12 +181,23 @@ struct ModelConfig {
   // copied into LayerWeights::expert_limit) and for the shared expert and the dense FFN
   // (swiglu_ffn). Empty: no layer is clamped.
   std::vector<float> swiglu_exp, swiglu_ffn;
+  // qwen3next / qwen35moe: attn_q gives per head the query and then as many gate values; the
+  // attention output is multiplied by sigmoid(gate) before attn_output.
+  bool attn_q_gate = false;
+  DeltaNet delta_net;                  // AttnKind::kDeltaNet layers' geometry
   std::vector<LayerKind> layer_kinds;  // [n_layer], from the architecture description
 
   bool is_moe() const { return n_expert > 0; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
   bool mla() const { return kv_lora_rank > 0; }
+  bool layer_recurrent(int il) const { return layer_kinds[size_t(il)].attn == AttnKind::kDeltaNet; }
+  // Some layer keeps a recurrent state per sequence (a sequence cannot be cut back).
+  bool recurrent() const {
+    for (const LayerKind& k : layer_kinds)
+      if (k.attn == AttnKind::kDeltaNet) return true;
+    return false;
+  }
   int rope_dim() const { return mla() ? qk_rope_dim : n_rot > 0 ? n_rot : head_dim; }
   // Floats per token and layer in the KV cache: K/V heads, or MLA's latent + rope part
   // (kv_lora_rank + qk_rope_dim, no V).

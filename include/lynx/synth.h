@@ -67,6 +67,11 @@ struct SynthShape {
   bool attn_gate = false;
   float swiglu_exp = 0.f, swiglu_ffn = 0.f;
   int swiglu_last = 0;
+  // qwen3next / qwen35moe: Gated DeltaNet layers (ModelConfig::delta_net) with ssm_k_heads
+  // query/key heads and ssm_v_heads value heads of ssm_head_dim, a conv of ssm_conv_kernel
+  // taps, every full_attn_interval-th layer gated attention (0: no DeltaNet layers).
+  int ssm_conv_kernel = 0, ssm_head_dim = 0, ssm_k_heads = 0, ssm_v_heads = 0;
+  int full_attn_interval = 0;
 };
 
 // Known shapes: olmoe-1b-7b, qwen2-57b, qwen3-30b, mixtral-8x7b, deepseek-v2-lite,
@@ -76,7 +81,8 @@ struct SynthShape {
 // hunyuan-a13b, gemma4-26b-a4b, step-3.5-flash, and small ones used by tests and the demo
 // (tiny-moe, tiny-mixtral, tiny-deepseek-v2, tiny-deepseek-v3, tiny-glm4moe, tiny-glm4moe-qknorm,
 // tiny-gpt-oss, tiny-minimax-m2, tiny-ernie4_5-moe, tiny-dots1, tiny-qwen3vlmoe, tiny-bailingmoe2,
-// tiny-hunyuan-moe, tiny-gemma4, tiny-step35). Throws lynx::Error for an unknown name.
+// tiny-hunyuan-moe, tiny-gemma4, tiny-step35, tiny-qwen3next, tiny-qwen35moe),
+// qwen3-next-80b-a3b and qwen3.5-35b-a3b. Throws lynx::Error for an unknown name.
 SynthShape synth_shape(const std::string& name);
 std::vector<std::string> synth_shape_names();
 

@@ -71,6 +71,7 @@ int32_t Context::new_sequence() {
       seqs[i].in_use = true;
       seqs[i].len = 0;
       seqs[i].ring_from = 0;
+      seqs[i].state_lost = false;
       return int32_t(i);
     }
   }
@@ -88,7 +89,11 @@ void Context::free_sequence(int32_t seq) {
   for (auto& l : s.layers) {
     std::vector<uint8_t>().swap(l.k);
     std::vector<uint8_t>().swap(l.v);
+    // A recurrent state slot goes too: the next sequence in this slot starts from zeros.
+    std::vector<float>().swap(l.conv);
+    std::vector<float>().swap(l.state);
   }
+  s.state_lost = false;
   s.cap = 0;
   s.ring = 0;
   s.ring_from = 0;
@@ -103,6 +108,21 @@ void Context::truncate_sequence(int32_t seq, int32_t len) {
   if (len < 0 || len > s.len) {
     throw Error("truncate_sequence: length " + std::to_string(len) + " outside [0, " +
                 std::to_string(s.len) + "]");
+  }
+  // A recurrent state is the sequence after its last position, with no way back but to the
+  // start: only len == length (nothing to do) and len == 0 (the state reset) are possible.
+  if (impl_->model.config().recurrent() && len != s.len) {
+    if (len != 0) {
+      throw Error("truncate_sequence: sequence " + std::to_string(seq) + " cannot go back to " +
+                  std::to_string(len) + " of its " + std::to_string(s.len) +
+                  " positions: the model's linear-attention layers keep a recurrent state of "
+                  "the last position only; free the sequence and evaluate it again");
+    }
+    for (auto& l : s.layers) {
+      std::vector<float>().swap(l.conv);
+      std::vector<float>().swap(l.state);
+    }
+    s.state_lost = false;
   }
   // The next token at `len` attends to the window before it: it must still be in the rings.
   const int w = impl_->max_window;
@@ -182,6 +202,7 @@ void set_cache_format(const ModelConfig& c, const ContextOptions& o, KvCache& kv
   kv.rows.assign(size_t(c.n_layer), {});
   for (int il = 0; il < c.n_layer; ++il) {
     KvRows& r = kv.rows[size_t(il)];
+    if (c.layer_recurrent(il)) continue;  // no KV rows: a state slot (reserve_cache)
     if (c.mla()) {
       r.k_head = kernels::kv_cache_head_bytes(kv.k_type, c.cache_k_dim());
       r.k_row = r.k_head;
@@ -247,6 +268,10 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
   std::vector<std::pair<int32_t, int32_t>> next;  // (seq, next pos)
   for (const BatchToken& t : batch) {
     Sequence& s = sequence(t.seq);
+    if (s.state_lost) {
+      throw Error("sequence " + std::to_string(t.seq) +
+                  " lost its recurrent state in a failed step: free it and evaluate it again");
+    }
     if (t.token < 0 || t.token >= c.n_vocab) {
       throw Error("token id " + std::to_string(t.token) + " out of range [0, " +
                   std::to_string(c.n_vocab) + ")");
@@ -287,7 +312,12 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
   for (size_t il = 0; il < s.layers.size(); ++il) {
     SequenceLayer& l = s.layers[il];
     const size_t kd = kv.rows[il].k_row, vd = kv.rows[il].v_row;
-    if (c.layer_kinds[il].window == 0) {
+    if (c.layer_recurrent(int(il))) {  // the state slot, zeros before the first position
+      if (l.state.empty()) {
+        l.conv.assign(size_t(c.delta_net.conv_floats()), 0.f);
+        l.state.assign(size_t(c.delta_net.state_floats()), 0.f);
+      }
+    } else if (c.layer_kinds[il].window == 0) {
       if (cap > s.cap) {
         l.k.resize(size_t(cap) * kd);
         l.v.resize(size_t(cap) * vd);
@@ -332,7 +362,16 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
       buf,
       logits,
       observer};
-  forward(op, batch);
+  try {
+    forward(op, batch);
+  } catch (...) {
+    // The KV rows written are past each sequence's length and harmless; a recurrent state
+    // may have advanced in some layers and not in others.
+    if (model.config().recurrent()) {
+      for (const auto& [seq, nc] : need) sequence(seq).state_lost = true;
+    }
+    throw;
+  }
   for (const auto& [seq, nc] : need) {
     Sequence& s = sequence(seq);
     s.len = std::max(s.len, nc.first);
@@ -351,7 +390,7 @@ size_t Context::sequence_cache_bytes(int32_t seq) const {
   if (seq < 0 || size_t(seq) >= impl_->kv.seqs.size()) return 0;
   size_t n = 0;
   for (const SequenceLayer& l : impl_->kv.seqs[size_t(seq)].layers) {
-    n += l.k.size() + l.v.size();
+    n += l.k.size() + l.v.size() + (l.conv.size() + l.state.size()) * sizeof(float);
   }
   return n;
 }
@@ -368,6 +407,12 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
       throw Error("copy_sequence: sequence " + std::to_string(src) + " no longer holds the " +
                   "window before position " + std::to_string(len));
     }
+    // A recurrent state is that of the whole sequence (see truncate_sequence).
+    if (impl_->model.config().recurrent() && len != 0 && (len != s.len || s.state_lost)) {
+      throw Error("copy_sequence: sequence " + std::to_string(src) + " holds the recurrent " +
+                  "state of its " + std::to_string(s.len) + " positions, not of the first " +
+                  std::to_string(len));
+    }
   }
   const int32_t dst = new_sequence();  // may grow kv.seqs: take references after it
   const Sequence& s = impl_->kv.seqs[size_t(src)];
@@ -382,7 +427,10 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
     const SequenceLayer& from = s.layers[il];
     SequenceLayer& to = d.layers[il];
     const size_t kd = impl_->kv.rows[il].k_row, vd = impl_->kv.rows[il].v_row;
-    if (c.layer_kinds[il].window == 0) {
+    if (c.layer_recurrent(int(il))) {
+      to.conv = from.conv;
+      to.state = from.state;
+    } else if (c.layer_kinds[il].window == 0) {
       to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
       to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));
       to.k.resize(size_t(cap) * kd);

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
+#include "model/delta_net_ops.h"
 #include "model/finite.h"
 #include "model/forward.h"
 #include "model/gemma_ops.h"
@@ -157,7 +158,18 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   }
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
-  project(cp, L.wq, xn, B.q.data(), obs);
+  if (c.attn_q_gate) {  // per head hd query values, then hd gate values
+    project(cp, L.wq, xn, B.qg.data(), obs);
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < c.n_head; ++h) {
+        const float* src = &B.qg[size_t(t) * 2 * Q + size_t(h) * 2 * hd];
+        std::memcpy(&B.q[size_t(t) * Q + size_t(h) * hd], src, sizeof(float) * hd);
+        std::memcpy(&B.gate[size_t(t) * Q + size_t(h) * hd], src + hd, sizeof(float) * hd);
+      }
+    }
+  } else {
+    project(cp, L.wq, xn, B.q.data(), obs);
+  }
   project(cp, L.wk, xn, B.k.data(), obs);
   if (L.wv.present()) {
     project(cp, L.wv, xn, B.v.data(), obs);
@@ -289,6 +301,9 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       }
     }
   }
+  if (c.attn_q_gate) {
+    for (size_t i = 0; i < size_t(T) * Q; ++i) B.attn[i] *= 1.f / (1.f + std::exp(-B.gate[i]));
+  }
   MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
   add_bias(L.bo, B.tmp.data(), T, E);
@@ -298,6 +313,107 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       kernels::rmsnorm(r, L.post_attn_norm, r, E, c.rms_eps);
     }
   }
+  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+}
+
+// Gated DeltaNet block of layer il (qwen3next, qwen35moe; model/delta_net_ops.h):
+// B.x += ssm_out(gated_norm(delta_rule(conv(attn_qkv(norm(B.x)))), attn_gate(norm(B.x)))),
+// each sequence's tokens in order through its state slot (KvCache: SequenceLayer::conv and
+// ::state, allocated by the Context). Sequences run in parallel, and within one the conv's
+// channels and the delta rule's value heads.
+void delta_net(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
+               std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
+  constexpr int kConvChunk = 512;  // channels per conv job
+  const DeltaNet& d = c.delta_net;
+  const int T = int(batch.size()), E = c.n_embd;
+  const int CD = d.conv_dim(), VD = d.value_dim(), KD = d.key_dim(), NV = d.n_v_heads;
+  const int dk = d.head_k_dim, dv = d.head_v_dim, K = d.conv_kernel;
+
+  for (int t = 0; t < T; ++t) {
+    kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
+  }
+  MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  project(cp, L.ssm_qkv, xn, B.ssm_qkv.data(), obs);  // [T x CD]
+  project(cp, L.ssm_z, xn, B.ssm_z.data(), obs);      // [T x VD]
+  // Per value head the raw b (into ssm_beta) and a (into ssm_decay).
+  if (L.ssm_ba.present()) {  // per key head its n_v/n_k b values, then as many a values
+    project(cp, L.ssm_ba, xn, B.ssm_ba.data(), obs);
+    const int r = NV / d.n_k_heads;
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < NV; ++h) {
+        const float* g = &B.ssm_ba[size_t(t) * 2 * NV + size_t(h / r) * 2 * r];
+        B.ssm_beta[size_t(t) * NV + h] = g[h % r];
+        B.ssm_decay[size_t(t) * NV + h] = g[r + h % r];
+      }
+    }
+  } else {
+    project(cp, L.ssm_beta, xn, B.ssm_beta.data(), obs);
+    project(cp, L.ssm_alpha, xn, B.ssm_decay.data(), obs);
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < NV; ++h) {
+      float& b = B.ssm_beta[size_t(t) * NV + h];
+      float& a = B.ssm_decay[size_t(t) * NV + h];
+      b = 1.f / (1.f + std::exp(-b));
+      a = std::exp(L.ssm_a[h] * softplus(a + L.ssm_dt[h]));
+    }
+  }
+
+  // The step's tokens by sequence, in batch order within each (B.attn_tok), and the runs.
+  group_by_sequence(batch, 1, false, B);
+  std::vector<std::pair<int, int>> runs;  // [begin, end) of attn_tok
+  for (int b = 0; b < T;) {
+    int e = b;
+    const int32_t seq = batch[size_t(B.attn_tok[size_t(b)])].seq;
+    while (e < T && batch[size_t(B.attn_tok[size_t(e)])].seq == seq) ++e;
+    runs.emplace_back(b, e);
+    b = e;
+  }
+  const int64_t n_runs = int64_t(runs.size());
+  const int n_chunks = (CD + kConvChunk - 1) / kConvChunk;
+  cp.pool.parallel_for(n_runs * n_chunks, [&](int64_t jb, int64_t je, int) {
+    for (int64_t job = jb; job < je; ++job) {
+      const auto [b, e] = runs[size_t(job / n_chunks)];
+      const int c0 = int(job % n_chunks) * kConvChunk, c1 = std::min(CD, c0 + kConvChunk);
+      SequenceLayer& sl = kv.layer(batch[size_t(B.attn_tok[size_t(b)])].seq, il);
+      for (int i = b; i < e; ++i) {
+        conv_step(&B.ssm_qkv[size_t(B.attn_tok[size_t(i)]) * CD], sl.conv.data(), L.ssm_conv, CD, K,
+                  c0, c1);
+      }
+    }
+  });
+  const float q_scale = 1.f / std::sqrt(float(dk));
+  for (int t = 0; t < T; ++t) {
+    float* qkv = &B.ssm_qkv[size_t(t) * CD];
+    for (int h = 0; h < d.n_k_heads; ++h) {
+      l2_normalize(qkv + size_t(h) * dk, dk, q_scale);
+      l2_normalize(qkv + KD + size_t(h) * dk, dk, 1.f);
+    }
+  }
+  cp.pool.parallel_for(n_runs * NV, [&](int64_t jb, int64_t je, int tid) {
+    std::vector<float>& mem = B.scores[size_t(tid)];
+    ensure(mem, size_t(dv));
+    for (int64_t job = jb; job < je; ++job) {
+      const auto [b, e] = runs[size_t(job / NV)];
+      const int h = int(job % NV), kh = d.key_head(h);
+      SequenceLayer& sl = kv.layer(batch[size_t(B.attn_tok[size_t(b)])].seq, il);
+      float* S = sl.state.data() + size_t(h) * dk * dv;
+      for (int i = b; i < e; ++i) {
+        const size_t t = size_t(B.attn_tok[size_t(i)]);
+        const float* qkv = &B.ssm_qkv[t * CD];
+        float* out = &B.ssm_o[t * VD + size_t(h) * dv];
+        delta_rule_step(S, qkv + size_t(kh) * dk, qkv + KD + size_t(kh) * dk,
+                        qkv + 2 * KD + size_t(h) * dv, B.ssm_decay[t * NV + h],
+                        B.ssm_beta[t * NV + h], dk, dv, mem.data(), out);
+        // The gated norm: rmsnorm(out) ssm_norm silu(z), per head.
+        kernels::rmsnorm(out, L.ssm_norm, out, dv, c.rms_eps);
+        const float* z = &B.ssm_z[t * VD + size_t(h) * dv];
+        for (int j = 0; j < dv; ++j) out[j] *= silu(z[j]);
+      }
+    }
+  });
+  MatIn o{B.ssm_o.data(), T, VD, &B.xq_mid};
+  project(cp, L.ssm_out, o, B.tmp.data(), obs);
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
@@ -626,6 +742,19 @@ void size_buffers(const ModelConfig& c, int T, int n_threads, StepBuffers& B) {
   ensure(B.ffn_out, t * E);
   ensure(B.flags, t);
   ensure(B.scores, size_t(n_threads));
+  if (c.attn_q_gate) {
+    ensure(B.qg, t * 2 * c.max_q_dim());
+    ensure(B.gate, t * c.max_q_dim());
+  }
+  if (c.delta_net.n_v_heads > 0) {
+    const DeltaNet& d = c.delta_net;
+    ensure(B.ssm_qkv, t * d.conv_dim());
+    ensure(B.ssm_z, t * d.value_dim());
+    ensure(B.ssm_ba, t * 2 * d.n_v_heads);
+    ensure(B.ssm_beta, t * d.n_v_heads);
+    ensure(B.ssm_decay, t * d.n_v_heads);
+    ensure(B.ssm_o, t * d.value_dim());
+  }
   if (c.is_moe()) {
     const size_t N = size_t(c.n_expert), K = size_t(c.n_expert_used);
     ensure(B.router, t * N);
@@ -690,6 +819,8 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
     const LayerWeights& L = op.model.layer(il);
     if (c.layer_kinds[size_t(il)].attn == AttnKind::kMla) {
       mla_attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+    } else if (c.layer_kinds[size_t(il)].attn == AttnKind::kDeltaNet) {
+      delta_net(op.compute, c, L, il, batch, op.kv, B, op.observer);
     } else {
       attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
     }

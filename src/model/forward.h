@@ -22,8 +22,14 @@ namespace lynx {
 // row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
 // part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
 // of `ring` rows instead: position p in row p % ring.
+// A Gated DeltaNet layer (AttnKind::kDeltaNet) has no KV rows but a recurrent state slot:
+// `conv`, the raw q/k/v channels of the last conv_kernel - 1 positions [(K-1) x conv_dim],
+// oldest first, and `state`, per value head the head_k x head_v delta-rule matrix. Both hold
+// the sequence after its last position `len - 1` (zeros before the first), so they cannot be
+// cut back to an earlier position (Context::truncate_sequence refuses).
 struct SequenceLayer {
   std::vector<uint8_t> k, v;
+  std::vector<float> conv, state;
 };
 struct Sequence {
   bool in_use = false;
@@ -34,6 +40,9 @@ struct Sequence {
   int32_t ring = 0;
   // The oldest position still held by the rings: positions [ring_from, len) are there.
   int32_t ring_from = 0;
+  // A step that failed part way (a non-finite value) may have advanced some layers' recurrent
+  // state and not others: the sequence must then be freed (or cut to length 0).
+  bool state_lost = false;
   std::vector<SequenceLayer> layers;
 };
 
@@ -83,6 +92,12 @@ struct StepBuffers {
   std::vector<float> rope_cs_alt;                // the same for ModelConfig::alt's rope
   std::vector<float> ffn_out;                    // [T x E] gemma4: the dense FFN's normed output
   std::vector<float> attn_gate;                  // [T x n_head] step35: the attention gate
+  // Gated attention (ModelConfig::attn_q_gate): the q projection [T x 2Q], its gates [T x Q].
+  std::vector<float> qg, gate;
+  // Gated DeltaNet: the q/k/v channels [T x conv_dim] (convolved in place), z [T x V], per
+  // value head beta and the decay [T x n_v] (from ssm_ba [T x 2 n_v] or ssm_beta / ssm_alpha),
+  // the heads' outputs [T x V].
+  std::vector<float> ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_decay, ssm_o;
   // MLA scratch: low-rank q [T x q_lora]; per head (head-major) gathered q_nope [T x nope],
   // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
   // head's value output [T x v].

@@ -396,8 +396,7 @@ kernels::MatrixRef matrix_ref(const Weight& w) {
 
 }  // namespace
 
-Model::Model(gguf::File file)
-    : file_(std::move(file)), w_(std::make_unique<ModelWeights>()) {}
+Model::Model(gguf::File file) : file_(std::move(file)), w_(std::make_unique<ModelWeights>()) {}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
@@ -454,9 +453,11 @@ void Model::bind_weights() {
 void Model::pack_weights(const LoadOptions& opts) {
   std::vector<Weight*> weights;
   for (LayerWeights& l : w_->layers) {
-    for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a_mqa, &l.ffn_gate,
-                      &l.ffn_up, &l.ffn_down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps,
-                      &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+    for (Weight* w :
+         {&l.wq,        &l.wk,        &l.wv,         &l.wo,        &l.wq_a,       &l.wq_b,
+          &l.wkv_a_mqa, &l.ffn_gate,  &l.ffn_up,     &l.ffn_down,  &l.router,     &l.gate_exps,
+          &l.up_exps,   &l.down_exps, &l.gate_shexp, &l.up_shexp,  &l.down_shexp, &l.ssm_qkv,
+          &l.ssm_z,     &l.ssm_ba,    &l.ssm_beta,   &l.ssm_alpha, &l.ssm_out}) {
       if (w->present() && w->data != w_->token_embd.data && !(tier_ && routed_expert(*w))) {
         weights.push_back(w);
       }

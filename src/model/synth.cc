@@ -92,6 +92,15 @@ class SynthWriter {
     w_.add_tensor(name, gguf::TensorType::F32, ne, v.data(), v.size() * sizeof(float));
   }
 
+  // n negative decay rates -exp(0.5 N(0,1) - 1) (ssm_a = -exp(A_log)): with dt biases near 0
+  // a state keeps about 0.8 of itself per position, so the tests see several positions back.
+  void decay(const std::string& name, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    Rng rng{hash_name(name, o_.seed)};
+    for (auto& x : v) x = -std::exp(0.5f * rng.normal() - 1.f);
+    w_.add_tensor(name, gguf::TensorType::F32, {n}, v.data(), v.size() * sizeof(float));
+  }
+
  private:
   const SynthOptions& o_;
   gguf::Writer& w_;
@@ -207,6 +216,17 @@ ModelConfig synth_config(const SynthShape& s, const arch::ArchDesc& desc) {
     }
   }
   c.final_softcap = s.final_softcap;
+  if (s.ssm_v_heads > 0) {
+    DeltaNet& d = c.delta_net;
+    d.conv_kernel = s.ssm_conv_kernel;
+    d.head_k_dim = d.head_v_dim = s.ssm_head_dim;
+    d.n_k_heads = s.ssm_k_heads;
+    d.n_v_heads = s.ssm_v_heads;
+    d.layers.assign(size_t(s.n_layer), 0);
+    for (int il = 0; il < s.n_layer; ++il) {
+      d.layers[size_t(il)] = s.full_attn_interval <= 0 || (il + 1) % s.full_attn_interval != 0;
+    }
+  }
   c.layer_kinds.resize(size_t(s.n_layer));
   for (int il = 0; il < s.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(desc, c, il);
   return c;
@@ -238,6 +258,12 @@ void write_tensor(SynthWriter& sw, const SynthOptions& o, const ModelConfig& c,
                 1.f / std::sqrt(float(cols)));
       break;
     }
+    case arch::Init::kConv:
+      sw.vector(prefix + t.name, cols, 0.f, 1.f / std::sqrt(float(cols)), rows);
+      break;
+    case arch::Init::kDecayA:
+      sw.decay(prefix + t.name, cols);
+      break;
     case arch::Init::kRouter:
       sw.matrix(prefix + t.name, gguf::TensorType::F32, cols, arch::dim(c, t.rows),
                 arch::dim(c, t.mats), o.router_std * (1.f / std::sqrt(float(cols))));

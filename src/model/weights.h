@@ -81,6 +81,18 @@ struct LayerWeights {
   const float* router_scale = nullptr;
   const float* down_exps_scale = nullptr;
   const float* out_scale = nullptr;
+  // Gated DeltaNet (qwen3next, qwen35moe; ModelConfig::delta_net): the q/k/v channels before
+  // the conv (attn_qkv: all q heads, all k heads, all v heads), the output gate z (attn_gate),
+  // the per-value-head beta and alpha inputs, either fused (ssm_ba, qwen3next: per key head
+  // its n_v/n_k betas then as many alphas) or apart (ssm_beta / ssm_alpha, qwen35moe); the
+  // depthwise conv [conv_dim x conv_kernel] (ssm_conv1d), per value head the decay's dt bias
+  // (ssm_dt) and -exp(A_log) (ssm_a, the converter's), the gated norm [head_v_dim]
+  // (ssm_norm) and the output projection (ssm_out).
+  Weight ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_alpha, ssm_out;
+  const float* ssm_conv = nullptr;
+  const float* ssm_dt = nullptr;
+  const float* ssm_a = nullptr;
+  const float* ssm_norm = nullptr;
   // Dense FFN.
   Weight ffn_gate, ffn_up, ffn_down;
   // MoE: router [n_expert x n_embd], experts (n_mat = n_expert).
@@ -119,10 +131,20 @@ struct ModelWeights {
   const float* output_norm = nullptr;
 };
 
-inline const ModelWeights& Model::weights() const { return *w_; }
-inline const LayerWeights& Model::layer(int i) const { return w_->layers[size_t(i)]; }
-inline const Weight& Model::token_embd() const { return w_->token_embd; }
-inline const Weight& Model::output() const { return w_->output; }
-inline const float* Model::output_norm() const { return w_->output_norm; }
+inline const ModelWeights& Model::weights() const {
+  return *w_;
+}
+inline const LayerWeights& Model::layer(int i) const {
+  return w_->layers[size_t(i)];
+}
+inline const Weight& Model::token_embd() const {
+  return w_->token_embd;
+}
+inline const Weight& Model::output() const {
+  return w_->output;
+}
+inline const float* Model::output_norm() const {
+  return w_->output_norm;
+}
 
 }  // namespace lynx

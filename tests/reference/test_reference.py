@@ -584,5 +584,33 @@ def main():
     return 0
 
 
+def test_qwen3next_rope_tiling_and_goldens():
+    import qwen3next_ref as QN
+    rng = np.random.default_rng(15)
+    m = QN.Model()
+    m.n_rot, m.sections = 8, None
+    m.inv_freq = np.array([1e4 ** (-2.0 * i / 8) for i in range(4)])
+    v = rng.standard_normal(16)
+    # Partial rotary: the first 8 dims are ggml's NEOX rope over 8 dims, the rest unchanged.
+    out = QN.rope(m, v, 7)
+    assert np.allclose(out[:8], R.rope(v[:8], 7, R.ROPE_NEOX, 1e4))
+    assert np.array_equal(out[8:], v[8:])
+    # Qwen3.5's interleaved M-RoPE with equal (t, h, w) positions is the same rotation.
+    m.sections = [1, 1, 2, 0]
+    assert np.allclose(QN.rope(m, v, 7), out)
+    # untile undoes the converter's grouped -> tiled reorder of value heads (n_k 2, r 3).
+    grouped = np.arange(2 * 3 * 4).reshape(6, 4).astype(float)  # row: head g r + j
+    tiled = np.concatenate([grouped[g * 3 + j:g * 3 + j + 1] for j in range(3) for g in range(2)])
+    assert np.array_equal(QN.untile(tiled, 0, 2, 3, 1), grouped)
+    # The stored goldens are what the reference computes from the committed files.
+    d = os.path.join(FIXTURES, "qwen3next")
+    toks = [int(t) for t in open(os.path.join(d, "tokens.txt")).read().split(",")]
+    for name in ("tiny-qwen3next-f32", "tiny-qwen3next-q8_0", "tiny-qwen35moe-f32"):
+        got = QN.forward(QN.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
+        want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
+        assert np.array_equal(got.reshape(-1), want), name
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -48,6 +48,13 @@ enum class Dim : uint8_t {
   kFfExp2,      // 2 * n_ff_exp (a fused ffn_gate_up_exps' rows)
   kHeadsAlt,    // alt.n_head (0: n_head): the alt layers' query heads (step35's full ones)
   kAttnGate,    // 1 when the config has an attention gate (ModelConfig::attn_gate), else 0
+  kQ2,          // 2 * n_head * head_dim (qwen3next's attn_q: query and gate per head)
+  kSsmConvK,    // delta_net.conv_kernel
+  kSsmConv,     // delta_net.conv_dim() (attn_qkv's rows, the conv's channels)
+  kSsmV,        // delta_net.value_dim() (attn_gate's rows, ssm_out's cols)
+  kSsmVHeads,   // delta_net.n_v_heads
+  kSsmVHeads2,  // 2 * delta_net.n_v_heads (ssm_ba's rows)
+  kSsmHeadV,    // delta_net.head_v_dim
 };
 int64_t dim(const ModelConfig& c, Dim d);
 
@@ -58,6 +65,8 @@ enum class Init : uint8_t {
   kGateVec,  // vector: N(0,1) / sqrt(n_embd) (a gate dotted with the normed input)
   kMatrix,   // matrix in the model's weight type: N(0,1) / sqrt(cols)
   kRouter,   // matrix kept F32: router_std N(0,1) / sqrt(cols)
+  kConv,     // vector table: N(0,1) / sqrt(cols) (a depthwise conv's taps)
+  kDecayA,   // vector: -exp(0.5 N(0,1) - 1), as -exp(A_log) is negative (ssm_a)
 };
 
 // One tensor of a layer: its llama.cpp name after "blk.N.", its shape (ggml order: cols, rows,
@@ -94,7 +103,8 @@ bool group_applies(const ModelConfig& c, const TensorGroup& g);
 struct BlockTables {
   std::span<const TensorGroup> attn_gqa = {};
   std::span<const TensorGroup> attn_mla = {};
-  std::span<const TensorGroup> attn_alt = {};  // LayerKind::alt layers (gemma4's full ones)
+  std::span<const TensorGroup> attn_alt = {};    // LayerKind::alt layers (gemma4's full ones)
+  std::span<const TensorGroup> attn_delta = {};  // AttnKind::kDeltaNet layers
   std::span<const TensorGroup> ffn_dense = {};
   std::span<const TensorGroup> ffn_moe = {};  // routed experts, and the shared expert's group
 };

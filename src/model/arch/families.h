@@ -23,5 +23,7 @@ extern const ArchDesc kBailingMoe2;  // bailingmoe2.cc: Ling / Ring 2.0 (inclusi
 extern const ArchDesc kHunyuanMoe;   // hunyuan_moe.cc: Hunyuan-A13B (Tencent)
 extern const ArchDesc kGemma4;       // gemma4.cc: Gemma 4 26B-A4B (Google)
 extern const ArchDesc kStep35;       // step35.cc: Step-3.5-Flash (StepFun)
+extern const ArchDesc kQwen3Next;    // qwen3next.cc: Qwen3-Next-80B-A3B, Qwen3-Coder-Next
+extern const ArchDesc kQwen35Moe;    // qwen3next.cc: Qwen3.5 35B-A3B / 122B-A10B / 397B-A17B
 
 }  // namespace lynx::arch

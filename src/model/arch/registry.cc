@@ -10,9 +10,9 @@ namespace {
 
 // One row per family file (families.h); the order is the one error messages list.
 constexpr const ArchDesc* kAll[] = {
-    &kLlama,   &kQwen2Moe,    &kQwen3Moe,   &kOlmoe,      &kQwen2, &kQwen3,      &kDeepseek2,
-    &kGlm4Moe, &kGptOss,      &kMinimaxM2,  &kErnie45Moe, &kDots1, &kQwen3VlMoe, &kMistral4,
-    &kGlmDsa,  &kBailingMoe2, &kHunyuanMoe, &kGemma4,     &kStep35};
+    &kLlama,   &kQwen2Moe,    &kQwen3Moe,   &kOlmoe,      &kQwen2,  &kQwen3,      &kDeepseek2,
+    &kGlm4Moe, &kGptOss,      &kMinimaxM2,  &kErnie45Moe, &kDots1,  &kQwen3VlMoe, &kMistral4,
+    &kGlmDsa,  &kBailingMoe2, &kHunyuanMoe, &kGemma4,     &kStep35, &kQwen3Next,  &kQwen35Moe};
 
 }  // namespace
 
@@ -38,6 +38,7 @@ LayerKind layer_kind(const ArchDesc& a, const ModelConfig& c, int il) {
 
 std::span<const TensorGroup> attn_groups(const ArchDesc& a, const LayerKind& k) {
   if (k.alt) return a.blocks.attn_alt;
+  if (k.attn == AttnKind::kDeltaNet) return a.blocks.attn_delta;
   return k.attn == AttnKind::kMla ? a.blocks.attn_mla : a.blocks.attn_gqa;
 }
 
@@ -227,6 +228,20 @@ int64_t dim(const ModelConfig& c, Dim d) {
       return c.alt.k_eq_v ? 0 : 1;
     case Dim::kFfExp2:
       return 2 * int64_t(c.n_ff_exp);
+    case Dim::kQ2:
+      return 2 * int64_t(c.q_dim());
+    case Dim::kSsmConvK:
+      return c.delta_net.conv_kernel;
+    case Dim::kSsmConv:
+      return c.delta_net.conv_dim();
+    case Dim::kSsmV:
+      return c.delta_net.value_dim();
+    case Dim::kSsmVHeads:
+      return c.delta_net.n_v_heads;
+    case Dim::kSsmVHeads2:
+      return 2 * int64_t(c.delta_net.n_v_heads);
+    case Dim::kSsmHeadV:
+      return c.delta_net.head_v_dim;
   }
   return 0;
 }

@@ -66,6 +66,17 @@ inline constexpr char kFfnDownExpsScale[] = "ffn_down_exps.scale";
 inline constexpr char kFfnGateUpExps[] = "ffn_gate_up_exps.weight";
 inline constexpr char kLayerOutputScale[] = "layer_output_scale.weight";
 
+// Gated DeltaNet (llama-arch.cpp LLM_ARCH_QWEN3NEXT / LLM_ARCH_QWEN35MOE); ssm_a has no suffix.
+inline constexpr char kSsmConv1d[] = "ssm_conv1d.weight";
+inline constexpr char kSsmDt[] = "ssm_dt.bias";
+inline constexpr char kSsmA[] = "ssm_a";
+inline constexpr char kSsmBa[] = "ssm_ba.weight";
+inline constexpr char kSsmBeta[] = "ssm_beta.weight";
+inline constexpr char kSsmAlpha[] = "ssm_alpha.weight";
+inline constexpr char kSsmNorm[] = "ssm_norm.weight";
+inline constexpr char kSsmOut[] = "ssm_out.weight";
+inline constexpr char kSsmIn[] = "ssm_in.weight";  // older qwen3next files: q, k, v, z fused
+
 // A next-token-prediction (NextN) layer's own.
 inline constexpr char kNextnEhProj[] = "nextn.eh_proj.weight";
 inline constexpr char kNextnEnorm[] = "nextn.enorm.weight";

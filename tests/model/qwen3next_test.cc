@@ -1,0 +1,473 @@
+// qwen3next (Qwen3-Next-80B-A3B) and qwen35moe (Qwen3.5 MoE) against the independent NumPy
+// reference (tests/reference/qwen3next_ref.py, written from HF's modeling_qwen3_next.py /
+// modeling_qwen3_5_moe.py; fixtures from make_qwen3next_fixtures.py): logits at every position
+// by prefill, in chunks, token by token and batched with other sequences, through three Gated
+// DeltaNet layers and one gated attention layer; the per-sequence recurrent state slots (reuse
+// across steps, a slot freed and reused, a cancelled sequence, forks, refused truncation);
+// every routing policy on its router; bad files named; the real-shape presets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "../scratch.h"
+#include "logits_util.h"
+#include "lynx/context.h"
+#include "lynx/gguf.h"
+#include "lynx/model.h"
+#include "lynx/synth.h"
+#include "model/weights.h"
+
+namespace lynx {
+namespace {
+
+const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/qwen3next/";
+const char* const kNext = "tiny-qwen3next-f32";
+const char* const kNextQ8 = "tiny-qwen3next-q8_0";
+const char* const k35 = "tiny-qwen35moe-f32";
+
+std::vector<int32_t> tokens() {
+  return testing_util::read_tokens(kDir + "tokens.txt");
+}
+
+std::vector<float> golden(const std::string& name, size_t n) {
+  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+}
+
+using testing_util::exact_ctx;
+using testing_util::rel_err;
+
+constexpr double kTol = 1e-5;
+
+std::unique_ptr<Model> load(const char* name) {
+  return Model::load(kDir + name + std::string(".gguf"));
+}
+
+// Feeds toks[from, to) to `seq` as one step (logits for each), returns them [n x V].
+std::vector<float> step(Context& ctx, int32_t seq, const std::vector<int32_t>& toks, int from,
+                        int to) {
+  std::vector<BatchToken> b;
+  for (int i = from; i < to; ++i) b.push_back({toks[size_t(i)], seq, i, kTokenPrefill, true});
+  ctx.eval(b);
+  std::vector<float> out;
+  for (int i = 0; i < ctx.n_logits(); ++i) {
+    const auto l = ctx.logits(i);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+void expect_rows(const std::vector<float>& got, const std::vector<float>& want, int first, int V,
+                 const std::string& what) {
+  for (size_t r = 0; r * size_t(V) < got.size(); ++r) {
+    EXPECT_LT(rel_err(std::span(got).subspan(r * V, size_t(V)), &want[(first + r) * V], size_t(V)),
+              kTol)
+        << what << " position " << first + int(r);
+  }
+}
+
+TEST(Qwen3Next, ConfigFromTheFile) {
+  for (const char* name : {kNext, k35}) {
+    auto m = load(name);
+    const ModelConfig& c = m->config();
+    const bool is35 = std::string(name) == k35;
+    EXPECT_EQ(c.arch, is35 ? "qwen35moe" : "qwen3next");
+    ASSERT_EQ(c.n_layer, 4);
+    for (int il = 0; il < 4; ++il) {
+      EXPECT_EQ(c.layer_recurrent(il), il != 3) << il;
+      EXPECT_EQ(c.layer_kinds[size_t(il)].ffn, FfnKind::kMoeShared) << il;
+    }
+    EXPECT_TRUE(c.recurrent());
+    EXPECT_TRUE(c.attn_q_gate);
+    const DeltaNet& d = c.delta_net;
+    EXPECT_EQ(d.conv_kernel, 4);
+    EXPECT_EQ(d.n_k_heads, 2);
+    EXPECT_EQ(d.n_v_heads, 4);
+    EXPECT_EQ(d.head_k_dim, 8);
+    EXPECT_EQ(d.head_v_dim, 8);
+    EXPECT_EQ(d.conv_dim(), 64);
+    EXPECT_EQ(d.tiled, is35);
+    // Value head 1 reads key head 0 (grouped) or 1 (tiled).
+    EXPECT_EQ(d.key_head(1), is35 ? 1 : 0);
+    EXPECT_EQ(c.rope_dim(), 8);
+    EXPECT_EQ(c.head_dim, 16);
+    EXPECT_EQ(c.rope, RopeType::kNeox);
+    EXPECT_EQ(c.qk_norm, QKNorm::kPerHead);
+    EXPECT_EQ(c.n_ff_shexp, 64);
+    EXPECT_TRUE(c.gating.norm_topk);
+    EXPECT_EQ(m->layer(0).ssm_ba.present(), !is35);
+    EXPECT_EQ(m->layer(0).ssm_beta.present(), is35);
+    EXPECT_NE(m->layer(0).ssm_conv, nullptr);
+    EXPECT_NE(m->layer(3).shexp_gate, nullptr);
+    EXPECT_EQ(m->layer(3).wq.rows, 2 * c.q_dim());
+    // Only the attention layer has KV rows; the state slots are counted in the cache bytes.
+    Context ctx(*m, exact_ctx());
+    const int32_t s = ctx.new_sequence();
+    EXPECT_EQ(ctx.sequence_cache_bytes(s), 0u);
+    ctx.eval(std::vector<BatchToken>{{1, s, 0, kTokenPrefill, true}});
+    const size_t state = 3 * size_t(d.conv_floats() + d.state_floats()) * sizeof(float);
+    EXPECT_GE(ctx.sequence_cache_bytes(s), state);
+    EXPECT_LT(ctx.sequence_cache_bytes(s), state + 64 * 2 * size_t(c.kv_dim()) * 4 + 1);
+  }
+}
+
+// Every position's logits: one prefill, prefill in chunks of 5, 4 and 3 through the state, and
+// token by token, of each file.
+TEST(Qwen3Next, GoldensPrefillChunksAndDecode) {
+  for (const char* name : {kNext, kNextQ8, k35}) {
+    auto m = load(name);
+    const auto toks = tokens();
+    const int V = m->config().n_vocab, n = int(toks.size());
+    const auto want = golden(name, size_t(n) * V);
+    expect_rows(testing_util::prefill_logits(*m, toks), want, 0, V, std::string(name) + " prefill");
+    Context ctx(*m, exact_ctx());
+    const int32_t s = ctx.new_sequence();
+    expect_rows(step(ctx, s, toks, 0, 5), want, 0, V, std::string(name) + " chunk 1");
+    expect_rows(step(ctx, s, toks, 5, 9), want, 5, V, std::string(name) + " chunk 2");
+    expect_rows(step(ctx, s, toks, 9, n), want, 9, V, std::string(name) + " chunk 3");
+    Context one(*m, exact_ctx());
+    const int32_t t = one.new_sequence();
+    for (int i = 0; i < n; ++i) {
+      expect_rows(step(one, t, toks, i, i + 1), want, i, V, std::string(name) + " decode");
+    }
+  }
+}
+
+// Distinct sequences in the same steps keep their own states: sequence A fed token by token
+// beside B fed the tokens reversed (B first in the batch), then A's second half as a prefill
+// chunk in the same step as B's next decode token; both match their own single-sequence runs.
+TEST(Qwen3Next, BatchedSequencesKeepTheirOwnState) {
+  for (const char* name : {kNext, k35}) {
+    auto m = load(name);
+    const auto toks = tokens();
+    std::vector<int32_t> rev(toks.rbegin(), toks.rend());
+    const int V = m->config().n_vocab, n = int(toks.size()), half = n / 2;
+    const auto want = golden(name, size_t(n) * V);
+    const auto want_b = testing_util::prefill_logits(*m, rev);
+    Context ctx(*m, exact_ctx());
+    const int32_t sa = ctx.new_sequence(), sb = ctx.new_sequence();
+    for (int i = 0; i < half; ++i) {
+      ctx.eval(std::vector<BatchToken>{{rev[size_t(i)], sb, i, kTokenDecode, true},
+                                       {toks[size_t(i)], sa, i, kTokenDecode, true}});
+      EXPECT_LT(rel_err(ctx.logits(1), &want[size_t(i) * V], size_t(V)), kTol) << name << i;
+      EXPECT_LT(rel_err(ctx.logits(0), &want_b[size_t(i) * V], size_t(V)), kTol) << name << i;
+    }
+    std::vector<BatchToken> mixed = {{rev[size_t(half)], sb, half, kTokenDecode, true}};
+    for (int i = half; i < n; ++i) mixed.push_back({toks[size_t(i)], sa, i, kTokenPrefill, true});
+    ctx.eval(mixed);
+    EXPECT_LT(rel_err(ctx.logits(0), &want_b[size_t(half) * V], size_t(V)), kTol) << name;
+    for (int i = half; i < n; ++i) {
+      EXPECT_LT(rel_err(ctx.logits(1 + i - half), &want[size_t(i) * V], size_t(V)), kTol)
+          << name << " position " << i;
+    }
+  }
+}
+
+// A slot freed (a finished or cancelled request) holds nothing, and the next sequence given
+// the same id starts from zeros: the same logits as a fresh context.
+TEST(Qwen3Next, FreedOrCancelledSequenceLeavesNoState) {
+  auto m = load(kNext);
+  const auto toks = tokens();
+  const int V = m->config().n_vocab, n = int(toks.size());
+  const auto want = golden(kNext, size_t(n) * V);
+  Context ctx(*m, exact_ctx());
+  const int32_t s = ctx.new_sequence();
+  step(ctx, s, toks, 0, n);  // finished
+  EXPECT_GT(ctx.sequence_cache_bytes(s), 0u);
+  ctx.free_sequence(s);
+  EXPECT_EQ(ctx.kv_cache_bytes(), 0u);
+  const int32_t again = ctx.new_sequence();
+  ASSERT_EQ(again, s);
+  expect_rows(step(ctx, again, toks, 0, n), want, 0, V, "restarted in its slot");
+  // Cancelled part way through its prompt, then the slot reused.
+  const int32_t other = ctx.new_sequence();
+  step(ctx, other, toks, 0, 5);
+  ctx.free_sequence(other);
+  const int32_t reuse = ctx.new_sequence();
+  ASSERT_EQ(reuse, other);
+  expect_rows(step(ctx, reuse, toks, 0, 3), want, 0, V, "after a cancelled prompt");
+  // Cut back to the start: the state is reset too.
+  ctx.truncate_sequence(again, 0);
+  expect_rows(step(ctx, again, toks, 0, 4), want, 0, V, "after truncate to 0");
+}
+
+// A recurrent state cannot be cut back to an earlier position: truncate_sequence and a partial
+// copy_sequence are refused with a message; a whole copy (a fork) continues like the original.
+TEST(Qwen3Next, ForksCopyTheStateAndPartialRollbackIsRefused) {
+  auto m = load(k35);
+  const auto toks = tokens();
+  const int V = m->config().n_vocab, n = int(toks.size());
+  const auto want = golden(k35, size_t(n) * V);
+  Context ctx(*m, exact_ctx());
+  const int32_t s = ctx.new_sequence();
+  step(ctx, s, toks, 0, 6);
+  try {
+    ctx.truncate_sequence(s, 4);
+    ADD_FAILURE() << "truncate_sequence to an earlier position did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("recurrent state"), std::string::npos) << e.what();
+  }
+  ctx.truncate_sequence(s, 6);  // its own length: nothing to do
+  EXPECT_THROW(ctx.copy_sequence(s, 3), Error);
+  const int32_t fork = ctx.copy_sequence(s, 6);
+  EXPECT_EQ(ctx.sequence_length(fork), 6);
+  expect_rows(step(ctx, fork, toks, 6, n), want, 6, V, "fork");
+  expect_rows(step(ctx, s, toks, 6, n), want, 6, V, "original after the fork");
+  const int32_t empty = ctx.copy_sequence(s, 0);
+  expect_rows(step(ctx, empty, toks, 0, 2), want, 0, V, "empty copy");
+}
+
+// The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
+// reference: measured (this file, 12 positions) 1-4% largest relative error at 11 positions
+// and 11% at position 10, whose arg-max also moves once (with 8 experts, 3 per token, and
+// 8-wide DeltaNet heads the tiny model is sensitive; not traced to one cause). Bounds: the
+// median position under 4e-2, every position under 0.2, the arg-max kept at 10 of 12.
+TEST(Qwen3Next, IntegerPathNearTheGoldens) {
+  auto m = load(kNextQ8);
+  const auto toks = tokens();
+  const int V = m->config().n_vocab, n = int(toks.size());
+  const auto want = golden(kNextQ8, size_t(n) * V);
+  ContextOptions o = exact_ctx();
+  o.exact_activations = false;
+  const auto got = testing_util::prefill_logits(*m, toks, o);
+  std::vector<double> errs;
+  int same = 0;
+  for (int i = 0; i < n; ++i) {
+    const float* g = &got[size_t(i) * V];
+    const float* w = &want[size_t(i) * V];
+    errs.push_back(rel_err(std::span(got).subspan(size_t(i) * V, size_t(V)), w, size_t(V)));
+    EXPECT_LT(errs.back(), 0.2) << "position " << i;
+    same += std::max_element(g, g + V) - g == std::max_element(w, w + V) - w;
+  }
+  std::nth_element(errs.begin(), errs.begin() + n / 2, errs.end());
+  EXPECT_LT(errs[size_t(n / 2)], 4e-2);
+  EXPECT_GE(same, n - 2);
+  // Not the exact path: the integer products did run.
+  EXPECT_GT(*std::max_element(errs.begin(), errs.end()), 1e-4);
+}
+
+// Every routing policy runs a decode batch of the model: finite logits, and in every MoE layer
+// between 1 and B x k active experts (at most N); Lynx and OEA no more than top-k.
+TEST(Qwen3Next, EveryPolicyRunsOnItsRouter) {
+  auto m = load(kNext);
+  const auto toks = tokens();
+  const int B = 8, V = m->config().n_vocab;
+  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
+  std::vector<int> topk_experts;
+  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
+                           "static-k:k=2", "cover", "subst"}) {
+    ContextOptions o = exact_ctx();
+    o.routing = spec;
+    Context ctx(*m, o);
+    std::vector<int32_t> seqs;
+    std::vector<BatchToken> batch;
+    for (int b = 0; b < B; ++b) {
+      seqs.push_back(ctx.new_sequence());
+      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
+    }
+    ctx.eval(batch);
+    batch.clear();
+    for (int b = 0; b < B; ++b)
+      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
+    ctx.eval(batch);
+    for (int b = 0; b < B; ++b) {
+      const auto l = ctx.logits(b);
+      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
+          << spec;
+    }
+    const StepStats& st = ctx.last_step();
+    ASSERT_EQ(st.layers.size(), 4u) << spec;
+    for (size_t il = 0; il < st.layers.size(); ++il) {
+      const int d = st.layers[il].distinct_experts;
+      EXPECT_GE(d, 1) << spec << " " << il;
+      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
+      if (std::string(spec) == "topk") topk_experts.push_back(d);
+      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
+        EXPECT_LE(d, topk_experts[il]) << spec << " " << il;
+      }
+    }
+  }
+}
+
+// Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `from` is renamed
+// `to`; `replace` gets other F32 contents of its shape.
+using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
+using Drop = std::function<bool(const gguf::TensorInfo&)>;
+std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
+                    const Drop& drop, const std::string& from = {}, const std::string& to = {},
+                    const std::string& replace = {}, const std::vector<float>& values = {}) {
+  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    gguf::Value v = kv.value;
+    if (edit(kv.key, v)) w.set(kv.key, v);
+  }
+  for (const auto& t : f.tensors()) {
+    if (drop(t)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name == replace) {
+      w.add_tensor(t.name, gguf::TensorType::F32, ne, values.data(), values.size() * 4);
+    } else {
+      w.add_tensor(t.name == from ? to : t.name, t.type, ne, t.data, t.n_bytes);
+    }
+  }
+  const std::string path = test::scratch_path("qwen3next_" + name + ".gguf");
+  w.write(path);
+  return path;
+}
+const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
+const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
+
+void expect_load_error(const std::string& path, const std::string& substring) {
+  try {
+    Model::load(path);
+    ADD_FAILURE() << "loading " << path << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+TEST(Qwen3Next, BadFilesAreNamed) {
+  auto drop = [](const char* name) {
+    return [name](const gguf::TensorInfo& t) { return t.name == name; };
+  };
+  auto set_u32 = [](const char* key, uint32_t val) {
+    return [key, val](const std::string& k, gguf::Value& v) {
+      if (k == key) v = gguf::Value::u32(val);
+      return true;
+    };
+  };
+  auto without = [](const char* key) {
+    return [key](const std::string& k, gguf::Value&) { return k != key; };
+  };
+  expect_load_error(rewrite(kNext, "no_a", kAllKv, drop("blk.1.ssm_a")),
+                    "missing tensor 'blk.1.ssm_a'");
+  expect_load_error(rewrite(kNext, "no_ba", kAllKv, drop("blk.0.ssm_ba.weight")),
+                    "missing tensor 'blk.0.ssm_ba.weight'");
+  expect_load_error(rewrite(k35, "no_beta", kAllKv, drop("blk.2.ssm_beta.weight")),
+                    "missing tensor 'blk.2.ssm_beta.weight'");
+  expect_load_error(rewrite(kNext, "no_gate", kAllKv, drop("blk.0.attn_gate.weight")),
+                    "missing tensor 'blk.0.attn_gate.weight'");
+  expect_load_error(rewrite(kNext, "no_shgate", kAllKv, drop("blk.3.ffn_gate_inp_shexp.weight")),
+                    "missing tensor 'blk.3.ffn_gate_inp_shexp.weight'");
+  expect_load_error(rewrite(kNext, "no_post", kAllKv, drop("blk.3.post_attention_norm.weight")),
+                    "missing tensor 'blk.3.post_attention_norm.weight'");
+  // A conv of another width; value heads the tensors do not have.
+  expect_load_error(rewrite(kNext, "kernel", set_u32("qwen3next.ssm.conv_kernel", 3), kNoDrop),
+                    "tensor 'blk.0.ssm_conv1d.weight' has shape");
+  expect_load_error(rewrite(kNext, "vheads", set_u32("qwen3next.ssm.time_step_rank", 8), kNoDrop),
+                    "tensor 'blk.0.ssm_dt.bias' has shape [4], expected [8]");
+  // State dimensions that do not divide.
+  expect_load_error(rewrite(kNext, "nv3", set_u32("qwen3next.ssm.time_step_rank", 3), kNoDrop),
+                    "is not a multiple of qwen3next.ssm.group_count = 2");
+  expect_load_error(rewrite(kNext, "inner", set_u32("qwen3next.ssm.inner_size", 30), kNoDrop),
+                    "ssm.inner_size = 30 is not divisible");
+  expect_load_error(rewrite(kNext, "no_kernel", without("qwen3next.ssm.conv_kernel"), kNoDrop),
+                    "qwen3next.ssm.conv_kernel");
+  // The rope: more rotated dims than a head; M-RoPE sections that leave pairs to e.
+  expect_load_error(rewrite(kNext, "rot", set_u32("qwen3next.rope.dimension_count", 32), kNoDrop),
+                    "rope.dimension_count = 32 must be even and at most the head dimension 16");
+  expect_load_error(rewrite(
+                        k35, "sections",
+                        [](const std::string& k, gguf::Value& v) {
+                          if (k == "qwen35moe.rope.dimension_sections") {
+                            v = gguf::Value::i32_array({1, 1, 1, 1});
+                          }
+                          return true;
+                        },
+                        kNoDrop),
+                    "only sections whose t, h, w cover the 4 rotated pairs");
+  expect_load_error(
+      rewrite(k35, "no_sections", without("qwen35moe.rope.dimension_sections"), kNoDrop),
+      "missing metadata qwen35moe.rope.dimension_sections");
+  // The older fused layout is refused by name.
+  expect_load_error(
+      rewrite(kNext, "ssm_in", kAllKv, kNoDrop, "blk.0.attn_qkv.weight", "blk.0.ssm_in.weight"),
+      "older layout");
+}
+
+// The goldens check the mechanisms, not arithmetic the reference and engine would share by
+// accident: with no forgetting (ssm_a = 0: decay 1) in layer 1, or layer 0's conv reduced to
+// its current input (taps 0, 0, 0, 1), the last position's logits move.
+TEST(Qwen3Next, DecayAndConvMatter) {
+  auto m = load(kNext);
+  const auto toks = tokens();
+  const size_t V = size_t(m->config().n_vocab), n = toks.size();
+  const auto want = golden(kNext, n * V);
+  auto last_err = [&](const std::string& path) {
+    auto x = Model::load(path);
+    const auto got = testing_util::prefill_logits(*x, toks);
+    return rel_err(std::span(got).subspan((n - 1) * V, V), &want[(n - 1) * V], V);
+  };
+  const DeltaNet& d = m->config().delta_net;
+  std::vector<float> taps(size_t(d.conv_dim()) * d.conv_kernel, 0.f);
+  for (int c = 0; c < d.conv_dim(); ++c) taps[size_t(c) * d.conv_kernel + d.conv_kernel - 1] = 1.f;
+  EXPECT_GT(last_err(rewrite(kNext, "no_decay", kAllKv, kNoDrop, {}, {}, "blk.1.ssm_a",
+                             std::vector<float>(size_t(d.n_v_heads), 0.f))),
+            1e-3);
+  EXPECT_GT(
+      last_err(rewrite(kNext, "no_conv", kAllKv, kNoDrop, {}, {}, "blk.0.ssm_conv1d.weight", taps)),
+      1e-3);
+  // The untouched copy gives the goldens (the rewrite itself changes nothing).
+  EXPECT_LT(last_err(rewrite(kNext, "same", kAllKv, kNoDrop)), kTol);
+}
+
+TEST(Qwen3Next, RealShapePresets) {
+  const SynthShape s = synth_shape("qwen3-next-80b-a3b");
+  EXPECT_EQ(s.arch, "qwen3next");
+  EXPECT_EQ(s.n_layer, 48);
+  EXPECT_EQ(s.n_embd, 2048);
+  EXPECT_EQ(s.n_head, 16);
+  EXPECT_EQ(s.n_head_kv, 2);
+  EXPECT_EQ(s.head_dim, 256);
+  EXPECT_EQ(s.n_rot, 64);
+  EXPECT_EQ(s.n_expert, 512);
+  EXPECT_EQ(s.n_expert_used, 10);
+  EXPECT_EQ(s.n_ff_exp, 512);
+  EXPECT_EQ(s.n_ff_shexp, 512);
+  EXPECT_EQ(s.ssm_k_heads, 16);
+  EXPECT_EQ(s.ssm_v_heads, 32);
+  EXPECT_EQ(s.ssm_head_dim, 128);
+  EXPECT_EQ(s.ssm_conv_kernel, 4);
+  EXPECT_EQ(s.full_attn_interval, 4);
+  EXPECT_EQ(s.rope_base, 1e7f);
+  const SynthShape q = synth_shape("qwen3.5-35b-a3b");
+  EXPECT_EQ(q.arch, "qwen35moe");
+  EXPECT_EQ(q.n_layer, 40);
+  EXPECT_EQ(q.n_expert, 256);
+  EXPECT_EQ(q.n_expert_used, 8);
+  EXPECT_EQ(q.n_vocab, 248320);
+  // Both at reduced sizes, loaded back: the layer pattern and the state geometry.
+  for (SynthShape t : {s, q}) {
+    SynthOptions o;
+    o.shape = t;
+    o.shape.n_layer = 5;
+    o.shape.n_embd = 64;
+    o.shape.n_head = 4;
+    o.shape.head_dim = 32;
+    o.shape.n_rot = 8;
+    o.shape.n_vocab = 300;
+    o.shape.n_expert = 16;
+    o.shape.n_ff_exp = 32;
+    o.shape.n_ff_shexp = 32;
+    o.shape.ssm_head_dim = 16;
+    o.shape.ssm_k_heads = 2;
+    o.shape.ssm_v_heads = 4;
+    const std::string path = test::scratch_path("qwen3next_synth_" + t.arch + ".gguf");
+    write_synth_model(o, path);
+    auto m = Model::load(path);
+    const ModelConfig& c = m->config();
+    ASSERT_EQ(c.n_layer, 5);
+    for (int il = 0; il < 5; ++il) EXPECT_EQ(c.layer_recurrent(il), il != 3) << t.arch << il;
+    EXPECT_EQ(c.delta_net.value_dim(), 64);
+    EXPECT_EQ(c.delta_net.tiled, t.arch == "qwen35moe");
+    const auto l = testing_util::prefill_logits(*m, {1, 2, 3});
+    EXPECT_TRUE(std::all_of(l.begin(), l.end(), [](float x) { return std::isfinite(x); }));
+  }
+}
+
+}  // namespace
+}  // namespace lynx
