@@ -32,17 +32,23 @@ void PrefixCache::clear() {
 PrefixCache::Best PrefixCache::find(std::span<const int32_t> prompt, int32_t max_len,
                                     std::span<const Live> live) const {
   // The longest prefix; an entry wins a tie with a running sequence (no copy when it is whole).
+  // A recurrent model's state is that of a sequence's whole length (Context::copy_sequence
+  // refuses a part), so there only a sequence the prompt extends as a whole counts.
+  const bool whole_only = ctx_.model().config().recurrent();
+  auto usable = [&](int32_t n, int32_t seq) {
+    return !whole_only || n == ctx_.sequence_length(seq);
+  };
   Best b;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const int32_t held = std::min<int32_t>(int32_t(entries_[i].tokens.size()),
                                            ctx_.sequence_length(entries_[i].seq));
     const int32_t n = common_prefix(prompt, entries_[i].tokens, std::min(max_len, held));
-    if (n > b.len) b = {n, i, nullptr};
+    if (n > b.len && usable(n, entries_[i].seq)) b = {n, i, nullptr};
   }
   for (const Live& l : live) {
     const int32_t held = std::min<int32_t>(int32_t(l.tokens.size()), ctx_.sequence_length(l.seq));
     const int32_t n = common_prefix(prompt, l.tokens, std::min(max_len, held));
-    if (n > b.len) b = {n, SIZE_MAX, &l};
+    if (n > b.len && usable(n, l.seq)) b = {n, SIZE_MAX, &l};
   }
   return b;
 }

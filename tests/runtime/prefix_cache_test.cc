@@ -373,5 +373,61 @@ TEST(PrefixCache, CancelledRequestsLeaveNothingBehind) {
   EXPECT_GT(held, 0u);
 }
 
+// A recurrent model (qwen3next: Gated DeltaNet state slots) reuses only a cached sequence its
+// prompt extends as a whole (a conversation's next turn), never a part of one: a prompt that
+// shares a part of an entry is evaluated from the start (cached 0). The turns generate what
+// they generate without the cache, and a cancelled request leaves no state behind.
+TEST(PrefixCache, RecurrentModelsReuseOnlyWholeSequences) {
+  auto m = Model::load(kFixtures + "qwen3next/tiny-qwen3next-f32.gguf");
+  const int V = m->config().n_vocab;
+  auto run = [&](size_t cache_bytes, std::vector<Turn>& turns) {
+    ContextOptions co;
+    co.n_threads = 2;
+    co.n_ctx = 256;
+    co.exact_activations = true;
+    Context ctx(*m, co);
+    SchedulerOptions so;
+    so.prefix_cache_bytes = cache_bytes;
+    so.max_step_tokens = 16;
+    Scheduler s(ctx, so);
+    std::vector<int32_t> prompt = tokens(30, 3, V);
+    for (int i = 0; i < 2; ++i) {
+      turns.emplace_back();
+      s.submit(request(prompt, 8, turns.back()));
+      s.run_until_idle();
+      prompt.insert(prompt.end(), turns.back().out.begin(), turns.back().out.end());
+      const auto more = tokens(12, 10 + i, V);
+      prompt.insert(prompt.end(), more.begin(), more.end());
+    }
+    // The first 20 tokens of the first prompt, then others: a part of the cached sequence.
+    std::vector<int32_t> part = tokens(30, 3, V);
+    part.resize(20);
+    const auto other = tokens(6, 20, V);
+    part.insert(part.end(), other.begin(), other.end());
+    turns.emplace_back();
+    s.submit(request(part, 4, turns.back()));
+    s.run_until_idle();
+    // Cancelled part way: nothing of it left (only the cached entries, when there is a cache).
+    const size_t held = ctx.kv_cache_bytes();
+    Turn cancelled;
+    const int64_t id = s.submit(request(tokens(40, 30, V), 50, cancelled));
+    s.step();
+    s.cancel(id);
+    s.run_until_idle();
+    EXPECT_EQ(cancelled.why, FinishReason::kCancelled);
+    EXPECT_EQ(ctx.kv_cache_bytes(), held);  // its rows and state slots freed
+    return s.prefix_cache_stats();
+  };
+  std::vector<Turn> plain, cached;
+  run(0, plain);
+  const PrefixCacheStats on = run(size_t(64) << 20, cached);
+  ASSERT_EQ(cached.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cached[i].out, plain[i].out) << "turn " << i;
+  EXPECT_EQ(cached[0].cached, 0);
+  EXPECT_EQ(cached[1].cached, 37);  // the whole first turn (30 + 7 fed back)
+  EXPECT_EQ(cached[2].cached, 0);   // 20 of an entry's tokens: not a state the model has
+  EXPECT_EQ(on.hits, 1);
+}
+
 }  // namespace
 }  // namespace lynx
