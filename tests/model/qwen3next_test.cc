@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "../scratch.h"
+#include "family_harness.h"
 #include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
@@ -22,20 +24,22 @@
 namespace lynx {
 namespace {
 
-const std::string kDir = std::string(LYNX_SOURCE_DIR) + "/tests/reference/fixtures/qwen3next/";
+const testing_util::FamilyFixtures kFx("qwen3next");
+const std::string kDir = kFx.dir();
 const char* const kNext = "tiny-qwen3next-f32";
 const char* const kNextQ8 = "tiny-qwen3next-q8_0";
 const char* const k35 = "tiny-qwen35moe-f32";
 
 std::vector<int32_t> tokens() {
-  return testing_util::read_tokens(kDir + "tokens.txt");
+  return kFx.tokens();
 }
 
 std::vector<float> golden(const std::string& name, size_t n) {
-  return testing_util::read_logits(kDir + name + ".logits.f32", n);
+  return kFx.golden(name, n);
 }
 
 using testing_util::exact_ctx;
+using testing_util::expect_load_error;
 using testing_util::rel_err;
 
 constexpr double kTol = 1e-5;
@@ -112,25 +116,21 @@ TEST(Qwen3Next, ConfigFromTheFile) {
   }
 }
 
-// Every position's logits: one prefill, prefill in chunks of 5, 4 and 3 through the state, and
-// token by token, of each file.
+// Every position's logits of each file by one prefill, token by token, and batched with a
+// sequence fed the tokens reversed (family_harness.h); and prefill in chunks of 5, 4 and 3
+// through the state slots.
 TEST(Qwen3Next, GoldensPrefillChunksAndDecode) {
   for (const char* name : {kNext, kNextQ8, k35}) {
+    testing_util::expect_goldens_at_every_position(kFx, name, kTol);
     auto m = load(name);
     const auto toks = tokens();
     const int V = m->config().n_vocab, n = int(toks.size());
     const auto want = golden(name, size_t(n) * V);
-    expect_rows(testing_util::prefill_logits(*m, toks), want, 0, V, std::string(name) + " prefill");
     Context ctx(*m, exact_ctx());
     const int32_t s = ctx.new_sequence();
     expect_rows(step(ctx, s, toks, 0, 5), want, 0, V, std::string(name) + " chunk 1");
     expect_rows(step(ctx, s, toks, 5, 9), want, 5, V, std::string(name) + " chunk 2");
     expect_rows(step(ctx, s, toks, 9, n), want, 9, V, std::string(name) + " chunk 3");
-    Context one(*m, exact_ctx());
-    const int32_t t = one.new_sequence();
-    for (int i = 0; i < n; ++i) {
-      expect_rows(step(one, t, toks, i, i + 1), want, i, V, std::string(name) + " decode");
-    }
   }
 }
 
@@ -247,87 +247,44 @@ TEST(Qwen3Next, IntegerPathNearTheGoldens) {
   EXPECT_GT(*std::max_element(errs.begin(), errs.end()), 1e-4);
 }
 
-// Every routing policy runs a decode batch of the model: finite logits, and in every MoE layer
-// between 1 and B x k active experts (at most N); Lynx and OEA no more than top-k.
+// Every routing policy runs a decode batch on the family's router (family_harness.h).
 TEST(Qwen3Next, EveryPolicyRunsOnItsRouter) {
-  auto m = load(kNext);
-  const auto toks = tokens();
-  const int B = 8, V = m->config().n_vocab;
-  const int k = m->config().n_expert_used, n_exp = m->config().n_expert;
-  std::vector<int> topk_experts;
-  for (const char* spec : {"topk", "lynx", "oea:k0=2", "budget:m=6", "ser:kmin=2,t=0.5",
-                           "static-k:k=2", "cover", "subst"}) {
-    ContextOptions o = exact_ctx();
-    o.routing = spec;
-    Context ctx(*m, o);
-    std::vector<int32_t> seqs;
-    std::vector<BatchToken> batch;
-    for (int b = 0; b < B; ++b) {
-      seqs.push_back(ctx.new_sequence());
-      batch.push_back({toks[size_t(b)], seqs.back(), 0, kTokenPrefill, false});
-    }
-    ctx.eval(batch);
-    batch.clear();
-    for (int b = 0; b < B; ++b)
-      batch.push_back({toks[size_t(b + 1)], seqs[size_t(b)], 1, kTokenDecode, true});
-    ctx.eval(batch);
-    for (int b = 0; b < B; ++b) {
-      const auto l = ctx.logits(b);
-      EXPECT_TRUE(std::all_of(l.begin(), l.begin() + V, [](float x) { return std::isfinite(x); }))
-          << spec;
-    }
-    const StepStats& st = ctx.last_step();
-    ASSERT_EQ(st.layers.size(), 4u) << spec;
-    for (size_t il = 0; il < st.layers.size(); ++il) {
-      const int d = st.layers[il].distinct_experts;
-      EXPECT_GE(d, 1) << spec << " " << il;
-      EXPECT_LE(d, std::min(B * k, n_exp)) << spec << " " << il;
-      if (std::string(spec) == "topk") topk_experts.push_back(d);
-      if (std::string(spec) == "lynx" || std::string(spec) == "oea:k0=2") {
-        EXPECT_LE(d, topk_experts[il]) << spec << " " << il;
-      }
-    }
-  }
+  testing_util::expect_every_policy_runs(kFx, kNext, 8);
 }
 
-// Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `from` is renamed
-// `to`; `replace` gets other F32 contents of its shape.
+// Copies a fixture through the harness, letting `edit` change metadata and `drop` remove
+// tensors; `replace` gets other F32 contents of its shape.
 using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
 using Drop = std::function<bool(const gguf::TensorInfo&)>;
 std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
-                    const Drop& drop, const std::string& from = {}, const std::string& to = {},
-                    const std::string& replace = {}, const std::vector<float>& values = {}) {
-  gguf::File f = gguf::File::open(kDir + fixture + ".gguf");
-  gguf::Writer w;
-  for (const auto& kv : f.metadata()) {
-    if (kv.key == "general.alignment") continue;
-    gguf::Value v = kv.value;
-    if (edit(kv.key, v)) w.set(kv.key, v);
-  }
-  for (const auto& t : f.tensors()) {
-    if (drop(t)) continue;
-    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-    if (t.name == replace) {
-      w.add_tensor(t.name, gguf::TensorType::F32, ne, values.data(), values.size() * 4);
-    } else {
-      w.add_tensor(t.name == from ? to : t.name, t.type, ne, t.data, t.n_bytes);
-    }
-  }
-  const std::string path = test::scratch_path("qwen3next_" + name + ".gguf");
-  w.write(path);
-  return path;
+                    const Drop& drop, const std::string& replace = {},
+                    const std::vector<float>& values = {}) {
+  testing_util::GgufEdit e{edit, {}, drop, nullptr};
+  e.replace = [&](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
+    if (t.name != replace) return std::nullopt;
+    return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
+  };
+  return kFx.rewrite(fixture, name, e);
 }
 const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
 const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
 
-void expect_load_error(const std::string& path, const std::string& substring) {
-  try {
-    Model::load(path);
-    ADD_FAILURE() << "loading " << path << " did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << substring;
+// A copy of the qwen3next fixture with layer 0's attn_qkv renamed ssm_in (the older layout's
+// name; only the name matters to the check).
+std::string older_layout() {
+  gguf::File f = gguf::File::open(kFx.gguf(kNext));
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) {
+    if (kv.key != "general.alignment") w.set(kv.key, kv.value);
   }
+  for (const auto& t : f.tensors()) {
+    const bool qkv = t.name == "blk.0.attn_qkv.weight";
+    w.add_tensor(qkv ? "blk.0.ssm_in.weight" : t.name, t.type,
+                 std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.n_bytes);
+  }
+  const std::string path = test::scratch_path("qwen3next_ssm_in.gguf");
+  w.write(path);
+  return path;
 }
 
 TEST(Qwen3Next, BadFilesAreNamed) {
@@ -384,9 +341,7 @@ TEST(Qwen3Next, BadFilesAreNamed) {
       rewrite(k35, "no_sections", without("qwen35moe.rope.dimension_sections"), kNoDrop),
       "missing metadata qwen35moe.rope.dimension_sections");
   // The older fused layout is refused by name.
-  expect_load_error(
-      rewrite(kNext, "ssm_in", kAllKv, kNoDrop, "blk.0.attn_qkv.weight", "blk.0.ssm_in.weight"),
-      "older layout");
+  expect_load_error(older_layout(), "older layout");
 }
 
 // The goldens check the mechanisms, not arithmetic the reference and engine would share by
@@ -405,12 +360,11 @@ TEST(Qwen3Next, DecayAndConvMatter) {
   const DeltaNet& d = m->config().delta_net;
   std::vector<float> taps(size_t(d.conv_dim()) * d.conv_kernel, 0.f);
   for (int c = 0; c < d.conv_dim(); ++c) taps[size_t(c) * d.conv_kernel + d.conv_kernel - 1] = 1.f;
-  EXPECT_GT(last_err(rewrite(kNext, "no_decay", kAllKv, kNoDrop, {}, {}, "blk.1.ssm_a",
+  EXPECT_GT(last_err(rewrite(kNext, "no_decay", kAllKv, kNoDrop, "blk.1.ssm_a",
                              std::vector<float>(size_t(d.n_v_heads), 0.f))),
             1e-3);
-  EXPECT_GT(
-      last_err(rewrite(kNext, "no_conv", kAllKv, kNoDrop, {}, {}, "blk.0.ssm_conv1d.weight", taps)),
-      1e-3);
+  EXPECT_GT(last_err(rewrite(kNext, "no_conv", kAllKv, kNoDrop, "blk.0.ssm_conv1d.weight", taps)),
+            1e-3);
   // The untouched copy gives the goldens (the rewrite itself changes nothing).
   EXPECT_LT(last_err(rewrite(kNext, "same", kAllKv, kNoDrop)), kTol);
 }
