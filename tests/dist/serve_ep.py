@@ -41,12 +41,12 @@ def fail(msg):
     sys.exit(1)
 
 
-def start(ep, extra=()):
+def start(ep, extra=(), batch=2):
     """The server on an ephemeral port (--port 0; a fixed or random port can collide with a
     test running beside this one). Returns (job, port), the port read from its log line
     "listening on http://HOST:PORT". A thread drains stderr into job.log (a list of lines) so
     that a chatty job never blocks on a full pipe."""
-    cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", "--max-batch", "2"]
+    cmd = [binary, "serve", "-m", model, "--port", "0", "-t", "1", "--max-batch", str(batch)]
     if ep:
         cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", "2"] + cmd + [
             "--expert-parallel", "--ep-combine", "gather"] + list(extra)
@@ -174,9 +174,10 @@ def check_metrics(port):
 
 
 def long_request(port, results):
-    """A request that runs for many steps, in the background: 4 choices of 240 tokens (near
-    the 256-token context) on 2 slots are about 480 steps, seconds even on a fast machine."""
-    body = {"prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True, "n": 4}
+    """A request that runs for many steps, in the background: 8 choices of 240 tokens (near
+    the 256-token context) on the one slot of a --max-batch 1 server are about 1920 steps
+    (480 steps on 2 slots finished before the fault on a fast CI machine)."""
+    body = {"prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True, "n": 8}
     t = threading.Thread(target=lambda: results.append(outcome(lambda: post(port, body))))
     t.start()
     # In flight once the engine runs it (its first tokens are out).
@@ -209,12 +210,17 @@ if mode == "equal":
           f"{time.time() - t0:.1f}s")
 elif mode in ("killed", "hung"):
     extra = ["--ep-timeout", "3"] if mode == "hung" else []
-    ep, port = start(True, extra)
+    ep, port = start(True, extra, batch=1)
+    victim = rank_pid(ep, 1)
     results = []
     t = long_request(port, results)
-    victim = rank_pid(ep, 1)
     t0 = time.time()
     os.kill(victim, signal.SIGKILL if mode == "killed" else signal.SIGSTOP)
+    if mode == "hung" and results:
+        # It ended before the signal landed (a very fast machine): the rank is stopped now,
+        # so a request sent now is in flight when the engine waits on it.
+        results = []
+        t = long_request(port, results)
     t.join(LIMIT)
     if t.is_alive():
         fail(f"{mode}: the request in flight got no answer within {LIMIT}s")
