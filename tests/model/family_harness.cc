@@ -22,6 +22,28 @@ GgufEdit set_key(const std::string& key, gguf::Value value) {
   return e;
 }
 
+GgufEdit set_keys(std::vector<std::pair<std::string, gguf::Value>> keys) {
+  GgufEdit e;
+  e.add = std::move(keys);
+  return e;
+}
+
+GgufEdit drop_where(std::function<bool(const gguf::TensorInfo&)> pred) {
+  GgufEdit e;
+  e.drop = std::move(pred);
+  return e;
+}
+
+GgufEdit replace_f32(const std::string& name, std::vector<float> values) {
+  GgufEdit e;
+  e.replace = [name,
+               values = std::move(values)](const gguf::TensorInfo& t) -> std::optional<TensorData> {
+    if (t.name != name) return std::nullopt;
+    return f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
+  };
+  return e;
+}
+
 GgufEdit drop_tensor(const std::string& name) {
   GgufEdit e;
   e.drop = [name](const gguf::TensorInfo& t) { return t.name == name; };

@@ -44,8 +44,14 @@ struct GgufEdit {
 
 // Keeps every key but sets `key` to `value` (added when missing).
 GgufEdit set_key(const std::string& key, gguf::Value value);
+// The same for several keys at once.
+GgufEdit set_keys(std::vector<std::pair<std::string, gguf::Value>> keys);
 // Drops the named tensor.
 GgufEdit drop_tensor(const std::string& name);
+// Drops every tensor `pred` is true for.
+GgufEdit drop_where(std::function<bool(const gguf::TensorInfo&)> pred);
+// Gives the named tensor other F32 contents of its own shape.
+GgufEdit replace_f32(const std::string& name, std::vector<float> values);
 // Drops the named metadata key.
 GgufEdit drop_key(const std::string& key);
 

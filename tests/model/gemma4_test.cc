@@ -36,9 +36,14 @@ std::vector<float> golden(const std::string& name, size_t n) {
   return kFx.golden(name, n);
 }
 
+using testing_util::drop_key;
+using testing_util::drop_tensor;
 using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::rel_err;
+using testing_util::replace_f32;
+using testing_util::set_key;
+using testing_util::set_keys;
 
 constexpr double kTol = 1e-5;
 
@@ -123,23 +128,6 @@ TEST(Gemma4, EveryPolicyRunsOnItsRouter) {
   testing_util::expect_every_policy_runs(kFx, kF32, 8);
 }
 
-// Copies a fixture, letting `edit` change metadata and `drop` remove tensors; `replace` gives
-// a tensor other F32 contents of its shape.
-using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
-using Drop = std::function<bool(const gguf::TensorInfo&)>;
-std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
-                    const Drop& drop, const std::string& replace = {},
-                    const std::vector<float>& values = {}) {
-  testing_util::GgufEdit e{edit, {}, drop, nullptr};
-  e.replace = [&](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
-    if (t.name != replace) return std::nullopt;
-    return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
-  };
-  return kFx.rewrite(fixture, name, e);
-}
-const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
-const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
-
 double last_position_err(const Model& m) {
   const size_t V = size_t(m.config().n_vocab), n = tokens().size();
   const auto want = golden(kF32, n * V);
@@ -151,95 +139,64 @@ double last_position_err(const Model& m) {
 // accident: with every rope pair of the full layer rotating, without the soft cap, or with a
 // window wider than the prompt, the last position's logits move.
 TEST(Gemma4, RopeWindowAndSoftCapMatter) {
-  auto all_rotate = Model::load(rewrite(kF32, "all_rotate", kAllKv, kNoDrop, "rope_freqs.weight",
-                                        std::vector<float>(16, 1.f)));
+  auto all_rotate = Model::load(kFx.rewrite(
+      kF32, "all_rotate", replace_f32("rope_freqs.weight", std::vector<float>(16, 1.f))));
   EXPECT_GT(last_position_err(*all_rotate), 1e-3);
-  auto no_cap = Model::load(rewrite(
-      kF32, "no_cap",
-      [](const std::string& k, gguf::Value&) { return k != "gemma4.final_logit_softcapping"; },
-      kNoDrop));
+  auto no_cap =
+      Model::load(kFx.rewrite(kF32, "no_cap", drop_key("gemma4.final_logit_softcapping")));
   EXPECT_EQ(no_cap->config().final_softcap, 0.f);
   EXPECT_GT(last_position_err(*no_cap), 1e-3);
-  auto wide = Model::load(rewrite(
-      kF32, "wide",
-      [](const std::string& k, gguf::Value& v) {
-        if (k == "gemma4.attention.sliding_window") v = gguf::Value::u32(64);
-        return true;
-      },
-      kNoDrop));
+  auto wide = Model::load(
+      kFx.rewrite(kF32, "wide", set_key("gemma4.attention.sliding_window", gguf::Value::u32(64))));
   EXPECT_GT(last_position_err(*wide), 1e-3);
 }
 
 TEST(Gemma4, BadFilesAreNamed) {
-  auto drop = [](const char* name) {
-    return [name](const gguf::TensorInfo& t) { return t.name == name; };
+  auto rewrite = [](const char* out, const testing_util::GgufEdit& e) {
+    return kFx.rewrite(kF32, out, e);
   };
-  auto set_u32 = [](const char* key, uint32_t val) {
-    return [key, val](const std::string& k, gguf::Value& v) {
-      if (k == key) v = gguf::Value::u32(val);
-      return true;
-    };
-  };
-  expect_load_error(rewrite(kF32, "no_post2", kAllKv, drop("blk.1.post_ffw_norm_2.weight")),
+  auto u32 = [](uint32_t v) { return gguf::Value::u32(v); };
+  expect_load_error(rewrite("no_post2", drop_tensor("blk.1.post_ffw_norm_2.weight")),
                     "missing tensor 'blk.1.post_ffw_norm_2.weight'");
-  expect_load_error(rewrite(kF32, "no_rscale", kAllKv, drop("blk.0.ffn_gate_inp.scale")),
+  expect_load_error(rewrite("no_rscale", drop_tensor("blk.0.ffn_gate_inp.scale")),
                     "missing tensor 'blk.0.ffn_gate_inp.scale'");
-  expect_load_error(rewrite(kF32, "no_escale", kAllKv, drop("blk.0.ffn_down_exps.scale")),
+  expect_load_error(rewrite("no_escale", drop_tensor("blk.0.ffn_down_exps.scale")),
                     "missing tensor 'blk.0.ffn_down_exps.scale'");
-  expect_load_error(rewrite(kF32, "no_postattn", kAllKv, drop("blk.1.post_attention_norm.weight")),
+  expect_load_error(rewrite("no_postattn", drop_tensor("blk.1.post_attention_norm.weight")),
                     "missing tensor 'blk.1.post_attention_norm.weight'");
   // The sliding layer has its own values: attn_v is required there.
-  expect_load_error(rewrite(kF32, "no_v0", kAllKv, drop("blk.0.attn_v.weight")),
+  expect_load_error(rewrite("no_v0", drop_tensor("blk.0.attn_v.weight")),
                     "missing tensor 'blk.0.attn_v.weight'");
   // Heads the tensors do not have; a full layer's heads of the sliding width (its rope and
   // its values then disagree with the keys).
-  expect_load_error(rewrite(kF32, "heads", set_u32("gemma4.attention.head_count", 8), kNoDrop),
+  expect_load_error(rewrite("heads", set_key("gemma4.attention.head_count", u32(8))),
                     "tensor 'blk.0.attn_q.weight' has shape");
-  expect_load_error(
-      rewrite(
-          kF32, "klen",
-          [](const std::string& k, gguf::Value& v) {
-            if (k == "gemma4.attention.key_length" || k == "gemma4.attention.value_length")
-              v = gguf::Value::u32(16);
-            return true;
-          },
-          kNoDrop),
-      "gemma4.rope.dimension_count = 32 is out of range [2, 16]");
-  expect_load_error(rewrite(kF32, "kvlen", set_u32("gemma4.attention.key_length", 16), kNoDrop),
+  expect_load_error(rewrite("klen", set_keys({{"gemma4.attention.key_length", u32(16)},
+                                              {"gemma4.attention.value_length", u32(16)}})),
+                    "gemma4.rope.dimension_count = 32 is out of range [2, 16]");
+  expect_load_error(rewrite("kvlen", set_key("gemma4.attention.key_length", u32(16))),
                     "gemma4.attention.value_length = 32 differs from gemma4.attention.key_length");
   expect_load_error(
-      rewrite(kF32, "vlen", set_u32("gemma4.attention.value_length_swa", 32), kNoDrop),
+      rewrite("vlen", set_key("gemma4.attention.value_length_swa", u32(32))),
       "gemma4.attention.value_length_swa = 32 differs from gemma4.attention.key_length_swa");
   // A head_count_kv array of the wrong length, or an entry that does not divide the heads.
-  expect_load_error(rewrite(
-                        kF32, "hkv_len",
-                        [](const std::string& k, gguf::Value& v) {
-                          if (k == "gemma4.attention.head_count_kv")
-                            v = gguf::Value::array(gguf::ValueType::UINT32, {gguf::Value::u32(2)});
-                          return true;
-                        },
-                        kNoDrop),
+  auto u32s = [&](std::vector<uint32_t> vs) {
+    std::vector<gguf::Value> a;
+    for (uint32_t v : vs) a.push_back(u32(v));
+    return gguf::Value::array(gguf::ValueType::UINT32, std::move(a));
+  };
+  expect_load_error(rewrite("hkv_len", set_key("gemma4.attention.head_count_kv", u32s({2}))),
                     "gemma4.attention.head_count_kv has 1 entries for 2 layers");
-  expect_load_error(rewrite(
-                        kF32, "hkv_div",
-                        [](const std::string& k, gguf::Value& v) {
-                          if (k == "gemma4.attention.head_count_kv")
-                            v = gguf::Value::array(gguf::ValueType::UINT32,
-                                                   {gguf::Value::u32(2), gguf::Value::u32(3)});
-                          return true;
-                        },
-                        kNoDrop),
+  expect_load_error(rewrite("hkv_div", set_key("gemma4.attention.head_count_kv", u32s({2, 3}))),
                     "gemma4.attention.head_count_kv[1] = 3 does not divide head_count = 4");
   // What is not implemented is refused by name, not run wrong.
+  expect_load_error(rewrite("ple", set_key("gemma4.embedding_length_per_layer_input", u32(256))),
+                    "per-layer input embeddings");
+  expect_load_error(rewrite("shared_kv", set_key("gemma4.attention.shared_kv_layers", u32(1))),
+                    "KV sharing across layers is not implemented");
   expect_load_error(
-      rewrite(kF32, "ple", set_u32("gemma4.embedding_length_per_layer_input", 256), kNoDrop),
-      "per-layer input embeddings");
-  expect_load_error(
-      rewrite(kF32, "shared_kv", set_u32("gemma4.attention.shared_kv_layers", 1), kNoDrop),
-      "KV sharing across layers is not implemented");
-  expect_load_error(rewrite(kF32, "rope_freqs", kAllKv, kNoDrop, "rope_freqs.weight",
-                            std::vector<float>(16, -1.f)),
-                    "rope_freqs.weight");
+      rewrite("rope_freqs", replace_f32("rope_freqs.weight", std::vector<float>(16, -1.f))),
+      "rope_freqs.weight");
 }
 
 // The experts' gate and up fused in one tensor, as llama.cpp's converter writes them

@@ -27,14 +27,6 @@ const testing_util::FamilyFixtures kFx("gpt-oss");
 const std::string kDir = kFx.dir();
 const char* const kVariants[] = {"tiny-gpt-oss", "tiny-gpt-oss-f16-experts"};
 
-std::vector<int32_t> tokens() {
-  return kFx.tokens();
-}
-
-std::vector<float> golden(const std::string& name, size_t n) {
-  return kFx.golden(name, n);
-}
-
 using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::rel_err;

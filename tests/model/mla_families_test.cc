@@ -26,10 +26,6 @@ using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::rel_err;
 
-std::vector<int32_t> tokens() {
-  return kFx.tokens();
-}
-
 // Every position's logits by prefill ([n x V]).
 std::vector<float> prefill_logits(const Model& m) {
   return kFx.prefill(m);

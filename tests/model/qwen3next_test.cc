@@ -38,9 +38,13 @@ std::vector<float> golden(const std::string& name, size_t n) {
   return kFx.golden(name, n);
 }
 
+using testing_util::drop_key;
+using testing_util::drop_tensor;
 using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::rel_err;
+using testing_util::replace_f32;
+using testing_util::set_key;
 
 constexpr double kTol = 1e-5;
 
@@ -252,23 +256,6 @@ TEST(Qwen3Next, EveryPolicyRunsOnItsRouter) {
   testing_util::expect_every_policy_runs(kFx, kNext, 8);
 }
 
-// Copies a fixture through the harness, letting `edit` change metadata and `drop` remove
-// tensors; `replace` gets other F32 contents of its shape.
-using KvEdit = std::function<bool(const std::string&, gguf::Value&)>;
-using Drop = std::function<bool(const gguf::TensorInfo&)>;
-std::string rewrite(const std::string& fixture, const std::string& name, const KvEdit& edit,
-                    const Drop& drop, const std::string& replace = {},
-                    const std::vector<float>& values = {}) {
-  testing_util::GgufEdit e{edit, {}, drop, nullptr};
-  e.replace = [&](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
-    if (t.name != replace) return std::nullopt;
-    return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
-  };
-  return kFx.rewrite(fixture, name, e);
-}
-const auto kAllKv = [](const std::string&, gguf::Value&) { return true; };
-const auto kNoDrop = [](const gguf::TensorInfo&) { return false; };
-
 // A copy of the qwen3next fixture with layer 0's attn_qkv renamed ssm_in (the older layout's
 // name; only the name matters to the check).
 std::string older_layout() {
@@ -288,58 +275,40 @@ std::string older_layout() {
 }
 
 TEST(Qwen3Next, BadFilesAreNamed) {
-  auto drop = [](const char* name) {
-    return [name](const gguf::TensorInfo& t) { return t.name == name; };
-  };
-  auto set_u32 = [](const char* key, uint32_t val) {
-    return [key, val](const std::string& k, gguf::Value& v) {
-      if (k == key) v = gguf::Value::u32(val);
-      return true;
-    };
-  };
-  auto without = [](const char* key) {
-    return [key](const std::string& k, gguf::Value&) { return k != key; };
-  };
-  expect_load_error(rewrite(kNext, "no_a", kAllKv, drop("blk.1.ssm_a")),
+  auto u32 = [](uint32_t v) { return gguf::Value::u32(v); };
+  expect_load_error(kFx.rewrite(kNext, "no_a", drop_tensor("blk.1.ssm_a")),
                     "missing tensor 'blk.1.ssm_a'");
-  expect_load_error(rewrite(kNext, "no_ba", kAllKv, drop("blk.0.ssm_ba.weight")),
+  expect_load_error(kFx.rewrite(kNext, "no_ba", drop_tensor("blk.0.ssm_ba.weight")),
                     "missing tensor 'blk.0.ssm_ba.weight'");
-  expect_load_error(rewrite(k35, "no_beta", kAllKv, drop("blk.2.ssm_beta.weight")),
+  expect_load_error(kFx.rewrite(k35, "no_beta", drop_tensor("blk.2.ssm_beta.weight")),
                     "missing tensor 'blk.2.ssm_beta.weight'");
-  expect_load_error(rewrite(kNext, "no_gate", kAllKv, drop("blk.0.attn_gate.weight")),
+  expect_load_error(kFx.rewrite(kNext, "no_gate", drop_tensor("blk.0.attn_gate.weight")),
                     "missing tensor 'blk.0.attn_gate.weight'");
-  expect_load_error(rewrite(kNext, "no_shgate", kAllKv, drop("blk.3.ffn_gate_inp_shexp.weight")),
+  expect_load_error(kFx.rewrite(kNext, "no_shgate", drop_tensor("blk.3.ffn_gate_inp_shexp.weight")),
                     "missing tensor 'blk.3.ffn_gate_inp_shexp.weight'");
-  expect_load_error(rewrite(kNext, "no_post", kAllKv, drop("blk.3.post_attention_norm.weight")),
+  expect_load_error(kFx.rewrite(kNext, "no_post", drop_tensor("blk.3.post_attention_norm.weight")),
                     "missing tensor 'blk.3.post_attention_norm.weight'");
   // A conv of another width; value heads the tensors do not have.
-  expect_load_error(rewrite(kNext, "kernel", set_u32("qwen3next.ssm.conv_kernel", 3), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "kernel", set_key("qwen3next.ssm.conv_kernel", u32(3))),
                     "tensor 'blk.0.ssm_conv1d.weight' has shape");
-  expect_load_error(rewrite(kNext, "vheads", set_u32("qwen3next.ssm.time_step_rank", 8), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "vheads", set_key("qwen3next.ssm.time_step_rank", u32(8))),
                     "tensor 'blk.0.ssm_dt.bias' has shape [4], expected [8]");
   // State dimensions that do not divide.
-  expect_load_error(rewrite(kNext, "nv3", set_u32("qwen3next.ssm.time_step_rank", 3), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "nv3", set_key("qwen3next.ssm.time_step_rank", u32(3))),
                     "is not a multiple of qwen3next.ssm.group_count = 2");
-  expect_load_error(rewrite(kNext, "inner", set_u32("qwen3next.ssm.inner_size", 30), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "inner", set_key("qwen3next.ssm.inner_size", u32(30))),
                     "ssm.inner_size = 30 is not divisible");
-  expect_load_error(rewrite(kNext, "no_kernel", without("qwen3next.ssm.conv_kernel"), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "no_kernel", drop_key("qwen3next.ssm.conv_kernel")),
                     "qwen3next.ssm.conv_kernel");
   // The rope: more rotated dims than a head; M-RoPE sections that leave pairs to e.
-  expect_load_error(rewrite(kNext, "rot", set_u32("qwen3next.rope.dimension_count", 32), kNoDrop),
+  expect_load_error(kFx.rewrite(kNext, "rot", set_key("qwen3next.rope.dimension_count", u32(32))),
                     "rope.dimension_count = 32 must be even and at most the head dimension 16");
-  expect_load_error(rewrite(
-                        k35, "sections",
-                        [](const std::string& k, gguf::Value& v) {
-                          if (k == "qwen35moe.rope.dimension_sections") {
-                            v = gguf::Value::i32_array({1, 1, 1, 1});
-                          }
-                          return true;
-                        },
-                        kNoDrop),
+  expect_load_error(kFx.rewrite(k35, "sections",
+                                set_key("qwen35moe.rope.dimension_sections",
+                                        gguf::Value::i32_array({1, 1, 1, 1}))),
                     "only sections whose t, h, w cover the 4 rotated pairs");
-  expect_load_error(
-      rewrite(k35, "no_sections", without("qwen35moe.rope.dimension_sections"), kNoDrop),
-      "missing metadata qwen35moe.rope.dimension_sections");
+  expect_load_error(kFx.rewrite(k35, "no_sections", drop_key("qwen35moe.rope.dimension_sections")),
+                    "missing metadata qwen35moe.rope.dimension_sections");
   // The older fused layout is refused by name.
   expect_load_error(older_layout(), "older layout");
 }
@@ -360,13 +329,14 @@ TEST(Qwen3Next, DecayAndConvMatter) {
   const DeltaNet& d = m->config().delta_net;
   std::vector<float> taps(size_t(d.conv_dim()) * d.conv_kernel, 0.f);
   for (int c = 0; c < d.conv_dim(); ++c) taps[size_t(c) * d.conv_kernel + d.conv_kernel - 1] = 1.f;
-  EXPECT_GT(last_err(rewrite(kNext, "no_decay", kAllKv, kNoDrop, "blk.1.ssm_a",
-                             std::vector<float>(size_t(d.n_v_heads), 0.f))),
+  EXPECT_GT(last_err(kFx.rewrite(
+                kNext, "no_decay",
+                replace_f32("blk.1.ssm_a", std::vector<float>(size_t(d.n_v_heads), 0.f)))),
             1e-3);
-  EXPECT_GT(last_err(rewrite(kNext, "no_conv", kAllKv, kNoDrop, "blk.0.ssm_conv1d.weight", taps)),
+  EXPECT_GT(last_err(kFx.rewrite(kNext, "no_conv", replace_f32("blk.0.ssm_conv1d.weight", taps))),
             1e-3);
   // The untouched copy gives the goldens (the rewrite itself changes nothing).
-  EXPECT_LT(last_err(rewrite(kNext, "same", kAllKv, kNoDrop)), kTol);
+  EXPECT_LT(last_err(kFx.rewrite(kNext, "same", {})), kTol);
 }
 
 TEST(Qwen3Next, RealShapePresets) {

@@ -25,14 +25,6 @@ const std::string kDir = kFx.dir();
 const char* const kF32 = "tiny-qwen3vlmoe-f32";
 const char* const kQ8 = "tiny-qwen3vlmoe-q8_0";
 
-std::vector<int32_t> tokens() {
-  return kFx.tokens();
-}
-
-std::vector<float> golden(const std::string& name, size_t n) {
-  return kFx.golden(name, n);
-}
-
 using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::rel_err;

@@ -28,10 +28,12 @@ const testing_util::FamilyFixtures kFx("step35");
 const char* const kF32 = "tiny-step35-f32";
 const char* const kQ8 = "tiny-step35-q8_0";
 
+using testing_util::drop_where;
 using testing_util::exact_ctx;
 using testing_util::expect_load_error;
 using testing_util::GgufEdit;
 using testing_util::rel_err;
+using testing_util::replace_f32;
 using testing_util::set_key;
 
 TEST(Step35, ConfigFromTheFile) {
@@ -107,20 +109,6 @@ TEST(Step35, EveryPolicyRunsOnItsRouter) {
 std::string rewrite(const std::string& out, const GgufEdit& edit) {
   return kFx.rewrite(kF32, out, edit);
 }
-GgufEdit drop_where(std::function<bool(const gguf::TensorInfo&)> f) {
-  GgufEdit e;
-  e.drop = std::move(f);
-  return e;
-}
-GgufEdit replace_f32(const std::string& name, const std::vector<float>& values) {
-  GgufEdit e;
-  e.replace = [name, values](const gguf::TensorInfo& t) -> std::optional<testing_util::TensorData> {
-    if (t.name != name) return std::nullopt;
-    return testing_util::f32_tensor(std::vector<int64_t>(t.ne, t.ne + t.n_dims), values);
-  };
-  return e;
-}
-
 double last_position_err(const Model& m) {
   const size_t V = size_t(m.config().n_vocab), n = kFx.tokens().size();
   const auto want = kFx.golden(kF32, n * V);
