@@ -110,6 +110,48 @@ bool CallStream::feed_arguments() {
   return ended;
 }
 
+bool CallStream::next_call(std::string_view begin, const char* block) {
+  skip_space();
+  if (pos_ == body_.size()) {
+    done_ = closed_ && !calls_.empty();
+    if (closed_ && calls_.empty()) stop(std::string("no call in the ") + block);
+    return false;
+  }
+  const Seen s = at(begin);
+  if (s == Seen::kPartial) return false;
+  if (s == Seen::kNo) {
+    stop("text other than " + std::string(begin) + " between the calls");
+    return false;
+  }
+  pos_ += begin.size();
+  return true;
+}
+
+bool CallStream::object_arguments(const std::string& id) {
+  if (calls_.empty() || calls_.back().ended) {
+    skip_space();
+    if (pos_ == body_.size()) return false;
+    if (body_[pos_] != '{') {
+      stop("the arguments are not written as an object");
+      return false;
+    }
+    if (!open(id, name_)) return false;
+  }
+  return feed_arguments();
+}
+
+bool CallStream::call_end(std::string_view end) {
+  skip_space();
+  const Seen s = at(end);
+  if (s == Seen::kPartial || pos_ == body_.size()) return false;
+  if (s == Seen::kNo) {
+    stop("a call without " + std::string(end));
+    return false;
+  }
+  pos_ += end.size();
+  return true;
+}
+
 void CallStream::advance(std::string_view body, bool closed) {
   body_ = body;
   closed_ = closed;
@@ -356,20 +398,10 @@ void CallStream::step_deepseek() {
                              kSep = "<｜tool▁sep｜>", kFence = "```json", kClose = "```";
   for (;;) {
     switch (phase_) {
-      case 0: {
-        skip_space();
-        if (pos_ == body_.size()) {
-          done_ = closed_ && !calls_.empty();
-          if (closed_ && calls_.empty()) stop("no call in the block");
-          return;
-        }
-        const Seen s = at(kBegin);
-        if (s == Seen::kPartial) return;
-        if (s == Seen::kNo) return stop("text other than <｜tool▁call▁begin｜> between the calls");
-        pos_ += kBegin.size();
+      case 0:
+        if (!next_call(kBegin, "block")) return;
         phase_ = 1;
         continue;
-      }
       case 1: {
         const size_t sep = find(kSep, pos_);
         if (sep == std::string_view::npos) {
@@ -405,17 +437,10 @@ void CallStream::step_deepseek() {
         phase_ = 4;
         continue;
       }
-      case 4: {
-        if (calls_.empty() || calls_.back().ended) {
-          skip_space();
-          if (pos_ == body_.size()) return;
-          if (body_[pos_] != '{') return stop("the arguments are not written as an object");
-          if (!open("", name_)) return;
-        }
-        if (!feed_arguments()) return;
+      case 4:
+        if (!object_arguments("")) return;
         phase_ = 5;
         continue;
-      }
       case 5: {
         skip_space();
         if (at(kClose) == Seen::kYes && at(kEnd) != Seen::kYes) {
@@ -445,20 +470,10 @@ void CallStream::step_kimi() {
                              kEnd = "<|tool_call_end|>", kPrefix = "functions.";
   for (;;) {
     switch (phase_) {
-      case 0: {
-        skip_space();
-        if (pos_ == body_.size()) {
-          done_ = closed_ && !calls_.empty();
-          if (closed_ && calls_.empty()) stop("no call in the section");
-          return;
-        }
-        const Seen s = at(kBegin);
-        if (s == Seen::kPartial) return;
-        if (s == Seen::kNo) return stop("text other than <|tool_call_begin|> between the calls");
-        pos_ += kBegin.size();
+      case 0:
+        if (!next_call(kBegin, "section")) return;
         phase_ = 1;
         continue;
-      }
       case 1: {
         const size_t a = find(kArgs, pos_);
         if (a == std::string_view::npos) {
@@ -476,26 +491,14 @@ void CallStream::step_kimi() {
         phase_ = 2;
         continue;
       }
-      case 2: {
-        if (calls_.empty() || calls_.back().ended) {
-          skip_space();
-          if (pos_ == body_.size()) return;
-          if (body_[pos_] != '{') return stop("the arguments are not written as an object");
-          if (!open(id_, name_)) return;
-        }
-        if (!feed_arguments()) return;
+      case 2:
+        if (!object_arguments(id_)) return;
         phase_ = 3;
         continue;
-      }
-      case 3: {
-        skip_space();
-        const Seen s = at(kEnd);
-        if (s == Seen::kPartial || pos_ == body_.size()) return;
-        if (s == Seen::kNo) return stop("a call without <|tool_call_end|>");
-        pos_ += kEnd.size();
+      case 3:
+        if (!call_end(kEnd)) return;
         phase_ = 0;
         continue;
-      }
       default:
         return;
     }

@@ -59,6 +59,13 @@ class CallStream {
   bool feed_arguments();
   // Feeds a whole JSON value (not streamed) from pos_; true once it ended.
   bool feed_value(JsonStream& js);
+  // Between two calls of a block of `begin`-marked calls (`block` names it in errors): true
+  // once `begin` is consumed; at the body's end the block is done, or malformed without a call.
+  bool next_call(std::string_view begin, const char* block);
+  // The call's arguments object: opens call (id, name_) at its '{'; true once the object ended.
+  bool object_arguments(const std::string& id);
+  // Skips space and `end` after a call's arguments: true once `end` is consumed.
+  bool call_end(std::string_view end);
 
   void step_object_calls();  // hermes, llama3, mistral's array
   bool step_call_object();   // one {"name":..,"arguments":{..}} object
