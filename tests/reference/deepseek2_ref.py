@@ -23,7 +23,6 @@ mscale(factor, mscale_all_dim)^2, mscale(s, m) = 1 + 0.1 m ln s, with mscale_all
 yarn_log_multiplier / 0.1 (the converter stores 0.1 * mscale_all_dim).
 """
 
-import argparse
 import math
 import os
 import sys
@@ -249,17 +248,7 @@ def forward(m, tokens):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    toks = [int(t) for t in a.tokens.split(",")]
-    logits = forward(load(a.model), toks)
-    with open(a.out, "wb") as f:
-        f.write(logits.astype("<f4").tobytes())
-    print("%d positions, argmax %s" % (len(toks), list(np.argmax(logits, axis=1))))
-    return 0
+    return gguf_np.logits_main(argv, load, forward)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Dots1Model):
 Shapes are checked as the file is read; a bad one raises naming the tensor.
 """
 
-import argparse
 import math
 import os
 import sys
@@ -209,17 +208,7 @@ def forward(m, tokens):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    toks = [int(t) for t in a.tokens.split(",")]
-    logits = forward(load(a.model), toks)
-    with open(a.out, "wb") as f:
-        f.write(logits.astype("<f4").tobytes())
-    print("%d positions, argmax %s" % (len(toks), list(np.argmax(logits, axis=1))))
-    return 0
+    return gguf_np.logits_main(argv, load, forward)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ The quantizers reproduce ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref ar
 in float32 (so blocks are meant to be byte-identical to ggml's reference quantizer).
 """
 
+import argparse
 import struct
 
 import numpy as np
@@ -429,3 +430,19 @@ def write_gguf(path, kv, tensors, alignment=None):
     with open(path, "wb") as f:
         f.write(data)
     return len(data)
+
+
+def logits_main(argv, load, forward):
+    """The command line of every family reference: MODEL --tokens 1,2,3 --out FILE writes the
+    logits of every position, [n x V] little-endian F32, from forward(load(MODEL), tokens)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    toks = [int(t) for t in a.tokens.split(",")]
+    logits = forward(load(a.model), toks)
+    with open(a.out, "wb") as f:
+        f.write(logits.astype("<f4").tobytes())
+    print("%d positions, argmax %s" % (len(toks), list(np.argmax(logits, axis=1))))
+    return 0

@@ -25,7 +25,6 @@ modeling_gpt_oss.py says the same):
   beta 32 / 1, clamped to [0, n-1]; cos and sin times 1 + 0.1 ln(factor).
 """
 
-import argparse
 import math
 import os
 import sys
@@ -184,17 +183,7 @@ def forward(m, tokens):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    toks = [int(t) for t in a.tokens.split(",")]
-    logits = forward(load(a.model), toks)
-    with open(a.out, "wb") as f:
-        f.write(logits.astype("<f4").tobytes())
-    print("%d positions, argmax %s" % (len(toks), list(np.argmax(logits, axis=1))))
-    return 0
+    return gguf_np.logits_main(argv, load, forward)
 
 
 if __name__ == "__main__":

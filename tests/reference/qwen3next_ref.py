@@ -38,7 +38,6 @@ Then the model, as HF computes it:
 - logits = lm_head(norm(x)) (tied to embed_tokens without output.weight).
 """
 
-import argparse
 import math
 import os
 import sys
@@ -313,15 +312,7 @@ def forward(m, tokens):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    m = load(a.model)
-    toks = [int(t) for t in a.tokens.split(",")]
-    forward(m, toks).astype("<f4").tofile(a.out)
-    return 0
+    return gguf_np.logits_main(argv, load, forward)
 
 
 if __name__ == "__main__":
