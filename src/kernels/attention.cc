@@ -13,10 +13,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
 #include "kernels/kernels.h"
+#include "kernels/types/layout.h"
 #include "lynx/error.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -38,6 +40,9 @@ using VF = hn::Vec<DF>;
 constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 // Keys per tile: the tile's scores and values stay in L1 next to the queries' vectors.
 constexpr int kKeys = 32;
+// A Q8_0 cache row's block: fp16 d, then 32 int8 quants (ggml's block_q8_0).
+constexpr int kQ8Bytes = int(sizeof(types::BlockQ8_0));
+constexpr int kQ8Qs = int(offsetof(types::BlockQ8_0, qs));
 
 using gguf::TensorType;
 
@@ -67,12 +72,12 @@ HWY_INLINE void DecodeKvRow(TensorType t, const uint8_t* src, float* dst, int n)
   const hn::Rebind<int8_t, DF> di8;
   const hn::Rebind<int32_t, DF> di32;
   HWY_ALIGN float tail[32];
-  for (int b = 0; b * 32 < n; ++b, src += 34) {
+  for (int b = 0; b * 32 < n; ++b, src += kQ8Bytes) {
     uint16_t bits;
     std::memcpy(&bits, src, 2);
     const VF d = hn::Set(df, fp16_to_fp32(bits));
     float* out = (b + 1) * 32 <= n ? dst + b * 32 : tail;
-    const auto* q = reinterpret_cast<const int8_t*>(src + 2);
+    const auto* q = reinterpret_cast<const int8_t*>(src + kQ8Qs);
     for (int j = 0; j < 32; j += int(kN)) {
       hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, q + j))), d), df,
                  out + j);
@@ -300,6 +305,7 @@ HWY_EXPORT(AttentionGroupT);
 
 namespace {
 constexpr int kRowsPerTile = 64;
+constexpr int kQ8Bytes = int(sizeof(types::BlockQ8_0));
 }  // namespace
 
 int attention_tile_tokens(int n_head) {
@@ -317,7 +323,7 @@ size_t kv_cache_head_bytes(TensorType t, int64_t n) {
     case TensorType::F16:
       return size_t(n) * 2;
     case TensorType::Q8_0:
-      return size_t((n + 31) / 32) * 34;
+      return size_t((n + 31) / 32) * kQ8Bytes;
     default:
       throw Error(std::string("KV cache type ") + gguf::tensor_type_name(t) +
                   " is not one of f32, f16, q8_0");
@@ -339,7 +345,7 @@ void kv_cache_store(TensorType t, const float* src, void* dst, int64_t n) {
     if (whole < n) {  // the last block zero-padded
       float pad[32] = {};
       std::memcpy(pad, src + whole, sizeof(float) * size_t(n - whole));
-      quantize_row(TensorType::Q8_0, pad, out + whole / 32 * 34, 32);
+      quantize_row(TensorType::Q8_0, pad, out + whole / 32 * kQ8Bytes, 32);
     }
   }
 }
@@ -357,7 +363,7 @@ void kv_cache_load(TensorType t, const void* src, float* dst, int64_t n) {
   } else {
     float block[32];
     for (int64_t b = 0; b * 32 < n; ++b) {
-      ref::dequantize_row(TensorType::Q8_0, in + b * 34, block, 32);
+      ref::dequantize_row(TensorType::Q8_0, in + b * kQ8Bytes, block, 32);
       std::memcpy(dst + b * 32, block, sizeof(float) * size_t(std::min<int64_t>(32, n - b * 32)));
     }
   }

@@ -18,6 +18,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "kernels/types/blocks.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -38,20 +39,7 @@ using icommon::VI;
 // scale is an E8M0 byte.
 template <TensorType kType>
 constexpr int64_t BlockBytes() {
-  switch (kType) {
-    case TensorType::Q8_0:
-      return 34;
-    case TensorType::Q4_1:
-      return 20;
-    case TensorType::Q5_0:
-      return 22;
-    case TensorType::Q5_1:
-      return 24;
-    case TensorType::MXFP4:
-      return 17;
-    default:
-      return 18;  // Q4_0, IQ4_NL
-  }
+  return type_row(kType)->block_bytes;
 }
 template <TensorType kType>
 constexpr bool kHasMin = kType == TensorType::Q4_1 || kType == TensorType::Q5_1;
@@ -65,9 +53,12 @@ constexpr bool kSignedW = kType == TensorType::Q8_0 || kGrid<kType>;
 // Bytes of the scalar fields at the block's start (the interleaved layout keeps them as 16
 // values each before the planes), and of each field.
 template <TensorType kType>
-constexpr int64_t kFieldBytes = kType == TensorType::MXFP4 ? 1 : 2;
+constexpr int64_t kFieldBytes = type_row(kType)->interleave.field_bytes;
 template <TensorType kType>
-constexpr int64_t kFields = kHasMin<kType> ? 2 : 1;
+constexpr int64_t kFields = type_row(kType)->interleave.fields;
+static_assert(kFields<TensorType::Q4_1> == 2 && kFields<TensorType::Q8_0> == 1 &&
+              kFieldBytes<TensorType::MXFP4> == 1 &&
+              !type_row(TensorType::Q8_0)->interleave.at_end);
 // The unsigned level's offset for the types stored biased (Q4_0 8, Q5_0 16).
 template <TensorType kType>
 constexpr int32_t kLevelOffset = kType == TensorType::Q4_0   ? 8
