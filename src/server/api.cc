@@ -343,7 +343,8 @@ void forced_tool_call(const json& body, const std::string& text, CompletionParam
   p.grammar_markers = std::move(g.markers);
 }
 
-CompletionParams parse_checked(const std::string& text, bool chat, const ApiModel& m) {
+// The request body: a JSON object no deeper than the server allows.
+json parse_body(const std::string& text, const ApiModel& m) {
   if (json_depth(text, m.max_depth) > m.max_depth) {
     throw ApiError(
         400, "The JSON body is nested deeper than " + std::to_string(m.max_depth) + " levels.", "",
@@ -355,25 +356,14 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
   }
   if (!body.is_object())
     throw ApiError(400, "The request body must be a JSON object.", "", "invalid_json");
-  CompletionParams p;
-  p.chat = chat;
-  if (const json* v = field(body, "model")) {
-    if (!v->is_string()) bad_type("model", "a string");
-    if (v->get<std::string>() != m.name) {
-      throw ApiError(400,
-                     "The model '" + v->get<std::string>() +
-                         "' does not exist (this server serves '" + m.name + "')",
-                     "model", "model_not_found");
-    }
-  }
-  refuse_unsupported(body);
-  if (chat) {
-    output_fields(body, m, p);
-  } else {
-    for (const char* k : {"tools", "tool_choice", "reasoning_format", "chat_template_kwargs"}) {
-      if (field(body, k)) bad_value(k, "is a chat field (/v1/chat/completions)");
-    }
-  }
+  return body;
+}
+
+// The prompt (chat messages through the template, or a completion prompt) and the tokens
+// asked for, within the context.
+void prompt_fields(const json& body, const std::string& text, const ApiModel& m,
+                   CompletionParams& p) {
+  const bool chat = p.chat;
   try {
     if (chat) {
       chat_prompt(body, text, m, p);  // chat_request.cc
@@ -403,7 +393,10 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
                        std::to_string(p.max_tokens) + " for the completion).",
                    chat ? "messages" : "prompt", "context_length_exceeded");
   }
+}
 
+// Temperature, top_p, top_k and the other samplers, the seed, and the stop strings.
+void sampling_and_stop(const json& body, const ApiModel& m, CompletionParams& p) {
   p.sampling.temperature = float(get_num(body, "temperature", 0, 2, 1));
   p.sampling.top_p = float(get_num(body, "top_p", 0, 1, 1));
   if (p.sampling.top_p <= 0) bad_value("top_p", "must be greater than 0");
@@ -436,19 +429,10 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
       if (s.empty()) bad_value("stop", "must not contain empty strings");
     }
   }
-  p.n = int(get_int(body, "n", 1, m.max_n, 1));
-  p.stream = get_bool(body, "stream", false);
-  if (const json* v = field(body, "stream_options")) {
-    if (!v->is_object()) bad_type("stream_options", "an object");
-    if (!p.stream) bad_value("stream_options", "is only allowed with stream: true");
-    p.include_usage = get_bool(*v, "include_usage", false);
-  }
-  if (chat) {
-    p.logprobs = get_bool(body, "logprobs", false);
-    get_int(body, "top_logprobs", 0, 20, 0);  // validated; alternatives are not reported
-  } else {
-    p.logprobs = field(body, "logprobs") && get_int(body, "logprobs", 0, 5, 0) >= 0;
-  }
+}
+
+// The request's routing level and its cap on the server's routing ladder.
+void routing_fields(const json& body, const ApiModel& m, CompletionParams& p) {
   if (const json* v = field(body, "routing")) {
     if (!v->is_string() && !v->is_number_integer()) {
       bad_type("routing", "a string (\"exact\", \"default\", a policy spec) or an integer level");
@@ -475,6 +459,45 @@ CompletionParams parse_checked(const std::string& text, bool chat, const ApiMode
       p.max_routing_level = level;
     }
   }
+}
+
+CompletionParams parse_checked(const std::string& text, bool chat, const ApiModel& m) {
+  const json body = parse_body(text, m);
+  CompletionParams p;
+  p.chat = chat;
+  if (const json* v = field(body, "model")) {
+    if (!v->is_string()) bad_type("model", "a string");
+    if (v->get<std::string>() != m.name) {
+      throw ApiError(400,
+                     "The model '" + v->get<std::string>() +
+                         "' does not exist (this server serves '" + m.name + "')",
+                     "model", "model_not_found");
+    }
+  }
+  refuse_unsupported(body);
+  if (chat) {
+    output_fields(body, m, p);
+  } else {
+    for (const char* k : {"tools", "tool_choice", "reasoning_format", "chat_template_kwargs"}) {
+      if (field(body, k)) bad_value(k, "is a chat field (/v1/chat/completions)");
+    }
+  }
+  prompt_fields(body, text, m, p);
+  sampling_and_stop(body, m, p);
+  p.n = int(get_int(body, "n", 1, m.max_n, 1));
+  p.stream = get_bool(body, "stream", false);
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) bad_type("stream_options", "an object");
+    if (!p.stream) bad_value("stream_options", "is only allowed with stream: true");
+    p.include_usage = get_bool(*v, "include_usage", false);
+  }
+  if (chat) {
+    p.logprobs = get_bool(body, "logprobs", false);
+    get_int(body, "top_logprobs", 0, 20, 0);  // validated; alternatives are not reported
+  } else {
+    p.logprobs = field(body, "logprobs") && get_int(body, "logprobs", 0, 5, 0) >= 0;
+  }
+  routing_fields(body, m, p);
   p.ignore_eos = get_bool(body, "ignore_eos", false);
   p.grammar = structured_output(body, text);
   if (chat) forced_tool_call(body, text, p);

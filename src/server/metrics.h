@@ -53,6 +53,12 @@ class Metrics {
   std::string render(const std::string& routing_spec) const;
 
  private:
+  // The parts of render(), called with mu_ held.
+  void render_requests(std::string& o) const;
+  void render_prefix_cache(std::string& o) const;
+  void render_steps(std::string& o) const;
+  void render_routing(std::string& o) const;
+
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> http_;
   std::map<std::string, uint64_t> finished_;

@@ -117,6 +117,10 @@ struct Server::Impl {
   void log(const std::string& s) const {
     if (opts.log) opts.log(s);
   }
+  // The chat prompt format (the model's template, else a built-in one) into api.
+  void setup_chat_prompts();
+  // How chat answers are taken apart (tool calls, reasoning) into api.
+  void setup_chat_answers();
   void handle(const server::HttpRequest& req, server::HttpResponse& res);
   void route(const server::HttpRequest& req, server::HttpResponse& res);
   json model_json() const;
@@ -380,8 +384,10 @@ std::string read_api_key_file(const std::string& path) {
   return key;
 }
 
-Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
-  Impl& s = *impl_;
+namespace {
+
+// The options a server cannot run with, refused before the model is loaded.
+void check_options(const ServerOptions& opts) {
   if (opts.max_batch < 1 || opts.max_queue < 0 || opts.n_ctx < 0 || opts.n_ctx == 1 ||
       opts.max_n < 1 || opts.max_step_tokens < 1 || opts.http_threads < 0) {
     throw Error(
@@ -409,6 +415,69 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
         "server: the TPOT target must be 0 (off) or a positive number of seconds, and "
         "the accuracy budget a finite percentage");
   }
+}
+
+}  // namespace
+
+void Server::Impl::setup_chat_prompts() {
+  try {
+    api.chat = chat_format_for_model(model->file(), *tok, opts.chat_format);
+  } catch (const Error& e) {
+    if (!opts.chat_format.empty()) throw;
+    const std::string bos = tok->bos() >= 0 ? tok->token_to_piece(tok->bos()) : "";
+    const std::string eos = tok->eos() >= 0 ? tok->token_to_piece(tok->eos()) : "";
+    api.chat = chat_format_from_name("chatml", bos, eos);
+    log(std::string("no usable chat template (") + e.what() + "); chat uses chatml");
+  }
+  // The model's own Jinja template renders chat prompts unless a format is named; the
+  // built-in format above is the fallback when it does not parse or render.
+  if (opts.chat_format.empty()) {
+    const std::string tmpl = model->file().get_string("tokenizer.chat_template", "");
+    if (!tmpl.empty()) {
+      try {
+        api.chat_template = std::make_shared<const ChatTemplate>(tmpl);
+        log("chat prompts: the model's chat template (fallback: " + api.chat.name + ")");
+      } catch (const Error& e) {
+        log(std::string("the chat template does not parse (") + e.what() + "); chat uses " +
+            api.chat.name);
+      }
+    }
+  }
+}
+
+void Server::Impl::setup_chat_answers() {
+  // The template's markers name the model's call and reasoning format; without a template,
+  // the built-in format's family.
+  const std::string tmpl = model->file().get_string("tokenizer.chat_template", "");
+  if (!tmpl.empty()) {
+    api.output_format = chatparse::detect_output_format(tmpl);
+  } else if (api.chat.name == "harmony") {
+    api.output_format.tools = chatparse::ToolFormat::kHarmony;
+  } else if (api.chat.name == "glm4.5" || api.chat.name == "minimax-m2" ||
+             api.chat.name == "deepseek3") {
+    api.output_format.think_tags = true;
+  }
+  if (!opts.tool_format.empty()) {
+    const auto f = chatparse::tool_format_from_name(opts.tool_format);
+    if (!f) throw Error("server: unknown tool format '" + opts.tool_format + "'");
+    api.output_format.tools = *f;
+    if (*f == chatparse::ToolFormat::kHarmony) api.output_format.think_tags = false;
+  }
+  if (opts.reasoning_format != "none" && opts.reasoning_format != "deepseek") {
+    throw Error("server: reasoning_format must be \"none\" or \"deepseek\"");
+  }
+  api.extract_reasoning = opts.reasoning_format == "deepseek";
+  log(std::string("chat answers: tool calls ") +
+      std::string(chatparse::tool_format_name(api.output_format.tools)) + ", reasoning " +
+      (api.output_format.think_tags                                 ? "<think> blocks"
+       : api.output_format.tools == chatparse::ToolFormat::kHarmony ? "analysis channel"
+                                                                    : "none") +
+      (api.extract_reasoning ? " (returned as reasoning_content)" : " (kept in the text)"));
+}
+
+Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  check_options(opts);
   if (opts.http_threads == 0) opts.http_threads = opts.max_batch + opts.max_queue + 4;
   if (opts.log) {
     opts.log = [raw = std::move(opts.log)](const std::string& m) { raw(escape_controls(m)); };
@@ -436,59 +505,9 @@ Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) {
   s.api.name = s.opts.model_name;
   if (s.api.name.empty()) s.api.name = s.model->config().name;
   if (s.api.name.empty()) s.api.name = std::filesystem::path(s.opts.model_path).stem().string();
-  try {
-    s.api.chat = chat_format_for_model(s.model->file(), *s.tok, s.opts.chat_format);
-  } catch (const Error& e) {
-    if (!s.opts.chat_format.empty()) throw;
-    const std::string bos = s.tok->bos() >= 0 ? s.tok->token_to_piece(s.tok->bos()) : "";
-    const std::string eos = s.tok->eos() >= 0 ? s.tok->token_to_piece(s.tok->eos()) : "";
-    s.api.chat = chat_format_from_name("chatml", bos, eos);
-    s.log(std::string("no usable chat template (") + e.what() + "); chat uses chatml");
-  }
-  // The model's own Jinja template renders chat prompts unless a format is named; the
-  // built-in format above is the fallback when it does not parse or render.
-  if (s.opts.chat_format.empty()) {
-    const std::string tmpl = s.model->file().get_string("tokenizer.chat_template", "");
-    if (!tmpl.empty()) {
-      try {
-        s.api.chat_template = std::make_shared<const ChatTemplate>(tmpl);
-        s.log("chat prompts: the model's chat template (fallback: " + s.api.chat.name + ")");
-      } catch (const Error& e) {
-        s.log(std::string("the chat template does not parse (") + e.what() + "); chat uses " +
-              s.api.chat.name);
-      }
-    }
-  }
+  s.setup_chat_prompts();
   s.api.log = [&s](const std::string& msg) { s.log(msg); };
-  // How answers are taken apart: the template's markers name the model's call and reasoning
-  // format; without a template, the built-in format's family.
-  {
-    const std::string tmpl = s.model->file().get_string("tokenizer.chat_template", "");
-    if (!tmpl.empty()) {
-      s.api.output_format = chatparse::detect_output_format(tmpl);
-    } else if (s.api.chat.name == "harmony") {
-      s.api.output_format.tools = chatparse::ToolFormat::kHarmony;
-    } else if (s.api.chat.name == "glm4.5" || s.api.chat.name == "minimax-m2" ||
-               s.api.chat.name == "deepseek3") {
-      s.api.output_format.think_tags = true;
-    }
-    if (!s.opts.tool_format.empty()) {
-      const auto f = chatparse::tool_format_from_name(s.opts.tool_format);
-      if (!f) throw Error("server: unknown tool format '" + s.opts.tool_format + "'");
-      s.api.output_format.tools = *f;
-      if (*f == chatparse::ToolFormat::kHarmony) s.api.output_format.think_tags = false;
-    }
-    if (s.opts.reasoning_format != "none" && s.opts.reasoning_format != "deepseek") {
-      throw Error("server: reasoning_format must be \"none\" or \"deepseek\"");
-    }
-    s.api.extract_reasoning = s.opts.reasoning_format == "deepseek";
-    s.log(std::string("chat answers: tool calls ") +
-          std::string(chatparse::tool_format_name(s.api.output_format.tools)) + ", reasoning " +
-          (s.api.output_format.think_tags                                 ? "<think> blocks"
-           : s.api.output_format.tools == chatparse::ToolFormat::kHarmony ? "analysis channel"
-                                                                          : "none") +
-          (s.api.extract_reasoning ? " (returned as reasoning_content)" : " (kept in the text)"));
-  }
+  s.setup_chat_answers();
   s.engine = std::make_unique<server::Engine>(*s.model, *s.tok, s.opts, s.metrics);
   const RoutingControl& rc = s.engine->routing_control();
   s.api.routing_levels.clear();
