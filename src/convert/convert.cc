@@ -21,6 +21,8 @@
 #include "kernels/kernels.h"
 #include "lynx/error.h"
 #include "lynx/quantize.h"
+#include "model/arch/arch.h"
+#include "model/read_config.h"
 #include "util/file.h"
 
 namespace lynx {
@@ -43,6 +45,7 @@ struct Planned {
                                // comes from source row / column i * step + off
   std::vector<int64_t> ne;     // GGUF order
   TensorType type = TensorType::F32;
+  const TensorRule* rule = nullptr;  // the family's rule that wrote it
   bool mxfp4_src() const { return !scales.empty(); }
 };
 
@@ -263,33 +266,60 @@ struct Plan {
   std::set<std::string> used;
 };
 
+// What the file will hold, from the architecture: its description's tensor groups for each
+// layer's block kinds, resolved (read_config) against the metadata convert writes plus a
+// one-value stand-in for every tensor the checkpoint can give (the loader decides a few
+// switches, such as q/k norms or the selection bias, by which tensors the file has). A group the
+// description marks optional is written when the checkpoint has its trigger's source (required
+// when its size is known from the config, as a shared expert's is); each tensor then comes from
+// the family's rule for its name.
 class Planner {
  public:
-  Planner(const HfConfig& c, const Family& f, const Checkpoint& ck, bool mla_split)
-      : c_(c), f_(f), ck_(ck), mla_split_(mla_split) {
+  Planner(const HfConfig& c, const Family& f, const Checkpoint& ck, const gguf::Writer& keys,
+          bool mla_split)
+      : c_(c), f_(f), a_(arch::find(f.arch)), ck_(ck), mla_split_(mla_split) {
     n_layer_ = c.get_int("num_hidden_layers");
     if (n_layer_ < 1 || n_layer_ > 4096) c.fail("num_hidden_layers must be in [1, 4096]");
-    n_expert_ = f.n_expert_key ? c.get_int(f.n_expert_key, 0) : 0;
-    if (n_expert_ > 4096) c.fail(std::string(f.n_expert_key) + " must be at most 4096");
-    shared_ = f.shared_key && c.get_int(f.shared_key, 0) > 0;
-    q_lora_ = c.get_int("q_lora_rank", 0) > 0;
     n_head_ = c.get_int("num_attention_heads");
     n_head_kv_ = c.get_int("num_key_value_heads", n_head_);
-    qk_norm_ = c.get_bool("use_qk_norm", false);
-    n_trunk_ = n_layer_;
     if (f.nextn_key) {
       const int64_t nextn = c.get_int(f.nextn_key, 0);
       if (nextn > 16) c.fail(std::string(f.nextn_key) + " must be at most 16");
       n_layer_ += nextn;
     }
+    cfg_ = resolve(keys);
+    n_expert_ = cfg_.n_expert;
+    if (f.qk_norm_key && c.get_bool(f.qk_norm_key, false) != (cfg_.qk_norm != QKNorm::kNone)) {
+      const TensorRule* r = find_rule(f, arch::tensor::kAttnQNorm, mla_split);
+      const std::string hf = r ? hf_name(*r, 0) : std::string(arch::tensor::kAttnQNorm);
+      throw Error(c.get_bool(f.qk_norm_key, false)
+                      ? "tensor '" + hf + "' is missing from the checkpoint (" + f.model_type +
+                            " needs it for blk.0." + arch::tensor::kAttnQNorm + ": " +
+                            f.qk_norm_key + " is true)"
+                      : "tensor '" + hf + "' is in the checkpoint, but " + f.qk_norm_key +
+                            " is false");
+    }
+    if (cfg_.n_layer + cfg_.n_layer_nextn != n_layer_) {
+      throw Error(std::string(f.arch) + ": block_count " +
+                  std::to_string(cfg_.n_layer + cfg_.n_layer_nextn) + " differs from the " +
+                  std::to_string(n_layer_) + " layers converted");
+    }
   }
 
   Plan run() {
-    for (const TensorRule& r : f_.global) add(r, -1);
-    for (int64_t il = 0; il < n_layer_; ++il) {
-      for (const auto& group : f_.layer) {
-        for (const TensorRule& r : group) add(r, il);
+    for (const arch::TensorSpec& t : arch::kGlobalTensors) add_spec(t, -1, t.required);
+    in_rule_order(0);
+    for (int il = 0; il < int(n_layer_); ++il) {
+      const size_t first = plan_.tensors.size();
+      const bool nextn = il >= cfg_.n_layer;
+      const LayerKind kind = nextn ? arch::layer_kind(a_, cfg_, il) : cfg_.layer_kinds[size_t(il)];
+      const std::span<const arch::TensorGroup> parts[] = {
+          arch::attn_groups(a_, kind), arch::ffn_groups(a_, kind),
+          nextn ? a_.nextn : std::span<const arch::TensorGroup>{}};
+      for (const auto& groups : parts) {
+        for (const arch::TensorGroup& g : groups) add_group(g, il);
       }
+      in_rule_order(first);
     }
     // Every tensor of the checkpoint must have gone somewhere: one left over means the table
     // and the checkpoint disagree, and the file would silently miss weights.
@@ -306,8 +336,90 @@ class Planner {
   int64_t n_gqa() const { return n_head_kv_ > 0 ? n_head_ / n_head_kv_ : 1; }
 
  private:
-  bool moe_layer(int64_t il) const {
-    return n_expert_ > 0 && (f_.moe_layer ? f_.moe_layer(c_, int(il)) : true);
+  // The tensors from `first` on (one layer's, or the global ones) in the order of the family's
+  // rules, which is the order llama.cpp's converter writes them in (the checkpoint's), not the
+  // description's.
+  void in_rule_order(size_t first) {
+    auto rank = [&](const Planned& p) {
+      int i = 0;
+      for (const TensorRule& r : f_.global) {
+        if (&r == p.rule) return i;
+        ++i;
+      }
+      for (const auto& group : f_.layer) {
+        for (const TensorRule& r : group) {
+          if (&r == p.rule) return i;
+          ++i;
+        }
+      }
+      return i;
+    };
+    std::stable_sort(plan_.tensors.begin() + std::ptrdiff_t(first), plan_.tensors.end(),
+                     [&](const Planned& a, const Planned& b) { return rank(a) < rank(b); });
+  }
+
+  // The rule's checkpoint name for layer il (expert 0 for a stacked one).
+  static std::string hf_name(const TensorRule& r, int64_t il) {
+    std::string hf = replace_all(r.hf, "{L}", std::to_string(il));
+    return replace_all(hf, "{E}", "0");
+  }
+
+  // Whether the checkpoint has the source of GGUF tensor `tensor` in layer il.
+  bool has_source(const char* tensor, int64_t il) const {
+    const TensorRule* r = find_rule(f_, tensor, mla_split_);
+    if (!r) return false;
+    const std::string hf = hf_name(*r, il);
+    return ck_.find(hf) || (fused(r->transform) && ck_.find(hf + "_blocks"));
+  }
+
+  // The metadata about to be written and a stand-in tensor (one F32 value) for each tensor the
+  // checkpoint has a source of, read as the loader reads a file.
+  ModelConfig resolve(const gguf::Writer& keys) const {
+    gguf::Writer probe = keys;
+    const float zero = 0.f;
+    std::set<std::string> added;
+    auto stand_in = [&](const char* tensor, int64_t il) {
+      if (!has_source(tensor, il)) return;
+      const std::string name =
+          il < 0 ? std::string(tensor) : "blk." + std::to_string(il) + "." + tensor;
+      if (added.insert(name).second) probe.add_tensor(name, TensorType::F32, {1}, &zero, 4);
+    };
+    for (const TensorRule& r : f_.global) stand_in(r.tensor, -1);
+    for (int64_t il = 0; il < n_layer_; ++il) {
+      for (const auto& group : f_.layer) {
+        for (const TensorRule& r : group) stand_in(r.tensor, il);
+      }
+    }
+    const std::vector<uint8_t> bytes = probe.to_bytes();
+    const gguf::File file = gguf::File::from_memory(bytes.data(), bytes.size(), "converted");
+    try {
+      return read_config(file);
+    } catch (const Error& e) {
+      throw Error(std::string("config.json (") + f_.model_type +
+                  ") gives metadata the loader refuses: " + e.what());
+    }
+  }
+
+  void add_group(const arch::TensorGroup& g, int il) {
+    if (!arch::group_applies(cfg_, g)) return;
+    bool required = true;
+    if (g.optional) {
+      const bool sized = g.infer != arch::Dim::kOne && arch::dim(cfg_, g.infer) > 0;
+      if (!sized && !has_source(g.trigger, il)) return;
+      required = sized || has_source(g.trigger, il);
+    }
+    for (const arch::TensorSpec& t : g.tensors) add_spec(t, il, required && t.required);
+  }
+
+  void add_spec(const arch::TensorSpec& t, int64_t il, bool required) {
+    const TensorRule* r = find_rule(f_, t.name, mla_split_);
+    if (!r) {
+      if (absent_reason(f_, t.name)) return;
+      throw Error(std::string("convert: ") + f_.model_type + " has no rule for " + f_.arch +
+                  "'s tensor " + t.name);
+    }
+    if (!required && !has_source(t.name, il)) return;
+    add(*r, il);
   }
 
   // Rotary caches and layers past the converted ones (DeepSeek-V3's multi-token prediction
@@ -321,15 +433,6 @@ class Planner {
       return il >= n_layer_;
     }
     return false;
-  }
-
-  bool applies(When w, int64_t il) const {
-    return convert::applies(w, {.moe = moe_layer(il),
-                                .shared = shared_,
-                                .q_lora = q_lora_,
-                                .mla_split = mla_split_,
-                                .qk_norm = qk_norm_,
-                                .nextn = il >= n_trunk_});
   }
 
   const StTensor& need(const std::string& name, const std::string& gguf_name) {
@@ -407,9 +510,9 @@ class Planner {
   }
 
   void add(const TensorRule& r, int64_t il) {
-    if (!applies(r.when, il)) return;
     const std::string L = std::to_string(il);
     Planned p;
+    p.rule = &r;
     p.name = il < 0 ? std::string(r.tensor) : "blk." + L + "." + r.tensor;
     const std::string hf = replace_all(r.hf, "{L}", L);
     p.transform = r.transform;
@@ -420,10 +523,8 @@ class Planner {
     }
     const bool stacked = hf.find("{E}") != std::string::npos;
     const int64_t n_parts = stacked ? n_expert_ : 1;
-    const bool optional = convert::optional(r.when);
     for (int64_t e = 0; e < n_parts; ++e) {
       const std::string name = stacked ? replace_all(hf, "{E}", std::to_string(e)) : hf;
-      if (optional && !ck_.find(name)) return;
       p.parts.push_back(need(name, p.name));
     }
     const StTensor& t0 = p.parts[0];
@@ -492,9 +593,11 @@ class Planner {
 
   const HfConfig& c_;
   const Family& f_;
+  const arch::ArchDesc& a_;
   const Checkpoint& ck_;
-  int64_t n_layer_ = 0, n_trunk_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
-  bool shared_ = false, q_lora_ = false, mla_split_ = false, qk_norm_ = false;
+  bool mla_split_ = false;
+  int64_t n_layer_ = 0, n_expert_ = 0, n_head_ = 0, n_head_kv_ = 0;
+  ModelConfig cfg_;
   Plan plan_;
 };
 
@@ -580,7 +683,7 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
     fam.split_keys(cfg, w);
   }
   const Checkpoint ck = Checkpoint::open(hf_dir);
-  Planner planner(cfg, fam, ck, opts.mla_split);
+  Planner planner(cfg, fam, ck, w, opts.mla_split);
   Plan plan = planner.run();
 
   ConvertResult res;

@@ -25,10 +25,6 @@ void plain_extra(const HfConfig& c, gguf::Writer&) {
   no_rope_scaling(c);
 }
 
-bool glm4moe_moe_layer(const HfConfig& c, int il) {
-  return il >= c.get_int("first_k_dense_replace", 0);
-}
-
 }  // namespace table
 
 namespace {
@@ -40,39 +36,44 @@ constexpr const Family* kFamilies[] = {
     &kOlmoe,   &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
     &kGlm4Moe, &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name};
 
+// The registered architectures (src/model/arch/registry.cc) that no table converts, and why.
+constexpr Unconverted kUnconverted[] = {
+    {"mistral4", "no table yet for Mistral Small 4's Hugging Face checkpoints"},
+    {"glm-dsa", "no table yet for GLM-5's Hugging Face checkpoints (glm_moe_dsa)"},
+    {"hunyuan-moe", "no table yet for Hunyuan-A13B's Hugging Face checkpoints"},
+    {"gemma4", "no table yet for Gemma 4's Hugging Face checkpoints (issue 33)"},
+    {"step35", "no table yet for Step-3.5-Flash's Hugging Face checkpoints (issue 33)"},
+    {"qwen3next", "no table yet for Qwen3-Next's Hugging Face checkpoints (issue 33)"},
+    {"qwen35moe", "no table yet for Qwen3.5-MoE's Hugging Face checkpoints (issue 33)"},
+};
+
 }  // namespace
 
-bool applies(When w, const LayerFacts& l) {
-  switch (w) {
-    case When::kAlways:
-    case When::kOptional:
-      return true;
-    case When::kMoeLayer:
-    case When::kMoeOptional:
-      return l.moe;
-    case When::kDenseLayer:
-      return !l.moe;
-    case When::kShared:
-      return l.moe && l.shared;
-    case When::kQLora:
-      return l.q_lora;
-    case When::kNoQLora:
-      return !l.q_lora;
-    case When::kKvBWhole:
-      return !l.mla_split;
-    case When::kKvBSplit:
-      return l.mla_split;
-    case When::kQkNorm:
-      return l.qk_norm;
-    case When::kNextn:
-    case When::kNextnOptional:
-      return l.nextn;
+const TensorRule* find_rule(const Family& f, std::string_view tensor, bool mla_split) {
+  auto fits = [&](const TensorRule& r) {
+    return tensor == r.tensor &&
+           (r.layout == Layout::kAny || (r.layout == Layout::kMlaSplit) == mla_split);
+  };
+  for (const TensorRule& r : f.global) {
+    if (fits(r)) return &r;
   }
-  return false;
+  for (const auto& group : f.layer) {
+    for (const TensorRule& r : group) {
+      if (fits(r)) return &r;
+    }
+  }
+  return nullptr;
 }
 
-bool optional(When w) {
-  return w == When::kOptional || w == When::kMoeOptional || w == When::kNextnOptional;
+const char* absent_reason(const Family& f, std::string_view tensor) {
+  for (const Absent& a : f.absent) {
+    if (tensor == a.tensor) return a.why;
+  }
+  return nullptr;
+}
+
+std::span<const Unconverted> unconverted() {
+  return kUnconverted;
 }
 
 std::span<const Family* const> families() {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "lynx/gguf.h"
 
@@ -46,38 +47,6 @@ struct KeyRule {
   bool required = false;
 };
 
-// When a tensor rule applies (resolved against the config and the layer).
-enum class When : uint8_t {
-  kAlways,
-  kMoeLayer,    // the layer has routed experts
-  kDenseLayer,  // the layer has a dense FFN
-  kShared,      // MoE layer of a model with a shared expert
-  kQLora,       // q through a low-rank projection (q_lora_rank set)
-  kNoQLora,
-  kKvBWhole,       // MLA key/value up-projection kept as one attn_kv_b (the default)
-  kKvBSplit,       // ... or split per head into attn_k_b / attn_v_b (ConvertOptions::mla_split)
-  kOptional,       // converted when the checkpoint has it (lm_head of tied models, biases)
-  kMoeOptional,    // ... in a layer with routed experts
-  kQkNorm,         // config use_qk_norm is true (GLM-4.5; GLM-4.5-Air has none)
-  kNextn,          // a next-token-prediction layer (Family::nextn_key), required there
-  kNextnOptional,  // ... optional there
-};
-
-// What a layer is, as the When predicates read it: the converter resolves it from config.json
-// and the layer index (convert.cc), the coverage test (tests/convert/arch_coverage_test.cc)
-// enumerates every combination a family can have.
-struct LayerFacts {
-  bool moe = false;        // the layer has routed experts
-  bool shared = false;     // the model has a shared expert (kShared needs moe too)
-  bool q_lora = false;     // q_lora_rank set
-  bool mla_split = false;  // ConvertOptions::mla_split
-  bool qk_norm = false;    // config use_qk_norm
-  bool nextn = false;      // a next-token-prediction layer
-};
-bool applies(When w, const LayerFacts& l);
-// The rule is skipped when the checkpoint lacks the tensor.
-bool optional(When w);
-
 // Per-tensor transforms.
 enum class Transform : uint8_t {
   kNone,
@@ -106,20 +75,30 @@ enum class Transform : uint8_t {
   kOddCols,
 };
 
-// One GGUF tensor from the checkpoint: the tensor is one the architecture declares
-// (model/arch/tensor_names.h; a layer's "blk.N." is added, and the coverage test checks that the
-// architecture has it in every layer the rule applies to), `hf` its Hugging Face name. "{L}" in
+// Which of two layouts of the same weights a rule writes: a choice of the converter
+// (ConvertOptions::mla_split), not a fact of the layer.
+enum class Layout : uint8_t {
+  kAny,
+  kMlaWhole,  // MLA's key/value up-projection kept as one attn_kv_b (the default)
+  kMlaSplit,  // ... or split per head into attn_k_b / attn_v_b
+};
+
+// Where one of the architecture's tensors comes from in the checkpoint. Which tensors a file
+// has, and in which layers, is the architecture's (src/model/arch: its tensor groups, resolved
+// by the loader's read_config against the metadata convert writes, with the checkpoint's tensors
+// deciding the optional groups); a rule adds only the Hugging Face name and the transform.
+// `tensor` is the GGUF name (model/arch/tensor_names.h; a layer's "blk.N." is added). "{L}" in
 // hf is the layer; an hf name with "{E}" is read once per routed expert and stacked into one
 // 3-D tensor (GGUF ne = [cols, rows, n_expert]).
 struct TensorRule {
   const char* tensor;  // arch::tensor::k*
   const char* hf;
-  When when = When::kAlways;
   Transform transform = Transform::kNone;
+  Layout layout = Layout::kAny;
 };
 
 // A tensor the architecture (src/model/arch) declares that the family's checkpoints never
-// have, and why: the coverage test accepts it without a rule.
+// have, and why: the converter writes none, the coverage test accepts it without a rule.
 struct Absent {
   const char* tensor;  // arch::tensor::k*
   const char* why;
@@ -136,19 +115,32 @@ struct Family {
   void (*extra_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
   // Keys for the split MLA layout (ConvertOptions::mla_split); null: the family has no kv_b.
   void (*split_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
-  // Whether layer il has routed experts (null: every layer when the model has experts).
-  bool (*moe_layer)(const HfConfig& c, int il) = nullptr;
-  const char* n_expert_key = nullptr;  // config field with the routed expert count
-  const char* shared_key = nullptr;    // config field > 0 when there is a shared expert
   // config field counting next-token-prediction layers after num_hidden_layers that are
-  // converted (kNextn rules; block_count includes them, as llama.cpp writes it); null: such
-  // layers are dropped.
+  // converted (block_count includes them, as llama.cpp writes it; the architecture says what
+  // such a layer holds); null: such layers are dropped.
   const char* nextn_key = nullptr;
+  // config field (bool, false when absent) that says whether the checkpoint has q/k norms,
+  // where the architecture takes them as optional per file (GLM-4.5 has them, 4.5-Air not): the
+  // checkpoint must agree with it. null: the architecture decides alone.
+  const char* qk_norm_key = nullptr;
   // Checkpoint tensors under this prefix are not converted (a vision tower that llama.cpp's
   // converter writes to a separate mmproj file); null: every tensor must be used.
   const char* ignore_prefix = nullptr;
   std::span<const Absent> absent = {};
 };
+
+// The rule writing GGUF tensor `tensor` ("blk.N." stripped) in this layout, or null.
+const TensorRule* find_rule(const Family& f, std::string_view tensor, bool mla_split);
+// The reason the family's checkpoints lack `tensor`, or null.
+const char* absent_reason(const Family& f, std::string_view tensor);
+
+// An architecture with no convert family, and why (the coverage test requires every
+// registered architecture to have a family or a line here).
+struct Unconverted {
+  const char* arch;
+  const char* why;
+};
+std::span<const Unconverted> unconverted();
 
 std::span<const Family* const> families();
 // Throws naming the model_type and the supported list.

@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "kernels/weight_pack.h"
 #include "model/arch/arch.h"
+#include "model/read_config.h"
 #include "model/weights.h"
 
 namespace lynx {
@@ -116,7 +117,7 @@ struct ModelArena {
   std::unique_ptr<kernels::PackedWeights> packed;
 };
 
-namespace {
+namespace {}  // namespace
 
 // Stage 1: the architecture resolved to data, from the metadata and the family's description.
 // n_vocab and n_ff_shexp may still be completed from the tensors (bind_weights).
@@ -229,6 +230,8 @@ ModelConfig read_config(const gguf::File& f) {
   for (int il = 0; il < c.n_layer; ++il) c.layer_kinds[size_t(il)] = arch::layer_kind(tr, c, il);
   return c;
 }
+
+namespace {
 
 // Binds one group of a layer's tensors (arch::TensorGroup); returns false for an optional
 // group the file does not have.

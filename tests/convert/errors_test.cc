@@ -251,7 +251,8 @@ TEST(ConvertErrors, HeadsDoNotDivideQ) {
   json c = read_json(d + "/config.json");
   c["num_attention_heads"] = 6;  // a multiple of the key/value heads, but not of the q_proj rows
   write_json(d + "/config.json", c);
-  expect_error(d, {"q_proj", "heads"});
+  // Refused as the loader would refuse the metadata, before any tensor is read.
+  expect_error(d, {"config.json", "loader refuses", "head_count"});
 }
 
 TEST(ConvertErrors, NoTokenizer) {

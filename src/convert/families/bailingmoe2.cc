@@ -42,12 +42,12 @@ constexpr TensorRule kBailing2Layer[] = {
     {T::kAttnQNorm, "model.layers.{L}.attention.query_layernorm.weight"},
     {T::kAttnKNorm, "model.layers.{L}.attention.key_layernorm.weight"},
     {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
-    {T::kExpProbsB, "model.layers.{L}.mlp.gate.expert_bias", When::kMoeLayer},
-    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kMoeLayer},
-    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kMoeLayer},
-    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kMoeLayer},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.expert_bias"},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight"},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight"},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight"},
     // The MTP layer's norm after its FFN (llama.cpp's LAYER_OUT_NORM, required there).
-    {T::kLayerOutputNorm, "model.layers.{L}.final_layernorm.weight", When::kNextn},
+    {T::kLayerOutputNorm, "model.layers.{L}.final_layernorm.weight"},
 };
 
 constexpr Keys kBailing2K[] = {kBaseKeys, kHeadDimKeys, kBailing2Keys};
@@ -118,9 +118,6 @@ constexpr Family kBailingMoe2 = {
     .layer = kBailing2L,
     .tokenizer_pre = "bailingmoe2",
     .extra_keys = bailingmoe2_extra,
-    .moe_layer = glm4moe_moe_layer,
-    .n_expert_key = "num_experts",
-    .shared_key = "num_shared_experts",
     .nextn_key = "num_nextn_predict_layers",
 };
 
@@ -132,9 +129,6 @@ constexpr Family kBailingMoe2AsV1Name = {
     .layer = kBailing2L,
     .tokenizer_pre = "bailingmoe2",
     .extra_keys = bailingmoe2_extra,
-    .moe_layer = glm4moe_moe_layer,
-    .n_expert_key = "num_experts",
-    .shared_key = "num_shared_experts",
     .nextn_key = "num_nextn_predict_layers",
 };
 

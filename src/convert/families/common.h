@@ -41,7 +41,7 @@ inline constexpr KeyRule kQwenMoeKeys[] = {
 inline constexpr TensorRule kGlobal[] = {
     {T::kTokenEmbd, "model.embed_tokens.weight"},
     {T::kOutputNorm, "model.norm.weight"},
-    {T::kOutput, "lm_head.weight", When::kOptional},  // absent: tied to token_embd
+    {T::kOutput, "lm_head.weight"},  // absent: tied to token_embd
 };
 
 // Attention of the Qwen / OLMoE layouts (NEOX rope: HF's rotate-half rows as they are).
@@ -66,16 +66,16 @@ inline constexpr TensorRule kQkNorm[] = {
 };
 
 inline constexpr TensorRule kDenseFfn[] = {
-    {T::kFfnGate, "model.layers.{L}.mlp.gate_proj.weight", When::kDenseLayer},
-    {T::kFfnUp, "model.layers.{L}.mlp.up_proj.weight", When::kDenseLayer},
-    {T::kFfnDown, "model.layers.{L}.mlp.down_proj.weight", When::kDenseLayer},
+    {T::kFfnGate, "model.layers.{L}.mlp.gate_proj.weight"},
+    {T::kFfnUp, "model.layers.{L}.mlp.up_proj.weight"},
+    {T::kFfnDown, "model.layers.{L}.mlp.down_proj.weight"},
 };
 
 inline constexpr TensorRule kExperts[] = {
-    {T::kFfnGateInp, "model.layers.{L}.mlp.gate.weight", When::kMoeLayer},
-    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.{E}.gate_proj.weight", When::kMoeLayer},
-    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.{E}.up_proj.weight", When::kMoeLayer},
-    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.{E}.down_proj.weight", When::kMoeLayer},
+    {T::kFfnGateInp, "model.layers.{L}.mlp.gate.weight"},
+    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.{E}.gate_proj.weight"},
+    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.{E}.up_proj.weight"},
+    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.{E}.down_proj.weight"},
 };
 
 // Attention whose FFN norm is named post_attention_norm (gpt-oss, glm4moe).
@@ -89,20 +89,47 @@ inline constexpr TensorRule kGqaAttnPostNorm[] = {
 };
 
 inline constexpr TensorRule kGlmExperts[] = {
-    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias", When::kMoeLayer},
-    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
-    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
-    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias"},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight"},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight"},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight"},
 };
 
 // The next-token-prediction layer's own tensors (gguf-py tensor_mapping.py NEXTN_*).
 inline constexpr TensorRule kNextn[] = {
-    {T::kNextnEhProj, "model.layers.{L}.eh_proj.weight", When::kNextn},
-    {T::kNextnEnorm, "model.layers.{L}.enorm.weight", When::kNextn},
-    {T::kNextnHnorm, "model.layers.{L}.hnorm.weight", When::kNextn},
-    {T::kNextnSharedHeadNorm, "model.layers.{L}.shared_head.norm.weight", When::kNextnOptional},
-    {T::kNextnSharedHeadHead, "model.layers.{L}.shared_head.head.weight", When::kNextnOptional},
-    {T::kNextnEmbedTokens, "model.layers.{L}.embed_tokens.weight", When::kNextnOptional},
+    {T::kNextnEhProj, "model.layers.{L}.eh_proj.weight"},
+    {T::kNextnEnorm, "model.layers.{L}.enorm.weight"},
+    {T::kNextnHnorm, "model.layers.{L}.hnorm.weight"},
+    {T::kNextnSharedHeadNorm, "model.layers.{L}.shared_head.norm.weight"},
+    {T::kNextnSharedHeadHead, "model.layers.{L}.shared_head.head.weight"},
+    {T::kNextnEmbedTokens, "model.layers.{L}.embed_tokens.weight"},
+};
+
+// Tensors the architecture declares that some families' checkpoints never have.
+inline constexpr char kNoShared[] = "the family has no shared expert";
+inline constexpr char kAllMoe[] =
+    "every layer has experts (the architecture's dense FFN serves files without experts)";
+inline constexpr char kDenseOnly[] = "a dense family: no experts";
+inline constexpr Absent kAbsentShared[] = {
+    {T::kFfnGateShexp, kNoShared},
+    {T::kFfnUpShexp, kNoShared},
+    {T::kFfnDownShexp, kNoShared},
+    {T::kFfnGateInpShexp, kNoShared},
+};
+inline constexpr Absent kAbsentDense[] = {
+    {T::kFfnGate, kAllMoe},
+    {T::kFfnUp, kAllMoe},
+    {T::kFfnDown, kAllMoe},
+};
+inline constexpr Absent kAbsentDenseShared[] = {
+    {T::kFfnGate, kAllMoe},           {T::kFfnUp, kAllMoe},        {T::kFfnDown, kAllMoe},
+    {T::kFfnGateShexp, kNoShared},    {T::kFfnUpShexp, kNoShared}, {T::kFfnDownShexp, kNoShared},
+    {T::kFfnGateInpShexp, kNoShared},
+};
+inline constexpr Absent kAbsentMoe[] = {
+    {T::kFfnGateInp, kDenseOnly},   {T::kFfnGateExps, kDenseOnly},     {T::kFfnUpExps, kDenseOnly},
+    {T::kFfnDownExps, kDenseOnly},  {T::kFfnGateShexp, kDenseOnly},    {T::kFfnUpShexp, kDenseOnly},
+    {T::kFfnDownShexp, kDenseOnly}, {T::kFfnGateInpShexp, kDenseOnly},
 };
 
 inline constexpr Keys kDenseK[] = {kBaseKeys, kHeadDimKeys};
@@ -118,8 +145,6 @@ std::string key(const char* arch, const char* k);
 void no_rope_scaling(const HfConfig& c);
 // No keys beyond the field copies (and no rope scaling).
 void plain_extra(const HfConfig& c, gguf::Writer& w);
-// MoE from first_k_dense_replace on (GLM-4.5, dots.llm1, Ling 2.0).
-bool glm4moe_moe_layer(const HfConfig& c, int il);
 
 // One per model_type, in families/<family>.cc; families.cc lists them.
 extern const Family kLlama;

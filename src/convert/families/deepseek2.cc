@@ -21,26 +21,27 @@ constexpr KeyRule kDeepseekKeys[] = {
 
 constexpr TensorRule kMlaAttn[] = {
     {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
-    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", When::kNoQLora},
-    {T::kAttnQA, "model.layers.{L}.self_attn.q_a_proj.weight", When::kQLora},
-    {T::kAttnQANorm, "model.layers.{L}.self_attn.q_a_layernorm.weight", When::kQLora},
-    {T::kAttnQB, "model.layers.{L}.self_attn.q_b_proj.weight", When::kQLora},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight"},
+    {T::kAttnQA, "model.layers.{L}.self_attn.q_a_proj.weight"},
+    {T::kAttnQANorm, "model.layers.{L}.self_attn.q_a_layernorm.weight"},
+    {T::kAttnQB, "model.layers.{L}.self_attn.q_b_proj.weight"},
     {T::kAttnKvAMqa, "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
     {T::kAttnKvANorm, "model.layers.{L}.self_attn.kv_a_layernorm.weight"},
-    {T::kAttnKvB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBWhole},
-    {T::kAttnKB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
-     Transform::kKvBToKB},
-    {T::kAttnVB, "model.layers.{L}.self_attn.kv_b_proj.weight", When::kKvBSplit,
-     Transform::kKvBToVB},
+    {T::kAttnKvB, "model.layers.{L}.self_attn.kv_b_proj.weight", Transform::kNone,
+     Layout::kMlaWhole},
+    {T::kAttnKB, "model.layers.{L}.self_attn.kv_b_proj.weight", Transform::kKvBToKB,
+     Layout::kMlaSplit},
+    {T::kAttnVB, "model.layers.{L}.self_attn.kv_b_proj.weight", Transform::kKvBToVB,
+     Layout::kMlaSplit},
     {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
     {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 
 constexpr TensorRule kDeepseekExperts[] = {
-    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias", When::kMoeOptional},
-    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
-    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
-    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.gate.e_score_correction_bias"},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight"},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight"},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight"},
 };
 
 constexpr Keys kDeepseekK[] = {kBaseKeys, kDeepseekKeys};
@@ -59,6 +60,11 @@ void deepseek_extra(const HfConfig& c, gguf::Writer& w) {
     c.fail("scoring_func '" + scoring + "' is not supported (softmax, sigmoid)");
   }
   u32("expert_gating_func", scoring == "sigmoid" ? 2 : 1);
+  // deepseek2 (llama.cpp's and lynx-moe's) has experts in every layer after the dense lead.
+  if (c.get_int("moe_layer_freq", 1) != 1) {
+    c.fail("moe_layer_freq " + std::to_string(c.get_int("moe_layer_freq", 1)) +
+           " is not supported (1: experts in every layer after first_k_dense_replace)");
+  }
   const std::string topk = c.get_string("topk_method", "greedy");
   const int64_t n_group = c.get_int("n_group", 1);
   if ((topk == "group_limited_greedy" || topk == "noaux_tc") && n_group > 1) {
@@ -104,10 +110,6 @@ void deepseek_split_keys(const HfConfig& c, gguf::Writer& w) {
   u32("attention.head_count_kv", 1);
 }
 
-bool deepseek_moe_layer(const HfConfig& c, int il) {
-  return il >= c.get_int("first_k_dense_replace") && il % c.get_int("moe_layer_freq", 1) == 0;
-}
-
 }  // namespace
 
 constexpr Family kDeepseekV2 = {
@@ -119,9 +121,6 @@ constexpr Family kDeepseekV2 = {
     .tokenizer_pre = "deepseek-llm",
     .extra_keys = deepseek_extra,
     .split_keys = deepseek_split_keys,
-    .moe_layer = deepseek_moe_layer,
-    .n_expert_key = "n_routed_experts",
-    .shared_key = "n_shared_experts",
 };
 
 constexpr Family kDeepseekV3 = {
@@ -133,9 +132,6 @@ constexpr Family kDeepseekV3 = {
     .tokenizer_pre = "deepseek-v3",
     .extra_keys = deepseek_extra,
     .split_keys = deepseek_split_keys,
-    .moe_layer = deepseek_moe_layer,
-    .n_expert_key = "n_routed_experts",
-    .shared_key = "n_shared_experts",
 };
 
 }  // namespace lynx::convert::table

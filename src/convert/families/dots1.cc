@@ -65,9 +65,6 @@ constexpr Family kDots1 = {
     .layer = kDots1L,
     .tokenizer_pre = "qwen2",
     .extra_keys = dots1_extra,
-    .moe_layer = glm4moe_moe_layer,
-    .n_expert_key = "n_routed_experts",
-    .shared_key = "n_shared_experts",
 };
 
 }  // namespace lynx::convert::table

@@ -19,10 +19,10 @@ constexpr KeyRule kErnieKeys[] = {
 };
 
 constexpr TensorRule kErnieExperts[] = {
-    {T::kExpProbsB, "model.layers.{L}.mlp.moe_statics.e_score_correction_bias", When::kMoeLayer},
-    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight", When::kShared},
-    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight", When::kShared},
-    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight", When::kShared},
+    {T::kExpProbsB, "model.layers.{L}.mlp.moe_statics.e_score_correction_bias"},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_experts.gate_proj.weight"},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_experts.up_proj.weight"},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_experts.down_proj.weight"},
 };
 
 constexpr Absent kErnieAbsent[] = {
@@ -63,11 +63,6 @@ void ernie4_5_moe_extra(const HfConfig& c, gguf::Writer& w) {
   }
 }
 
-bool ernie4_5_moe_layer(const HfConfig& c, int il) {
-  return il >= c.get_int("moe_layer_start_index") &&
-         (il + 1) % c.get_int("moe_layer_interval") == 0;
-}
-
 }  // namespace
 
 constexpr Family kErnie45Moe = {
@@ -78,9 +73,6 @@ constexpr Family kErnie45Moe = {
     .layer = kErnieL,
     .tokenizer_pre = "default",
     .extra_keys = ernie4_5_moe_extra,
-    .moe_layer = ernie4_5_moe_layer,
-    .n_expert_key = "moe_num_experts",
-    .shared_key = "moe_num_shared_experts",
     .absent = kErnieAbsent,
 };
 

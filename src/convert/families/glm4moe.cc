@@ -23,14 +23,9 @@ constexpr KeyRule kGlmKeys[] = {
     {"topk_group", "expert_group_used_count"},
 };
 
-constexpr TensorRule kGlmQkNorm[] = {
-    {T::kAttnQNorm, "model.layers.{L}.self_attn.q_norm.weight", When::kQkNorm},
-    {T::kAttnKNorm, "model.layers.{L}.self_attn.k_norm.weight", When::kQkNorm},
-};
-
 constexpr Keys kGlmK[] = {kBaseKeys, kHeadDimKeys, kGlmKeys};
 
-constexpr Rules kGlmL[] = {kGqaAttnPostNorm, kQkvBias,    kGlmQkNorm, kDenseFfn,
+constexpr Rules kGlmL[] = {kGqaAttnPostNorm, kQkvBias,    kQkNorm, kDenseFfn,
                            kExperts,         kGlmExperts, kNextn};
 
 void glm4moe_extra(const HfConfig& c, gguf::Writer& w) {
@@ -66,10 +61,8 @@ constexpr Family kGlm4Moe = {
     .layer = kGlmL,
     .tokenizer_pre = "glm4",
     .extra_keys = glm4moe_extra,
-    .moe_layer = glm4moe_moe_layer,
-    .n_expert_key = "n_routed_experts",
-    .shared_key = "n_shared_experts",
     .nextn_key = "num_nextn_predict_layers",
+    .qk_norm_key = "use_qk_norm",
 };
 
 }  // namespace lynx::convert::table

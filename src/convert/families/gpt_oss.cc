@@ -22,16 +22,11 @@ constexpr TensorRule kGptOssLayer[] = {
     {T::kAttnSinks, "model.layers.{L}.self_attn.sinks"},
     {T::kFfnGateInp, "model.layers.{L}.mlp.router.weight"},
     {T::kFfnGateInpBias, "model.layers.{L}.mlp.router.bias"},
-    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
-     Transform::kFusedGate},
-    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
-     Transform::kFusedUp},
-    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.down_proj", When::kAlways,
-     Transform::kFusedDown},
-    {T::kFfnGateExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
-     Transform::kEvenCols},
-    {T::kFfnUpExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", When::kAlways,
-     Transform::kOddCols},
+    {T::kFfnGateExps, "model.layers.{L}.mlp.experts.gate_up_proj", Transform::kFusedGate},
+    {T::kFfnUpExps, "model.layers.{L}.mlp.experts.gate_up_proj", Transform::kFusedUp},
+    {T::kFfnDownExps, "model.layers.{L}.mlp.experts.down_proj", Transform::kFusedDown},
+    {T::kFfnGateExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", Transform::kEvenCols},
+    {T::kFfnUpExpsBias, "model.layers.{L}.mlp.experts.gate_up_proj_bias", Transform::kOddCols},
     {T::kFfnDownExpsBias, "model.layers.{L}.mlp.experts.down_proj_bias"},
 };
 
@@ -105,7 +100,6 @@ constexpr Family kGptOss = {
     .layer = kGptOssL,
     .tokenizer_pre = "gpt-4o",
     .extra_keys = gpt_oss_extra,
-    .n_expert_key = "num_local_experts",
 };
 
 }  // namespace lynx::convert::table

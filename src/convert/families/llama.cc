@@ -15,18 +15,18 @@ constexpr KeyRule kLlamaKeys[] = {
 
 constexpr TensorRule kLlamaAttn[] = {
     {T::kAttnNorm, "model.layers.{L}.input_layernorm.weight"},
-    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", When::kAlways, Transform::kPermuteQ},
-    {T::kAttnK, "model.layers.{L}.self_attn.k_proj.weight", When::kAlways, Transform::kPermuteK},
+    {T::kAttnQ, "model.layers.{L}.self_attn.q_proj.weight", Transform::kPermuteQ},
+    {T::kAttnK, "model.layers.{L}.self_attn.k_proj.weight", Transform::kPermuteK},
     {T::kAttnV, "model.layers.{L}.self_attn.v_proj.weight"},
     {T::kAttnOutput, "model.layers.{L}.self_attn.o_proj.weight"},
     {T::kFfnNorm, "model.layers.{L}.post_attention_layernorm.weight"},
 };
 
 constexpr TensorRule kMixtralExperts[] = {
-    {T::kFfnGateInp, "model.layers.{L}.block_sparse_moe.gate.weight", When::kMoeLayer},
-    {T::kFfnGateExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight", When::kMoeLayer},
-    {T::kFfnUpExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight", When::kMoeLayer},
-    {T::kFfnDownExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight", When::kMoeLayer},
+    {T::kFfnGateInp, "model.layers.{L}.block_sparse_moe.gate.weight"},
+    {T::kFfnGateExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
+    {T::kFfnUpExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
+    {T::kFfnDownExps, "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
 };
 
 constexpr Keys kLlamaK[] = {kBaseKeys, kHeadDimKeys, kLlamaKeys};
@@ -51,7 +51,7 @@ constexpr Family kLlama = {
     .layer = kLlamaL,
     .tokenizer_pre = "llama-bpe",
     .extra_keys = llama_extra,
-    .n_expert_key = "num_local_experts",
+    .absent = kAbsentShared,
 };
 
 constexpr Family kMistral = {
@@ -62,7 +62,7 @@ constexpr Family kMistral = {
     .layer = kLlamaL,
     .tokenizer_pre = "llama-bpe",
     .extra_keys = llama_extra,
-    .n_expert_key = "num_local_experts",
+    .absent = kAbsentShared,
 };
 
 constexpr Family kMixtral = {
@@ -73,7 +73,7 @@ constexpr Family kMixtral = {
     .layer = kLlamaL,
     .tokenizer_pre = "llama-bpe",
     .extra_keys = llama_extra,
-    .n_expert_key = "num_local_experts",
+    .absent = kAbsentShared,
 };
 
 }  // namespace lynx::convert::table

@@ -90,7 +90,6 @@ constexpr Family kMinimaxM2 = {
     .layer = kMinimaxL,
     .tokenizer_pre = "minimax-m2",
     .extra_keys = minimax_m2_extra,
-    .n_expert_key = "num_local_experts",
 };
 
 }  // namespace lynx::convert::table

@@ -21,7 +21,7 @@ constexpr Family kOlmoe = {
     .layer = kQkNormMoeL,
     .tokenizer_pre = "olmo",
     .extra_keys = olmoe_extra,
-    .n_expert_key = "num_experts",
+    .absent = kAbsentDenseShared,
 };
 
 }  // namespace lynx::convert::table

@@ -8,10 +8,10 @@ namespace lynx::convert::table {
 namespace {
 
 constexpr TensorRule kQwenSharedExpert[] = {
-    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_expert.gate_proj.weight", When::kShared},
-    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_expert.up_proj.weight", When::kShared},
-    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_expert.down_proj.weight", When::kShared},
-    {T::kFfnGateInpShexp, "model.layers.{L}.mlp.shared_expert_gate.weight", When::kShared},
+    {T::kFfnGateShexp, "model.layers.{L}.mlp.shared_expert.gate_proj.weight"},
+    {T::kFfnUpShexp, "model.layers.{L}.mlp.shared_expert.up_proj.weight"},
+    {T::kFfnDownShexp, "model.layers.{L}.mlp.shared_expert.down_proj.weight"},
+    {T::kFfnGateInpShexp, "model.layers.{L}.mlp.shared_expert_gate.weight"},
 };
 
 constexpr Rules kQwen2MoeL[] = {kGqaAttn, kQkvBias, kExperts, kQwenSharedExpert};
@@ -26,8 +26,7 @@ constexpr Family kQwen2Moe = {
     .layer = kQwen2MoeL,
     .tokenizer_pre = "qwen2",
     .extra_keys = plain_extra,
-    .n_expert_key = "num_experts",
-    .shared_key = "shared_expert_intermediate_size",
+    .absent = kAbsentDense,
 };
 
 }  // namespace lynx::convert::table

@@ -17,6 +17,7 @@ constexpr Family kQwen3 = {
     .layer = kQwen3L,
     .tokenizer_pre = "qwen2",
     .extra_keys = plain_extra,
+    .absent = kAbsentMoe,
 };
 
 }  // namespace lynx::convert::table

@@ -13,7 +13,7 @@ namespace {
 constexpr TensorRule kVlGlobal[] = {
     {T::kTokenEmbd, "model.language_model.embed_tokens.weight"},
     {T::kOutputNorm, "model.language_model.norm.weight"},
-    {T::kOutput, "lm_head.weight", When::kOptional},
+    {T::kOutput, "lm_head.weight"},
 };
 
 constexpr TensorRule kVlLayer[] = {
@@ -26,11 +26,10 @@ constexpr TensorRule kVlLayer[] = {
     {T::kAttnKNorm, "model.language_model.layers.{L}.self_attn.k_norm.weight"},
     {T::kFfnNorm, "model.language_model.layers.{L}.post_attention_layernorm.weight"},
     {T::kFfnGateInp, "model.language_model.layers.{L}.mlp.gate.weight"},
-    {T::kFfnGateExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
+    {T::kFfnGateExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj",
      Transform::kHalfGate},
-    {T::kFfnUpExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj", When::kAlways,
-     Transform::kHalfUp},
-    {T::kFfnDownExps, "model.language_model.layers.{L}.mlp.experts.down_proj", When::kAlways,
+    {T::kFfnUpExps, "model.language_model.layers.{L}.mlp.experts.gate_up_proj", Transform::kHalfUp},
+    {T::kFfnDownExps, "model.language_model.layers.{L}.mlp.experts.down_proj",
      Transform::kHalfDown},
 };
 
@@ -87,7 +86,7 @@ constexpr Family kQwen3Moe = {
     .layer = kQkNormMoeL,
     .tokenizer_pre = "qwen2",
     .extra_keys = plain_extra,
-    .n_expert_key = "num_experts",
+    .absent = kAbsentDenseShared,
 };
 
 constexpr Family kQwen3VlMoe = {
@@ -98,8 +97,8 @@ constexpr Family kQwen3VlMoe = {
     .layer = kQwen3VlMoeL,
     .tokenizer_pre = "qwen2",
     .extra_keys = qwen3vl_extra,
-    .n_expert_key = "num_experts",
     .ignore_prefix = "model.visual.",
+    .absent = kAbsentDenseShared,
 };
 
 }  // namespace lynx::convert::table

@@ -57,7 +57,10 @@ constexpr TensorSpec kNextnTensors[] = {
     {tensor::kNextnEhProj, Dim::kEmbd2, Dim::kEmbd},
     {tensor::kNextnEnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
     {tensor::kNextnHnorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
-    {tensor::kNextnSharedHeadNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, nullptr, Init::kNorm},
+    {.name = tensor::kNextnSharedHeadNorm,
+     .cols = Dim::kEmbd,
+     .init = Init::kNorm,
+     .required = false},  // TENSOR_NOT_REQUIRED in llama.cpp
 };
 constexpr TensorGroup kNextn[] = {{kNextnTensors}, kNextnOptional[0], kNextnOptional[1]};
 
