@@ -55,11 +55,11 @@ void HfConfig::check_sizes() const {
   }
 }
 
-// Vision-language checkpoints (qwen3_vl_moe) nest the language model's fields in
+// Vision-language checkpoints (qwen3_vl_moe, qwen3_5_moe) nest the language model's fields in
 // "text_config": they are lifted to the top level, where the family rules read them (the
 // top-level model_type stays; a field given both ways must agree).
 void HfConfig::lift_text_config() {
-  if (model_type_ != "qwen3_vl_moe") return;
+  if (model_type_ != "qwen3_vl_moe" && model_type_ != "qwen3_5_moe") return;
   if (!j_.contains("text_config") || !j_["text_config"].is_object()) {
     fail("\"text_config\" (the language model's fields) is missing or not an object");
   }

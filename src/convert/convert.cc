@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,9 @@ struct Planned {
   std::vector<int64_t> ne;     // GGUF order
   TensorType type = TensorType::F32;
   const TensorRule* rule = nullptr;  // the family's rule that wrote it
+  std::vector<int64_t> row_src;      // output row r <- source row row_src[r] (empty: r)
+  std::vector<int64_t> col_src;      // output column i <- source column col_src[i] (empty: i)
+  Transform op = Transform::kNone;   // kPlusOne or kNegExp on every value
   bool mxfp4_src() const { return !scales.empty(); }
 };
 
@@ -229,15 +233,18 @@ void fill(const Planned& p, uint8_t* dst, int n_threads) {
   const bool strided = p.transform == Transform::kEvenCols || p.transform == Transform::kOddCols;
   const bool permute = p.transform == Transform::kPermuteQ || p.transform == Transform::kPermuteK;
   const bool vec_permute = permute && p.rows == 1;
+  const bool gather = !p.col_src.empty() || p.op != Transform::kNone;
   for (size_t part = 0; part < p.parts.size(); ++part) {
     const StTensor& t = p.parts[part];
     uint8_t* out0 = dst + part * size_t(p.rows) * row_bytes;
     parallel_rows(p.rows, n_threads, [&](int64_t r0, int64_t r1) {
       std::vector<float> buf(size_t(p.cols)), tmp;
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t src = permute && !vec_permute ? permuted_source(r, p.rows, p.heads) : r;
+        const int64_t src = !p.row_src.empty()        ? p.row_src[size_t(r)]
+                            : permute && !vec_permute ? permuted_source(r, p.rows, p.heads)
+                                                      : r;
         uint8_t* out = out0 + size_t(r) * row_bytes;
-        if (!vec_permute && !strided && same_encoding(t.dtype, p.type)) {  // kept: a copy
+        if (!vec_permute && !strided && !gather && same_encoding(t.dtype, p.type)) {  // a copy
           std::memcpy(out, t.data + size_t(src) * row_bytes, row_bytes);
           continue;
         }
@@ -253,6 +260,15 @@ void fill(const Planned& p, uint8_t* dst, int n_threads) {
           for (int64_t i = 0; i < p.cols; ++i) {
             buf[size_t(i)] = tmp[size_t(permuted_source(i, p.cols, p.heads))];
           }
+        }
+        if (!p.col_src.empty()) {
+          tmp = buf;
+          for (int64_t i = 0; i < p.cols; ++i) buf[size_t(i)] = tmp[size_t(p.col_src[size_t(i)])];
+        }
+        if (p.op == Transform::kPlusOne) {
+          for (float& v : buf) v += 1.f;
+        } else if (p.op == Transform::kNegExp) {
+          for (float& v : buf) v = -std::exp(v);
         }
         store_row(p.type, buf.data(), out, p.cols);
       }
@@ -426,6 +442,7 @@ class Planner {
   // module), which llama.cpp's converter drops too.
   bool ignored(const std::string& name) const {
     if (name.ends_with("rotary_emb.inv_freq")) return true;
+    if (name.starts_with("mtp.")) return true;  // Qwen3-Next / Qwen3.5's MTP module
     if (f_.ignore_prefix && name.starts_with(f_.ignore_prefix)) return true;
     const std::string pre = "model.layers.";
     if (name.compare(0, pre.size(), pre) == 0) {
@@ -509,6 +526,31 @@ class Planner {
     p.ne = {p.cols, p.rows, E};
   }
 
+  // Experts fused outputs first (Transform::kRows*): one [rows, cols] view per expert.
+  void add_rows_experts(const TensorRule& r, Planned& p, const std::string& hf) {
+    const StTensor& t = need(hf, p.name);
+    const int64_t E = n_expert_, F = cfg_.n_ff_exp, H = cfg_.n_embd;
+    const bool down = r.transform == Transform::kRowsDown;
+    const std::vector<int64_t> want =
+        down ? std::vector<int64_t>{E, H, F} : std::vector<int64_t>{E, 2 * F, H};
+    if (t.dtype == DType::kU8 || t.shape != want) {
+      bad_shape(t, "a float [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + ", " +
+                       std::to_string(want[2]) + "]" + (down ? "" : " (gate then up rows)"));
+    }
+    p.rows = down ? H : F;
+    p.cols = down ? F : H;
+    const size_t mat = size_t(want[1] * want[2]) * dtype_size(t.dtype);
+    const size_t off = r.transform == Transform::kRowsUp ? size_t(F * H) * dtype_size(t.dtype) : 0;
+    for (int64_t e = 0; e < E; ++e) {
+      StTensor v = t;
+      v.shape = {p.rows, p.cols};
+      v.n_bytes = size_t(p.rows * p.cols) * dtype_size(t.dtype);
+      v.data = t.data + size_t(e) * mat + off;
+      p.parts.push_back(v);
+    }
+    p.ne = {p.cols, p.rows, E};
+  }
+
   void add(const TensorRule& r, int64_t il) {
     const std::string L = std::to_string(il);
     Planned p;
@@ -518,6 +560,12 @@ class Planner {
     p.transform = r.transform;
     if (fused(r.transform)) {
       add_fused(r, p, hf);
+      plan_.tensors.push_back(std::move(p));
+      return;
+    }
+    if (r.transform == Transform::kRowsGate || r.transform == Transform::kRowsUp ||
+        r.transform == Transform::kRowsDown) {
+      add_rows_experts(r, p, hf);
       plan_.tensors.push_back(std::move(p));
       return;
     }
@@ -542,6 +590,8 @@ class Planner {
     // or a matrix.
     std::vector<int64_t> shape = t0.shape;
     while (shape.size() > 1 && shape[0] == 1 && !stacked) shape.erase(shape.begin());
+    const bool conv = r.transform == Transform::kConv1d || r.transform == Transform::kTiledConv1d;
+    if (conv && shape.size() == 3 && shape[1] == 1) shape.erase(shape.begin() + 1);
     if (shape.empty() || shape.size() > 2 || t0.n_elements() == 0) {
       throw Error("tensor '" + t0.name + "' has shape " + t0.shape_string() +
                   " (a non-empty vector or matrix expected)");
@@ -579,6 +629,8 @@ class Planner {
       p.rows = r.transform == Transform::kKvBToKB ? lora : p.vdim;
       p.cols = r.transform == Transform::kKvBToKB ? p.nope : lora;
       p.ne = {p.cols, p.rows, p.heads};
+    } else if (linear_attn(r.transform)) {
+      linear_attn_layout(r.transform, t0, shape, p);
     } else if (r.transform == Transform::kPermuteQ || r.transform == Transform::kPermuteK) {
       p.heads = r.transform == Transform::kPermuteQ ? n_head_ : n_head_kv_;
       const int64_t n = p.rows == 1 ? p.cols : p.rows;
@@ -589,6 +641,97 @@ class Planner {
       }
     }
     plan_.tensors.push_back(std::move(p));
+  }
+
+  static bool linear_attn(Transform t) {
+    return t >= Transform::kPlusOne && t <= Transform::kTiledCols;
+  }
+
+  // Head `h` of the tiled order reads grouped head (h % n_k) r + h / n_k (r = n_v / n_k).
+  std::vector<int64_t> tiled(int64_t width) const {
+    const DeltaNet& d = cfg_.delta_net;
+    const int64_t nk = d.n_k_heads, r = d.n_v_heads / d.n_k_heads;
+    std::vector<int64_t> out;
+    for (int64_t h = 0; h < d.n_v_heads; ++h) {
+      const int64_t src = (h % nk) * r + h / nk;
+      for (int64_t i = 0; i < width; ++i) out.push_back(src * width + i);
+    }
+    return out;
+  }
+
+  // The Gated DeltaNet transforms (Transform::kPlusOne .. kTiledCols): row and column maps
+  // and value ops on a planned tensor, its shape checked against the architecture's sizes.
+  void linear_attn_layout(Transform t, const StTensor& t0, const std::vector<int64_t>& shape,
+                          Planned& p) {
+    const DeltaNet& d = cfg_.delta_net;
+    const int64_t dk = d.head_k_dim, dv = d.head_v_dim, nk = d.n_k_heads, nv = d.n_v_heads;
+    const int64_t r = nk > 0 ? nv / nk : 0, kd = nk * dk, vd = nv * dv;
+    auto expect = [&](int64_t rows, int64_t cols, const char* what) {
+      const bool ok = rows == 1 ? shape.size() == 1 && shape[0] == cols
+                                : shape.size() == 2 && shape[0] == rows && shape[1] == cols;
+      if (!ok) {
+        bad_shape(t0, (rows == 1 ? "[" : "[" + std::to_string(rows) + ", ") + std::to_string(cols) +
+                          "] (" + what + ")");
+      }
+    };
+    auto prefix = [&](int64_t n) {
+      std::vector<int64_t> v;
+      for (int64_t i = 0; i < n; ++i) v.push_back(i);
+      return v;
+    };
+    switch (t) {
+      case Transform::kPlusOne:
+      case Transform::kNegExp:
+        p.op = t;
+        break;
+      case Transform::kQkvzToQkv:
+      case Transform::kQkvzToZ: {
+        const int64_t per = 2 * dk + 2 * r * dv;
+        expect(nk * per, p.cols, "per key head: q, k, then its value heads' v and z");
+        for (int64_t part :
+             t == Transform::kQkvzToQkv ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{3}) {
+          for (int64_t g = 0; g < nk; ++g) {
+            const int64_t off = g * per + (part < 2 ? part * dk : 2 * dk + (part - 2) * r * dv);
+            const int64_t n = part < 2 ? dk : r * dv;
+            for (int64_t i = 0; i < n; ++i) p.row_src.push_back(off + i);
+          }
+        }
+        p.rows = int64_t(p.row_src.size());
+        p.ne = {p.cols, p.rows};
+        break;
+      }
+      case Transform::kConv1d:
+        expect(2 * kd + vd, d.conv_kernel, "channels x kernel");
+        break;
+      case Transform::kTiledQkv:
+      case Transform::kTiledConv1d:
+        expect(2 * kd + vd, t == Transform::kTiledQkv ? p.cols : d.conv_kernel,
+               "q, k, then v channels");
+        p.row_src = prefix(2 * kd);
+        for (int64_t i : tiled(dv)) p.row_src.push_back(2 * kd + i);
+        break;
+      case Transform::kTiledRows:
+        if (shape.size() == 1) {
+          expect(1, nv, "one per value head");
+          p.col_src = tiled(1);
+        } else {
+          const int64_t width = p.rows == nv ? 1 : dv;
+          expect(nv * width, p.cols, "value heads");
+          p.row_src = tiled(width);
+        }
+        break;
+      case Transform::kTiledNegExp:
+        expect(1, nv, "one per value head");
+        p.col_src = tiled(1);
+        p.op = Transform::kNegExp;
+        break;
+      case Transform::kTiledCols:
+        expect(p.rows, vd, "value heads' channels");
+        p.col_src = tiled(dv);
+        break;
+      default:
+        break;
+    }
   }
 
   const HfConfig& c_;

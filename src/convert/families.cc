@@ -4,7 +4,8 @@
 // Tokenizer pre-tokenizer names: the ones llama.cpp's hash table picks for these families'
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
 // DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
-// "glm4", MiniMax-M2 "minimax-m2", dots.llm1's Qwen2 tokenizer "qwen2").
+// "glm4", MiniMax-M2 "minimax-m2", dots.llm1's Qwen2 tokenizer "qwen2", Qwen3-Next "qwen2", Qwen3.5
+// "qwen35").
 #include "convert/families/common.h"
 #include "lynx/error.h"
 
@@ -32,9 +33,10 @@ namespace {
 using namespace table;
 
 constexpr const Family* kFamilies[] = {
-    &kMixtral, &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
-    &kOlmoe,   &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
-    &kGlm4Moe, &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name};
+    &kMixtral,   &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
+    &kOlmoe,     &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
+    &kGlm4Moe,   &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name,
+    &kQwen3Next, &kQwen35Moe};
 
 // The registered architectures (src/model/arch/registry.cc) that no table converts, and why.
 constexpr Unconverted kUnconverted[] = {
@@ -43,8 +45,6 @@ constexpr Unconverted kUnconverted[] = {
     {"hunyuan-moe", "no table yet for Hunyuan-A13B's Hugging Face checkpoints"},
     {"gemma4", "no table yet for Gemma 4's Hugging Face checkpoints (issue 33)"},
     {"step35", "no table yet for Step-3.5-Flash's Hugging Face checkpoints (issue 33)"},
-    {"qwen3next", "no table yet for Qwen3-Next's Hugging Face checkpoints (issue 33)"},
-    {"qwen35moe", "no table yet for Qwen3.5-MoE's Hugging Face checkpoints (issue 33)"},
 };
 
 }  // namespace

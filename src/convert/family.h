@@ -73,6 +73,32 @@ enum class Transform : uint8_t {
   // [n_expert, 2n] interleaved gate / up biases: the even or odd columns.
   kEvenCols,
   kOddCols,
+  // Values: w + 1 (the checkpoint's (1 + w) RMSNorm weights, stored by llama.cpp with the 1
+  // added) and -exp(w) (Gated DeltaNet's A_log -> ssm_a).
+  kPlusOne,
+  kNegExp,
+  // Qwen3-Next's in_proj_qkvz, per key head g [q_g, k_g, v_g, z_g] (v_g, z_g: its n_v / n_k
+  // value heads): all q, all k, all v (attn_qkv), or all z (attn_gate).
+  kQkvzToQkv,
+  kQkvzToZ,
+  // A depthwise conv1d weight [channels, 1, kernel] as [channels, kernel].
+  kConv1d,
+  // Qwen3.5's value heads from grouped by key head (head g r + j, r = n_v / n_k) to tiled
+  // (j n_k + g), as llama.cpp's converter writes them: the v rows of in_proj_qkv / the conv
+  // (after the 2 n_k key-head rows of q and k), the rows of in_proj_z (head_v_dim per head),
+  // of in_proj_b / in_proj_a and the elements of dt_bias (one per head), A_log's elements
+  // (and -exp), out_proj's columns.
+  kTiledQkv,
+  kTiledConv1d,
+  kTiledRows,
+  kTiledNegExp,
+  kTiledCols,
+  // Experts fused per layer, outputs first (transformers 5 layout of Qwen3.5-MoE):
+  // gate_up_proj [n_expert, 2F, hidden] (gate the first F rows, up the last F) and down_proj
+  // [n_expert, hidden, F].
+  kRowsGate,
+  kRowsUp,
+  kRowsDown,
 };
 
 // Which of two layouts of the same weights a rule writes: a choice of the converter

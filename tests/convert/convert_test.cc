@@ -121,6 +121,10 @@ const Case kCases[] = {
     {"ernie4_5_moe", "ernie4_5-moe:tiny-ernie4_5-moe-f32", "ernie4_5-moe"},
     {"qwen3_vl_moe", "qwen3vlmoe:tiny-qwen3vlmoe-f32", "qwen3vlmoe"},
     {"bailing_moe_v2", "bailingmoe2:tiny-bailingmoe2-f32", "bailingmoe2"},
+    // Gated DeltaNet: in_proj_qkvz split / Qwen3.5's value heads tiled, ssm_a = -exp(A_log),
+    // the (1 + w) norms stored with the 1 added; Qwen3.5's experts fused outputs first.
+    {"qwen3_next", "qwen3next:tiny-qwen3next-f32", "qwen3next"},
+    {"qwen3_5_moe", "qwen3next:tiny-qwen35moe-f32", "qwen35moe"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

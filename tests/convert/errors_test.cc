@@ -601,5 +601,38 @@ TEST(ConvertErrors, BailingMoe2ConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// Qwen3-Next / Qwen3.5: a projection whose rows do not fit the config's heads is refused naming
+// the layout it should have; switches the architecture has one answer to are refused by name.
+TEST(ConvertErrors, Qwen3NextLayoutAndConfig) {
+  {
+    CHECKPOINT(d, "qwen3_next");
+    const json good = read_json(d + "/config.json");
+    auto expect_with = [&](const char* key, const json& value,
+                           std::initializer_list<std::string> p) {
+      json c = good;
+      c[key] = value;
+      write_json(d + "/config.json", c);
+      expect_error(d, p);
+    };
+    // 2 value heads of 8 instead of 4: in_proj_qkvz has rows for 4.
+    expect_with("linear_num_value_heads", 2,
+                {"in_proj_qkvz", "per key head: q, k, then its value heads' v and z"});
+    expect_with("mlp_only_layers", json::array({1}), {"mlp_only_layers"});
+    expect_with("full_attention_interval", 2, {"layer_types[1]", "full_attention"});
+    expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
+    json c = good;
+    c["hidden_act"] = "gelu";
+    write_json(d + "/config.json", c);
+    expect_error(d, {"hidden_act 'gelu'"});
+  }
+  {
+    CHECKPOINT(d, "qwen3_5_moe");
+    json c = read_json(d + "/config.json");
+    c["text_config"]["rope_parameters"].erase("mrope_section");
+    write_json(d + "/config.json", c);
+    expect_error(d, {"mrope_section"});
+  }
+}
+
 }  // namespace
 }  // namespace lynx

@@ -4,6 +4,8 @@
 // keys of each family.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -396,9 +398,9 @@ TEST(ConvertQwen3VlMoe, TensorsAndKeys) {
   }
   EXPECT_EQ(sec, (std::vector<int64_t>{6, 5, 5, 0}));
   EXPECT_EQ(got.get_int("qwen3vlmoe.n_deepstack_layers"), 2);
-  for (const char* k : {"block_count", "expert_count", "expert_used_count",
-                        "expert_feed_forward_length", "attention.key_length",
-                        "attention.head_count_kv"}) {
+  for (const char* k :
+       {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+        "attention.key_length", "attention.head_count_kv"}) {
     const std::string key = std::string("qwen3vlmoe.") + k;
     EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
   }
@@ -483,10 +485,65 @@ TEST(ConvertBailingMoe2, TensorsKeysAndTheMtpLayer) {
   fs::remove(out);
 }
 
+// Qwen3-Next / Qwen3.5: every tensor of the converted file is the fixture's (the checkpoint was
+// made from it by qwen3next_ref.py's load(), independent code), by name, shape and value: exact
+// but for the two transforms that round, w + 1 and -exp(A_log) (at most 2 ulp of float32).
+// A transform applied wrongly (a sign of ssm_a, a missing + 1, the value heads left grouped,
+// q/k/v/z split at the wrong rows) shows here by tensor; the keys are llama.cpp's.
+TEST(ConvertQwen3Next, EveryTensorIsTheFixtures) {
+  REQUIRE_CHECKPOINTS();
+  for (const char* name : {"qwen3_next", "qwen3_5_moe"}) {
+    SCOPED_TRACE(name);
+    const bool q35 = std::string(name) == "qwen3_5_moe";
+    const std::string out = convert_to(name, "f32");
+    {
+      const auto got = gguf::File::open(out);
+      const auto want = gguf::File::open(kFixtures + "qwen3next/tiny-" +
+                                         (q35 ? "qwen35moe" : "qwen3next") + "-f32.gguf");
+      const std::string a = q35 ? "qwen35moe" : "qwen3next";
+      EXPECT_EQ(got.get_string("general.architecture"), a);
+      EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), q35 ? "qwen35" : "qwen2");
+      for (const char* k :
+           {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+            "ssm.inner_size", "rope.dimension_count", "expert_count", "expert_used_count",
+            "expert_feed_forward_length", "expert_shared_feed_forward_length",
+            "attention.key_length", "attention.head_count_kv"}) {
+        EXPECT_EQ(got.get_int(a + "." + k), want.get_int(a + "." + k)) << k;
+      }
+      if (q35) {
+        const auto& s = got.get_array("qwen35moe.rope.dimension_sections");
+        const auto& w = want.get_array("qwen35moe.rope.dimension_sections");
+        ASSERT_EQ(s.size(), w.size());
+        for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(s[i].as_int(), w[i].as_int());
+      }
+      size_t n_want = 0;
+      for (const auto& b : want.tensors()) {
+        int il = -1;
+        if (std::sscanf(b.name.c_str(), "blk.%d.", &il) == 1 &&
+            il >= int(got.get_int(a + ".block_count"))) {
+          continue;  // the fixture's NextN blocks: the converter drops the MTP module
+        }
+        ++n_want;
+        const gguf::TensorInfo* t = got.find_tensor(b.name);
+        ASSERT_NE(t, nullptr) << b.name;
+        ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+        const std::vector<float> x = values(*t), y = values(b);
+        const bool rounds = b.name.ends_with("norm.weight") || b.name.ends_with("ssm_a");
+        for (size_t i = 0; i < x.size(); ++i) {
+          const float tol = rounds ? 2.5e-7f * std::max(1.f, std::fabs(y[i])) : 0.f;
+          ASSERT_LE(std::fabs(x[i] - y[i]), tol) << b.name << " [" << i << "]";
+        }
+      }
+      EXPECT_EQ(got.tensors().size(), n_want);
+    }
+    fs::remove(out);
+  }
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
   for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",
-                        "bailing_moe", "ernie4_5_moe"}) {
+                        "bailing_moe", "ernie4_5_moe", "qwen3_next", "qwen3_5_moe"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -793,6 +793,94 @@ def qwen3vl_from_fixture(out_dir, name, gguf_path):
     write_checkpoint(os.path.join(out_dir, name), config, tensors, "F32", 2, tok)
 
 
+def qwen3next_from_fixture(out_dir, name, gguf_path):
+    """Qwen3-Next (model_type qwen3_next) or Qwen3.5-MoE (qwen3_5_moe) from the qwen3next
+    fixtures: the weights as the checkpoint holds them, from tests/reference/qwen3next_ref.py's
+    load(), which undoes the converter independently of src/convert (norms - 1, A_log =
+    log(-ssm_a), in_proj_qkvz rebuilt per key head, Qwen3.5's value heads back in grouped
+    order). Qwen3-Next: model.* names, one tensor per expert, in_proj_qkvz / in_proj_ba;
+    Qwen3.5: the fields in text_config (mrope_section from rope.dimension_sections), tensors
+    under model.language_model., experts fused outputs first (gate_up_proj [E, 2F, hidden],
+    down_proj [E, hidden, F]), in_proj_qkv / in_proj_z / in_proj_b / in_proj_a, and a
+    stand-in vision tensor. Both get an MTP tensor (mtp.*) the converter must drop."""
+    import qwen3next_ref as Q
+    g = G.read_gguf(gguf_path)
+    arch = g.get("general.architecture")
+    m = Q.load(gguf_path)
+    q35 = arch == "qwen35moe"
+    k = lambda n, d=None: gguf_kv(g, arch, n, d)  # noqa: E731
+    text = common_config(g, arch, "qwen3_5_moe_text" if q35 else "qwen3_next")
+    text.pop("torch_dtype")
+    tie = text.pop("tie_word_embeddings")
+    text.update({
+        "num_hidden_layers": m.n_layer, "head_dim": m.hd, "num_experts": m.N,
+        "num_experts_per_tok": m.k, "moe_intermediate_size": m.F,
+        "shared_expert_intermediate_size": m.Fs, "norm_topk_prob": True,
+        "linear_conv_kernel_dim": m.K, "linear_key_head_dim": m.dk,
+        "linear_num_key_heads": m.nk, "linear_num_value_heads": m.nv,
+        "linear_value_head_dim": m.dv, "full_attention_interval": k("full_attention_interval", 4),
+        "partial_rotary_factor": m.n_rot / m.hd, "hidden_act": "silu",
+        "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "layer_types": ["linear_attention" if L.linear else "full_attention" for L in m.layers]})
+    pre = "model.language_model." if q35 else "model."
+    f32 = lambda a: np.asarray(a, dtype=np.float32)  # noqa: E731
+    t = [(pre + "embed_tokens.weight", f32(m.tok)), (pre + "norm.weight", f32(m.out_norm))]
+    if not tie:
+        t.append(("lm_head.weight", f32(m.out)))
+    for i, L in enumerate(m.layers):
+        p = pre + "layers.%d." % i
+        t += [(p + "input_layernorm.weight", f32(L.in_norm)),
+              (p + "post_attention_layernorm.weight", f32(L.post_norm))]
+        if L.linear:
+            la = p + "linear_attn."
+            if q35:
+                t += [(la + "in_proj_qkv.weight", f32(L.in_proj_qkv)),
+                      (la + "in_proj_z.weight", f32(L.in_proj_z)),
+                      (la + "in_proj_b.weight", f32(L.in_proj_b)),
+                      (la + "in_proj_a.weight", f32(L.in_proj_a))]
+            else:
+                t += [(la + "in_proj_qkvz.weight", f32(L.in_proj_qkvz)),
+                      (la + "in_proj_ba.weight", f32(L.in_proj_ba))]
+            t += [(la + "conv1d.weight", f32(L.conv)[:, None, :]),
+                  (la + "dt_bias", f32(L.dt_bias)), (la + "A_log", f32(L.A_log)),
+                  (la + "norm.weight", f32(L.norm)), (la + "out_proj.weight", f32(L.out_proj))]
+        else:
+            sa = p + "self_attn."
+            t += [(sa + "q_proj.weight", f32(L.q_proj)), (sa + "k_proj.weight", f32(L.k_proj)),
+                  (sa + "v_proj.weight", f32(L.v_proj)), (sa + "o_proj.weight", f32(L.o_proj)),
+                  (sa + "q_norm.weight", f32(L.q_norm)), (sa + "k_norm.weight", f32(L.k_norm))]
+        mp = p + "mlp."
+        t.append((mp + "gate.weight", f32(L.router)))
+        if q35:
+            t += [(mp + "experts.gate_up_proj",
+                   f32(np.concatenate([L.gate_e, L.up_e], axis=1))),
+                  (mp + "experts.down_proj", f32(L.down_e))]
+        else:
+            for e in range(m.N):
+                t += [(mp + "experts.%d.gate_proj.weight" % e, f32(L.gate_e[e])),
+                      (mp + "experts.%d.up_proj.weight" % e, f32(L.up_e[e])),
+                      (mp + "experts.%d.down_proj.weight" % e, f32(L.down_e[e]))]
+        t += [(mp + "shared_expert.gate_proj.weight", f32(L.gate_s)),
+              (mp + "shared_expert.up_proj.weight", f32(L.up_s)),
+              (mp + "shared_expert.down_proj.weight", f32(L.down_s)),
+              (mp + "shared_expert_gate.weight", f32(L.shared_gate)[None, :])]
+    t.append(("mtp.fc.weight", np.ones((m.E, 2 * m.E), dtype=np.float32)))
+    if q35:
+        sections = [int(x) for x in k("rope.dimension_sections")]
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": text.pop("rope_theta"),
+                                   "mrope_interleaved": True, "mrope_section": sections[:3],
+                                   "partial_rotary_factor": text.pop("partial_rotary_factor")}
+        config = {"model_type": "qwen3_5_moe",
+                  "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+                  "text_config": text, "tie_word_embeddings": tie, "torch_dtype": "float32",
+                  "vision_config": {"depth": 2}}
+        t.append(("model.visual.patch_embed.proj.weight", np.ones((4, 3), dtype=np.float32)))
+    else:
+        config = dict(text, tie_word_embeddings=tie, torch_dtype="float32")
+    tok = make_tokenizer(text["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), config, t, "F32", 2, tok)
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -822,6 +910,8 @@ def main(argv):
                  "ernie4_5_moe", ernie4_5_moe_extra, shards=2)
     qwen3vl_from_fixture(out, "qwen3_vl_moe", f("qwen3vlmoe/tiny-qwen3vlmoe-f32.gguf"))
     bailingmoe2_from_fixture(out, "bailing_moe_v2", f("bailingmoe2/tiny-bailingmoe2-f32.gguf"))
+    qwen3next_from_fixture(out, "qwen3_next", f("qwen3next/tiny-qwen3next-f32.gguf"))
+    qwen3next_from_fixture(out, "qwen3_5_moe", f("qwen3next/tiny-qwen35moe-f32.gguf"))
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)

@@ -165,5 +165,7 @@ extern const Family kDots1;
 extern const Family kErnie45Moe;
 extern const Family kBailingMoe2;
 extern const Family kBailingMoe2AsV1Name;
+extern const Family kQwen3Next;
+extern const Family kQwen35Moe;
 
 }  // namespace lynx::convert::table
