@@ -86,6 +86,17 @@ enum class WeightLayout : uint8_t { kRows, kInterleaved16, kPanel16 };
 constexpr int64_t kInterleaveRows = 16;
 constexpr int64_t kPanelRows = 16;
 
+// Tokens per pass of the integer kernels over a matrix's rows: a panel's activation rows
+// (act_row_bytes each, ~256 KiB together) stay in L2 while every row block of the caller's
+// rows runs over them; a longer batch takes one pass per panel, so its weights are read again
+// per panel (from L3 when they fit) instead of its whole activations per row block. A multiple
+// of 64 tokens (the kernels' token super-groups); every output sees the same operations.
+constexpr int token_panel(int64_t act_row_bytes) {
+  constexpr int64_t kBytes = 256 * 1024, kGroup = 64;
+  const int64_t n = kBytes / (act_row_bytes > 0 ? act_row_bytes : 1) / kGroup * kGroup;
+  return int(n < kGroup ? kGroup : n > (1 << 20) ? (1 << 20) : n);
+}
+
 // True when a [rows x cols] matrix of type t can be stored kInterleaved16: a type with an
 // interleaved layout (types.h: every type with an integer kernel), rows a positive multiple of 16,
 // cols a positive multiple of the type's block.
@@ -269,8 +280,8 @@ uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
 
-// The FMA probe's inner loop (one thread; measure_fma_gflops, probes.h): `iters` rounds of 12 independent vector FMA chains;
-// returns the flops done and writes a checksum to *sink.
+// The FMA probe's inner loop (one thread; measure_fma_gflops, probes.h): `iters` rounds of 12
+// independent vector FMA chains; returns the flops done and writes a checksum to *sink.
 double fma_chains(int64_t iters, float seed, float* sink);
 
 // Name of the instruction set the dispatched kernels run on ("AVX2", "AVX3", ...).

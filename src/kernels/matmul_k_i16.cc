@@ -694,21 +694,25 @@ HWY_EXPORT(MatmulKI16T);
 void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                        const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
   const int64_t nb = cols / 256;
-  const MatmulKJob job{t,
-                       static_cast<const uint8_t*>(w),
-                       static_cast<int64_t>(weight_row_bytes(t, cols)),
-                       nb,
-                       r0,
-                       r1,
-                       x.q.data() + t0 * cols,
-                       x.d.data() + t0 * nb,
-                       x.gpair.data() + t0 * nb * 8,
-                       x.spair.data() + t0 * nb * 4,
-                       cols,
-                       n_tok,
-                       y,
-                       ldy};
-  HWY_DYNAMIC_DISPATCH(MatmulKI16T)(job);
+  const int panel = token_panel(cols);
+  for (int p0 = 0; p0 < n_tok; p0 += panel) {
+    const int64_t tp = t0 + p0;
+    const MatmulKJob job{t,
+                         static_cast<const uint8_t*>(w),
+                         static_cast<int64_t>(weight_row_bytes(t, cols)),
+                         nb,
+                         r0,
+                         r1,
+                         x.q.data() + tp * cols,
+                         x.d.data() + tp * nb,
+                         x.gpair.data() + tp * nb * 8,
+                         x.spair.data() + tp * nb * 4,
+                         cols,
+                         std::min(panel, n_tok - p0),
+                         y + p0 * ldy,
+                         ldy};
+    HWY_DYNAMIC_DISPATCH(MatmulKI16T)(job);
+  }
 }
 
 }  // namespace lynx::kernels

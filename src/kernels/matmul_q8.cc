@@ -522,22 +522,26 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
   }
   if (r0 == r1 || n_tok == 0) return;
   const int64_t nb = cols / 32;
-  const MatmulQ8Job job{t,
-                        static_cast<const uint8_t*>(w),
-                        static_cast<int64_t>(row_bytes),
-                        nb,
-                        r0,
-                        r1,
-                        x.q.data() + t0 * cols,
-                        x.d.data() + t0 * nb,
-                        x.sum.data() + t0 * nb,
-                        cols,
-                        nb,
-                        n_tok,
-                        y,
-                        ldy,
-                        layout};
-  HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
+  const int panel = token_panel(cols);
+  for (int p0 = 0; p0 < n_tok; p0 += panel) {
+    const int64_t tp = t0 + p0;
+    const MatmulQ8Job job{t,
+                          static_cast<const uint8_t*>(w),
+                          static_cast<int64_t>(row_bytes),
+                          nb,
+                          r0,
+                          r1,
+                          x.q.data() + tp * cols,
+                          x.d.data() + tp * nb,
+                          x.sum.data() + tp * nb,
+                          cols,
+                          nb,
+                          std::min(panel, n_tok - p0),
+                          y + p0 * ldy,
+                          ldy,
+                          layout};
+    HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
+  }
 }
 
 }  // namespace lynx::kernels

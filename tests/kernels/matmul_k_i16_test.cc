@@ -122,6 +122,30 @@ TEST(MatmulKI16, SimdEqualsScalarTwinOnEveryTarget) {
   }
 }
 
+// A batch longer than one token panel is computed panel by panel (kernels.h token_panel: 64
+// tokens at 8192 columns, so 150 tokens from t0 = 7 take three passes) with the twin's bits.
+TEST(MatmulKI16, TokenPanelsOfALongBatchGiveTheTwinsBits) {
+  const int64_t cols = 8192, rows = 32;
+  const int total = 160, t0 = 7, n_tok = 150;
+  ASSERT_LT(token_panel(cols), n_tok / 2);
+  const auto x = random_floats(size_t(total * cols), 9, 1.5f);
+  QuantizedActsK q;
+  quantize_acts_k(x.data(), cols, total, cols, q);
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K}) {
+    SCOPED_TRACE(gguf::tensor_type_name(t));
+    const auto w = weights(t, rows, cols, 4);
+    const auto il = interleaved(t, w, rows, cols);
+    std::vector<float> twin(size_t(n_tok * rows));
+    ref::matmul_rows_k(t, w.data(), cols, 0, rows, q, t0, n_tok, twin.data(), rows);
+    testing::for_each_target([&] {
+      std::vector<float> got(twin.size(), NAN);
+      matmul_rows_k(t, il.data(), cols, 0, rows, q, t0, n_tok, got.data(), rows,
+                    WeightLayout::kInterleaved16);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(bits(got[i]), bits(twin[i])) << i;
+    });
+  }
+}
+
 // Through matmul_rows_q8 (what the forward pass calls): Q8_K types read QuantizedActs::k.
 TEST(MatmulKI16, MatmulRowsQ8TakesTheQ8KForm) {
   const int64_t rows = 16, cols = 512;

@@ -158,6 +158,34 @@ TEST(MatmulQ8, SimdEqualsScalarTwinForEveryTargetSizeAndTokenCount) {
   });
 }
 
+// A batch longer than one token panel (token_panel: ~256 KiB of activation rows per pass over
+// the weights) is computed panel by panel; the outputs are the scalar twin's bits whatever the
+// panel boundaries (64 tokens at 8192 columns: 150 tokens from t0 = 7 take three passes).
+TEST(MatmulQ8, TokenPanelsOfALongBatchGiveTheTwinsBits) {
+  static_assert(token_panel(2048) == 128 && token_panel(8192) == 64 && token_panel(64) == 4096);
+  const int64_t cols = 8192, rows = 37, r0 = 3;
+  const int total = 160, t0 = 7, n_tok = 150;
+  ASSERT_LT(token_panel(cols), n_tok / 2);
+  const auto xv = make_acts(total, cols, cols, 11);
+  QuantizedActs xa;
+  quantize_acts(xv.data(), cols, total, cols, xa);
+  for (TensorType t : kIntTypes) {
+    SCOPED_TRACE(testing::type_name(t));
+    IntMatrix m(t, rows, cols, 0, 5);
+    std::vector<float> yr(static_cast<size_t>(rows * n_tok));
+    ref::matmul_rows_q8(t, m.buf.data(), cols, r0, rows, xa, t0, n_tok, yr.data(), rows);
+    for_each_target([&] {
+      std::vector<float> y(yr.size(), 0.f);
+      matmul_rows_q8(t, m.buf.data(), cols, r0, rows, xa, t0, n_tok, y.data(), rows);
+      for (int j = 0; j < n_tok; ++j) {
+        for (int64_t r = r0; r < rows; ++r) {
+          ASSERT_EQ(y[j * rows + r], yr[j * rows + r]) << "r=" << r << " j=" << j;
+        }
+      }
+    });
+  }
+}
+
 // Weight and activation values at the ends of their ranges: Q8_0 -128 and 127 against
 // activations of +-127 (the largest u8 x s8 pair sums of the non-VNNI kernels), Q4_0 nibbles
 // 0 and 15.
