@@ -526,16 +526,21 @@ class Planner {
     p.ne = {p.cols, p.rows, E};
   }
 
-  // Experts fused outputs first (Transform::kRows*): one [rows, cols] view per expert.
+  // Experts fused outputs first (Transform::kRows*) or stacked (kStacked3d): one [rows, cols]
+  // view per expert.
   void add_rows_experts(const TensorRule& r, Planned& p, const std::string& hf) {
     const StTensor& t = need(hf, p.name);
     const int64_t E = n_expert_, F = cfg_.n_ff_exp, H = cfg_.n_embd;
-    const bool down = r.transform == Transform::kRowsDown;
-    const std::vector<int64_t> want =
-        down ? std::vector<int64_t>{E, H, F} : std::vector<int64_t>{E, 2 * F, H};
+    const bool stacked = r.transform == Transform::kStacked3d;
+    const bool down = r.transform == Transform::kRowsDown ||
+                      (stacked && std::string(r.tensor) == arch::tensor::kFfnDownExps);
+    const std::vector<int64_t> want = down      ? std::vector<int64_t>{E, H, F}
+                                      : stacked ? std::vector<int64_t>{E, F, H}
+                                                : std::vector<int64_t>{E, 2 * F, H};
     if (t.dtype == DType::kU8 || t.shape != want) {
       bad_shape(t, "a float [" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + ", " +
-                       std::to_string(want[2]) + "]" + (down ? "" : " (gate then up rows)"));
+                       std::to_string(want[2]) + "]" +
+                       (down || stacked ? "" : " (gate then up rows)"));
     }
     p.rows = down ? H : F;
     p.cols = down ? F : H;
@@ -564,7 +569,7 @@ class Planner {
       return;
     }
     if (r.transform == Transform::kRowsGate || r.transform == Transform::kRowsUp ||
-        r.transform == Transform::kRowsDown) {
+        r.transform == Transform::kRowsDown || r.transform == Transform::kStacked3d) {
       add_rows_experts(r, p, hf);
       plan_.tensors.push_back(std::move(p));
       return;
@@ -889,6 +894,7 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   ti.warn = opts.warn;
   write_tokenizer(ti, w);
 
+  if (fam.extra_tensors) fam.extra_tensors(cfg, w);
   const size_t n = plan.tensors.size();
   auto shared_plan = std::make_shared<std::vector<Planned>>(std::move(plan.tensors));
   for (size_t i = 0; i < n; ++i) {

@@ -99,6 +99,9 @@ enum class Transform : uint8_t {
   kRowsGate,
   kRowsUp,
   kRowsDown,
+  // Experts stacked per layer as [n_expert, rows, cols] (Step-3.5's moe.gate_proj / up_proj /
+  // down_proj): one matrix per expert as it is.
+  kStacked3d,
 };
 
 // Which of two layouts of the same weights a rule writes: a choice of the converter
@@ -139,6 +142,8 @@ struct Family {
   const char* tokenizer_pre;                           // tokenizer.ggml.pre for a BPE tokenizer
   // Keys that are not a plain field copy (computed or defaulted); may be null.
   void (*extra_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
+  // Tensors computed from the config rather than read (step35's rope_freqs); may be null.
+  void (*extra_tensors)(const HfConfig& c, gguf::Writer& w) = nullptr;
   // Keys for the split MLA layout (ConvertOptions::mla_split); null: the family has no kv_b.
   void (*split_keys)(const HfConfig& c, gguf::Writer& w) = nullptr;
   // config field counting next-token-prediction layers after num_hidden_layers that are

@@ -125,6 +125,9 @@ const Case kCases[] = {
     // the (1 + w) norms stored with the 1 added; Qwen3.5's experts fused outputs first.
     {"qwen3_next", "qwen3next:tiny-qwen3next-f32", "qwen3next"},
     {"qwen3_5_moe", "qwen3next:tiny-qwen35moe-f32", "qwen35moe"},
+    // Per-layer heads / rope / clamps from the config lists, norms + 1, experts stacked 3-D,
+    // rope_freqs computed from the llama3-type rope_scaling.
+    {"step3p5", "step35:tiny-step35-f32", "step35"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

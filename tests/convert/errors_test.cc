@@ -634,5 +634,29 @@ TEST(ConvertErrors, Qwen3NextLayoutAndConfig) {
   }
 }
 
+// Step-3.5: config lists the architecture cannot express are refused by name.
+TEST(ConvertErrors, Step35ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "step3p5");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("moe_layers_enum", "1,3", {"moe_layers_enum", "dense lead"});
+  expect_with("layer_types", json::array({"full_attention", "sliding_attention"}),
+              {"layer_types must list every layer"});
+  expect_with("rope_theta", json::array({5e6, 1e4, 4e6, 1e4}), {"rope_theta differs"});
+  expect_with("rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}}, {"llama3"});
+  expect_with("partial_rotary_factors", json::array({0.75, 1.0, 0.75, 1.0}),
+              {"partial_rotary_factors"});
+  json c = good;
+  c["attention_other_setting"]["head_dim"] = 32;
+  write_json(d + "/config.json", c);
+  expect_error(d, {"attention_other_setting.head_dim"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

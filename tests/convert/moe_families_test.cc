@@ -540,10 +540,59 @@ TEST(ConvertQwen3Next, EveryTensorIsTheFixtures) {
   }
 }
 
+// Step-3.5: every tensor of the fixture back, by name, shape and value (the norms' + 1 within
+// 2 ulp; rope_freqs computed from the llama3-type rope_scaling, within 1e-6), the MTP layer
+// dropped; the per-layer keys as the fixture has them.
+TEST(ConvertStep35, EveryTensorAndKeyIsTheFixtures) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("step3p5", "f32");
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "step35/tiny-step35-f32.gguf");
+    for (const char* k :
+         {"attention.head_count", "attention.head_count_kv", "attention.sliding_window_pattern",
+          "swiglu_clamp_exp", "swiglu_clamp_shexp"}) {
+      const auto& a = got.get_array(std::string("step35.") + k);
+      const auto& b = want.get_array(std::string("step35.") + k);
+      ASSERT_EQ(a.size(), b.size()) << k;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (b[i].type == gguf::ValueType::FLOAT32) {
+          EXPECT_EQ(a[i].as_float(), b[i].as_float()) << k << "[" << i << "]";
+        } else if (b[i].type == gguf::ValueType::BOOL) {
+          EXPECT_EQ(a[i].as_bool(), b[i].as_bool()) << k << "[" << i << "]";
+        } else {
+          EXPECT_EQ(a[i].as_int(), b[i].as_int()) << k << "[" << i << "]";
+        }
+      }
+    }
+    for (const char* k : {"rope.dimension_count", "leading_dense_block_count",
+                          "attention.sliding_window", "expert_gating_func", "expert_count"}) {
+      EXPECT_EQ(got.get_int(std::string("step35.") + k), want.get_int(std::string("step35.") + k))
+          << k;
+    }
+    EXPECT_EQ(got.get_float("step35.rope.freq_base"), want.get_float("step35.rope.freq_base"));
+    EXPECT_EQ(got.get_float("step35.rope.freq_base_swa"),
+              want.get_float("step35.rope.freq_base_swa"));
+    EXPECT_EQ(got.tensors().size(), want.tensors().size());
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* t = got.find_tensor(b.name);
+      ASSERT_NE(t, nullptr) << b.name;
+      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+      const std::vector<float> x = values(*t), y = values(b);
+      const bool rounds = b.name.ends_with("norm.weight") || b.name == "rope_freqs.weight";
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float tol = rounds ? 2.5e-7f * std::max(1.f, std::fabs(y[i])) : 0.f;
+        ASSERT_LE(std::fabs(x[i] - y[i]), tol) << b.name << " [" << i << "]";
+      }
+    }
+  }
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
   for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",
-                        "bailing_moe", "ernie4_5_moe", "qwen3_next", "qwen3_5_moe"}) {
+                        "bailing_moe", "ernie4_5_moe", "qwen3_next", "qwen3_5_moe", "step3p5"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

@@ -881,6 +881,108 @@ def qwen3next_from_fixture(out_dir, name, gguf_path):
     write_checkpoint(os.path.join(out_dir, name), config, t, "F32", 2, tok)
 
 
+def step35_from_fixture(out_dir, name, gguf_path):
+    """Step-3.5-Flash (model_type step3p5) from the step35 fixture: every norm weight less the 1
+    the converter adds (HF's Step3p5RMSNorm multiplies by 1 + w), experts stacked per layer as
+    the checkpoint holds them (moe.gate_proj / up_proj [E, F, hidden], down_proj [E, hidden,
+    F]: GGUF's ne read backwards), the router under moe.gate, its bias moe.router_bias, the
+    shared expert share_expert.*, the gate g_proj; the config's per-layer lists (layer_types,
+    rope_theta, partial_rotary_factors, swiglu_limits / _shared), the sliding layers' heads in
+    attention_other_setting, moe_layers_enum, and the llama3-type rope_scaling whose factors
+    over the whole head are the fixture's rope_freqs (asserted here); plus one MTP layer after
+    the trunk (model.layers.<n>) the converter must drop."""
+    g = G.read_gguf(gguf_path)
+    arch = "step35"
+    k = lambda n, d=None: gguf_kv(g, arch, n, d)  # noqa: E731
+    n = k("block_count") - k("nextn_predict_layers", 0)
+    hd = k("attention.key_length")
+    swa = [bool(x) for x in k("attention.sliding_window_pattern")][:n]
+    heads, kv = list(k("attention.head_count"))[:n], list(k("attention.head_count_kv"))[:n]
+    full = swa.index(False)
+    other = swa.index(True)
+    rot = k("rope.dimension_count")
+    rot_swa = k("rope.dimension_count_swa", rot)
+    base, base_swa = k("rope.freq_base"), k("rope.freq_base_swa", k("rope.freq_base"))
+    lead = k("leading_dense_block_count")
+    scaling = {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 32.0, "original_max_position_embeddings": 64}
+    want = g.tensors["rope_freqs.weight"].to_numpy()
+    got = []
+    for i in range(hd // 2):
+        wl = 2 * np.pi * base ** (2.0 * i / hd)
+        lo_wl = scaling["original_max_position_embeddings"] / scaling["low_freq_factor"]
+        hi_wl = scaling["original_max_position_embeddings"] / scaling["high_freq_factor"]
+        if wl < hi_wl:
+            got.append(1.0)
+        elif wl > lo_wl:
+            got.append(scaling["factor"])
+        else:
+            sm = (scaling["original_max_position_embeddings"] / wl - 1.0) / (32.0 - 1.0)
+            got.append(1.0 / ((1.0 - sm) / scaling["factor"] + sm))
+    assert np.allclose(np.float32(got), want, rtol=1e-6), (got, want)
+    c = common_config(g, arch, "step3p5")
+    c.pop("num_key_value_heads")
+    c.update({
+        "num_hidden_layers": n, "head_dim": hd, "num_attention_heads": heads[full],
+        "num_attention_groups": kv[full],
+        "attention_other_setting": {"attention_type": "sliding_attention",
+                                    "num_attention_heads": heads[other],
+                                    "num_attention_groups": kv[other], "head_dim": hd},
+        "layer_types": ["sliding_attention" if s else "full_attention" for s in swa],
+        "rope_theta": [float(base_swa) if s else float(base) for s in swa],
+        "partial_rotary_factors": [rot_swa / hd if s else rot / 2 / hd for s in swa],
+        "rope_scaling": scaling, "yarn_only_types": ["full_attention"],
+        "sliding_window": k("attention.sliding_window"),
+        "moe_layers_enum": ",".join(str(i) for i in range(lead, n)),
+        "moe_num_experts": k("expert_count"), "moe_top_k": k("expert_used_count"),
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "share_expert_dim": k("expert_shared_feed_forward_length"),
+        "moe_router_scaling_factor": float(k("expert_weights_scale")),
+        "norm_expert_weight": bool(k("expert_weights_norm")),
+        "moe_router_activation": "sigmoid", "use_moe_router_bias": True,
+        "use_head_wise_attn_gate": True, "hidden_act": "silu",
+        "swiglu_limits": [float(x) or None for x in k("swiglu_clamp_exp")][:n],
+        "swiglu_limits_shared": [float(x) or None for x in k("swiglu_clamp_shexp")][:n],
+        "num_nextn_predict_layers": 1})
+    names = {"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_attn.q_proj.weight",
+             "attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
+             "attn_output.weight": "self_attn.o_proj.weight",
+             "attn_q_norm.weight": "self_attn.q_norm.weight",
+             "attn_k_norm.weight": "self_attn.k_norm.weight",
+             "attn_gate.weight": "self_attn.g_proj.weight",
+             "ffn_norm.weight": "post_attention_layernorm.weight",
+             "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+             "ffn_down.weight": "mlp.down_proj.weight", "ffn_gate_inp.weight": "moe.gate.weight",
+             "exp_probs_b.bias": "moe.router_bias",
+             "ffn_gate_exps.weight": "moe.gate_proj.weight",
+             "ffn_up_exps.weight": "moe.up_proj.weight",
+             "ffn_down_exps.weight": "moe.down_proj.weight",
+             "ffn_gate_shexp.weight": "share_expert.gate_proj.weight",
+             "ffn_up_shexp.weight": "share_expert.up_proj.weight",
+             "ffn_down_shexp.weight": "share_expert.down_proj.weight"}
+    t = []
+    for nm, info in g.tensors.items():
+        x = info.to_numpy().astype(np.float64)
+        if nm == "rope_freqs.weight":
+            continue
+        if nm.endswith("norm.weight"):
+            x = x - 1.0
+        if nm == "token_embd.weight":
+            t.append(("model.embed_tokens.weight", x))
+        elif nm == "output_norm.weight":
+            t.append(("model.norm.weight", x))
+        elif nm == "output.weight":
+            t.append(("lm_head.weight", x))
+        else:
+            il, rest = nm[4:].split(".", 1)
+            if int(il) >= n:
+                continue
+            t.append(("model.layers.%s.%s" % (il, names[rest]), x))
+    t.append(("model.layers.%d.eh_proj.weight" % n, np.ones((c["hidden_size"], 2 * c["hidden_size"]))))
+    tok = make_tokenizer(c["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -912,6 +1014,7 @@ def main(argv):
     bailingmoe2_from_fixture(out, "bailing_moe_v2", f("bailingmoe2/tiny-bailingmoe2-f32.gguf"))
     qwen3next_from_fixture(out, "qwen3_next", f("qwen3next/tiny-qwen3next-f32.gguf"))
     qwen3next_from_fixture(out, "qwen3_5_moe", f("qwen3next/tiny-qwen35moe-f32.gguf"))
+    step35_from_fixture(out, "step3p5", f("step35/tiny-step35-f32.gguf"))
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)

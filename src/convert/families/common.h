@@ -167,5 +167,6 @@ extern const Family kBailingMoe2;
 extern const Family kBailingMoe2AsV1Name;
 extern const Family kQwen3Next;
 extern const Family kQwen35Moe;
+extern const Family kStep35;
 
 }  // namespace lynx::convert::table
