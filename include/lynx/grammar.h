@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +47,11 @@ struct CharSet {
   bool matches(uint32_t cp) const;
   // Whether some code point in [lo, hi] matches (an incomplete UTF-8 character).
   bool intersects(uint32_t lo, uint32_t hi) const;
+  // The matched code points as sorted, merged ranges (negation resolved over 0..0x10FFFF).
+  std::vector<std::pair<uint32_t, uint32_t>> positive() const;
+  // Whether every code point of `other` matches / none does.
+  bool contains(const CharSet& other) const;
+  bool disjoint(const CharSet& other) const;
 };
 
 // One symbol of an alternative. Alternatives are stored back to back, each ended by kEnd.
@@ -105,6 +111,13 @@ class Matcher {
   bool accept(std::string_view bytes);
   bool accepting() const { return accepting(state_); }
   bool dead() const { return state_ == kDead; }
+  // The distinct character sets (indices in grammar().sets()) at the tops of the stacks of
+  // `s`; none when `s` holds an incomplete UTF-8 character.
+  void top_sets(StateId s, std::vector<uint32_t>& out) const;
+  // Whether every stack top of `s` takes all code points of `c` or none of them, so that
+  // any code point of `c` leads from `s` to the same state. False for an incomplete UTF-8
+  // character.
+  bool uniform(StateId s, const CharSet& c) const;
 
   size_t n_states() const { return states_.size(); }
   const Grammar& grammar() const { return *g_; }
@@ -155,10 +168,19 @@ class TokenIndex {
 
   // Whether token `id` can follow state `s` (eog: only when `s` is accepting).
   bool allows(Matcher& m, StateId s, int32_t id) const;
-  // Bit id of `allowed` (64 tokens per word) = allows(m, s, id), for every token, by one walk
-  // of the trie.
+  // Bit id of `allowed` (64 tokens per word) = allows(m, s, id), for every token. Where the
+  // state is uniform over a large character set C along a run of code points (the content
+  // of a JSON string, bounded by maxLength or not), a token is a run of n code points of C
+  // and a rest: the run leads to the n-th state of the run whatever its code points, so the
+  // tokens without a rest are decided by n alone (a bit set per n) and the others by
+  // stepping their rest from that state (mask.cc, docs/benchmarks.md "Structured output").
+  // Otherwise one walk of the trie.
   void mask(Matcher& m, StateId s, std::vector<uint64_t>& allowed) const;
+  // The same by one walk of the whole trie: the reference the tests hold mask() to.
+  void mask_walk(Matcher& m, StateId s, std::vector<uint64_t>& allowed) const;
   size_t n_nodes() const { return nodes_.size(); }
+  // Longest run of code points decided by length (a longer one is a run of kMaxRun and a rest).
+  static constexpr int kMaxRun = 32;
 
  private:
   struct TrieNode {
@@ -172,6 +194,29 @@ class TokenIndex {
   std::vector<TrieNode> nodes_;  // nodes_[0]: the root
   std::vector<int32_t> token_list_;
   std::vector<int32_t> eog_ids_;
+
+  // The tokens split for one character set C: by_length[n] has those made of 1..n code
+  // points of C (complete, valid UTF-8; n <= kMaxRun); rest the others, by the length of
+  // the run of C they start with (capped at kMaxRun), with the offset of what follows it.
+  struct RunGroup {
+    struct Rest {
+      int32_t id;
+      uint32_t run;     // code points of C first
+      uint32_t offset;  // bytes of the run
+      // The rest is the start of one character that some code point of C completes: it
+      // follows wherever a code point of C can (no state is made for it).
+      bool open_in_set;
+    };
+    std::vector<std::pair<uint32_t, uint32_t>> set;  // C, positive ranges (the cache key)
+    std::vector<std::vector<uint64_t>> by_length;
+    std::vector<Rest> rest;  // sorted by run
+  };
+  std::shared_ptr<const RunGroup> run_group(const CharSet& c) const;
+  // Built on first use per character set and kept (a few sets per grammar: the string
+  // content class). Guarded: one index serves the requests of every scheduler thread.
+  static constexpr size_t kMaxRunGroups = 8;
+  mutable std::mutex runs_mu_;
+  mutable std::vector<std::shared_ptr<const RunGroup>> runs_;
 };
 
 // The constraint of one sequence for the sampler (lynx/sampler.h): a state in a matcher

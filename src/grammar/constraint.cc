@@ -1,4 +1,5 @@
 // Constraint: a grammar as the sampler's TokenConstraint (lynx/grammar.h).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -50,6 +51,11 @@ bool Constraint::apply(std::span<float> logits) {
       continue;
     }
     const size_t end = std::min(n, w * 64 + 64);
+    if (word == 0) {  // most words in a structural state: a plain fill
+      std::fill(logits.begin() + long(w * 64), logits.begin() + long(end),
+                -std::numeric_limits<float>::infinity());
+      continue;
+    }
     for (size_t i = w * 64; i < end; ++i) {
       if (!((word >> (i & 63)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
     }

@@ -100,6 +100,28 @@ bool Matcher::accepting(StateId s) const {
   return st.remaining == 0 && !st.stacks.empty() && st.stacks.back() == kAccept;
 }
 
+void Matcher::top_sets(StateId s, std::vector<uint32_t>& out) const {
+  out.clear();
+  const State& st = states_[s];
+  if (st.remaining != 0) return;
+  for (uint32_t id : st.stacks) {
+    if (id == kAccept) continue;
+    const uint32_t set = g_->symbols()[nodes_[id].pos].arg;
+    if (std::find(out.begin(), out.end(), set) == out.end()) out.push_back(set);
+  }
+}
+
+bool Matcher::uniform(StateId s, const CharSet& c) const {
+  if (states_[s].remaining != 0) return false;
+  std::vector<uint32_t> sets;
+  top_sets(s, sets);
+  for (uint32_t set : sets) {
+    const CharSet& d = g_->sets()[set];
+    if (!d.contains(c) && !d.disjoint(c)) return false;
+  }
+  return true;
+}
+
 bool Matcher::any_top_intersects(const State& st, uint32_t lo, uint32_t hi) const {
   for (uint32_t id : st.stacks) {
     if (id == kAccept) continue;
@@ -256,13 +278,13 @@ bool TokenIndex::allows(Matcher& m, StateId s, int32_t id) const {
   return !p.empty() && m.step(s, p) != kDead;
 }
 
-void TokenIndex::mask(Matcher& m, StateId s, std::vector<uint64_t>& allowed) const {
+void TokenIndex::mask_walk(Matcher& m, StateId s, std::vector<uint64_t>& allowed) const {
   allowed.assign((pieces_.size() + 63) / 64, 0);
-  auto set = [&](int32_t id) { allowed[size_t(id) >> 6] |= uint64_t(1) << (id & 63); };
   if (m.accepting(s)) {
-    for (int32_t id : eog_ids_) set(id);
+    for (int32_t id : eog_ids_) allowed[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
   }
   if (s == kDead) return;
+  auto set = [&](int32_t id) { allowed[size_t(id) >> 6] |= uint64_t(1) << (id & 63); };
   // Depth-first over the trie: a subtree whose prefix the grammar refuses is skipped whole,
   // and each node costs one (memoized) transition.
   std::vector<std::pair<uint32_t, StateId>> todo;

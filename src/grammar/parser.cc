@@ -40,6 +40,36 @@ bool CharSet::intersects(uint32_t lo, uint32_t hi) const {
   return next <= hi;
 }
 
+std::vector<std::pair<uint32_t, uint32_t>> CharSet::positive() const {
+  if (!negated) return ranges;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  uint32_t next = 0;
+  for (const auto& [a, b] : ranges) {
+    if (a > next) out.push_back({next, a - 1});
+    if (b >= 0x10FFFF) return out;
+    next = std::max(next, b + 1);
+  }
+  out.push_back({next, 0x10FFFF});
+  return out;
+}
+
+bool CharSet::contains(const CharSet& other) const {
+  // Each range of `other` must lie inside one range of this set (merged: no range spans two).
+  const auto mine = positive();
+  for (const auto& [a, b] : other.positive()) {
+    auto it = std::upper_bound(mine.begin(), mine.end(), std::pair<uint32_t, uint32_t>(a, ~0u));
+    if (it == mine.begin() || std::prev(it)->second < b) return false;
+  }
+  return true;
+}
+
+bool CharSet::disjoint(const CharSet& other) const {
+  for (const auto& [a, b] : other.positive()) {
+    if (intersects(a, b)) return false;
+  }
+  return true;
+}
+
 namespace {
 
 struct Item {  // one parsed symbol, with the rule name when it is a reference
