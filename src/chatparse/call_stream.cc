@@ -79,7 +79,7 @@ bool CallStream::open(std::string id, std::string name) {
 void CallStream::close_open_call() {
   if (calls_.empty() || calls_.back().ended) return;
   OpenCall& c = calls_.back();
-  if (f_ == ToolFormat::kQwen3Coder || f_ == ToolFormat::kGlm45) {
+  if (f_ == ToolFormat::kQwen3Coder || f_ == ToolFormat::kGlm45 || f_ == ToolFormat::kMiniMaxM2) {
     c.arguments += c.arguments.empty() ? "{}" : "}";
   } else {
     c.arguments = js_.copy();
@@ -187,6 +187,9 @@ void CallStream::advance(std::string_view body, bool closed) {
       break;
     case ToolFormat::kGlm45:
       step_glm45();
+      break;
+    case ToolFormat::kMiniMaxM2:
+      step_minimax_m2();
       break;
     case ToolFormat::kNone:
       stop("no call format");
@@ -635,6 +638,62 @@ void CallStream::step_glm45() {
     c.arguments +=
         (c.arguments.empty() ? "{" : ",") + member(key, typed_value(raw, o_, c.name, key));
     pos_ = vend + kValEnd.size();
+  }
+}
+
+// MiniMax-M2: <invoke name="NAME"><parameter name="KEY">VALUE</parameter>..</invoke> in a
+// row; each parameter is sent once it is closed (its raw text is typed whole). Phases: 0
+// between calls, 1 the name, 2 inside the call.
+void CallStream::step_minimax_m2() {
+  constexpr std::string_view kInv = "<invoke name=\"", kInvEnd = "</invoke>",
+                             kPar = "<parameter name=\"", kParEnd = "</parameter>", kQ = "\">";
+  for (;;) {
+    if (phase_ == 0) {
+      if (!next_call(kInv, "block")) return;
+      phase_ = 1;
+      continue;
+    }
+    if (phase_ == 1) {
+      const size_t q = find(kQ, pos_);
+      if (q == std::string_view::npos) {
+        if (closed_) stop("<invoke name=\" is not closed by \">");
+        return;
+      }
+      if (!open("", std::string(trim(body_.substr(pos_, q - pos_))))) return;
+      pos_ = q + kQ.size();
+      phase_ = 2;
+      continue;
+    }
+    skip_space();
+    if (pos_ == body_.size()) return;
+    OpenCall& c = calls_.back();
+    const Seen end = at(kInvEnd);
+    if (end == Seen::kYes) {
+      pos_ += kInvEnd.size();
+      c.arguments += c.arguments.empty() ? "{}" : "}";
+      c.ended = true;
+      phase_ = 0;
+      continue;
+    }
+    const Seen par = at(kPar);
+    if (end == Seen::kPartial || par == Seen::kPartial) return;
+    if (par == Seen::kNo) return stop("text other than <parameter name=\"..\"> inside <invoke>");
+    const size_t q = find(kQ, pos_ + kPar.size());
+    if (q == std::string_view::npos) {
+      if (closed_) stop("a parameter not closed by \">");
+      return;
+    }
+    const size_t pend = find(kParEnd, q + kQ.size());
+    if (pend == std::string_view::npos) {
+      if (closed_) stop("a parameter without </parameter>");
+      return;
+    }
+    const std::string key(trim(body_.substr(pos_ + kPar.size(), q - pos_ - kPar.size())));
+    if (key.empty()) return stop("a parameter without a name");
+    const std::string_view raw = body_.substr(q + kQ.size(), pend - q - kQ.size());
+    c.arguments +=
+        (c.arguments.empty() ? "{" : ",") + member(key, typed_value(raw, o_, c.name, key));
+    pos_ = pend + kParEnd.size();
   }
 }
 

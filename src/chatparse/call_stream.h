@@ -75,6 +75,7 @@ class CallStream {
   void step_harmony();
   void step_qwen3_coder();
   void step_glm45();
+  void step_minimax_m2();
 
   ToolFormat f_;
   const ParseOptions& o_;

@@ -33,10 +33,12 @@ enum class ToolFormat {
   kDeepSeekV3,  // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>..<｜tool▁sep｜>..<｜tool▁calls▁end｜>
   kGlm45,       // <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>
   kKimiK2,  // <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:I<|tool_call_argument_begin|>{..}..
-  kHarmony,  // gpt-oss: <|channel|>commentary to=functions.NAME
-             // <|constrain|>json<|message|>{..}<|call|>
-  kMistral,  // [TOOL_CALLS][{"name":..,"arguments":{..},"id":..}] or [TOOL_CALLS]NAME[ARGS]{..}
-  kLlama3,   // the whole answer is {"name": .., "parameters": {..}} (optionally <|python_tag|>)
+  kHarmony,    // gpt-oss: <|channel|>commentary to=functions.NAME
+               // <|constrain|>json<|message|>{..}<|call|>
+  kMistral,    // [TOOL_CALLS][{"name":..,"arguments":{..},"id":..}] or [TOOL_CALLS]NAME[ARGS]{..}
+  kLlama3,     // the whole answer is {"name": .., "parameters": {..}} (optionally <|python_tag|>)
+  kMiniMaxM2,  // <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter>
+               // </invoke>..</minimax:tool_call>
 };
 
 std::string_view tool_format_name(ToolFormat f);

@@ -21,6 +21,7 @@ constexpr Name kNames[] = {
     {ToolFormat::kHarmony, "harmony"},
     {ToolFormat::kMistral, "mistral"},
     {ToolFormat::kLlama3, "llama3"},
+    {ToolFormat::kMiniMaxM2, "minimax-m2"},
 };
 
 bool has(std::string_view text, std::string_view what) {
@@ -51,6 +52,8 @@ OutputFormat detect_output_format(std::string_view t) {
     f.think_tags = false;  // its reasoning is the analysis channel
   } else if (has(t, "<｜tool▁calls▁begin｜>") || has(t, "<｜tool▁call▁begin｜>")) {
     f.tools = ToolFormat::kDeepSeekV3;
+  } else if (has(t, "<minimax:tool_call>")) {
+    f.tools = ToolFormat::kMiniMaxM2;
   } else if (has(t, "<|tool_calls_section_begin|>")) {
     f.tools = ToolFormat::kKimiK2;
   } else if (has(t, "<arg_key>") && has(t, "<tool_call>")) {
@@ -84,6 +87,8 @@ const BlockFormat* block_format(ToolFormat f) {
   static constexpr BlockFormat kKimiF{"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                                       parse_kimi_k2};
   static constexpr BlockFormat kMistralF{"[TOOL_CALLS]", "", parse_mistral};
+  static constexpr BlockFormat kMiniMaxF{"<minimax:tool_call>", "</minimax:tool_call>",
+                                         parse_minimax_m2, false};
   // Llama 3's block has no opening marker of its own; the parser starts one where the answer
   // starts with '{' or <|python_tag|> (parser.cc).
   static constexpr BlockFormat kLlamaF{"<|python_tag|>", "", parse_llama3};
@@ -102,6 +107,8 @@ const BlockFormat* block_format(ToolFormat f) {
       return &kMistralF;
     case ToolFormat::kLlama3:
       return &kLlamaF;
+    case ToolFormat::kMiniMaxM2:
+      return &kMiniMaxF;
     case ToolFormat::kNone:
     case ToolFormat::kHarmony:
       return nullptr;

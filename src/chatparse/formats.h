@@ -44,6 +44,7 @@ bool parse_deepseek(std::string_view, const ParseOptions&, std::vector<RawCall>&
 bool parse_kimi_k2(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
 bool parse_mistral(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
 bool parse_llama3(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
+bool parse_minimax_m2(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
 
 // Shared pieces (json_util.cc).
 // Parses `text` (surrounding whitespace allowed) as one JSON value, bounded in nesting depth;

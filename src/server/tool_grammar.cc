@@ -11,7 +11,11 @@
 //   <|tool_calls_section_begin|><|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>{..}<|tool_call_end|>..<|tool_calls_section_end|>
 //   qwen3-coder
 //   <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n..</function>\n</tool_call> glm-4.5
-//   <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n..</tool_call> harmony
+//   <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n..</tool_call>
+//   minimax-m2
+//   <minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n..</invoke>\n..
+//   </minimax:tool_call>
+//   harmony
 //   [<|channel|>analysis<|message|>..<|end|><|start|>assistant]
 //                <|channel|>commentary to=functions.N <|constrain|>json<|message|>{..}[<|call|>]
 // In the XML formats a string parameter is raw text (without "</", which would end it) and
@@ -116,6 +120,8 @@ std::vector<std::string> format_markers(ToolFormat f) {
               "</arg_key>",  "<arg_value>",  "</arg_value>"};
     case ToolFormat::kHarmony:
       return {"<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>"};
+    case ToolFormat::kMiniMaxM2:
+      return {"<minimax:tool_call>", "</minimax:tool_call>"};
     default:
       return {};
   }
@@ -165,6 +171,9 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
       case ToolFormat::kGlm45:
         add(r, "\"<tool_call>\" " + lit(n) + " \"\\n\" " + a + " \"</tool_call>\"");
         break;
+      case ToolFormat::kMiniMaxM2:
+        add(r, "\"<invoke name=\\\"\" " + lit(n) + " \"\\\">\\n\" " + a + " \"</invoke>\\n\"");
+        break;
       case ToolFormat::kHarmony:
         add(r, "\"<|channel|>commentary to=functions.\" " + lit(n) +
                    " \" <|constrain|>json<|message|>\" " + a);
@@ -206,6 +215,10 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
     case ToolFormat::kKimiK2:
       out += std::string("tc-calls ::= \"<|tool_calls_section_begin|>\" tc-call ") +
              (parallel ? "( tc-lay tc-call )* " : "") + "\"<|tool_calls_section_end|>\"\n";
+      break;
+    case ToolFormat::kMiniMaxM2:
+      out += std::string("tc-calls ::= \"<minimax:tool_call>\\n\" tc-call ") +
+             (parallel ? "( tc-lay tc-call )* " : "") + "\"</minimax:tool_call>\"\n";
       break;
     default:
       break;
@@ -306,6 +319,10 @@ std::string xml_value(const nlohmann::ordered_json& sub, const nlohmann::ordered
 std::string xml_params_rule(ToolFormat f, const nlohmann::ordered_json& fn, size_t i,
                             std::string& rules, std::string& why) {
   auto param = [&](const std::string& key_rule, const std::string& value) {
+    if (f == ToolFormat::kMiniMaxM2) {
+      return "\"<parameter name=\\\"\" " + key_rule + " \"\\\">\" " + value +
+             " \"</parameter>\\n\"";
+    }
     return f == ToolFormat::kQwen3Coder
                ? "\"<parameter=\" " + key_rule + " \">\\n\" " + value + " \"\\n</parameter>\\n\""
                : "\"<arg_key>\" " + key_rule + " \"</arg_key>\\n<arg_value>\" " + value +
@@ -362,7 +379,8 @@ ToolGrammar tool_call_grammar(const chatparse::ParseOptions& o,
     const std::string name = fn.at("name").get<std::string>();
     if (!only.empty() && name != only) continue;
     std::string why;
-    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45;
+    const bool xml =
+        f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 || f == ToolFormat::kMiniMaxM2;
     tools.push_back({name, xml ? xml_params_rule(f, fn, tools.size(), rules, why)
                                : arguments_rule(fn, tools.size(), rules, why)});
     if (!why.empty()) g.free_arguments.push_back(name + ": " + why);

@@ -129,6 +129,34 @@ TEST(ToolCallFormat, Qwen3CoderTypesValuesBySchema) {
   EXPECT_EQ(r.content, "");
 }
 
+// MiniMax-M2: several <invoke>s in one block, values raw text typed by the schema, reasoning
+// in <think> before the calls.
+TEST(ToolCallFormat, MiniMaxM2SeveralInvokesTypedBySchema) {
+  const auto r = parse(
+      "<think>\nThe user wants weather.\n</think>\n\nLet me look.\n<minimax:tool_call>\n"
+      "<invoke name=\"get_weather\">\n<parameter name=\"city\">New York</parameter>\n"
+      "<parameter name=\"days\">3</parameter>\n<parameter name=\"zip\">10001</parameter>\n"
+      "<parameter name=\"opts\">{\"units\": \"c\"}</parameter>\n</invoke>\n"
+      "<invoke name=\"search\">\n<parameter name=\"query\">a < b & \"c\"</parameter>\n</invoke>\n"
+      "</minimax:tool_call>",
+      opts(ToolFormat::kMiniMaxM2, true));
+  ASSERT_EQ(r.tool_calls.size(), 2u) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(args(r, 0),
+            json::parse(R"({"city":"New York","days":3,"zip":"10001","opts":{"units":"c"}})"));
+  EXPECT_EQ(r.tool_calls[1].name, "search");
+  EXPECT_EQ(args(r, 1), json({{"query", "a < b & \"c\""}}));
+  EXPECT_EQ(r.content, "Let me look.");
+  EXPECT_EQ(r.reasoning, "The user wants weather.");
+  // A call with no parameters; a block with no <invoke> is text.
+  const auto e = parse("<minimax:tool_call><invoke name=\"search\"></invoke></minimax:tool_call>",
+                       opts(ToolFormat::kMiniMaxM2));
+  ASSERT_EQ(e.tool_calls.size(), 1u);
+  EXPECT_EQ(e.tool_calls[0].arguments, "{}");
+  const std::string empty = "<minimax:tool_call>\n</minimax:tool_call>";
+  EXPECT_EQ(parse(empty, opts(ToolFormat::kMiniMaxM2)).content, empty);
+}
+
 TEST(ToolCallFormat, DeepSeekV31AndR1) {
   const auto v31 = parse(
       "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
@@ -303,8 +331,9 @@ TEST(MalformedCalls, KeptAsTextNeverThrown) {
       parse("<tool_call>{\"name\": \"a b\", \"arguments\": {}}</tool_call>", o).tool_calls.empty());
   EXPECT_TRUE(
       parse("<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", o).tool_calls.empty());
-  for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kDeepSeekV3,
-                       ToolFormat::kKimiK2, ToolFormat::kMistral, ToolFormat::kHarmony}) {
+  for (ToolFormat f :
+       {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kDeepSeekV3, ToolFormat::kKimiK2,
+        ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kMiniMaxM2}) {
     const ParseOptions of = opts(f);
     for (const char* text :
          {"<tool_call><function x><parameter=a>1</parameter></function></tool_call>",
@@ -313,7 +342,9 @@ TEST(MalformedCalls, KeptAsTextNeverThrown) {
           "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_end|>"
           "<|tool_calls_section_end|>",
           "[TOOL_CALLS]f[ARGS]oops", "[TOOL_CALLS][{\"name\": 1}]",
-          "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[\"a\"]<|call|>"}) {
+          "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[\"a\"]<|call|>",
+          "<minimax:tool_call><invoke name=\"get weather\"></invoke></minimax:tool_call>",
+          "<minimax:tool_call>get_weather</minimax:tool_call>"}) {
       const auto m = parse(text, of);
       EXPECT_TRUE(m.tool_calls.empty()) << tool_format_name(f) << ": " << text;
       EXPECT_FALSE(m.content.empty()) << tool_format_name(f) << ": " << text;
@@ -376,6 +407,9 @@ TEST(MalformedCalls, SentCallsStandWithClosedArguments) {
       {ToolFormat::kHarmony,
        "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"query\": \"a"},
       {ToolFormat::kLlama3, "{\"name\": \"search\", \"parameters\": {\"query\": \"a"},
+      {ToolFormat::kMiniMaxM2,
+       "<minimax:tool_call><invoke name=\"search\"><parameter name=\"query\">a</parameter>"
+       "<parameter name=\"x\">"},
   };
   for (const auto& [f, text] : formats) {
     const auto r = parse(text, opts(f), true);
@@ -415,11 +449,18 @@ TEST(Streaming, ArgumentsComeInPieces) {
       {ToolFormat::kGlm45, "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>" + xcode +
                                "</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n"
                                "</tool_call>"},
+      {ToolFormat::kMiniMaxM2,
+       "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter "
+       "name=\"query\">" +
+           xcode +
+           "</parameter>\n<parameter name=\"n\">3</parameter>\n</invoke>\n"
+           "</minimax:tool_call>"},
   };
   for (const auto& [f, text] : cases) {
     const auto whole = parse(text, opts(f));  // also: every stream adds up to this
     ASSERT_EQ(whole.tool_calls.size(), 1u) << tool_format_name(f) << ": " << text;
-    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45;
+    const bool xml =
+        f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 || f == ToolFormat::kMiniMaxM2;
     EXPECT_EQ(args(whole, 0), xml ? xa : a) << tool_format_name(f);
     EXPECT_TRUE(whole.problems.empty()) << tool_format_name(f) << ": " << whole.problems[0];
     // A byte at a time: the header before any argument, then many pieces.
@@ -545,17 +586,23 @@ TEST(MalformedCalls, RandomMarkerSoup) {
       "<|tool_call_argument_begin|>",
       "<|tool_call_end|>",
       "<|tool_calls_section_end|>",
+      "<minimax:tool_call>",
+      "</minimax:tool_call>",
+      "<invoke name=\"search\">",
+      "<parameter name=\"query\">",
+      "</invoke>",
       "<",
       "|"};
   std::mt19937 rng(1234);
   const ToolFormat formats[] = {
-      ToolFormat::kHermes, ToolFormat::kQwen3Coder, ToolFormat::kDeepSeekV3, ToolFormat::kGlm45,
-      ToolFormat::kKimiK2, ToolFormat::kHarmony,    ToolFormat::kMistral,    ToolFormat::kLlama3};
-  for (int iter = 0; iter < 300; ++iter) {
+      ToolFormat::kHermes,  ToolFormat::kQwen3Coder, ToolFormat::kDeepSeekV3,
+      ToolFormat::kGlm45,   ToolFormat::kKimiK2,     ToolFormat::kHarmony,
+      ToolFormat::kMistral, ToolFormat::kLlama3,     ToolFormat::kMiniMaxM2};
+  for (int iter = 0; iter < 360; ++iter) {
     std::string text;
     const int n = 1 + int(rng() % 12);
     for (int k = 0; k < n; ++k) text += pieces[rng() % pieces.size()];
-    ParseOptions o = opts(formats[iter % 8], iter % 3 != 0);
+    ParseOptions o = opts(formats[iter % std::size(formats)], iter % 3 != 0);
     o.starts_in_reasoning = iter % 5 == 0;
     o.extract_reasoning = iter % 7 != 0;
     parse(text, o, iter % 2 == 0);
@@ -574,6 +621,7 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
       {ToolFormat::kKimiK2, "<|tool_calls_section_begin|><|tool_call_begin|>functions." + filler},
       {ToolFormat::kQwen3Coder, "<tool_call><function=f><parameter=a>" + filler},
       {ToolFormat::kGlm45, "<tool_call>" + filler},
+      {ToolFormat::kMiniMaxM2, "<minimax:tool_call><invoke name=\"" + filler},
       {ToolFormat::kHarmony,
        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>\"" + filler}};
   for (const auto& [format, text] : cases) {
@@ -634,6 +682,7 @@ TEST(DetectFormat, FromReleasedTemplates) {
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolFormat::kMistral, false},
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolFormat::kLlama3, false},
       {"microsoft-Phi-3.5-mini-instruct.jinja", ToolFormat::kNone, false},
+      {"MiniMax-M2.jinja", ToolFormat::kMiniMaxM2, true},
   };
   for (const Case& c : cases) {
     const OutputFormat f = detect_output_format(read_template(c.file));
@@ -643,6 +692,7 @@ TEST(DetectFormat, FromReleasedTemplates) {
   EXPECT_TRUE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_EQ(tool_format_from_name("glm-4.5"), ToolFormat::kGlm45);
+  EXPECT_EQ(tool_format_from_name("minimax-m2"), ToolFormat::kMiniMaxM2);
   EXPECT_FALSE(tool_format_from_name("nope").has_value());
 }
 

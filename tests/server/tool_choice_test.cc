@@ -128,6 +128,21 @@ TEST(ToolGrammar, AcceptsTheTemplatesLayoutsAndRefusesOthers) {
        {"<tool_call>get_weather\n<arg_key>unit</arg_key>\n<arg_value>f</arg_value>\n</tool_call>",
         "<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>x</arg_value>\n<arg_key>tags"
         "</arg_key>\n<arg_value>[1]</arg_value>\n</tool_call>"}},
+      {ToolFormat::kMiniMaxM2,
+       {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">New York"
+        "</parameter>\n<parameter name=\"unit\">c</parameter>\n<parameter name=\"days\">3"
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
+        "<minimax:tool_call>\n<invoke name=\"ping\">\n</invoke>\n<invoke name=\"search\">\n"
+        "<parameter name=\"q\">a < b</parameter>\n<parameter name=\"tags\">[\"x\"]</parameter>\n"
+        "</invoke>\n</minimax:tool_call>"},
+       {// unit missing, a closing tag inside a value, an unknown parameter, no block
+        "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Rome"
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
+        "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter name=\"q\">a</b></parameter>\n"
+        "</invoke>\n</minimax:tool_call>",
+        "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter name=\"q\">a</parameter>\n"
+        "<parameter name=\"zz\">1</parameter>\n</invoke>\n</minimax:tool_call>",
+        "<invoke name=\"ping\">\n</invoke>\n"}},
       {ToolFormat::kHarmony,
        {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args,
         "<|channel|>analysis<|message|>Need the weather, a < b.<|end|><|start|>assistant"
@@ -180,7 +195,7 @@ TEST(ToolGrammar, UncoveredFormatsAndSchemasTheGrammarCannotEnforce) {
   EXPECT_FALSE(tool_grammar_covers(ToolFormat::kNone));
   EXPECT_EQ(tool_grammar(options(ToolFormat::kNone, false, false, true)).gbnf, "");
   // The XML formats: a string parameter with a pattern makes that tool's parameters free.
-  for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45}) {
+  for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kMiniMaxM2}) {
     const ToolGrammar x = tool_grammar(options(f, false, false, true));
     ASSERT_EQ(x.free_arguments.size(), 1u) << tool_format_name(f);
     EXPECT_NE(x.free_arguments[0].find("'pattern'"), std::string::npos) << x.free_arguments[0];
@@ -262,9 +277,9 @@ TEST(ToolGrammar, RandomSentencesParseAsValidCalls) {
   };
   std::mt19937 rng(11);
   int sentences = 0;
-  for (ToolFormat f :
-       {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kLlama3, ToolFormat::kDeepSeekV3,
-        ToolFormat::kKimiK2, ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kHarmony}) {
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kLlama3,
+                       ToolFormat::kDeepSeekV3, ToolFormat::kKimiK2, ToolFormat::kQwen3Coder,
+                       ToolFormat::kGlm45, ToolFormat::kHarmony, ToolFormat::kMiniMaxM2}) {
     for (int variant = 0; variant < 8; ++variant) {
       const bool parallel = variant & 1, think = (variant & 2) && f != ToolFormat::kHarmony;
       const bool inside = think && (variant & 4);
@@ -304,7 +319,7 @@ TEST(ToolGrammar, RandomSentencesParseAsValidCalls) {
       }
     }
   }
-  EXPECT_EQ(sentences, 8 * 8 * 12);
+  EXPECT_EQ(sentences, 9 * 8 * 12);
 }
 
 TEST(ToolGrammar, ControlTokenMarkersCanBeSampled) {
