@@ -14,6 +14,7 @@
 
 #include "../scratch.h"
 #include "family_harness.h"
+#include "kernels/kernels.h"
 #include "logits_util.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
@@ -222,11 +223,51 @@ TEST(Qwen3Next, ForksCopyTheStateAndPartialRollbackIsRefused) {
   expect_rows(step(ctx, empty, toks, 0, 2), want, 0, V, "empty copy");
 }
 
-// The default path of the Q8_0 file (Q8_0 activations, integer products) stays near the exact
-// reference: measured (this file, 12 positions) 1-4% largest relative error at 11 positions
-// and 11% at position 10, whose arg-max also moves once (with 8 experts, 3 per token, and
-// 8-wide DeltaNet heads the tiny model is sensitive; not traced to one cause). Bounds: the
-// median position under 4e-2, every position under 0.2, the arg-max kept at 10 of 12.
+// The default path of the Q8_0 file (Q8_0 activations, integer products) against the reference
+// run with the same activation rounding (qwen3next_ref.py --act-quant, NAME.actq.logits.f32):
+// what is left is the engine's own error. Measured on AVX3_DL, AVX3, AVX2 and SCALAR: every
+// position equal to the goldens bit for bit (the logits are one Q8_0 x Q8_0 block per row,
+// integer sums times two fp16 scales, which float32 and float64 round alike). As in
+// golden_test.cc, float32 activations whose x / d lies at a .5 boundary may round to the
+// other integer on another instruction set, one element's error spreading to later positions:
+// every position within 1e-3 NMSE (such a flip at most), at least half of them within 1e-12
+// and those with the goldens' arg-max.
+TEST(Qwen3Next, IntegerPathMatchesActQuantReferenceOnEverySimdTarget) {
+  auto m = load(kNextQ8);
+  const auto toks = tokens();
+  const int V = m->config().n_vocab, n = int(toks.size());
+  const auto want = testing_util::read_logits(kDir + kNextQ8 + ".actq.logits.f32", size_t(n) * V);
+  ContextOptions o = exact_ctx();
+  o.exact_activations = false;
+  for (int64_t target : kernels::available_simd_targets()) {
+    kernels::force_simd_target(target);
+    SCOPED_TRACE(kernels::simd_target_name(target));
+    const auto got = testing_util::prefill_logits(*m, toks, o);
+    int tight = 0;
+    for (int i = 0; i < n; ++i) {
+      const std::span<const float> g = std::span(got).subspan(size_t(i) * V, size_t(V));
+      const std::span<const float> w = std::span(want).subspan(size_t(i) * V, size_t(V));
+      const double e = testing_util::nmse(g, w);
+      EXPECT_LE(e, 1e-3) << "position " << i;
+      if (e > 1e-12) continue;
+      ++tight;
+      EXPECT_EQ(std::max_element(g.begin(), g.end()) - g.begin(),
+                std::max_element(w.begin(), w.end()) - w.begin())
+          << "position " << i;
+    }
+    EXPECT_GE(2 * tight, n);
+  }
+  kernels::force_simd_target(0);
+}
+
+// The same path against the exact goldens: the error of 8-bit activations itself, which the
+// reference reproduces (the test above). Measured: 0.9-4.0% largest relative error at 11 of
+// 12 positions and 11% at position 10, where one of the 3 experts chosen in layer 2 changes;
+// the arg-max moves at position 6, whose top two logits are 0.05% apart in the goldens
+// (docs/models.md has the figures per layer and per product: the DeltaNet's in-projections
+// round their input by 0.5% RMS like every product reading a normed hidden state, ssm_out by
+// 0.85% like the experts' down projections). Bounds: all positions but one under 5e-2, every
+// position under 0.2, the arg-max kept at 11 of 12.
 TEST(Qwen3Next, IntegerPathNearTheGoldens) {
   auto m = load(kNextQ8);
   const auto toks = tokens();
@@ -244,11 +285,11 @@ TEST(Qwen3Next, IntegerPathNearTheGoldens) {
     EXPECT_LT(errs.back(), 0.2) << "position " << i;
     same += std::max_element(g, g + V) - g == std::max_element(w, w + V) - w;
   }
-  std::nth_element(errs.begin(), errs.begin() + n / 2, errs.end());
-  EXPECT_LT(errs[size_t(n / 2)], 4e-2);
-  EXPECT_GE(same, n - 2);
+  std::sort(errs.begin(), errs.end());
+  EXPECT_LT(errs[size_t(n - 2)], 5e-2);
+  EXPECT_GE(same, n - 1);
   // Not the exact path: the integer products did run.
-  EXPECT_GT(*std::max_element(errs.begin(), errs.end()), 1e-4);
+  EXPECT_GT(errs.back(), 1e-4);
 }
 
 // Every routing policy runs a decode batch on the family's router (family_harness.h).

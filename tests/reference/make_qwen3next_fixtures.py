@@ -7,7 +7,9 @@ The weights are the `lynx-moe synth` shapes tiny-qwen3next (in F32 and Q8_0) and
 tiny-qwen35moe (F32): 4 layers, three Gated DeltaNet (2 key heads and 4 value heads of 8, a
 conv of 4 taps) then one gated attention layer (4 query / 2 K/V heads of 16, rope on 8 dims),
 8 experts, 3 per token, a gated shared expert, a 300-token vocabulary. The logits of every
-position come from qwen3next_ref.py, which reads only the file.
+position come from qwen3next_ref.py, which reads only the file; for the Q8_0 file also with
+--act-quant (NAME.actq.logits.f32: activations rounded to Q8_0 blocks before every Q8_0
+product, what the engine's default integer path computes).
 """
 
 import argparse
@@ -31,9 +33,11 @@ def main(argv):
         g = os.path.join(OUT, name + ".gguf")
         subprocess.run([a.lynx, "synth", "--shape", shape, "--type", t, "-o", g],
                        check=True, stderr=subprocess.DEVNULL)
-        subprocess.run([sys.executable, os.path.join(HERE, "qwen3next_ref.py"), g,
-                        "--tokens", TOKENS, "--out", os.path.join(OUT, name + ".logits.f32")],
-                       check=True)
+        ref = [sys.executable, os.path.join(HERE, "qwen3next_ref.py"), g, "--tokens", TOKENS]
+        subprocess.run(ref + ["--out", os.path.join(OUT, name + ".logits.f32")], check=True)
+        if t != "f32":
+            subprocess.run(ref + ["--act-quant", "--out",
+                                  os.path.join(OUT, name + ".actq.logits.f32")], check=True)
     with open(os.path.join(OUT, "tokens.txt"), "w") as f:
         f.write(TOKENS + "\n")
     return 0

@@ -36,8 +36,16 @@ Then the model, as HF computes it:
 - Qwen3NextSparseMoeBlock: p = softmax(gate(x)); top k (ties to the lower id), renormalized
   (norm_topk_prob); SwiGLU experts; + sigmoid(shared_expert_gate(x)) shared_expert(x);
 - logits = lm_head(norm(x)) (tied to embed_tokens without output.weight).
+
+--act-quant rounds the activation operand of every product with a weight of a type with an
+integer kernel as ggml's CPU backend does before its dot products (reference.round_activation:
+Q8_0 blocks for Q8_0 / Q4_0 weights, Q8_K for the K-quants; F32 / F16 / BF16 weights keep
+float activations, as on the engine's default path): its goldens separate the engine's own
+error from the error of 8-bit activations.
 """
 
+import argparse
+import copy
 import math
 import os
 import sys
@@ -47,6 +55,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gguf_np  # noqa: E402
+from reference import GGML_Q8_K, VEC_DOT_TYPE, round_activation  # noqa: E402
 
 
 def rms_norm(x, w, eps):
@@ -78,6 +87,35 @@ class Model:
     pass
 
 
+def act_rounding(wtype):
+    """The 8-bit blocks that activations are rounded to before a product with a weight of
+    ggml type wtype on the integer path (GGML_Q8_0 or GGML_Q8_K), None for float products."""
+    vt = VEC_DOT_TYPE.get(wtype)
+    return vt if vt in (gguf_np.GGML_Q8_0, GGML_Q8_K) else None
+
+
+class Mat:
+    """A weight matrix (float64, numpy shape [out, in] or [n, out, in]), its file type and
+    tensor name; `mat @ x` first rounds x to 8-bit blocks where `act_quant` and the type has
+    them. mat[i] is matrix i of a stack, with the same settings."""
+
+    def __init__(self, a, wtype, act_quant, name):
+        self.a, self.wtype, self.act_quant, self.name = a, wtype, act_quant, name
+
+    def rounds(self):
+        return self.act_quant and act_rounding(self.wtype) is not None
+
+    def __matmul__(self, x):
+        if self.rounds():
+            x = round_activation(x, self.wtype)
+        return self.a @ x
+
+    def __getitem__(self, i):
+        c = copy.copy(self)
+        c.a = self.a[i]
+        return c
+
+
 def untile(a, axis, n_k, r, width):
     """The value heads of `a` along `axis` (n_k r blocks of `width`) from the tiled order
     (block j n_k + g) back to grouped (block g r + j)."""
@@ -88,7 +126,7 @@ def untile(a, axis, n_k, r, width):
     return np.moveaxis(b, 0, axis)
 
 
-def load(path):
+def load(path, act_quant=False):
     g = gguf_np.read_gguf(path)
     arch = g.get("general.architecture")
     assert arch in ("qwen3next", "qwen35moe"), arch
@@ -109,6 +147,16 @@ def load(path):
         if tuple(a.shape) != tuple(shape):
             raise ValueError("tensor %s has shape %s, expected %s" % (name, a.shape, shape))
         return a
+
+    def mat(a, *names):
+        """Mat of `a`, made from the tensors `names`, whose activations round alike."""
+        types = [g.tensors[n].type for n in names]
+        if act_quant and len({act_rounding(t) for t in types}) != 1:
+            raise ValueError("--act-quant: %s round their activations differently" % (names,))
+        return Mat(a, types[0], act_quant, "+".join(names))
+
+    def wm(name, shape):
+        return mat(w(name, shape), name)
 
     m.n_layer = key("block_count") - key("nextn_predict_layers", 0)
     m.E = key("embedding_length")
@@ -137,9 +185,8 @@ def load(path):
     m.V = tok.ne[1]
     m.tok = w("token_embd.weight", (m.V, m.E))
     m.out_norm = w("output_norm.weight", (m.E,)) - 1.0
-    m.out = w("output.weight", (m.V, m.E), False)
-    if m.out is None:
-        m.out = m.tok
+    out = w("output.weight", (m.V, m.E), False)
+    m.out = mat(m.tok, "token_embd.weight") if out is None else mat(out, "output.weight")
     m.layers = []
     for i in range(m.n_layer):
         p = "blk.%d." % i
@@ -164,36 +211,38 @@ def load(path):
                     blocks += [q[gk * m.dk:(gk + 1) * m.dk], k[gk * m.dk:(gk + 1) * m.dk],
                                v[gk * r * m.dv:(gk + 1) * r * m.dv],
                                z[gk * r * m.dv:(gk + 1) * r * m.dv]]
-                L.in_proj_qkvz = np.concatenate(blocks)
-                L.in_proj_ba = ba
+                L.in_proj_qkvz = mat(np.concatenate(blocks), p + "attn_qkv.weight",
+                                     p + "attn_gate.weight")
+                L.in_proj_ba = mat(ba, p + "ssm_ba.weight")
             else:
                 b = w(p + "ssm_beta.weight", (m.nv, m.E))
                 a = w(p + "ssm_alpha.weight", (m.nv, m.E))
                 qk, v = qkv[:2 * KD], untile(qkv[2 * KD:], 0, m.nk, r, m.dv)
-                L.in_proj_qkv = np.concatenate([qk, v])
-                L.in_proj_z = untile(z, 0, m.nk, r, m.dv)
-                L.in_proj_b = untile(b, 0, m.nk, r, 1)
-                L.in_proj_a = untile(a, 0, m.nk, r, 1)
+                L.in_proj_qkv = mat(np.concatenate([qk, v]), p + "attn_qkv.weight")
+                L.in_proj_z = mat(untile(z, 0, m.nk, r, m.dv), p + "attn_gate.weight")
+                L.in_proj_b = mat(untile(b, 0, m.nk, r, 1), p + "ssm_beta.weight")
+                L.in_proj_a = mat(untile(a, 0, m.nk, r, 1), p + "ssm_alpha.weight")
                 dt = untile(dt, 0, m.nk, r, 1)
                 a_log = untile(a_log, 0, m.nk, r, 1)
                 conv = np.concatenate([conv[:2 * KD], untile(conv[2 * KD:], 0, m.nk, r, m.dv)])
                 out = untile(out, 1, m.nk, r, m.dv)
-            L.conv, L.dt_bias, L.A_log, L.out_proj = conv, dt, a_log, out
+            L.conv, L.dt_bias, L.A_log = conv, dt, a_log
+            L.out_proj = mat(out, p + "ssm_out.weight")
         else:
-            L.q_proj = w(p + "attn_q.weight", (2 * m.H * m.hd, m.E))
-            L.k_proj = w(p + "attn_k.weight", (m.Hkv * m.hd, m.E))
-            L.v_proj = w(p + "attn_v.weight", (m.Hkv * m.hd, m.E))
-            L.o_proj = w(p + "attn_output.weight", (m.E, m.H * m.hd))
+            L.q_proj = wm(p + "attn_q.weight", (2 * m.H * m.hd, m.E))
+            L.k_proj = wm(p + "attn_k.weight", (m.Hkv * m.hd, m.E))
+            L.v_proj = wm(p + "attn_v.weight", (m.Hkv * m.hd, m.E))
+            L.o_proj = wm(p + "attn_output.weight", (m.E, m.H * m.hd))
             L.q_norm = w(p + "attn_q_norm.weight", (m.hd,)) - 1.0
             L.k_norm = w(p + "attn_k_norm.weight", (m.hd,)) - 1.0
-        L.router = w(p + "ffn_gate_inp.weight", (m.N, m.E))
-        L.gate_e = w(p + "ffn_gate_exps.weight", (m.N, m.F, m.E))
-        L.up_e = w(p + "ffn_up_exps.weight", (m.N, m.F, m.E))
-        L.down_e = w(p + "ffn_down_exps.weight", (m.N, m.E, m.F))
-        L.gate_s = w(p + "ffn_gate_shexp.weight", (m.Fs, m.E))
-        L.up_s = w(p + "ffn_up_shexp.weight", (m.Fs, m.E))
-        L.down_s = w(p + "ffn_down_shexp.weight", (m.E, m.Fs))
-        L.shared_gate = w(p + "ffn_gate_inp_shexp.weight", (m.E,))
+        L.router = wm(p + "ffn_gate_inp.weight", (m.N, m.E))
+        L.gate_e = wm(p + "ffn_gate_exps.weight", (m.N, m.F, m.E))
+        L.up_e = wm(p + "ffn_up_exps.weight", (m.N, m.F, m.E))
+        L.down_e = wm(p + "ffn_down_exps.weight", (m.N, m.E, m.F))
+        L.gate_s = wm(p + "ffn_gate_shexp.weight", (m.Fs, m.E))
+        L.up_s = wm(p + "ffn_up_shexp.weight", (m.Fs, m.E))
+        L.down_s = wm(p + "ffn_down_shexp.weight", (m.E, m.Fs))
+        L.shared_gate = wm(p + "ffn_gate_inp_shexp.weight", (m.E,))
         m.layers.append(L)
     return m
 
@@ -312,7 +361,11 @@ def forward(m, tokens):
 
 
 def main(argv):
-    return gguf_np.logits_main(argv, load, forward)
+    # --act-quant here; MODEL --tokens --out as every family reference has them.
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--act-quant", action="store_true")
+    a, rest = ap.parse_known_args(argv)
+    return gguf_np.logits_main(rest, lambda path: load(path, a.act_quant), forward)
 
 
 if __name__ == "__main__":

@@ -609,6 +609,10 @@ def test_qwen3next_rope_tiling_and_goldens():
         got = QN.forward(QN.load(os.path.join(d, name + ".gguf")), toks).astype("<f4")
         want = np.fromfile(os.path.join(d, name + ".logits.f32"), dtype="<f4")
         assert np.array_equal(got.reshape(-1), want), name
+    name = "tiny-qwen3next-q8_0"
+    got = QN.forward(QN.load(os.path.join(d, name + ".gguf"), True), toks).astype("<f4")
+    want = np.fromfile(os.path.join(d, name + ".actq.logits.f32"), dtype="<f4")
+    assert np.array_equal(got.reshape(-1), want), name + " --act-quant"
 
 
 if __name__ == "__main__":
