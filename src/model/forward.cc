@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/attention.h"
+#include "kernels/delta_net.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_bf16.h"
 #include "model/delta_net_ops.h"
@@ -316,7 +317,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
 }
 
-// Gated DeltaNet block of layer il (qwen3next, qwen35moe; model/delta_net_ops.h):
+// Gated DeltaNet block of layer il (qwen3next, qwen35moe; kernels/delta_net.h):
 // B.x += ssm_out(gated_norm(delta_rule(conv(attn_qkv(norm(B.x)))), attn_gate(norm(B.x)))),
 // each sequence's tokens in order through its state slot (KvCache: SequenceLayer::conv and
 // ::state, allocated by the Context). Sequences run in parallel, and within one the conv's
@@ -377,8 +378,8 @@ void delta_net(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const int c0 = int(job % n_chunks) * kConvChunk, c1 = std::min(CD, c0 + kConvChunk);
       SequenceLayer& sl = kv.layer(batch[size_t(B.attn_tok[size_t(b)])].seq, il);
       for (int i = b; i < e; ++i) {
-        conv_step(&B.ssm_qkv[size_t(B.attn_tok[size_t(i)]) * CD], sl.conv.data(), L.ssm_conv, CD, K,
-                  c0, c1);
+        kernels::conv_step(&B.ssm_qkv[size_t(B.attn_tok[size_t(i)]) * CD], sl.conv.data(),
+                           L.ssm_conv, CD, K, c0, c1);
       }
     }
   });
@@ -402,13 +403,12 @@ void delta_net(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
         const size_t t = size_t(B.attn_tok[size_t(i)]);
         const float* qkv = &B.ssm_qkv[t * CD];
         float* out = &B.ssm_o[t * VD + size_t(h) * dv];
-        delta_rule_step(S, qkv + size_t(kh) * dk, qkv + KD + size_t(kh) * dk,
-                        qkv + 2 * KD + size_t(h) * dv, B.ssm_decay[t * NV + h],
-                        B.ssm_beta[t * NV + h], dk, dv, mem.data(), out);
+        kernels::delta_rule_step(S, qkv + size_t(kh) * dk, qkv + KD + size_t(kh) * dk,
+                                 qkv + 2 * KD + size_t(h) * dv, B.ssm_decay[t * NV + h],
+                                 B.ssm_beta[t * NV + h], dk, dv, mem.data(), out);
         // The gated norm: rmsnorm(out) ssm_norm silu(z), per head.
         kernels::rmsnorm(out, L.ssm_norm, out, dv, c.rms_eps);
-        const float* z = &B.ssm_z[t * VD + size_t(h) * dv];
-        for (int j = 0; j < dv; ++j) out[j] *= silu(z[j]);
+        kernels::swiglu(&B.ssm_z[t * VD + size_t(h) * dv], out, out, dv);
       }
     }
   });
