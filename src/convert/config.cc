@@ -55,11 +55,13 @@ void HfConfig::check_sizes() const {
   }
 }
 
-// Vision-language checkpoints (qwen3_vl_moe, qwen3_5_moe) nest the language model's fields in
-// "text_config": they are lifted to the top level, where the family rules read them (the
-// top-level model_type stays; a field given both ways must agree).
+// Vision-language checkpoints (qwen3_vl_moe, qwen3_5_moe, gemma4) nest the language model's
+// fields in "text_config": they are lifted to the top level, where the family rules read them
+// (the top-level model_type stays; a field given both ways must agree).
 void HfConfig::lift_text_config() {
-  if (model_type_ != "qwen3_vl_moe" && model_type_ != "qwen3_5_moe") return;
+  if (model_type_ != "qwen3_vl_moe" && model_type_ != "qwen3_5_moe" && model_type_ != "gemma4") {
+    return;
+  }
   if (!j_.contains("text_config") || !j_["text_config"].is_object()) {
     fail("\"text_config\" (the language model's fields) is missing or not an object");
   }
@@ -79,12 +81,13 @@ void HfConfig::lift_text_config() {
 // so the object is lifted into it here; a value written both ways must agree, since which one
 // a model's code reads depends on the transformers version it was saved with.
 void HfConfig::lift_rope_parameters() {
-  if (!has("rope_parameters")) return;
+  // Gemma 4 gives one set per attention type, which its family reads as it is (gemma4.cc).
+  if (!has("rope_parameters") || model_type_ == "gemma4") return;
   const nlohmann::json rp = j_["rope_parameters"];
   if (!rp.is_object()) fail("\"rope_parameters\" must be an object");
   if (!rp.contains("rope_type") && !rp.contains("rope_theta") && !rp.empty() &&
       rp.begin()->is_object()) {
-    // Gemma-3 style: one set per attention type; no supported family writes that.
+    // One set per attention type (Gemma 3 / 4 style): only gemma4 reads that, above.
     fail("\"rope_parameters\" per layer type is not supported");
   }
   auto lift = [&](const char* k) {

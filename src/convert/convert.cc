@@ -443,7 +443,9 @@ class Planner {
   bool ignored(const std::string& name) const {
     if (name.ends_with("rotary_emb.inv_freq")) return true;
     if (name.starts_with("mtp.")) return true;  // Qwen3-Next / Qwen3.5's MTP module
-    if (f_.ignore_prefix && name.starts_with(f_.ignore_prefix)) return true;
+    for (const char* pre : f_.ignore_prefixes) {
+      if (name.starts_with(pre)) return true;
+    }
     const std::string pre = "model.layers.";
     if (name.compare(0, pre.size(), pre) == 0) {
       const int64_t il = std::atoll(name.c_str() + pre.size());

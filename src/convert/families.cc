@@ -36,14 +36,13 @@ constexpr const Family* kFamilies[] = {
     &kMixtral,   &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
     &kOlmoe,     &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
     &kGlm4Moe,   &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name,
-    &kQwen3Next, &kQwen35Moe, &kStep35};
+    &kQwen3Next, &kQwen35Moe, &kStep35,  &kGemma4};
 
 // The registered architectures (src/model/arch/registry.cc) that no table converts, and why.
 constexpr Unconverted kUnconverted[] = {
     {"mistral4", "no table yet for Mistral Small 4's Hugging Face checkpoints"},
     {"glm-dsa", "no table yet for GLM-5's Hugging Face checkpoints (glm_moe_dsa)"},
     {"hunyuan-moe", "no table yet for Hunyuan-A13B's Hugging Face checkpoints"},
-    {"gemma4", "no table yet for Gemma 4's Hugging Face checkpoints (issue 33)"},
 };
 
 }  // namespace

@@ -154,9 +154,9 @@ struct Family {
   // where the architecture takes them as optional per file (GLM-4.5 has them, 4.5-Air not): the
   // checkpoint must agree with it. null: the architecture decides alone.
   const char* qk_norm_key = nullptr;
-  // Checkpoint tensors under this prefix are not converted (a vision tower that llama.cpp's
-  // converter writes to a separate mmproj file); null: every tensor must be used.
-  const char* ignore_prefix = nullptr;
+  // Checkpoint tensors under these prefixes are not converted (vision / audio towers that
+  // llama.cpp's converter writes to a separate mmproj file); empty: every tensor must be used.
+  std::span<const char* const> ignore_prefixes = {};
   std::span<const Absent> absent = {};
 };
 

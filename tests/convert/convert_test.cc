@@ -128,6 +128,9 @@ const Case kCases[] = {
     // Per-layer heads / rope / clamps from the config lists, norms + 1, experts stacked 3-D,
     // rope_freqs computed from the llama3-type rope_scaling.
     {"step3p5", "step35:tiny-step35-f32", "step35"},
+    // Gemma 4: text_config, norms as stored, gate_up_proj split, no v_proj in the full layer,
+    // rope_freqs computed from the full layers' proportional rope.
+    {"gemma4", "gemma4:tiny-gemma4-f32", "gemma4"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

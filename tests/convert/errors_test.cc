@@ -658,5 +658,39 @@ TEST(ConvertErrors, Step35ConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// Gemma 4: what the architecture does not run (the dense and the small E2B / E4B models, a
+// sliding last layer, another rope or activation) is refused by name from text_config.
+TEST(ConvertErrors, Gemma4ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "gemma4");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const json& value, const char* key, std::initializer_list<std::string> p) {
+    json c = good;
+    if (value.is_null()) {
+      c["text_config"].erase(key);
+    } else {
+      c["text_config"][key] = value;
+    }
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with(false, "enable_moe_block", {"enable_moe_block", "dense Gemma 4"});
+  expect_with(2, "num_kv_shared_layers", {"num_kv_shared_layers", "KV sharing"});
+  expect_with(256, "hidden_size_per_layer_input", {"per-layer input embeddings"});
+  expect_with(json::array({"full_attention", "sliding_attention"}), "layer_types",
+              {"layer_types ends with a sliding layer"});
+  expect_with("silu", "hidden_activation", {"hidden_activation 'silu'"});
+  expect_with(nullptr, "global_head_dim", {"missing key \"global_head_dim\""});
+  expect_with(nullptr, "num_global_key_value_heads", {"num_global_key_value_heads"});
+  json rope = good["text_config"]["rope_parameters"];
+  rope["full_attention"]["rope_type"] = "default";
+  expect_with(rope, "rope_parameters", {"rope_parameters.full_attention.rope_type"});
+  rope = good["text_config"]["rope_parameters"];
+  rope["sliding_attention"]["partial_rotary_factor"] = 0.5;
+  expect_with(rope, "rope_parameters", {"sliding_attention.partial_rotary_factor"});
+  rope.erase("sliding_attention");
+  expect_with(rope, "rope_parameters", {"rope_parameters.sliding_attention"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

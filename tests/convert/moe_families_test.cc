@@ -589,10 +589,55 @@ TEST(ConvertStep35, EveryTensorAndKeyIsTheFixtures) {
   fs::remove(out);
 }
 
+// Gemma 4: every tensor of the fixture back, by name, shape and value, exactly (no transform
+// changes a value: the norms are Gemma4RMSNorm's w as stored; gate_up_proj split into rows;
+// rope_freqs computed from the proportional rope's partial_rotary_factor), the vision and
+// audio tensors left out, and the keys of both attention geometries as the fixture has them.
+TEST(ConvertGemma4, EveryTensorAndKeyIsTheFixtures) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("gemma4", "f32");
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "gemma4/tiny-gemma4-f32.gguf");
+    for (const char* k : {"attention.head_count_kv", "attention.sliding_window_pattern"}) {
+      const auto& a = got.get_array(std::string("gemma4.") + k);
+      const auto& b = want.get_array(std::string("gemma4.") + k);
+      ASSERT_EQ(a.size(), b.size()) << k;
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].to_string(), b[i].to_string()) << k << "[" << i << "]";
+      }
+    }
+    for (const char* k :
+         {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+          "attention.key_length", "attention.value_length", "attention.key_length_swa",
+          "attention.value_length_swa", "attention.sliding_window", "attention.shared_kv_layers",
+          "embedding_length_per_layer_input", "rope.dimension_count", "rope.dimension_count_swa",
+          "expert_count", "expert_used_count", "expert_feed_forward_length"}) {
+      EXPECT_EQ(got.get_int(std::string("gemma4.") + k), want.get_int(std::string("gemma4.") + k))
+          << k;
+    }
+    for (const char* k : {"rope.freq_base", "rope.freq_base_swa", "final_logit_softcapping",
+                          "attention.layer_norm_rms_epsilon"}) {
+      EXPECT_EQ(got.get_float(std::string("gemma4.") + k),
+                want.get_float(std::string("gemma4.") + k))
+          << k;
+    }
+    EXPECT_EQ(got.tensors().size(), want.tensors().size());
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* t = got.find_tensor(b.name);
+      ASSERT_NE(t, nullptr) << b.name;
+      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*t), values(b)) << b.name;
+    }
+  }
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",
-                        "bailing_moe", "ernie4_5_moe", "qwen3_next", "qwen3_5_moe", "step3p5"}) {
+  for (const char* t :
+       {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2", "bailing_moe",
+        "ernie4_5_moe", "qwen3_next", "qwen3_5_moe", "step3p5", "gemma4"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

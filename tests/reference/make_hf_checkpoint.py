@@ -33,6 +33,10 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
     partial_rotary_factor / score_function; plus one MTP layer after the trunk
     (num_nextn_predict_layers 1: the last layer's tensors again, eh_proj, enorm, hnorm,
     final_layernorm), which the converter writes and the loader skips;
+  - gemma4 (fixtures/gemma4, F32): Gemma4ForConditionalGeneration's layout (text_config,
+    model.language_model. names, norms as they are, experts.gate_up_proj [E, 2F, hidden],
+    rope_parameters per layer type with the full layers' proportional partial_rotary_factor
+    read back from rope_freqs), plus a vision and an audio tensor to be left out;
   - gpt-oss (fixtures/gpt-oss): the ggml MXFP4 experts rewritten in OpenAI's layout
     (*_blocks with element 2k in the low nibble of byte k, *_scales apart; asserted to decode,
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
@@ -983,6 +987,96 @@ def step35_from_fixture(out_dir, name, gguf_path):
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
 
 
+def gemma4_from_fixture(out_dir, name, gguf_path):
+    """Gemma 4 (model_type gemma4, Gemma4ForConditionalGeneration) from the gemma4 fixture: the
+    language model's fields in text_config (model_type gemma4_text), its tensors under
+    model.language_model. with HF's names (router.proj / scale / per_expert_scale,
+    pre/post_feedforward_layernorm(_1/_2), layer_scalar), every norm as it is (Gemma 4 has no
+    (1 + w)), the experts fused per layer as Gemma4TextExperts holds them (gate_up_proj
+    [E, 2F, hidden]: gate rows then up rows; down_proj [E, hidden, F]), no v_proj in the full
+    layer (attention_k_eq_v), tied embeddings (no lm_head); rope_parameters per layer type, the
+    full layers' partial_rotary_factor read back from the fixture's rope_freqs (1 ... then 1e30 ...,
+    asserted); plus a vision and an audio tensor the converter must leave out."""
+    g = G.read_gguf(gguf_path)
+    arch = "gemma4"
+    k = lambda n, d=None: gguf_kv(g, arch, n, d)  # noqa: E731
+    n = k("block_count")
+    swa = [bool(x) for x in k("attention.sliding_window_pattern")]
+    kv = list(k("attention.head_count_kv"))
+    full, other = swa.index(False), swa.index(True)
+    hd_full, hd_swa = k("attention.key_length"), k("attention.key_length_swa")
+    ff = g.tensors["rope_freqs.weight"].to_numpy()
+    pairs = int(np.sum(ff == 1.0))
+    assert np.all(ff[:pairs] == 1.0) and np.all(ff[pairs:] == np.float32(1e30)), ff
+    k_eq_v = "blk.%d.attn_v.weight" % full not in g.tensors
+    text = common_config(g, arch, "gemma4_text")
+    for x in ("torch_dtype", "rope_theta"):
+        text.pop(x)
+    tie = text.pop("tie_word_embeddings")
+    text.update({
+        "num_key_value_heads": kv[other], "num_global_key_value_heads": kv[full],
+        "head_dim": hd_swa, "global_head_dim": hd_full, "attention_k_eq_v": k_eq_v,
+        "layer_types": ["sliding_attention" if s else "full_attention" for s in swa],
+        "sliding_window": k("attention.sliding_window"),
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default",
+                                  "rope_theta": float(k("rope.freq_base_swa"))},
+            "full_attention": {"rope_type": "proportional", "rope_theta": float(k("rope.freq_base")),
+                               "partial_rotary_factor": 2.0 * pairs / hd_full}},
+        "final_logit_softcapping": float(k("final_logit_softcapping")),
+        "enable_moe_block": True, "num_experts": k("expert_count"),
+        "top_k_experts": k("expert_used_count"),
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "hidden_activation": "gelu_pytorch_tanh", "hidden_size_per_layer_input": 0,
+        "num_kv_shared_layers": 0, "use_double_wide_mlp": False, "attention_bias": False})
+    names = {"attn_norm.weight": "input_layernorm.weight",
+             "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+             "attn_v.weight": "self_attn.v_proj.weight",
+             "attn_output.weight": "self_attn.o_proj.weight",
+             "attn_q_norm.weight": "self_attn.q_norm.weight",
+             "attn_k_norm.weight": "self_attn.k_norm.weight",
+             "post_attention_norm.weight": "post_attention_layernorm.weight",
+             "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+             "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+             "ffn_down.weight": "mlp.down_proj.weight",
+             "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+             "ffn_gate_inp.weight": "router.proj.weight", "ffn_gate_inp.scale": "router.scale",
+             "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+             "ffn_down_exps.weight": "experts.down_proj",
+             "ffn_down_exps.scale": "router.per_expert_scale",
+             "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight",
+             "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+             "layer_output_scale.weight": "layer_scalar"}
+    pre = "model.language_model."
+    t = []
+    for nm, info in g.tensors.items():
+        x = info.to_numpy().astype(np.float32)
+        if nm == "rope_freqs.weight":
+            continue
+        if nm == "token_embd.weight":
+            t.append((pre + "embed_tokens.weight", x))
+        elif nm == "output_norm.weight":
+            t.append((pre + "norm.weight", x))
+        elif nm == "output.weight":
+            t.append(("lm_head.weight", x))
+        else:
+            il, rest = nm[4:].split(".", 1)
+            p = pre + "layers.%s." % il
+            if rest == "ffn_gate_exps.weight":
+                up = g.tensors["blk.%s.ffn_up_exps.weight" % il].to_numpy().astype(np.float32)
+                t.append((p + "experts.gate_up_proj", np.concatenate([x, up], axis=1)))
+            elif rest != "ffn_up_exps.weight":
+                t.append((p + names[rest], x))
+    t += [("model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight",
+           np.ones((4, 3), dtype=np.float32)),
+          ("model.embed_audio.embedding_projection.weight", np.ones((2, 4), dtype=np.float32))]
+    config = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+              "text_config": text, "tie_word_embeddings": tie, "torch_dtype": "float32",
+              "vision_config": {"hidden_size": 4}, "audio_config": {"hidden_size": 4}}
+    tok = make_tokenizer(text["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), config, t, "F32", 2, tok)
+
+
 def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -1015,6 +1109,7 @@ def main(argv):
     qwen3next_from_fixture(out, "qwen3_next", f("qwen3next/tiny-qwen3next-f32.gguf"))
     qwen3next_from_fixture(out, "qwen3_5_moe", f("qwen3next/tiny-qwen35moe-f32.gguf"))
     step35_from_fixture(out, "step3p5", f("step35/tiny-step35-f32.gguf"))
+    gemma4_from_fixture(out, "gemma4", f("gemma4/tiny-gemma4-f32.gguf"))
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)

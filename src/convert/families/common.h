@@ -132,6 +132,9 @@ inline constexpr Absent kAbsentMoe[] = {
     {T::kFfnDownShexp, kDenseOnly}, {T::kFfnGateInpShexp, kDenseOnly},
 };
 
+// The vision tower of the Qwen vision-language checkpoints (an mmproj file in llama.cpp).
+inline constexpr const char* kVisual[] = {"model.visual."};
+
 inline constexpr Keys kDenseK[] = {kBaseKeys, kHeadDimKeys};
 
 inline constexpr Keys kQwenMoeK[] = {kBaseKeys, kHeadDimKeys, kQwenMoeKeys};
@@ -168,5 +171,6 @@ extern const Family kBailingMoe2AsV1Name;
 extern const Family kQwen3Next;
 extern const Family kQwen35Moe;
 extern const Family kStep35;
+extern const Family kGemma4;
 
 }  // namespace lynx::convert::table

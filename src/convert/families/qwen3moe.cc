@@ -97,7 +97,7 @@ constexpr Family kQwen3VlMoe = {
     .layer = kQwen3VlMoeL,
     .tokenizer_pre = "qwen2",
     .extra_keys = qwen3vl_extra,
-    .ignore_prefix = "model.visual.",
+    .ignore_prefixes = kVisual,
     .absent = kAbsentDenseShared,
 };
 

@@ -201,7 +201,7 @@ constexpr Family kQwen35Moe = {
     .layer = k35L,
     .tokenizer_pre = "qwen35",
     .extra_keys = q35_extra,
-    .ignore_prefix = "model.visual.",
+    .ignore_prefixes = kVisual,
 };
 
 }  // namespace lynx::convert::table
