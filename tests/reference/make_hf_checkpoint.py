@@ -827,7 +827,8 @@ def qwen3next_from_fixture(out_dir, name, gguf_path):
         "decoder_sparse_step": 1, "mlp_only_layers": [],
         "layer_types": ["linear_attention" if L.linear else "full_attention" for L in m.layers]})
     pre = "model.language_model." if q35 else "model."
-    f32 = lambda a: np.asarray(a, dtype=np.float32)  # noqa: E731
+    # load() gives the matrices as qwen3next_ref.Mat (the array in .a), vectors as arrays.
+    f32 = lambda a: np.asarray(getattr(a, "a", a), dtype=np.float32)  # noqa: E731
     t = [(pre + "embed_tokens.weight", f32(m.tok)), (pre + "norm.weight", f32(m.out_norm))]
     if not tie:
         t.append(("lm_head.weight", f32(m.out)))
@@ -857,7 +858,7 @@ def qwen3next_from_fixture(out_dir, name, gguf_path):
         t.append((mp + "gate.weight", f32(L.router)))
         if q35:
             t += [(mp + "experts.gate_up_proj",
-                   f32(np.concatenate([L.gate_e, L.up_e], axis=1))),
+                   f32(np.concatenate([f32(L.gate_e), f32(L.up_e)], axis=1))),
                   (mp + "experts.down_proj", f32(L.down_e))]
         else:
             for e in range(m.N):
