@@ -75,37 +75,6 @@ int64_t legacy_block_byte(TensorType t, WeightLayout layout, int64_t nb, int64_t
   return blk + kInterleaveRows * nf * fb + 64 * (kw / 4) + 4 * i + kw % 4;
 }
 
-// The integer level of element e of a 32-element block in kRows order (its value is level x
-// scale, plus the min for Q4_1 / Q5_1), from the ggml layouts (kernels.h, types/*.cc).
-int legacy_level(TensorType t, const uint8_t* blk, int e) {
-  namespace ty = types;
-  if (t == TensorType::Q8_0) return static_cast<int8_t>(blk[offsetof(ty::BlockQ8_0, qs) + e]);
-  const int qs = t == TensorType::Q4_1    ? offsetof(ty::BlockQ4_1, qs)
-                 : t == TensorType::Q5_0  ? offsetof(ty::BlockQ5_0, qs)
-                 : t == TensorType::Q5_1  ? offsetof(ty::BlockQ5_1, qs)
-                 : t == TensorType::MXFP4 ? offsetof(ty::BlockMxfp4, qs)
-                                          : offsetof(ty::BlockQ4_0, qs);  // Q4_0, IQ4_NL
-  const int nib = e < 16 ? (blk[qs + e] & 0x0F) : (blk[qs + e - 16] >> 4);
-  switch (t) {
-    case TensorType::Q4_0:
-      return nib - 8;
-    case TensorType::Q4_1:
-      return nib;
-    case TensorType::IQ4_NL:
-      return types::kIq4nlValues[nib];
-    case TensorType::MXFP4:
-      return types::kMxfp4Values[nib];
-    default: {  // Q5_0, Q5_1: qh before the nibbles, bit e for element e
-      static_assert(offsetof(ty::BlockQ5_0, qs) - offsetof(ty::BlockQ5_0, qh) == 4 &&
-                    offsetof(ty::BlockQ5_1, qs) - offsetof(ty::BlockQ5_1, qh) == 4);
-      uint32_t qh;
-      std::memcpy(&qh, blk + qs - 4, 4);
-      const int level = nib | static_cast<int>(((qh >> e) & 1) << 4);
-      return t == TensorType::Q5_0 ? level - 16 : level;
-    }
-  }
-}
-
 void check_layout(TensorType t, WeightLayout layout, const char* what) {
   const bool quant = t == TensorType::Q8_0 || t == TensorType::Q4_0;
   if (layout == WeightLayout::kInterleaved16 && !quant) {
@@ -313,7 +282,9 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
   }
   weight_row_bytes(t, cols);  // validates cols
   const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t nb = cols / kQK, bb = type_traits(t).block_bytes;
+  const TypeTraits& tr = type_traits(t);
+  const int64_t nb = cols / kQK, bb = tr.block_bytes;
+  const bool has_min = tr.act_type == TensorType::Q8_1;  // Q4_1 / Q5_1: ggml's Q8_1 products
   for (int64_t r = r0; r < r1; ++r) {
     for (int j = 0; j < n_tok; ++j) {
       const int tok = t0 + j;
@@ -321,21 +292,17 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t blk[kQ8BlockBytes];
         for (int64_t k = 0; k < bb; ++k) blk[k] = wb[legacy_block_byte(t, layout, nb, r, b, k)];
+        types::Levels32 w;
+        tr.levels(blk, w);
         const int8_t* q = &x.q[static_cast<size_t>(tok * x.cols + b * kQK)];
         const size_t xb = static_cast<size_t>(tok * nb + b);
         int32_t isum = 0;
-        for (int e = 0; e < kQK; ++e) isum += legacy_level(t, blk, e) * q[e];
+        for (int e = 0; e < kQK; ++e) isum += int32_t(w.q[e]) * q[e];
         const float dx = x.d[xb];
         // dw * dx is exact (two 11-bit significands, or a power of two for MXFP4); one
-        // rounding per block, and per min term for Q4_1 / Q5_1 (ggml's Q8_1 products).
-        const float dw =
-            t == TensorType::MXFP4 ? types::e8m0_half(blk[0]) : fp16_to_fp32(load_u16(blk));
-        acc = std::fma(dw * dx, static_cast<float>(isum), acc);
-        if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
-          static_assert(offsetof(types::BlockQ4_1, m) == offsetof(types::BlockQ5_1, m));
-          const float mw = fp16_to_fp32(load_u16(blk + offsetof(types::BlockQ4_1, m)));
-          acc = std::fma(mw * dx, static_cast<float>(x.sum[xb]), acc);
-        }
+        // rounding per block, and per min term.
+        acc = std::fma(w.d * dx, static_cast<float>(isum), acc);
+        if (has_min) acc = std::fma(w.m * dx, static_cast<float>(x.sum[xb]), acc);
       }
       y[j * ldy + r] = acc;
     }

@@ -59,6 +59,9 @@ struct TypeTraits {
   bool simd_decode;
   // The type's kInterleaved16 layout (for the integer kernels that read it).
   InterleaveSpec interleave = {};
+  // The 32-element types with an integer kernel: a block as integer levels and scales
+  // (types/layout.h Levels32), the reading the decode and the kernel's scalar twin share.
+  void (*levels)(const uint8_t* blk, types::Levels32& out) = nullptr;
 };
 
 namespace type_table {
@@ -76,15 +79,15 @@ inline constexpr TypeTraits kTypeTable[] = {
     {T::F32, 1, sizeof(float), ty::decode_f32, ty::encode_f32, T::F32, false, true},
     {T::F16, 1, sizeof(uint16_t), ty::decode_f16, ty::encode_f16, T::F16, false, true},
     {T::Q4_0, 32, sizeof(ty::BlockQ4_0), ty::decode_q4_0, ty::encode_q4_0, T::Q8_0, true, true,
-     kScaleFirst},
+     kScaleFirst, ty::levels_q4_0},
     {T::Q4_1, 32, sizeof(ty::BlockQ4_1), ty::decode_q4_1, ty::encode_q4_1, T::Q8_1, true, false,
-     kTwoScalesFirst},
+     kTwoScalesFirst, ty::levels_q4_1},
     {T::Q5_0, 32, sizeof(ty::BlockQ5_0), ty::decode_q5_0, ty::encode_q5_0, T::Q8_0, true, false,
-     kScaleFirst},
+     kScaleFirst, ty::levels_q5_0},
     {T::Q5_1, 32, sizeof(ty::BlockQ5_1), ty::decode_q5_1, ty::encode_q5_1, T::Q8_1, true, false,
-     kTwoScalesFirst},
+     kTwoScalesFirst, ty::levels_q5_1},
     {T::Q8_0, 32, sizeof(ty::BlockQ8_0), ty::decode_q8_0, ty::encode_q8_0, T::Q8_0, true, true,
-     kScaleFirst},
+     kScaleFirst, ty::levels_q8_0},
     {T::Q2_K, 256, sizeof(ty::BlockQ2_K), ty::decode_q2_k, ty::encode_q2_k, T::Q8_K, true, false,
      kTwoScalesLast},
     {T::Q3_K, 256, sizeof(ty::BlockQ3_K), ty::decode_q3_k, ty::encode_q3_k, T::Q8_K, true, false,
@@ -97,12 +100,12 @@ inline constexpr TypeTraits kTypeTable[] = {
      kScaleLast},
     {T::Q8_K, 256, sizeof(ty::BlockQ8_K), ty::decode_q8_k, ty::encode_q8_k, T::Q8_K, false, false},
     {T::IQ4_NL, 32, sizeof(ty::BlockIq4_nl), ty::decode_iq4_nl, ty::encode_iq4_nl, T::Q8_0, true,
-     false, kScaleFirst},
+     false, kScaleFirst, ty::levels_iq4_nl},
     {T::IQ4_XS, 256, sizeof(ty::BlockIq4_xs), ty::decode_iq4_xs, ty::encode_iq4_xs, T::Q8_K, true,
      false, kTwoScalesFirst},
     {T::BF16, 1, sizeof(uint16_t), ty::decode_bf16, ty::encode_bf16, T::BF16, false, true},
     {T::MXFP4, 32, sizeof(ty::BlockMxfp4), ty::decode_mxfp4, ty::encode_mxfp4, T::Q8_0, true, false,
-     kByteScaleFirst},
+     kByteScaleFirst, ty::levels_mxfp4},
 };
 
 }  // namespace type_table

@@ -42,6 +42,19 @@ inline void store_f16(uint8_t* p, float v) {
   store_u16(p, fp32_to_fp16(v));
 }
 
+// decode_<type> of a type read through its levels: q x d (+ m where the type has a min; no
+// "+ 0" for the others, which would turn a -0 product into +0).
+template <void (*kLevels)(const uint8_t*, Levels32&), int64_t kBlockBytes, bool kMin>
+void decode_by_levels(const uint8_t* src, float* dst, int64_t n_blocks) {
+  Levels32 l;
+  for (int64_t b = 0; b < n_blocks; ++b, src += kBlockBytes, dst += 32) {
+    kLevels(src, l);
+    for (int j = 0; j < 32; ++j) {
+      dst[j] = kMin ? static_cast<float>(l.q[j]) * l.d + l.m : static_cast<float>(l.q[j]) * l.d;
+    }
+  }
+}
+
 // MXFP4's E8M0 block scale, halved as ggml keeps it (its grid kMxfp4Values holds the E2M1 values
 // doubled): 2^(e - 128), e = 0 and 1 the subnormals 2^-128 and 2^-127.
 inline float e8m0_half(uint8_t e) {

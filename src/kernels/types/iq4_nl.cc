@@ -5,14 +5,18 @@
 
 namespace lynx::kernels::types {
 
-void decode_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 18, dst += 32) {
-    const float d = load_f16(src);
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = d * static_cast<float>(kIq4nlValues[src[2 + j] & 0x0F]);
-      dst[j + 16] = d * static_cast<float>(kIq4nlValues[src[2 + j] >> 4]);
-    }
+void levels_iq4_nl(const uint8_t* src, Levels32& out) {
+  out.d = load_f16(src);
+  out.m = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    out.q[j] = kIq4nlValues[src[2 + j] & 0x0F];
+    out.q[j + 16] = kIq4nlValues[src[2 + j] >> 4];
   }
+}
+
+// ggml multiplies d x value; the product is the same either way round.
+void decode_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels<levels_iq4_nl, sizeof(BlockIq4_nl), false>(src, dst, n_blocks);
 }
 
 // ggml's IQ4_NL quantizer: the searched scale (iq4_search.h) stored as fp16, the indices

@@ -111,4 +111,22 @@ LYNX_BLOCK_TYPE(mxfp4);
 
 #undef LYNX_BLOCK_TYPE
 
+// One block of a 32-element type with the integer kernel as integer levels and scales: value
+// = q[e] x d, plus m for Q4_1 / Q5_1. levels_<type> is the one scalar reading of the block's
+// layout: the type's float decode and the integer kernel's scalar twin (scalar.cc) both use it.
+struct Levels32 {
+  int8_t q[32];
+  float d;
+  float m;  // 0 for the types without a min
+};
+#define LYNX_LEVELS_TYPE(name) void levels_##name(const uint8_t* blk, Levels32& out)
+LYNX_LEVELS_TYPE(q4_0);
+LYNX_LEVELS_TYPE(q4_1);
+LYNX_LEVELS_TYPE(q5_0);
+LYNX_LEVELS_TYPE(q5_1);
+LYNX_LEVELS_TYPE(q8_0);
+LYNX_LEVELS_TYPE(iq4_nl);
+LYNX_LEVELS_TYPE(mxfp4);
+#undef LYNX_LEVELS_TYPE
+
 }  // namespace lynx::kernels::types

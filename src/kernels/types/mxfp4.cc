@@ -9,14 +9,17 @@
 
 namespace lynx::kernels::types {
 
-void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 17, dst += 32) {
-    const float d = e8m0_half(src[0]);
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = static_cast<float>(kMxfp4Values[src[1 + j] & 0x0F]) * d;
-      dst[j + 16] = static_cast<float>(kMxfp4Values[src[1 + j] >> 4]) * d;
-    }
+void levels_mxfp4(const uint8_t* src, Levels32& out) {
+  out.d = e8m0_half(src[0]);
+  out.m = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    out.q[j] = kMxfp4Values[src[1 + j] & 0x0F];
+    out.q[j + 16] = kMxfp4Values[src[1 + j] >> 4];
   }
+}
+
+void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels<levels_mxfp4, sizeof(BlockMxfp4), false>(src, dst, n_blocks);
 }
 
 // ggml's MXFP4 quantizer: the exponent e = floor(log2(max|x|)) - 2 + 127 (so the largest

@@ -7,14 +7,17 @@
 
 namespace lynx::kernels::types {
 
-void decode_q4_0(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 18, dst += 32) {
-    const float d = load_f16(src);
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = static_cast<float>((src[2 + j] & 0x0F) - 8) * d;
-      dst[j + 16] = static_cast<float>((src[2 + j] >> 4) - 8) * d;
-    }
+void levels_q4_0(const uint8_t* src, Levels32& out) {
+  out.d = load_f16(src);
+  out.m = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    out.q[j] = static_cast<int8_t>((src[2 + j] & 0x0F) - 8);
+    out.q[j + 16] = static_cast<int8_t>((src[2 + j] >> 4) - 8);
   }
+}
+
+void decode_q4_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels<levels_q4_0, sizeof(BlockQ4_0), false>(src, dst, n_blocks);
 }
 
 // The scale comes from the signed value of largest magnitude, so that it maps to -8 exactly

@@ -7,14 +7,17 @@
 
 namespace lynx::kernels::types {
 
-void decode_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 20, dst += 32) {
-    const float d = load_f16(src), m = load_f16(src + 2);
-    for (int j = 0; j < 16; ++j) {
-      dst[j] = static_cast<float>(src[4 + j] & 0x0F) * d + m;
-      dst[j + 16] = static_cast<float>(src[4 + j] >> 4) * d + m;
-    }
+void levels_q4_1(const uint8_t* src, Levels32& out) {
+  out.d = load_f16(src);
+  out.m = load_f16(src + 2);
+  for (int j = 0; j < 16; ++j) {
+    out.q[j] = static_cast<int8_t>(src[4 + j] & 0x0F);
+    out.q[j + 16] = static_cast<int8_t>(src[4 + j] >> 4);
   }
+}
+
+void decode_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels<levels_q4_1, sizeof(BlockQ4_1), true>(src, dst, n_blocks);
 }
 
 // Min/max of the block: m = min, d = (max - min) / 15, q = trunc((x - min) / d + 0.5).

@@ -7,18 +7,21 @@
 
 namespace lynx::kernels::types {
 
-void decode_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 22, dst += 32) {
-    const float d = load_f16(src);
-    const uint32_t qh = load_u32(src + 2);
-    const uint8_t* qs = src + 6;
-    for (int j = 0; j < 16; ++j) {
-      const int hi0 = static_cast<int>((qh >> j) & 1) << 4;
-      const int hi1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
-      dst[j] = static_cast<float>(((qs[j] & 0x0F) | hi0) - 16) * d;
-      dst[j + 16] = static_cast<float>(((qs[j] >> 4) | hi1) - 16) * d;
-    }
+void levels_q5_0(const uint8_t* src, Levels32& out) {
+  out.d = load_f16(src);
+  out.m = 0.0f;
+  const uint32_t qh = load_u32(src + 2);
+  const uint8_t* qs = src + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int hi0 = static_cast<int>((qh >> j) & 1) << 4;
+    const int hi1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
+    out.q[j] = static_cast<int8_t>(((qs[j] & 0x0F) | hi0) - 16);
+    out.q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | hi1) - 16);
   }
+}
+
+void decode_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels<levels_q5_0, sizeof(BlockQ5_0), false>(src, dst, n_blocks);
 }
 
 // As Q4_0 with 32 levels: d = (signed value of largest magnitude) / -16.

@@ -6,11 +6,14 @@
 
 namespace lynx::kernels::types {
 
+void levels_q8_0(const uint8_t* src, Levels32& out) {
+  out.d = load_f16(src);
+  out.m = 0.0f;
+  for (int j = 0; j < 32; ++j) out.q[j] = static_cast<int8_t>(src[2 + j]);
+}
+
 void decode_q8_0(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 34, dst += 32) {
-    const float d = load_f16(src);
-    for (int j = 0; j < 32; ++j) dst[j] = static_cast<float>(static_cast<int8_t>(src[2 + j])) * d;
-  }
+  decode_by_levels<levels_q8_0, sizeof(BlockQ8_0), false>(src, dst, n_blocks);
 }
 
 // ggml's reference quantizer: d = max|x| / 127, q = round(x / d) half away from zero
