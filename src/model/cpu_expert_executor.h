@@ -7,6 +7,7 @@
 #include "kernels/matmul_bf16.h"
 #include "lynx/context.h"
 #include "model/expert_executor.h"
+#include "model/scratch_vector.h"
 
 namespace lynx {
 
@@ -44,9 +45,9 @@ class CpuExpertExecutor final : public ExpertExecutor {
   kernels::Bf16Kernel bf16_;
   const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
   // Grouped rows (plan order), grown to the largest plan seen and reused.
-  std::vector<float> xin_;                 // [rows x E] F32 input rows (float path)
-  std::vector<float> gate_, up_;           // [rows x F]
-  std::vector<float> down_;                // [rows x E]
+  ScratchFloats xin_;                      // [rows x E] F32 input rows (float path)
+  ScratchFloats gate_, up_;                // [rows x F]
+  ScratchFloats down_;                     // [rows x E]
   std::vector<int32_t> wave_rows_;         // the grouped rows of the experts computed
   std::vector<int32_t> hook_counts_;       // [N] rows per expert for one expert's hook call
   kernels::QuantizedActs xq_rows_;         // [rows x E] quantized input rows (integer path)

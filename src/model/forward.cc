@@ -81,7 +81,7 @@ void rope(float* v, int hd, const float* cs, RopeType type) {
 // YaRN (ModelConfig::yarn) pair i's frequency blends the interpolated base^(-2i/rd) / factor
 // with the original by ramp(i) * ext_factor, and cos and sin are scaled by yarn.mscale.
 void rope_table(float base, int rd, std::span<const float> ff, const RopeYarn& y,
-                std::span<const BatchToken> batch, std::vector<float>& cs) {
+                std::span<const BatchToken> batch, ScratchFloats& cs) {
   const int half = rd / 2;
   std::vector<double> freq(size_t(half), 0.0);
   for (int i = 0; i < half; ++i) {

@@ -12,6 +12,7 @@
 #include "lynx/context.h"
 #include "lynx/model.h"
 #include "model/expert_executor.h"
+#include "model/scratch_vector.h"
 #include "model/step_observer.h"
 
 namespace lynx {
@@ -81,33 +82,33 @@ struct AttnTile {
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
 // steady state).
 struct StepBuffers {
-  std::vector<float> x, xn, q, k, v, attn, tmp;  // [T x ...]
-  std::vector<uint8_t> flags;                    // [T] TokenFlags of the batch
-  std::vector<float> router;                     // [T x N]
-  std::vector<float> select;                     // [T x N] selection keys (bias / groups)
-  std::vector<int32_t> ids;                      // [T x k]
-  std::vector<float> weights;                    // [T x k]
-  kernels::ExpertPlan plan;                      // the routed assignments grouped by expert
-  std::vector<float> rope_cs;                    // [T x rope_dim/2 x 2] (cos, sin) per token
-  std::vector<float> rope_cs_alt;                // the same for ModelConfig::alt's rope
-  std::vector<float> ffn_out;                    // [T x E] gemma4: the dense FFN's normed output
-  std::vector<float> attn_gate;                  // [T x n_head] step35: the attention gate
+  ScratchFloats x, xn, q, k, v, attn, tmp;  // [T x ...]
+  std::vector<uint8_t> flags;               // [T] TokenFlags of the batch
+  ScratchFloats router;                     // [T x N]
+  ScratchFloats select;                     // [T x N] selection keys (bias / groups)
+  std::vector<int32_t> ids;                 // [T x k]
+  ScratchFloats weights;                    // [T x k]
+  kernels::ExpertPlan plan;                 // the routed assignments grouped by expert
+  ScratchFloats rope_cs;                    // [T x rope_dim/2 x 2] (cos, sin) per token
+  ScratchFloats rope_cs_alt;                // the same for ModelConfig::alt's rope
+  ScratchFloats ffn_out;                    // [T x E] gemma4: the dense FFN's normed output
+  ScratchFloats attn_gate;                  // [T x n_head] step35: the attention gate
   // Gated attention (ModelConfig::attn_q_gate): the q projection [T x 2Q], its gates [T x Q].
-  std::vector<float> qg, gate;
+  ScratchFloats qg, gate;
   // Gated DeltaNet: the q/k/v channels [T x conv_dim] (convolved in place), z [T x V], per
   // value head beta and the decay [T x n_v] (from ssm_ba [T x 2 n_v] or ssm_beta / ssm_alpha),
   // the heads' outputs [T x V].
-  std::vector<float> ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_decay, ssm_o;
+  ScratchFloats ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_decay, ssm_o;
   // MLA scratch: low-rank q [T x q_lora]; per head (head-major) gathered q_nope [T x nope],
   // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
   // head's value output [T x v].
-  std::vector<float> mla_qa, mla_nope, mla_q, mla_o, mla_v;
+  ScratchFloats mla_qa, mla_nope, mla_q, mla_o, mla_v;
   // MLA over a quantized cache (the blocked kernel): per token and head the query [q_lat;
   // q_rope] [T x H x (kv_lora + rope)] and the latent output [T x H x kv_lora].
-  std::vector<float> mla_qcat, mla_ocat;
+  ScratchFloats mla_qcat, mla_ocat;
   kernels::QuantizedActs xq_head;
-  std::vector<float> sh_gate, sh_up;       // shared expert / dense FFN hidden
-  std::vector<float> out_in;               // normed rows needing logits
+  ScratchFloats sh_gate, sh_up;            // shared expert / dense FFN hidden
+  ScratchFloats out_in;                    // normed rows needing logits
   std::vector<int32_t> out_rows;           // token index of each logits row
   std::vector<std::vector<float>> scores;  // attention scores, one per pool worker
   // The step's tokens grouped by sequence for attention: batch rows, positions, tiles.
