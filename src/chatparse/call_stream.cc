@@ -79,7 +79,8 @@ bool CallStream::open(std::string id, std::string name) {
 void CallStream::close_open_call() {
   if (calls_.empty() || calls_.back().ended) return;
   OpenCall& c = calls_.back();
-  if (f_ == ToolFormat::kQwen3Coder || f_ == ToolFormat::kGlm45 || f_ == ToolFormat::kMiniMaxM2) {
+  if (f_ == ToolFormat::kQwen3Coder || f_ == ToolFormat::kGlm45 || f_ == ToolFormat::kMiniMaxM2 ||
+      f_ == ToolFormat::kSeedOss) {
     c.arguments += c.arguments.empty() ? "{}" : "}";
   } else {
     c.arguments = js_.copy();
@@ -183,6 +184,7 @@ void CallStream::advance(std::string_view body, bool closed) {
       step_harmony();
       break;
     case ToolFormat::kQwen3Coder:
+    case ToolFormat::kSeedOss:
       step_qwen3_coder();
       break;
     case ToolFormat::kGlm45:
@@ -529,8 +531,8 @@ void CallStream::step_harmony() {
   done_ = closed_;
 }
 
-// Qwen3-Coder: <function=NAME> <parameter=KEY>VALUE</parameter>... </function>. Phases: 0 the
-// function, 1 between parameters, 2 after </function>.
+// Qwen3-Coder and Seed-OSS: <function=NAME> <parameter=KEY>VALUE</parameter>... </function>.
+// Phases: 0 the function, 1 between parameters, 2 after </function>.
 void CallStream::step_qwen3_coder() {
   constexpr std::string_view kFn = "<function=", kFnEnd = "</function>",
                              kPar = "<parameter=", kParEnd = "</parameter>";
@@ -582,7 +584,9 @@ void CallStream::step_qwen3_coder() {
     }
     const std::string key(trim(body_.substr(pos_ + kPar.size(), gt - pos_ - kPar.size())));
     if (key.empty()) return stop("a parameter without a name");
-    const std::string_view raw = strip_newlines(body_.substr(gt + 1, pend - gt - 1));
+    // Qwen3-Coder writes a newline on each side of a value, Seed-OSS none.
+    const std::string_view v = body_.substr(gt + 1, pend - gt - 1);
+    const std::string_view raw = f_ == ToolFormat::kQwen3Coder ? strip_newlines(v) : v;
     c.arguments +=
         (c.arguments.empty() ? "{" : ",") + member(key, typed_value(raw, o_, c.name, key));
     pos_ = pend + kParEnd.size();

@@ -39,6 +39,8 @@ enum class ToolFormat {
   kLlama3,     // the whole answer is {"name": .., "parameters": {..}} (optionally <|python_tag|>)
   kMiniMaxM2,  // <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter>
                // </invoke>..</minimax:tool_call>
+  kSeedOss,    // <seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></function>
+               // </seed:tool_call>
 };
 
 std::string_view tool_format_name(ToolFormat f);
@@ -46,21 +48,25 @@ std::optional<ToolFormat> tool_format_from_name(std::string_view name);
 
 struct OutputFormat {
   ToolFormat tools = ToolFormat::kNone;
-  bool think_tags = false;  // reasoning in <think>...</think> (kHarmony: its analysis channel)
+  bool think_tags = false;  // reasoning in think tags (kHarmony: its analysis channel)
+  // The tags of a reasoning block: <think>..</think> for most families, Seed-OSS's own
+  // <seed:think>..</seed:think> (string literals: the struct is copied freely).
+  std::string_view think_open = "<think>", think_close = "</think>";
 };
 
 // The format a chat template's model writes, from the markers the template itself writes.
 OutputFormat detect_output_format(std::string_view chat_template);
 
-// True when a rendered prompt ends inside an open <think> block (DeepSeek-R1, Qwen3-Thinking,
-// DeepSeek-V3.1 with thinking: the template writes <think> and the model continues inside).
-bool prompt_opens_reasoning(std::string_view prompt);
+// True when a rendered prompt ends inside an open reasoning block, `think_open` (DeepSeek-R1,
+// Qwen3-Thinking, DeepSeek-V3.1 with thinking: the template writes <think> and the model
+// continues inside).
+bool prompt_opens_reasoning(std::string_view prompt, std::string_view think_open = "<think>");
 
 struct ParseOptions {
   OutputFormat format;
   bool parse_tools = false;          // tools were offered (and tool_choice is not "none")
   bool extract_reasoning = true;     // false: reasoning stays in the content as written
-  bool starts_in_reasoning = false;  // the prompt ended inside an open <think>
+  bool starts_in_reasoning = false;  // the prompt ended inside an open think block
   bool parallel_tool_calls = true;   // false: calls after the first are dropped
   // The request's tools (OpenAI's array), for the parameter types of the XML formats, whose
   // values are text: a string parameter stays a string even when it reads as a number.

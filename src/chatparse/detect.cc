@@ -22,6 +22,7 @@ constexpr Name kNames[] = {
     {ToolFormat::kMistral, "mistral"},
     {ToolFormat::kLlama3, "llama3"},
     {ToolFormat::kMiniMaxM2, "minimax-m2"},
+    {ToolFormat::kSeedOss, "seed-oss"},
 };
 
 bool has(std::string_view text, std::string_view what) {
@@ -47,6 +48,11 @@ std::optional<ToolFormat> tool_format_from_name(std::string_view name) {
 OutputFormat detect_output_format(std::string_view t) {
   OutputFormat f;
   f.think_tags = has(t, "<think>") || has(t, "</think>");
+  if (has(t, "<seed:think>")) {
+    f.think_tags = true;
+    f.think_open = "<seed:think>";
+    f.think_close = "</seed:think>";
+  }
   if (has(t, "<|channel|>") && has(t, "<|message|>")) {
     f.tools = ToolFormat::kHarmony;
     f.think_tags = false;  // its reasoning is the analysis channel
@@ -54,6 +60,8 @@ OutputFormat detect_output_format(std::string_view t) {
     f.tools = ToolFormat::kDeepSeekV3;
   } else if (has(t, "<minimax:tool_call>")) {
     f.tools = ToolFormat::kMiniMaxM2;
+  } else if (has(t, "<seed:tool_call>")) {  // before Qwen3-Coder: the same body in its block
+    f.tools = ToolFormat::kSeedOss;
   } else if (has(t, "<|tool_calls_section_begin|>")) {
     f.tools = ToolFormat::kKimiK2;
   } else if (has(t, "<arg_key>") && has(t, "<tool_call>")) {
@@ -70,10 +78,10 @@ OutputFormat detect_output_format(std::string_view t) {
   return f;
 }
 
-bool prompt_opens_reasoning(std::string_view prompt) {
+bool prompt_opens_reasoning(std::string_view prompt, std::string_view think_open) {
   prompt = detail::trim(prompt);
-  constexpr std::string_view kOpen = "<think>";
-  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
+  return !think_open.empty() && prompt.size() >= think_open.size() &&
+         prompt.substr(prompt.size() - think_open.size()) == think_open;
 }
 
 namespace detail {
@@ -89,6 +97,8 @@ const BlockFormat* block_format(ToolFormat f) {
   static constexpr BlockFormat kMistralF{"[TOOL_CALLS]", "", parse_mistral};
   static constexpr BlockFormat kMiniMaxF{"<minimax:tool_call>", "</minimax:tool_call>",
                                          parse_minimax_m2, false};
+  static constexpr BlockFormat kSeedF{"<seed:tool_call>", "</seed:tool_call>", parse_seed_oss,
+                                      false};
   // Llama 3's block has no opening marker of its own; the parser starts one where the answer
   // starts with '{' or <|python_tag|> (parser.cc).
   static constexpr BlockFormat kLlamaF{"<|python_tag|>", "", parse_llama3};
@@ -109,6 +119,8 @@ const BlockFormat* block_format(ToolFormat f) {
       return &kLlamaF;
     case ToolFormat::kMiniMaxM2:
       return &kMiniMaxF;
+    case ToolFormat::kSeedOss:
+      return &kSeedF;
     case ToolFormat::kNone:
     case ToolFormat::kHarmony:
       return nullptr;

@@ -45,6 +45,12 @@ bool parse_kimi_k2(std::string_view, const ParseOptions&, std::vector<RawCall>&,
 bool parse_mistral(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
 bool parse_llama3(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
 bool parse_minimax_m2(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
+bool parse_seed_oss(std::string_view, const ParseOptions&, std::vector<RawCall>&, std::string&);
+// The body shared by Qwen3-Coder and Seed-OSS, "<function=NAME><parameter=KEY>VALUE</parameter>
+// ..</function>" (qwen3_coder.cc); `newline_values`: each value between a newline on each side,
+// which is layout (Qwen3-Coder), or as it is (Seed-OSS).
+bool parse_function_call(std::string_view body, const ParseOptions& o, bool newline_values,
+                         std::vector<RawCall>& out, std::string& why);
 
 // Shared pieces (json_util.cc).
 // Parses `text` (surrounding whitespace allowed) as one JSON value, bounded in nesting depth;

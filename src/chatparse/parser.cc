@@ -14,8 +14,6 @@ using detail::is_space;
 
 namespace {
 
-constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-
 size_t leading_space(std::string_view s) {
   size_t n = 0;
   while (n < s.size() && is_space(s[n])) ++n;
@@ -290,12 +288,13 @@ void OutputParser::Impl::step(bool final, bool truncated) {
         if (at_start && o.format.think_tags && o.extract_reasoning && res.reasoning.empty()) {
           // Reasoning is taken from the start of the answer only: a model that writes about
           // <think> tags later is answering.
-          if (starts_with(r, kThinkOpen)) {
-            pos += ws + kThinkOpen.size();
+          const std::string_view open = o.format.think_open;
+          if (starts_with(r, open)) {
+            pos += ws + open.size();
             state = State::kReasoning;
             continue;
           }
-          if (!final && starts_with(kThinkOpen, r)) return;  // may still become <think>
+          if (!final && starts_with(open, r)) return;  // may still become the open tag
         }
         if (at_start && o.parse_tools && o.format.tools == ToolFormat::kLlama3) {
           if (starts_with(r, "{")) {
@@ -328,17 +327,18 @@ void OutputParser::Impl::step(bool final, bool truncated) {
         return;
       }
       case State::kReasoning: {
-        const size_t found = rest.find(kThinkClose);
+        const std::string_view close = o.format.think_close;
+        const size_t found = rest.find(close);
         if (found != std::string_view::npos) {
           emit_reasoning(rest.substr(0, found));
           pending_rws.clear();
-          pos += found + kThinkClose.size();
+          pos += found + close.size();
           state = State::kText;
           at_start = false;
           skip_ws = true;
           continue;
         }
-        const size_t hold = final ? 0 : partial_marker(rest, kThinkClose);
+        const size_t hold = final ? 0 : partial_marker(rest, close);
         emit_reasoning(rest.substr(0, rest.size() - hold));
         pos += rest.size() - hold;
         return;

@@ -15,8 +15,8 @@ std::string_view strip_newlines(std::string_view s) {
 
 }  // namespace
 
-bool parse_qwen3_coder(std::string_view body, const ParseOptions& o, std::vector<RawCall>& out,
-                       std::string& why) {
+bool parse_function_call(std::string_view body, const ParseOptions& o, bool newline_values,
+                         std::vector<RawCall>& out, std::string& why) {
   constexpr std::string_view kFn = "<function=", kFnEnd = "</function>",
                              kPar = "<parameter=", kParEnd = "</parameter>";
   std::string_view s = trim(body);
@@ -63,11 +63,17 @@ bool parse_qwen3_coder(std::string_view body, const ParseOptions& o, std::vector
       why = "a parameter without a name or without </parameter>";
       return false;
     }
-    c.args[key] = typed_value(strip_newlines(s.substr(0, pend)), o, c.name, key);
+    const std::string_view raw = s.substr(0, pend);
+    c.args[key] = typed_value(newline_values ? strip_newlines(raw) : raw, o, c.name, key);
     s.remove_prefix(pend + kParEnd.size());
   }
   out.push_back(std::move(c));
   return true;
+}
+
+bool parse_qwen3_coder(std::string_view body, const ParseOptions& o, std::vector<RawCall>& out,
+                       std::string& why) {
+  return parse_function_call(body, o, true, out, why);
 }
 
 }  // namespace lynx::chatparse::detail

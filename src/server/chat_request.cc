@@ -274,7 +274,8 @@ void chat_prompt(const json& body, const std::string& text, const ApiModel& m,
     }
     try {
       const std::string prompt = m.chat_template->render(ctx);
-      p.output.starts_in_reasoning = chatparse::prompt_opens_reasoning(prompt);
+      p.output.starts_in_reasoning =
+          chatparse::prompt_opens_reasoning(prompt, m.output_format.think_open);
       // Templates that write bos_token themselves (Llama 3, Mistral) must not get a second.
       const bool has_bos = !m.chat.bos_token.empty() &&
                            prompt.compare(0, m.chat.bos_token.size(), m.chat.bos_token) == 0;

@@ -462,6 +462,11 @@ void Server::Impl::setup_chat_answers() {
     if (!f) throw Error("server: unknown tool format '" + opts.tool_format + "'");
     api.output_format.tools = *f;
     if (*f == chatparse::ToolFormat::kHarmony) api.output_format.think_tags = false;
+    if (*f == chatparse::ToolFormat::kSeedOss) {  // the family's own reasoning tags
+      api.output_format.think_tags = true;
+      api.output_format.think_open = "<seed:think>";
+      api.output_format.think_close = "</seed:think>";
+    }
   }
   if (opts.reasoning_format != "none" && opts.reasoning_format != "deepseek") {
     throw Error("server: reasoning_format must be \"none\" or \"deepseek\"");
@@ -469,7 +474,7 @@ void Server::Impl::setup_chat_answers() {
   api.extract_reasoning = opts.reasoning_format == "deepseek";
   log(std::string("chat answers: tool calls ") +
       std::string(chatparse::tool_format_name(api.output_format.tools)) + ", reasoning " +
-      (api.output_format.think_tags                                 ? "<think> blocks"
+      (api.output_format.think_tags ? std::string(api.output_format.think_open) + " blocks"
        : api.output_format.tools == chatparse::ToolFormat::kHarmony ? "analysis channel"
                                                                     : "none") +
       (api.extract_reasoning ? " (returned as reasoning_content)" : " (kept in the text)"));

@@ -15,6 +15,8 @@
 //   minimax-m2
 //   <minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n..</invoke>\n..
 //   </minimax:tool_call>
+//   seed-oss
+//   <seed:tool_call>\n<function=N>\n<parameter=K>V</parameter>\n..</function>\n</seed:tool_call>
 //   harmony
 //   [<|channel|>analysis<|message|>..<|end|><|start|>assistant]
 //                <|channel|>commentary to=functions.N <|constrain|>json<|message|>{..}[<|call|>]
@@ -81,8 +83,8 @@ std::string text_until_rules(std::string_view close, const std::string& name) {
   return out;
 }
 
-std::string think_rules() {
-  return text_until_rules("</think>", "tc-think");
+std::string think_rules(std::string_view close) {
+  return text_until_rules(std::string(close), "tc-think");
 }
 
 // A string parameter's value as the XML formats write it, raw: no "</" (which would end the
@@ -122,6 +124,8 @@ std::vector<std::string> format_markers(ToolFormat f) {
       return {"<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|start|>", "<|call|>"};
     case ToolFormat::kMiniMaxM2:
       return {"<minimax:tool_call>", "</minimax:tool_call>"};
+    case ToolFormat::kSeedOss:
+      return {"<seed:tool_call>", "</seed:tool_call>"};
     default:
       return {};
   }
@@ -171,6 +175,10 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
       case ToolFormat::kGlm45:
         add(r, "\"<tool_call>\" " + lit(n) + " \"\\n\" " + a + " \"</tool_call>\"");
         break;
+      case ToolFormat::kSeedOss:
+        add(r, "\"<seed:tool_call>\\n<function=\" " + lit(n) + " \">\\n\" " + a +
+                   " \"</function>\\n</seed:tool_call>\"");
+        break;
       case ToolFormat::kMiniMaxM2:
         add(r, "\"<invoke name=\\\"\" " + lit(n) + " \"\\\">\\n\" " + a + " \"</invoke>\\n\"");
         break;
@@ -187,6 +195,7 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
     case ToolFormat::kHermes:
     case ToolFormat::kQwen3Coder:
     case ToolFormat::kGlm45:
+    case ToolFormat::kSeedOss:
       out += parallel ? "tc-calls ::= tc-call ( tc-lay tc-call )*\n" : "tc-calls ::= tc-call\n";
       break;
     case ToolFormat::kHarmony:
@@ -323,6 +332,9 @@ std::string xml_params_rule(ToolFormat f, const nlohmann::ordered_json& fn, size
       return "\"<parameter name=\\\"\" " + key_rule + " \"\\\">\" " + value +
              " \"</parameter>\\n\"";
     }
+    if (f == ToolFormat::kSeedOss) {
+      return "\"<parameter=\" " + key_rule + " \">\" " + value + " \"</parameter>\\n\"";
+    }
     return f == ToolFormat::kQwen3Coder
                ? "\"<parameter=\" " + key_rule + " \">\\n\" " + value + " \"\\n</parameter>\\n\""
                : "\"<arg_key>\" " + key_rule + " \"</arg_key>\\n<arg_value>\" " + value +
@@ -379,8 +391,8 @@ ToolGrammar tool_call_grammar(const chatparse::ParseOptions& o,
     const std::string name = fn.at("name").get<std::string>();
     if (!only.empty() && name != only) continue;
     std::string why;
-    const bool xml =
-        f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 || f == ToolFormat::kMiniMaxM2;
+    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 ||
+                     f == ToolFormat::kMiniMaxM2 || f == ToolFormat::kSeedOss;
     tools.push_back({name, xml ? xml_params_rule(f, fn, tools.size(), rules, why)
                                : arguments_rule(fn, tools.size(), rules, why)});
     if (!why.empty()) g.free_arguments.push_back(name + ": " + why);
@@ -398,11 +410,13 @@ ToolGrammar tool_call_grammar(const chatparse::ParseOptions& o,
   } else if (o.format.think_tags) {
     // Reasoning before the call, free: the grammar starts constraining at the call. A prompt
     // that opened the block leaves the answer inside it, to be closed.
-    pre = o.starts_in_reasoning ? "tc-think0 \"</think>\" tc-lay"
-                                : "tc-lay ( \"<think>\" tc-think0 \"</think>\" tc-lay )?";
-    rules += think_rules();
-    g.markers.push_back("<think>");
-    g.markers.push_back("</think>");
+    const std::string open(o.format.think_open), close(o.format.think_close);
+    pre = o.starts_in_reasoning
+              ? "tc-think0 " + lit(close) + " tc-lay"
+              : "tc-lay ( " + lit(open) + " tc-think0 " + lit(close) + " tc-lay )?";
+    rules += think_rules(close);
+    g.markers.push_back(open);
+    g.markers.push_back(close);
   }
   g.gbnf = "root ::= " + pre + " tc-calls tc-lay\n" + call_rules(f, tools, o.parallel_tool_calls) +
            "tc-lay ::= [ \\t\\n]{0,4}\n" + rules + grammar::json_primitives_gbnf();

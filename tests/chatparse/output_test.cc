@@ -28,6 +28,10 @@ ParseOptions opts(ToolFormat f, bool think = false) {
   ParseOptions o;
   o.format.tools = f;
   o.format.think_tags = think;
+  if (f == ToolFormat::kSeedOss) {  // the family's own reasoning tags
+    o.format.think_open = "<seed:think>";
+    o.format.think_close = "</seed:think>";
+  }
   o.parse_tools = true;
   o.tools = weather_tools();
   o.id_seed = 42;
@@ -155,6 +159,45 @@ TEST(ToolCallFormat, MiniMaxM2SeveralInvokesTypedBySchema) {
   EXPECT_EQ(e.tool_calls[0].arguments, "{}");
   const std::string empty = "<minimax:tool_call>\n</minimax:tool_call>";
   EXPECT_EQ(parse(empty, opts(ToolFormat::kMiniMaxM2)).content, empty);
+}
+
+// Seed-OSS: one function per <seed:tool_call> block, values as written (no newlines around
+// them, unlike Qwen3-Coder) typed by the schema, reasoning in <seed:think>.
+TEST(ToolCallFormat, SeedOssBlocksTypedBySchema) {
+  const auto r = parse(
+      "<seed:think>The user wants weather.<seed:cot_budget_reflect>I have used 12 tokens."
+      "</seed:cot_budget_reflect></seed:think>\nLet me look.\n\n<seed:tool_call>\n"
+      "<function=get_weather>\n<parameter=city>New York</parameter>\n"
+      "<parameter=days>3</parameter>\n<parameter=zip>10001</parameter>\n"
+      "<parameter=opts>{\"units\": \"c\"}</parameter>\n</function>\n</seed:tool_call>\n"
+      "<seed:tool_call>\n<function=search>\n<parameter=query>\na < b & \"c\"\n</parameter>\n"
+      "</function>\n</seed:tool_call>",
+      opts(ToolFormat::kSeedOss, true));
+  ASSERT_EQ(r.tool_calls.size(), 2u) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(args(r, 0),
+            json::parse(R"({"city":"New York","days":3,"zip":"10001","opts":{"units":"c"}})"));
+  EXPECT_EQ(r.tool_calls[1].name, "search");
+  EXPECT_EQ(args(r, 1), json({{"query", "\na < b & \"c\"\n"}}));  // its newlines are the value's
+  EXPECT_EQ(r.content, "Let me look.");
+  EXPECT_EQ(r.reasoning,
+            "The user wants weather.<seed:cot_budget_reflect>I have used 12 tokens."
+            "</seed:cot_budget_reflect>");
+  // Plain <think> is text for Seed-OSS; a block with no function is text; no parameters: {}.
+  EXPECT_EQ(parse("<think>x</think>y", opts(ToolFormat::kSeedOss, true)).content,
+            "<think>x</think>y");
+  const auto e = parse("<seed:tool_call><function=search></function></seed:tool_call>",
+                       opts(ToolFormat::kSeedOss));
+  ASSERT_EQ(e.tool_calls.size(), 1u);
+  EXPECT_EQ(e.tool_calls[0].arguments, "{}");
+  const std::string empty = "<seed:tool_call>\n</seed:tool_call>";
+  EXPECT_EQ(parse(empty, opts(ToolFormat::kSeedOss)).content, empty);
+  // A prompt that ends inside an open <seed:think>: the answer starts in the reasoning.
+  ParseOptions in = opts(ToolFormat::kSeedOss, true);
+  in.starts_in_reasoning = true;
+  const auto opened = parse("Quick.</seed:think>4", in);
+  EXPECT_EQ(opened.reasoning, "Quick.");
+  EXPECT_EQ(opened.content, "4");
 }
 
 TEST(ToolCallFormat, DeepSeekV31AndR1) {
@@ -333,7 +376,7 @@ TEST(MalformedCalls, KeptAsTextNeverThrown) {
       parse("<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", o).tool_calls.empty());
   for (ToolFormat f :
        {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kDeepSeekV3, ToolFormat::kKimiK2,
-        ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kMiniMaxM2}) {
+        ToolFormat::kMistral, ToolFormat::kHarmony, ToolFormat::kMiniMaxM2, ToolFormat::kSeedOss}) {
     const ParseOptions of = opts(f);
     for (const char* text :
          {"<tool_call><function x><parameter=a>1</parameter></function></tool_call>",
@@ -344,7 +387,10 @@ TEST(MalformedCalls, KeptAsTextNeverThrown) {
           "[TOOL_CALLS]f[ARGS]oops", "[TOOL_CALLS][{\"name\": 1}]",
           "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[\"a\"]<|call|>",
           "<minimax:tool_call><invoke name=\"get weather\"></invoke></minimax:tool_call>",
-          "<minimax:tool_call>get_weather</minimax:tool_call>"}) {
+          "<minimax:tool_call>get_weather</minimax:tool_call>",
+          "<seed:tool_call><function=get weather></function></seed:tool_call>",
+          "<seed:tool_call>get_weather</seed:tool_call>",
+          "<seed:tool_call><function=></function></seed:tool_call>"}) {
       const auto m = parse(text, of);
       EXPECT_TRUE(m.tool_calls.empty()) << tool_format_name(f) << ": " << text;
       EXPECT_FALSE(m.content.empty()) << tool_format_name(f) << ": " << text;
@@ -410,6 +456,8 @@ TEST(MalformedCalls, SentCallsStandWithClosedArguments) {
       {ToolFormat::kMiniMaxM2,
        "<minimax:tool_call><invoke name=\"search\"><parameter name=\"query\">a</parameter>"
        "<parameter name=\"x\">"},
+      {ToolFormat::kSeedOss,
+       "<seed:tool_call>\n<function=search>\n<parameter=query>a</parameter>\n<parameter=x>"},
   };
   for (const auto& [f, text] : formats) {
     const auto r = parse(text, opts(f), true);
@@ -455,12 +503,15 @@ TEST(Streaming, ArgumentsComeInPieces) {
            xcode +
            "</parameter>\n<parameter name=\"n\">3</parameter>\n</invoke>\n"
            "</minimax:tool_call>"},
+      {ToolFormat::kSeedOss, "<seed:tool_call>\n<function=search>\n<parameter=query>" + xcode +
+                                 "</parameter>\n<parameter=n>3</parameter>\n</function>\n"
+                                 "</seed:tool_call>"},
   };
   for (const auto& [f, text] : cases) {
     const auto whole = parse(text, opts(f));  // also: every stream adds up to this
     ASSERT_EQ(whole.tool_calls.size(), 1u) << tool_format_name(f) << ": " << text;
-    const bool xml =
-        f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 || f == ToolFormat::kMiniMaxM2;
+    const bool xml = f == ToolFormat::kQwen3Coder || f == ToolFormat::kGlm45 ||
+                     f == ToolFormat::kMiniMaxM2 || f == ToolFormat::kSeedOss;
     EXPECT_EQ(args(whole, 0), xml ? xa : a) << tool_format_name(f);
     EXPECT_TRUE(whole.problems.empty()) << tool_format_name(f) << ": " << whole.problems[0];
     // A byte at a time: the header before any argument, then many pieces.
@@ -591,14 +642,18 @@ TEST(MalformedCalls, RandomMarkerSoup) {
       "<invoke name=\"search\">",
       "<parameter name=\"query\">",
       "</invoke>",
+      "<seed:tool_call>",
+      "</seed:tool_call>",
+      "<seed:think>",
+      "</seed:think>",
       "<",
       "|"};
   std::mt19937 rng(1234);
   const ToolFormat formats[] = {
-      ToolFormat::kHermes,  ToolFormat::kQwen3Coder, ToolFormat::kDeepSeekV3,
-      ToolFormat::kGlm45,   ToolFormat::kKimiK2,     ToolFormat::kHarmony,
-      ToolFormat::kMistral, ToolFormat::kLlama3,     ToolFormat::kMiniMaxM2};
-  for (int iter = 0; iter < 360; ++iter) {
+      ToolFormat::kHermes,    ToolFormat::kQwen3Coder, ToolFormat::kDeepSeekV3, ToolFormat::kGlm45,
+      ToolFormat::kKimiK2,    ToolFormat::kHarmony,    ToolFormat::kMistral,    ToolFormat::kLlama3,
+      ToolFormat::kMiniMaxM2, ToolFormat::kSeedOss};
+  for (int iter = 0; iter < 400; ++iter) {
     std::string text;
     const int n = 1 + int(rng() % 12);
     for (int k = 0; k < n; ++k) text += pieces[rng() % pieces.size()];
@@ -622,6 +677,7 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
       {ToolFormat::kQwen3Coder, "<tool_call><function=f><parameter=a>" + filler},
       {ToolFormat::kGlm45, "<tool_call>" + filler},
       {ToolFormat::kMiniMaxM2, "<minimax:tool_call><invoke name=\"" + filler},
+      {ToolFormat::kSeedOss, "<seed:tool_call><function=" + filler},
       {ToolFormat::kHarmony,
        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>\"" + filler}};
   for (const auto& [format, text] : cases) {
@@ -654,8 +710,10 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
   EXPECT_EQ(sent, "{\"a\":\"" + filler + "\"}");
 }
 
-std::string read_template(const std::string& name) {
-  std::ifstream f(std::string(LYNX_SOURCE_DIR) + "/tests/template/templates/" + name);
+// The golden set's templates (tests/template/templates), or those the template engine cannot
+// render yet (tests/chatparse/templates, SOURCES.md there says why).
+std::string read_template(const std::string& name, const char* dir = "/tests/template/templates/") {
+  std::ifstream f(std::string(LYNX_SOURCE_DIR) + dir + name);
   std::stringstream ss;
   ss << f.rdbuf();
   EXPECT_FALSE(ss.str().empty()) << name;
@@ -693,6 +751,17 @@ TEST(DetectFormat, FromReleasedTemplates) {
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_EQ(tool_format_from_name("glm-4.5"), ToolFormat::kGlm45);
   EXPECT_EQ(tool_format_from_name("minimax-m2"), ToolFormat::kMiniMaxM2);
+  EXPECT_EQ(tool_format_from_name("seed-oss"), ToolFormat::kSeedOss);
+  // Seed-OSS's reasoning tags are its own, read off the template too.
+  const OutputFormat seed = detect_output_format(
+      read_template("ByteDance-Seed-OSS.jinja", "/tests/chatparse/templates/"));
+  EXPECT_EQ(seed.tools, ToolFormat::kSeedOss);
+  EXPECT_TRUE(seed.think_tags);
+  EXPECT_EQ(seed.think_open, "<seed:think>");
+  EXPECT_EQ(seed.think_close, "</seed:think>");
+  EXPECT_TRUE(prompt_opens_reasoning("<seed:bos>assistant\n<seed:think>", seed.think_open));
+  EXPECT_FALSE(prompt_opens_reasoning("<seed:bos>assistant\n<seed:think>"));
+  EXPECT_EQ(detect_output_format(read_template("Qwen-Qwen3-0.6B.jinja")).think_open, "<think>");
   EXPECT_FALSE(tool_format_from_name("nope").has_value());
 }
 

@@ -5,6 +5,7 @@
 // and a served model answers a forced request with the call, whole and streamed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <random>
 #include <unordered_map>
@@ -39,6 +40,10 @@ const char* kTools = R"([
 chatparse::ParseOptions options(ToolFormat f, bool think, bool in_reasoning, bool parallel) {
   chatparse::ParseOptions o;
   o.format = {f, think};
+  if (f == ToolFormat::kSeedOss) {  // the family's own reasoning tags
+    o.format.think_open = "<seed:think>";
+    o.format.think_close = "</seed:think>";
+  }
   o.parse_tools = true;
   o.starts_in_reasoning = in_reasoning;
   o.parallel_tool_calls = parallel;
@@ -143,6 +148,21 @@ TEST(ToolGrammar, AcceptsTheTemplatesLayoutsAndRefusesOthers) {
         "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter name=\"q\">a</parameter>\n"
         "<parameter name=\"zz\">1</parameter>\n</invoke>\n</minimax:tool_call>",
         "<invoke name=\"ping\">\n</invoke>\n"}},
+      {ToolFormat::kSeedOss,
+       {"<seed:tool_call>\n<function=get_weather>\n<parameter=city>New York</parameter>\n"
+        "<parameter=unit>c</parameter>\n<parameter=days>3</parameter>\n</function>\n"
+        "</seed:tool_call>",
+        "<seed:tool_call>\n<function=ping>\n</function>\n</seed:tool_call>\n<seed:tool_call>\n"
+        "<function=search>\n<parameter=q>a < b</parameter>\n<parameter=tags>[\"x\"]</parameter>"
+        "\n</function>\n</seed:tool_call>"},
+       {// unit missing, a closing tag inside a value, an unknown parameter, Qwen3-Coder's block
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Rome</parameter>\n"
+        "</function>\n</seed:tool_call>",
+        "<seed:tool_call>\n<function=search>\n<parameter=q>a</b></parameter>\n</function>\n"
+        "</seed:tool_call>",
+        "<seed:tool_call>\n<function=search>\n<parameter=q>a</parameter>\n<parameter=zz>1"
+        "</parameter>\n</function>\n</seed:tool_call>",
+        "<tool_call>\n<function=ping>\n</function>\n</tool_call>"}},
       {ToolFormat::kHarmony,
        {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args,
         "<|channel|>analysis<|message|>Need the weather, a < b.<|end|><|start|>assistant"
@@ -189,13 +209,23 @@ TEST(ToolGrammar, ReasoningBeforeTheCall) {
   EXPECT_TRUE(accepts(inside, "plan</think>\n" + call));
   EXPECT_TRUE(accepts(inside, "</think>" + call));
   EXPECT_FALSE(accepts(inside, call));
+  // Seed-OSS: its own tags, not <think>.
+  const std::string seed = "<seed:tool_call>\n<function=ping>\n</function>\n</seed:tool_call>";
+  const auto s = compile(options(ToolFormat::kSeedOss, true, false, true));
+  EXPECT_TRUE(accepts(s, "<seed:think>Ping.</seed:think>\n" + seed));
+  EXPECT_FALSE(accepts(s, "<think>Ping.</think>\n" + seed));
+  EXPECT_TRUE(accepts(compile(options(ToolFormat::kSeedOss, true, true, true)),
+                      "Ping.</seed:think>" + seed));
+  const ToolGrammar sg = tool_grammar(options(ToolFormat::kSeedOss, true, false, true));
+  EXPECT_NE(std::find(sg.markers.begin(), sg.markers.end(), "<seed:think>"), sg.markers.end());
 }
 
 TEST(ToolGrammar, UncoveredFormatsAndSchemasTheGrammarCannotEnforce) {
   EXPECT_FALSE(tool_grammar_covers(ToolFormat::kNone));
   EXPECT_EQ(tool_grammar(options(ToolFormat::kNone, false, false, true)).gbnf, "");
   // The XML formats: a string parameter with a pattern makes that tool's parameters free.
-  for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kMiniMaxM2}) {
+  for (ToolFormat f : {ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kMiniMaxM2,
+                       ToolFormat::kSeedOss}) {
     const ToolGrammar x = tool_grammar(options(f, false, false, true));
     ASSERT_EQ(x.free_arguments.size(), 1u) << tool_format_name(f);
     EXPECT_NE(x.free_arguments[0].find("'pattern'"), std::string::npos) << x.free_arguments[0];
@@ -277,9 +307,10 @@ TEST(ToolGrammar, RandomSentencesParseAsValidCalls) {
   };
   std::mt19937 rng(11);
   int sentences = 0;
-  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kLlama3,
-                       ToolFormat::kDeepSeekV3, ToolFormat::kKimiK2, ToolFormat::kQwen3Coder,
-                       ToolFormat::kGlm45, ToolFormat::kHarmony, ToolFormat::kMiniMaxM2}) {
+  for (ToolFormat f :
+       {ToolFormat::kHermes, ToolFormat::kMistral, ToolFormat::kLlama3, ToolFormat::kDeepSeekV3,
+        ToolFormat::kKimiK2, ToolFormat::kQwen3Coder, ToolFormat::kGlm45, ToolFormat::kHarmony,
+        ToolFormat::kMiniMaxM2, ToolFormat::kSeedOss}) {
     for (int variant = 0; variant < 8; ++variant) {
       const bool parallel = variant & 1, think = (variant & 2) && f != ToolFormat::kHarmony;
       const bool inside = think && (variant & 4);
@@ -319,7 +350,7 @@ TEST(ToolGrammar, RandomSentencesParseAsValidCalls) {
       }
     }
   }
-  EXPECT_EQ(sentences, 9 * 8 * 12);
+  EXPECT_EQ(sentences, 10 * 8 * 12);
 }
 
 TEST(ToolGrammar, ControlTokenMarkersCanBeSampled) {

@@ -195,7 +195,7 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--tool-format", a.o.tool_format,
                   "Tool-call format of chat answers (default: read off the chat template)")
       ->check(CLI::IsMember({"none", "hermes", "qwen3-coder", "deepseek-v3", "glm-4.5", "kimi-k2",
-                             "harmony", "mistral", "llama3", "minimax-m2"}));
+                             "harmony", "mistral", "llama3", "minimax-m2", "seed-oss"}));
   cmd->add_option("--max-n", a.o.max_n, "Largest n (choices per request)");
   cmd->add_option("--cache-ram", a.cache_mib,
                   "Prefix cache: MiB of finished requests' KV caches kept for prompts that "
