@@ -88,8 +88,10 @@ namespace detail {
 
 const BlockFormat* block_format(ToolFormat f) {
   static constexpr BlockFormat kHermesF{"<tool_call>", "</tool_call>", parse_hermes};
-  static constexpr BlockFormat kCoderF{"<tool_call>", "</tool_call>", parse_qwen3_coder, false};
-  static constexpr BlockFormat kGlmF{"<tool_call>", "</tool_call>", parse_glm45, false};
+  static constexpr BlockFormat kCoderF{"<tool_call>", "</tool_call>", parse_qwen3_coder,
+                                       false,         "<parameter=",  "</parameter>"};
+  static constexpr BlockFormat kGlmF{"<tool_call>", "</tool_call>", parse_glm45,
+                                     false,         "<arg_value>",  "</arg_value>"};
   static constexpr BlockFormat kDeepSeekF{"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
                                           parse_deepseek};
   static constexpr BlockFormat kKimiF{"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",

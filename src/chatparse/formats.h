@@ -32,6 +32,9 @@ struct BlockFormat {
   // The body's calls have JSON arguments: a marker inside a JSON string is text, not the end.
   // (The XML formats' values are raw text, where a quote means nothing.)
   bool json_strings = true;
+  // The XML formats' raw values run from value_open to value_close: the block's end marker
+  // inside one is text (code that writes "</tool_call>"), as a quoted marker is in JSON.
+  std::string_view value_open = {}, value_close = {};
 };
 
 // The block format of `f`; null for kNone and kHarmony.

@@ -193,6 +193,44 @@ size_t OutputParser::Impl::find_end(std::span<const std::string_view> markers, s
   return std::string_view::npos;
 }
 
+size_t OutputParser::Impl::find_end_outside_values(std::string_view end,
+                                                   std::string_view value_open,
+                                                   std::string_view value_close) {
+  const std::string_view all(text);
+  for (size_t i = scan; i < all.size(); ++i) {
+    const std::string_view rest = all.substr(i);
+    auto at = [&](std::string_view m) { return rest.substr(0, m.size()) == m; };
+    auto may_become = [&](std::string_view m) {
+      return rest.size() < m.size() && m.substr(0, rest.size()) == rest;
+    };
+    if (in_string) {
+      if (at(value_close)) {
+        in_string = false;
+        i += value_close.size() - 1;
+      } else if (may_become(value_close)) {
+        scan = i;
+        return std::string_view::npos;
+      }
+      continue;
+    }
+    if (at(end)) {
+      scan = i;
+      return i;
+    }
+    if (at(value_open)) {
+      in_string = true;
+      i += value_open.size() - 1;
+      continue;
+    }
+    if (may_become(end) || may_become(value_open)) {
+      scan = i;  // may be a marker once more text comes
+      return std::string_view::npos;
+    }
+  }
+  scan = all.size();
+  return std::string_view::npos;
+}
+
 void OutputParser::Impl::end_block(size_t body_end, size_t end, bool truncated,
                                    detail::BodyParser parse) {
   const std::string_view all(text);
@@ -351,6 +389,10 @@ void OutputParser::Impl::step(bool final, bool truncated) {
         if (block->json_strings) {
           const std::string_view m[] = {end_marker};
           found = find_end(m);
+          known = found == std::string_view::npos ? scan : found;
+        } else if (!block->value_open.empty()) {
+          scan = std::max(scan, body_start);
+          found = find_end_outside_values(end_marker, block->value_open, block->value_close);
           known = found == std::string_view::npos ? scan : found;
         } else {
           found = all.find(end_marker, std::max(scan, body_start));

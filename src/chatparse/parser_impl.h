@@ -69,6 +69,9 @@ struct OutputParser::Impl {
   // The first of `markers` at or after `scan` outside JSON strings, or npos (then `scan` is
   // where the search resumes: text before it holds no marker and no marker's start).
   size_t find_end(std::span<const std::string_view> markers, size_t* which = nullptr);
+  // The same for raw XML values: `end` outside [value_open, value_close) (in_string: inside).
+  size_t find_end_outside_values(std::string_view end, std::string_view value_open,
+                                 std::string_view value_close);
 
   void step(bool final, bool truncated);
   void step_harmony(bool final, bool truncated);

@@ -583,6 +583,39 @@ TEST(Streaming, MarkersInsideArgumentStrings) {
   EXPECT_EQ(args(name_last, 0), json({{"query", "</tool_call>"}}));
 }
 
+// In the XML formats a raw value may hold the block's markers (code that writes
+// "</tool_call>"): inside <parameter=..> / <arg_value> they are text, and the call ends at
+// the marker after its last value; streamed at every piece size the same (parse()).
+TEST(Streaming, XmlValuesHoldingTheEndMarker) {
+  const std::string code = "print(\"</tool_call>\")\n# <tool_call> </tool_call";
+  const std::pair<ToolFormat, std::string> cases[] = {
+      {ToolFormat::kQwen3Coder,
+       "<tool_call>\n<function=search>\n<parameter=query>\n" + code +
+           "\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=search>\n"
+           "<parameter=query>\nb\n</parameter>\n</function>\n</tool_call>"},
+      {ToolFormat::kGlm45, "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>" + code +
+                               "</arg_value>\n</tool_call><tool_call>search\n<arg_key>query"
+                               "</arg_key>\n<arg_value>b</arg_value>\n</tool_call>"},
+  };
+  for (const auto& [f, text] : cases) {
+    const auto r = parse(text, opts(f));
+    ASSERT_EQ(r.tool_calls.size(), 2u) << tool_format_name(f);
+    EXPECT_EQ(args(r, 0), json({{"query", code}})) << tool_format_name(f);
+    EXPECT_EQ(args(r, 1), json({{"query", "b"}})) << tool_format_name(f);
+    EXPECT_EQ(r.content, "") << tool_format_name(f);
+    EXPECT_TRUE(r.problems.empty()) << tool_format_name(f) << ": " << r.problems[0];
+  }
+  // A value never closed: the marker in it is text, so the call runs to the end of the
+  // output and is taken as cut there (as when the closing marker is an end-of-generation
+  // token): the unfinished parameter is dropped. (Before, the marker ended the block and the
+  // call was refused as malformed, "tail" being content.)
+  const auto open = parse("<tool_call>\n<function=search>\n<parameter=query>\nx</tool_call> tail",
+                          opts(ToolFormat::kQwen3Coder));
+  ASSERT_EQ(open.tool_calls.size(), 1u);
+  EXPECT_EQ(args(open, 0), json::object());
+  EXPECT_EQ(open.content, "");
+}
+
 TEST(ToolChoice, NoneAndParallel) {
   ParseOptions o = opts(ToolFormat::kHermes);
   o.parse_tools = false;  // tool_choice "none": markers are text
