@@ -4,6 +4,7 @@
 // output is what Python renders.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <ctime>
 
@@ -154,9 +155,10 @@ namespace {
 Value items_of_impl(Interp& in, const Value& v) {
   if (v.is_undefined()) return Value::new_list();
   if (!v.is_dict() || v.namespace_) in.fail("items() of a " + type_name(v));
+  in.charge(v.dict->items.size());
   List r;
   for (const auto& [k, x] : v.dict->items) {
-    Value t = Value::new_list({Value::str(k), x});
+    Value t = Value::new_list({k, x});
     t.tuple = true;
     r.push_back(std::move(t));
   }
@@ -404,14 +406,25 @@ Value apply_filter(Interp& in, const std::string& name, Value v, Args& a) {
     const Value def = a.get(0, "default", Value::integer(0));
     if (v.kind == VK::kInt) return v;
     if (v.kind == VK::kBool) return Value::integer(v.b);
-    if (v.kind == VK::kFloat) return std::isfinite(v.f) ? Value::integer(int64_t(v.f)) : def;
+    // Past 64 bits jinja2 returns a Python big integer; lynx raises rather than wrap.
+    auto from_double = [&](double d) {
+      if (!(d > -9.3e18 && d < 9.3e18) || std::trunc(d) < -9223372036854775807.0 - 1 ||
+          std::trunc(d) >= 9223372036854775807.0)
+        in.int_overflow("int");
+      return Value::integer(int64_t(d));
+    };
+    if (v.kind == VK::kFloat) return std::isfinite(v.f) ? from_double(v.f) : def;
     if (v.is_string()) {
       const std::string s = py_strip(v.s, Value::none(), true, true);
       char* end = nullptr;
+      errno = 0;
       const long long x = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && end && *end == 0) return Value::integer(x);
+      if (!s.empty() && end && *end == 0) {
+        if (errno == ERANGE) in.int_overflow("int");
+        return Value::integer(x);
+      }
       const double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == 0 && std::isfinite(d)) return Value::integer(int64_t(d));
+      if (!s.empty() && end && *end == 0 && std::isfinite(d)) return from_double(d);
     }
     return def;
   }
@@ -428,7 +441,9 @@ Value apply_filter(Interp& in, const std::string& name, Value v, Args& a) {
   }
   if (name == "abs") {
     if (v.kind == VK::kFloat) return Value::real(std::fabs(v.f));
-    return Value::integer(std::llabs(need_int(in, v, "abs")));
+    const int64_t x = need_int(in, v, "abs");
+    if (x == INT64_MIN) in.int_overflow("abs");
+    return Value::integer(x < 0 ? -x : x);
   }
   if (name == "round") {
     const int64_t prec = need_int(in, a.get(0, "precision", Value::integer(0)), "round");
@@ -512,9 +527,13 @@ Value apply_filter(Interp& in, const std::string& name, Value v, Args& a) {
     for (const Value& x : in.iterate(v)) {
       const Value y = attr.is_none() ? x : attr_path(in, x, to_str(attr));
       if (!acc.is_number() || !y.is_number()) in.fail("sum of non-numbers");
-      acc = (acc.kind == VK::kFloat || y.kind == VK::kFloat)
-                ? Value::real(acc.as_double() + y.as_double())
-                : Value::integer(acc.i + (y.kind == VK::kBool ? y.b : y.i));
+      int64_t r;
+      if (acc.kind == VK::kFloat || y.kind == VK::kFloat)
+        acc = Value::real(acc.as_double() + y.as_double());
+      else if (__builtin_add_overflow(need_int(in, acc, "sum"), need_int(in, y, "sum"), &r))
+        in.int_overflow("sum");
+      else
+        acc = Value::integer(r);
     }
     return acc;
   }
@@ -581,7 +600,10 @@ bool apply_test(Interp& in, const std::string& name, const Value& v, Args& a) {
   }
   if (name == "in") {
     if (other.is_string()) return v.is_string() && other.s.find(v.s) != std::string::npos;
-    if (other.is_dict()) return v.is_string() && other.dict->find(v.s);
+    if (other.is_dict()) {
+      if (!hashable(v)) in.fail("unhashable type: '" + type_name(v) + "'");
+      return other.dict->find(v) != nullptr;
+    }
     for (const Value& x : in.iterate(other))
       if (equals(v, x)) return true;
     return false;

@@ -34,7 +34,7 @@ std::string Interp::render(const Body& body, const Value& globals) {
   Scope root;
   Value g = globals;
   add_globals(*this, g);
-  for (auto& [k, v] : g.dict->items) root.vars.emplace_back(k, v);
+  for (auto& [k, v] : g.dict->items) root.vars.emplace_back(k.s, v);  // JSON: str keys
   scope_ = root_ = &root;
   std::string out;
   exec(body, out);
@@ -248,7 +248,8 @@ List Interp::iterate(const Value& v) {
     case Value::Kind::kDict: {
       if (v.namespace_) fail("'Namespace' object is not iterable");
       List keys;
-      for (const auto& kv : v.dict->items) keys.push_back(Value::str(kv.first));
+      keys.reserve(v.dict->items.size());
+      for (const auto& kv : v.dict->items) keys.push_back(kv.first);
       return keys;
     }
     case Value::Kind::kString: {
@@ -291,6 +292,13 @@ Value Interp::getitem(const Value& obj, const Value& key) {
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.dict->find(key.s)) return *v;
     return obj.namespace_ ? Value::undefined(key.s) : method(*this, obj, key.s);
+  }
+  // d[1], d[none], d[(1, 2)]: a key of any hashable type. jinja2 turns the TypeError of an
+  // unhashable key (and a Namespace's lack of __getitem__) into Undefined, as a missing key.
+  if (obj.is_dict()) {
+    if (obj.namespace_ || !hashable(key)) return Value::undefined();
+    if (const Value* v = obj.dict->find(key)) return *v;
+    return Value::undefined();
   }
   if ((obj.is_list() || obj.is_string()) && key.is_number() && key.kind != Value::Kind::kFloat) {
     const int64_t idx = key.kind == Value::Kind::kBool ? key.b : key.i;
@@ -344,8 +352,8 @@ Value Interp::eval(const Expr& e) {
       Value v = Value::new_dict();
       for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
         Value key = eval(*e.items[k]);
-        if (!key.is_string()) fail("dict keys must be strings here, got " + type_name(key));
-        v.dict->set(key.s, eval(*e.items[k + 1]));
+        if (!hashable(key)) fail("unhashable type: '" + type_name(key) + "'");
+        v.dict->set(std::move(key), eval(*e.items[k + 1]));
       }
       return v;
     }
@@ -384,6 +392,7 @@ Value Interp::eval(const Expr& e) {
       if (v.kind == Value::Kind::kFloat) return Value::real(e.kind == EK::kNeg ? -v.f : v.f);
       if (v.is_number()) {
         const int64_t x = v.kind == Value::Kind::kBool ? v.b : v.i;
+        if (e.kind == EK::kNeg && x == INT64_MIN) int_overflow("-");
         return Value::integer(e.kind == EK::kNeg ? -x : x);
       }
       fail("bad operand type for unary " + std::string(e.kind == EK::kNeg ? "-" : "+") + ": '" +
@@ -494,7 +503,8 @@ Value Interp::eval_binary(const Expr& e) {
         fail("'in <string>' requires string as left operand, not " + type_name(a));
       found = b.s.find(a.s) != std::string::npos;
     } else if (b.is_dict()) {
-      found = a.is_string() && b.dict->find(a.s) != nullptr;
+      if (!hashable(a)) fail("unhashable type: '" + type_name(a) + "'");
+      found = b.dict->find(a) != nullptr;
     } else if (b.is_list()) {
       for (const Value& x : *b.list) found = found || equals(a, x);
     } else if (!b.is_undefined()) {
@@ -520,6 +530,7 @@ Value Interp::eval_binary(const Expr& e) {
     }
     if (a.is_list() && b.is_list()) {
       check_items(a.list->size() + b.list->size());
+      charge(a.list->size() + b.list->size());
       List r = *a.list;
       r.insert(r.end(), b.list->begin(), b.list->end());
       return Value::new_list(std::move(r));
@@ -530,13 +541,21 @@ Value Interp::eval_binary(const Expr& e) {
     const Value& count = a.is_string() || a.is_list() ? b : a;
     if (count.is_number() && count.kind != Value::Kind::kFloat) {
       const int64_t n = std::max<int64_t>(0, as_int(count));
+      // Sizes are checked before multiplying (a huge count must not wrap the product), and an
+      // empty sequence returns at once (Python's '' * 10**18 is instant).
       if (seq.is_string()) {
-        if (n > 0) check_size(seq.s.size() * size_t(n));
+        if (seq.s.empty() || n == 0) return Value::str("");
+        if (uint64_t(n) > opt_.max_output / seq.s.size()) check_size(opt_.max_output + 1);
+        check_size(seq.s.size() * size_t(n));
         std::string r;
+        r.reserve(seq.s.size() * size_t(n));
         for (int64_t k = 0; k < n; ++k) r += seq.s;
         return Value::str(std::move(r));
       }
-      if (n > 0) check_items(seq.list->size() * size_t(n));
+      if (seq.list->empty() || n == 0) return Value::new_list();
+      if (uint64_t(n) > opt_.max_items / seq.list->size()) check_items(opt_.max_items + 1);
+      check_items(seq.list->size() * size_t(n));
+      charge(seq.list->size() * size_t(n));
       List r;
       for (int64_t k = 0; k < n; ++k) r.insert(r.end(), seq.list->begin(), seq.list->end());
       return Value::new_list(std::move(r));
@@ -545,23 +564,34 @@ Value Interp::eval_binary(const Expr& e) {
   if (a.is_number() && b.is_number()) {
     if (both_int(a, b)) {
       const int64_t x = as_int(a), y = as_int(b);
-      if (op == "+") return Value::integer(x + y);
-      if (op == "-") return Value::integer(x - y);
-      if (op == "*") return Value::integer(x * y);
+      int64_t r;
+      if (op == "+") return __builtin_add_overflow(x, y, &r) ? int_overflow(op) : Value::integer(r);
+      if (op == "-") return __builtin_sub_overflow(x, y, &r) ? int_overflow(op) : Value::integer(r);
+      if (op == "*") return __builtin_mul_overflow(x, y, &r) ? int_overflow(op) : Value::integer(r);
       if (op == "/") {
         if (y == 0) fail("division by zero");
         return Value::real(double(x) / double(y));
       }
       if (op == "//" || op == "%") {
         if (y == 0) fail("integer division or modulo by zero");
+        if (y == -1) {  // x // -1 overflows for INT64_MIN; x % -1 is always 0
+          if (op == "%") return Value::integer(0);
+          if (x == INT64_MIN) int_overflow(op);
+          return Value::integer(-x);
+        }
         const int64_t q = floor_div(x, y);
         return Value::integer(op == "//" ? q : x - q * y);
       }
       if (op == "**") {
         if (y < 0) return Value::real(std::pow(double(x), double(y)));
-        int64_t r = 1;
-        for (int64_t k = 0; k < y && k < 64; ++k) r *= x;
-        return Value::integer(r);
+        // Square and multiply, stopping at the first product past 64 bits (|x| >= 2 then
+        // overflows within 63 squarings; 0, 1 and -1 never do).
+        int64_t acc = 1, base = x;
+        for (int64_t k = y; k > 0; k >>= 1) {
+          if ((k & 1) && __builtin_mul_overflow(acc, base, &acc)) int_overflow(op);
+          if (k > 1 && __builtin_mul_overflow(base, base, &base)) int_overflow(op);
+        }
+        return Value::integer(acc);
       }
     }
     const double x = a.as_double(), y = b.as_double();

@@ -19,6 +19,17 @@ class Interp {
   std::string render(const Body& body, const Value& globals);
 
   [[noreturn]] void fail(const std::string& what) const;
+  // Python's integers have no bound; lynx's are 64-bit, so a result past them is an error
+  // (jinja2 would print the big number) rather than a wrapped value.
+  [[noreturn]] Value int_overflow(const std::string& op) const {
+    fail("integer overflow in '" + op + "': the result does not fit in 64 bits");
+  }
+  // Counts work proportional to a value's size (copying a dict or list) as n steps, so that
+  // copying inside a loop stays within the step limit.
+  void charge(uint64_t n) {
+    steps_ += n;
+    step();
+  }
   // Counts one evaluation step; throws at the step limit.
   void step() {
     if (++steps_ > opt_.max_steps)

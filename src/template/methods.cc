@@ -257,21 +257,22 @@ Value dict_method(Interp& in, const Value& obj, const std::string& name) {
   if (name == "get") {
     return fn([d](Interp& in, Args& a) {
       const Value k = a.get(0, "key");
-      if (!k.is_string()) return a.get(1, "default", Value::none());
-      if (const Value* v = d->find(k.s)) return *v;
+      if (!hashable(k)) in.fail("unhashable type: '" + type_name(k) + "'");
+      if (const Value* v = d->find(k)) return *v;
       return a.get(1, "default", Value::none());
     });
   }
   if (name == "items" || name == "keys" || name == "values") {
-    return fn([d, name](Interp&, Args&) {
+    return fn([d, name](Interp& in, Args&) {
+      in.charge(d->items.size());
       List out;
       for (const auto& [k, v] : d->items) {
         if (name == "keys")
-          out.push_back(Value::str(k));
+          out.push_back(k);
         else if (name == "values")
           out.push_back(v);
         else {
-          Value t = Value::new_list({Value::str(k), v});
+          Value t = Value::new_list({k, v});
           t.tuple = true;
           out.push_back(std::move(t));
         }
@@ -282,8 +283,10 @@ Value dict_method(Interp& in, const Value& obj, const std::string& name) {
   if (name == "update") {
     return fn([d](Interp& in, Args& a) {
       const Value o = a.get(0, "other", Value::none());
-      if (o.is_dict())
+      if (o.is_dict()) {
+        in.charge(o.dict->items.size());
         for (const auto& [k, v] : o.dict->items) d->set(k, v);
+      }
       for (const auto& [k, v] : a.kw) d->set(k, v);
       in.check_items(d->items.size());
       return Value::none();
@@ -329,20 +332,24 @@ void add_globals(Interp& in, Value& g) {
     for (int64_t k = 0; k < n; ++k) out.push_back(Value::integer(start + k * step));
     return Value::new_list(std::move(out));
   });
-  def("namespace", [](Interp&, Args& a) {
+  def("namespace", [](Interp& in, Args& a) {
     Value ns = Value::new_dict();
     ns.namespace_ = true;
     for (const Value& p : a.pos)
-      if (p.is_dict())
+      if (p.is_dict()) {
+        in.charge(p.dict->items.size());
         for (const auto& [k, v] : p.dict->items) ns.dict->set(k, v);
+      }
     for (const auto& [k, v] : a.kw) ns.dict->set(k, v);
     return ns;
   });
-  def("dict", [](Interp&, Args& a) {
+  def("dict", [](Interp& in, Args& a) {
     Value d = Value::new_dict();
     for (const Value& p : a.pos)
-      if (p.is_dict())
+      if (p.is_dict()) {
+        in.charge(p.dict->items.size());
         for (const auto& [k, v] : p.dict->items) d.dict->set(k, v);
+      }
     for (const auto& [k, v] : a.kw) d.dict->set(k, v);
     return d;
   });

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -105,18 +107,105 @@ bool Value::truthy() const {
   return false;
 }
 
-const Value* Dict::find(std::string_view key) const {
-  for (const auto& [k, v] : items)
-    if (k == key) return &v;
+bool hashable(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kDict:
+      return false;
+    case Value::Kind::kList:
+      if (!v.tuple) return false;
+      for (const Value& x : *v.list)
+        if (!hashable(x)) return false;
+      return true;
+    default:
+      return true;
+  }
+}
+
+namespace {
+uint64_t mix(uint64_t x) {  // splitmix64's finalizer: spreads small integers over the table
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+uint64_t string_hash(std::string_view s) {
+  return std::hash<std::string_view>{}(s);
+}
+}  // namespace
+
+uint64_t key_hash(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return 0x756e646566ull;
+    case Value::Kind::kNone:
+      return 0x6e6f6e65ull;
+    case Value::Kind::kBool:
+      return mix(uint64_t(v.b));
+    case Value::Kind::kInt:
+      return mix(uint64_t(v.i));
+    case Value::Kind::kFloat:
+      // An integral float equals the int of the same value, so it hashes as that int.
+      if (v.f == std::trunc(v.f) && v.f >= -9.2e18 && v.f <= 9.2e18)
+        return mix(uint64_t(int64_t(v.f)));
+      return std::isnan(v.f) ? 0x6e616eull : std::hash<double>{}(v.f);
+    case Value::Kind::kString:
+      return string_hash(v.s);
+    case Value::Kind::kList: {
+      uint64_t h = 0x7475706c65ull + v.list->size();
+      for (const Value& x : *v.list) h = mix(h ^ key_hash(x));
+      return h;
+    }
+    case Value::Kind::kFn:
+      return mix(uint64_t(reinterpret_cast<uintptr_t>(v.fn.get())));
+    case Value::Kind::kDict:
+      break;
+  }
+  return 0;
+}
+
+void Dict::update_index() const {
+  if (items.size() < kIndexFrom) return;
+  for (; indexed_ < items.size(); ++indexed_)
+    index_.emplace(key_hash(items[indexed_].first), uint32_t(indexed_));
+}
+
+template <class Eq>
+const Value* Dict::lookup(uint64_t hash, Eq eq) const {
+  update_index();
+  if (indexed_ == 0) {
+    for (const auto& [k, v] : items)
+      if (eq(k)) return &v;
+    return nullptr;
+  }
+  auto [b, e] = index_.equal_range(hash);
+  for (auto it = b; it != e; ++it)
+    if (eq(items[it->second].first)) return &items[it->second].second;
   return nullptr;
+}
+
+const Value* Dict::find(std::string_view key) const {
+  return lookup(string_hash(key), [&](const Value& k) { return k.is_string() && k.s == key; });
 }
 Value* Dict::find(std::string_view key) {
-  for (auto& [k, v] : items)
-    if (k == key) return &v;
-  return nullptr;
+  return const_cast<Value*>(std::as_const(*this).find(key));
+}
+const Value* Dict::find(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.s));
+  return lookup(key_hash(key), [&](const Value& k) { return equals(k, key); });
+}
+Value* Dict::find(const Value& key) {
+  return const_cast<Value*>(std::as_const(*this).find(key));
 }
 void Dict::set(std::string key, Value v) {
-  if (Value* old = find(key)) {
+  if (Value* old = find(std::string_view(key))) {
+    *old = std::move(v);
+    return;
+  }
+  items.emplace_back(Value::str(std::move(key)), std::move(v));
+}
+void Dict::set(Value key, Value v) {
+  if (Value* old = find(key)) {  // Python keeps the first key (1 stays 1 when 1.0 is set)
     *old = std::move(v);
     return;
   }
@@ -222,10 +311,12 @@ std::string repr(const Value& v) {
       for (const auto& [k, x] : v.dict->items) {
         if (!first) out += ", ";
         first = false;
-        out += str_repr(k) + ": " + repr(x);
+        out += repr(k) + ": " + repr(x);
       }
       return out + "}";
     }
+    case Value::Kind::kUndefined:
+      return "Undefined";  // jinja2's Undefined.__repr__ (a list or dict key holding one)
     default:
       return to_str(v);
   }
@@ -429,6 +520,27 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
 }
 
+// json.dumps's conversion of a dict key to the object's member name.
+std::string json_key(const Value& k) {
+  switch (k.kind) {
+    case Value::Kind::kString:
+      return k.s;
+    case Value::Kind::kInt:
+      return std::to_string(k.i);
+    case Value::Kind::kBool:
+      return k.b ? "true" : "false";
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kFloat:
+      if (std::isnan(k.f)) return "NaN";
+      if (std::isinf(k.f)) return k.f > 0 ? "Infinity" : "-Infinity";
+      return float_repr(k.f);
+    default:
+      throw Error("template: tojson: keys must be str, int, float, bool or None, not " +
+                  type_name(k));
+  }
+}
+
 void dump(std::string& out, const Value& v, const DumpOptions& o, int level) {
   NestGuard guard;
   const bool pretty = o.indent >= 0 || o.indent_is_string;
@@ -482,16 +594,18 @@ void dump(std::string& out, const Value& v, const DumpOptions& o, int level) {
         out += "{}";
         return;
       }
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& kv : v.dict->items) items.push_back(&kv);
+      // Python sorts the keys themselves (ints numerically; a str beside an int is a TypeError),
+      // then writes each as a string.
       if (o.sort_keys)
         std::stable_sort(items.begin(), items.end(),
-                         [](auto* a, auto* b) { return a->first < b->first; });
+                         [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
       out += '{';
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += item_sep;
         newline(level + 1);
-        dump_string(out, items[k]->first, o.ensure_ascii);
+        dump_string(out, json_key(items[k]->first), o.ensure_ascii);
         out += key_sep;
         dump(out, items[k]->second, o, level + 1);
       }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -100,12 +101,35 @@ struct Value {
   bool truthy() const;
 };
 
+// Python's dict: insertion-ordered, keyed by any hashable value (str, int, float, bool, None,
+// tuples of those), with 1, 1.0 and True one key as in Python. Entries are only ever appended
+// or have their value replaced (set()), never removed or reordered: the hash index below
+// relies on it.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
+  std::vector<std::pair<Value, Value>> items;
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
+  // `key` must be hashable() (callers raise Python's TypeError otherwise).
+  const Value* find(const Value& key) const;
+  Value* find(const Value& key);
   void set(std::string key, Value v);
+  void set(Value key, Value v);
+
+ private:
+  // Small dicts are scanned; past kIndexFrom entries lookups go through a hash index of the
+  // keys, so that a template adding n keys in a loop costs O(n), not O(n^2).
+  static constexpr size_t kIndexFrom = 16;
+  mutable std::unordered_multimap<uint64_t, uint32_t> index_;
+  mutable size_t indexed_ = 0;  // items[0, indexed_) are in index_
+  void update_index() const;
+  template <class Eq>
+  const Value* lookup(uint64_t hash, Eq eq) const;
 };
+
+// Whether a value can be a dict key (Python's hash() succeeds): not a list, dict or namespace,
+// nor a tuple holding one. key_hash is equal for keys Python's == calls equal.
+bool hashable(const Value& v);
+uint64_t key_hash(const Value& v);
 
 // Call arguments: positional, then keyword.
 struct Args {

@@ -743,10 +743,9 @@ TEST(MalformedCalls, LongUnclosedCallsAreHeldThenText) {
   EXPECT_EQ(sent, "{\"a\":\"" + filler + "\"}");
 }
 
-// The golden set's templates (tests/template/templates), or those the template engine cannot
-// render yet (tests/chatparse/templates, SOURCES.md there says why).
-std::string read_template(const std::string& name, const char* dir = "/tests/template/templates/") {
-  std::ifstream f(std::string(LYNX_SOURCE_DIR) + dir + name);
+// The golden set's templates (tests/template/templates).
+std::string read_template(const std::string& name) {
+  std::ifstream f(std::string(LYNX_SOURCE_DIR) + "/tests/template/templates/" + name);
   std::stringstream ss;
   ss << f.rdbuf();
   EXPECT_FALSE(ss.str().empty()) << name;
@@ -786,8 +785,7 @@ TEST(DetectFormat, FromReleasedTemplates) {
   EXPECT_EQ(tool_format_from_name("minimax-m2"), ToolFormat::kMiniMaxM2);
   EXPECT_EQ(tool_format_from_name("seed-oss"), ToolFormat::kSeedOss);
   // Seed-OSS's reasoning tags are its own, read off the template too.
-  const OutputFormat seed = detect_output_format(
-      read_template("ByteDance-Seed-OSS.jinja", "/tests/chatparse/templates/"));
+  const OutputFormat seed = detect_output_format(read_template("ByteDance-Seed-OSS.jinja"));
   EXPECT_EQ(seed.tools, ToolFormat::kSeedOss);
   EXPECT_TRUE(seed.think_tags);
   EXPECT_EQ(seed.think_open, "<seed:think>");
