@@ -45,7 +45,10 @@ void HfConfig::check_sizes() const {
       "max_position_embeddings",
   };
   for (const char* k : kPositive) {
-    if (has(k) && get_int(k) == 0) fail(std::string("\"") + k + "\" must be at least 1, got 0");
+    // A per-layer list (Hunyuan's moe_intermediate_size) is checked by its family.
+    if (has(k) && !j_[k].is_array() && get_int(k) == 0) {
+      fail(std::string("\"") + k + "\" must be at least 1, got 0");
+    }
   }
   if (has("num_attention_heads") && has("num_key_value_heads") &&
       get_int("num_attention_heads") % get_int("num_key_value_heads") != 0) {

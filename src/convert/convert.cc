@@ -778,11 +778,31 @@ void write_keys(const HfConfig& c, const Family& f, gguf::Writer& w) {
   if (f.extra_keys) f.extra_keys(c, w);
 }
 
-// "auto": the checkpoint's own precision, so nothing is rounded.
+// Quantized checkpoints other than gpt-oss's MXFP4 experts (which are kept bit for bit): the
+// FP8 releases (DeepSeek-V3, MiniMax-M2, GLM-5-FP8, Mistral Small 4) store float8_e4m3 weights
+// with per-tensor or per-block scales that convert does not read; refused up front, naming the
+// way out, rather than failing later on the first F8 tensor.
+void refuse_quantized(const HfConfig& c) {
+  if (!c.has("quantization_config")) return;
+  const nlohmann::json& q = c.json().at("quantization_config");
+  const std::string method =
+      q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+          ? q["quant_method"].get<std::string>()
+          : std::string("?");
+  if (method == "mxfp4") return;
+  c.fail("the checkpoint is quantized (quantization_config.quant_method \"" +
+         gguf::printable(method) +
+         "\"), which convert does not read: dequantize it to BF16 first (for FP8, weight x "
+         "weight_scale_inv, per tensor or per block), then convert that");
+}
+
+// "auto": the checkpoint's own precision, so nothing is rounded. Routers are written F32 in
+// every type, so an F32 router (Hunyuan-A13B keeps mlp.gate.wg in float32 beside BF16
+// weights) does not make the whole file F32.
 std::string auto_type(const Plan& plan) {
   bool f32 = false, bf16 = false;
   for (const Planned& p : plan.tensors) {
-    if (p.ne.size() < 2) continue;
+    if (p.ne.size() < 2 || p.name.find("ffn_gate_inp") != std::string::npos) continue;
     for (const StTensor& t : p.parts) {
       f32 |= t.dtype == DType::kF32;
       bf16 |= t.dtype == DType::kBF16;
@@ -816,6 +836,7 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   }
   const HfConfig cfg(std::move(j), cfg_path.string());
   const Family& fam = find_family(cfg.model_type());
+  refuse_quantized(cfg);
 
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::str(fam.arch));

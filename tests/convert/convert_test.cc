@@ -131,6 +131,9 @@ const Case kCases[] = {
     // Gemma 4: text_config, norms as stored, gate_up_proj split, no v_proj in the full layer,
     // rope_freqs computed from the full layers' proportional rope.
     {"gemma4", "gemma4:tiny-gemma4-f32", "gemma4"},
+    // Hunyuan-A13B: the released config's names and per-layer lists, the NTK alpha folded into
+    // the rope base, the router mlp.gate.wg, the shared MLP.
+    {"hunyuan", "hunyuan-moe:tiny-hunyuan-moe-f32", "hunyuan-moe"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

@@ -692,5 +692,32 @@ TEST(ConvertErrors, Gemma4ConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// Hunyuan-A13B: what hunyuan-moe cannot run (cross-layer attention, per-layer widths that differ,
+// no shared MLP, another rope scaling, the dense models under the same model_type) is refused
+// by name.
+TEST(ConvertErrors, HunyuanMoeConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "hunyuan");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c[key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("use_cla", true, {"use_cla", "cross-layer attention"});
+  expect_with("moe_topk", json::array({3, 2, 3}), {"moe_topk [3,2,3]", "one positive value"});
+  expect_with("moe_intermediate_size", json::array({32, 32}), {"lists 2 values for 3 layers"});
+  expect_with("use_mixed_mlp_moe", false, {"use_mixed_mlp_moe", "shared MLP"});
+  expect_with("use_qk_norm", false, {"use_qk_norm"});
+  expect_with("attention_bias", true, {"attention_bias"});
+  expect_with("moe_layer_num_skipped", 1, {"moe_layer_num_skipped"});
+  expect_with("rope_scaling", json{{"type", "dynamic"}, {"factor", 2.0}}, {"NTK-alpha"});
+  expect_with("architectures", json::array({"HunYuanDenseV1ForCausalLM"}),
+              {"not HunYuanMoEV1ForCausalLM"});
+  expect_with("quantization_config", json{{"quant_method", "fp8"}},
+              {"quantized", "\"fp8\"", "dequantize it to BF16 first"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

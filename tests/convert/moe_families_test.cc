@@ -633,11 +633,48 @@ TEST(ConvertGemma4, EveryTensorAndKeyIsTheFixtures) {
   fs::remove(out);
 }
 
+// Hunyuan-A13B: every tensor of the fixture back, by name, shape and value, exactly (no transform
+// changes a value), and the keys as the fixture has them: the rope base from rope_theta and the
+// NTK alpha, the widths from the per-layer lists and intermediate_size x num_shared_expert.
+TEST(ConvertHunyuanMoe, EveryTensorAndKeyIsTheFixtures) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = convert_to("hunyuan", "f32");
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "hunyuan-moe/tiny-hunyuan-moe-f32.gguf");
+    EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "hunyuan");
+    for (const char* k :
+         {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+          "attention.head_count_kv", "attention.key_length", "attention.value_length",
+          "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+          "expert_shared_feed_forward_length", "expert_shared_count"}) {
+      EXPECT_EQ(got.get_int(std::string("hunyuan-moe.") + k),
+                want.get_int(std::string("hunyuan-moe.") + k))
+          << k;
+    }
+    for (const char* k : {"rope.freq_base", "attention.layer_norm_rms_epsilon"}) {
+      EXPECT_EQ(got.get_float(std::string("hunyuan-moe.") + k),
+                want.get_float(std::string("hunyuan-moe.") + k))
+          << k;
+    }
+    EXPECT_EQ(got.get_int("hunyuan-moe.expert_gating_func"), 1);
+    EXPECT_TRUE(got.get_bool("hunyuan-moe.expert_weights_norm"));
+    EXPECT_EQ(got.tensors().size(), want.tensors().size());
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* t = got.find_tensor(b.name);
+      ASSERT_NE(t, nullptr) << b.name;
+      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*t), values(b)) << b.name;
+    }
+  }
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
-  for (const char* t :
-       {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2", "bailing_moe",
-        "ernie4_5_moe", "qwen3_next", "qwen3_5_moe", "step3p5", "gemma4"}) {
+  for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",
+                        "bailing_moe", "ernie4_5_moe", "qwen3_next", "qwen3_5_moe", "step3p5",
+                        "gemma4", "hunyuan", "hunyuan_v1_moe"}) {
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
   }
 }

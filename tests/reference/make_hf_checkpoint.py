@@ -42,6 +42,7 @@ the conversion on the fixture's GGUF weights, written independently of src/conve
     as transformers decodes it, to the fixture's values), gate and up rows (and bias columns)
     interleaved into gate_up_proj; the F16-experts fixture in the dequantized layout
     ([n_expert, in, out], F16).
+  - hunyuan, mistral4 and glm-dsa: make_hf_checkpoint_more.py.
 Converting the checkpoint must then reproduce the fixture's golden logits (the goldens come
 from reference.py / deepseek2_ref.py / glm4moe_ref.py / gpt_oss_ref.py on the fixture), so
 the C++ converter's permutation, stacking and naming are checked against independent code.
@@ -1111,6 +1112,8 @@ def main(argv):
     qwen3next_from_fixture(out, "qwen3_5_moe", f("qwen3next/tiny-qwen35moe-f32.gguf"))
     step35_from_fixture(out, "step3p5", f("step35/tiny-step35-f32.gguf"))
     gemma4_from_fixture(out, "gemma4", f("gemma4/tiny-gemma4-f32.gguf"))
+    import make_hf_checkpoint_more  # noqa: E402 (hunyuan, mistral4, glm-dsa)
+    make_hf_checkpoint_more.main(out, FIX)
     gpt_oss_from_fixture(out, "gpt_oss", f("gpt-oss/tiny-gpt-oss.gguf"), True)
     gpt_oss_from_fixture(out, "gpt_oss_dequant", f("gpt-oss/tiny-gpt-oss-f16-experts.gguf"), False)
     dense_qwen(out, "qwen2", "qwen2", "qwen2", "F16", 2001)

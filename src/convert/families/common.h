@@ -172,5 +172,7 @@ extern const Family kQwen3Next;
 extern const Family kQwen35Moe;
 extern const Family kStep35;
 extern const Family kGemma4;
+extern const Family kHunyuanMoe;
+extern const Family kHunyuanMoeRemoteName;
 
 }  // namespace lynx::convert::table

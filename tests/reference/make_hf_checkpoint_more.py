@@ -1,0 +1,87 @@
+"""More tiny Hugging Face checkpoints for the `lynx-moe convert` tests, written by
+make_hf_checkpoint.py's main() (this file keeps that one under its size): each is a golden
+fixture's GGUF weights put back into the family's released Hugging Face layout by NumPy code
+written independently of src/convert, so converting it must give the fixture's goldens.
+
+  - hunyuan (fixtures/hunyuan-moe, F32): HunYuanMoEV1ForCausalLM's layout as the released
+    config has it (model_type "hunyuan"): self_attn.query_layernorm / key_layernorm,
+    mlp.gate.wg (the router), mlp.experts.N.*, mlp.shared_mlp.*; per-layer lists moe_topk /
+    moe_intermediate_size / num_shared_expert; the rope base as rope_theta with the NTK alpha
+    (rope_scaling type dynamic, alpha 1000) chosen so that rope_theta x alpha^(d / (d - 2)) is
+    the fixture's base in float32 (asserted); tied embeddings (no lm_head).
+"""
+
+import os
+
+import numpy as np
+
+import gguf_np as G
+from make_hf_checkpoint import common_config, gguf_kv, make_tokenizer, write_checkpoint
+
+HUNYUAN_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.query_layernorm.weight",
+    "attn_k_norm.weight": "self_attn.key_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate_inp.weight": "mlp.gate.wg.weight",
+    "ffn_gate_shexp.weight": "mlp.shared_mlp.gate_proj.weight",
+    "ffn_up_shexp.weight": "mlp.shared_mlp.up_proj.weight",
+    "ffn_down_shexp.weight": "mlp.shared_mlp.down_proj.weight",
+}
+EXPERTS = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
+           "ffn_down_exps.weight": "down_proj"}
+
+
+def hunyuan_from_fixture(out_dir, name, gguf_path):
+    g = G.read_gguf(gguf_path)
+    arch = "hunyuan-moe"
+    k = lambda n, d=None: gguf_kv(g, arch, n, d)  # noqa: E731
+    n = k("block_count")
+    hd = k("attention.key_length")
+    base = np.float32(k("rope.freq_base"))
+    alpha = 1000.0
+    theta = float(base) / alpha ** (hd / (hd - 2))
+    assert np.float32(theta * alpha ** (hd / (hd - 2))) == base, (theta, base)
+    n_shared = k("expert_shared_count")
+    c = common_config(g, arch, "hunyuan")
+    c.update({
+        "architectures": ["HunYuanMoEV1ForCausalLM"],
+        "head_dim": hd, "attention_head_dim": hd,
+        "intermediate_size": k("expert_shared_feed_forward_length") // n_shared,
+        "num_experts": k("expert_count"),
+        "moe_topk": [k("expert_used_count")] * n,
+        "moe_intermediate_size": [k("expert_feed_forward_length")] * n,
+        "num_shared_expert": [n_shared] * n,
+        "use_mixed_mlp_moe": True, "use_qk_norm": True, "use_cla": False, "cla_share_factor": 2,
+        "attention_bias": False, "moe_layer_num_skipped": 0, "hidden_act": "silu",
+        "rope_theta": theta,
+        "rope_scaling": {"alpha": alpha, "beta_fast": 32, "beta_slow": 1, "factor": 1.0,
+                         "mscale": 1.0, "mscale_all_dim": 1.0, "type": "dynamic"},
+    })
+    assert c["tie_word_embeddings"]
+    t = []
+    for nm, info in g.tensors.items():
+        x = info.to_numpy().astype(np.float32)
+        if nm == "token_embd.weight":
+            t.append(("model.embed_tokens.weight", x))
+        elif nm == "output_norm.weight":
+            t.append(("model.norm.weight", x))
+        else:
+            il, rest = nm[4:].split(".", 1)
+            p = "model.layers.%s." % il
+            if rest in EXPERTS:
+                for e in range(x.shape[0]):
+                    t.append((p + "mlp.experts.%d.%s.weight" % (e, EXPERTS[rest]), x[e]))
+            else:
+                t.append((p + HUNYUAN_NAMES[rest], x))
+    tok = make_tokenizer(c["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+
+
+def main(out, fix):
+    f = lambda n: os.path.join(fix, n)  # noqa: E731
+    hunyuan_from_fixture(out, "hunyuan", f("hunyuan-moe/tiny-hunyuan-moe-f32.gguf"))
