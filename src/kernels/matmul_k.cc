@@ -1,6 +1,7 @@
-// The Q8_K integer path (matmul_k.h): the activation quantizer, the per-type unpacking of
-// weight blocks to integer levels times sub-block scales, the block dot products (Highway,
-// dynamic dispatch: int16 pair products, vpmaddwd on x86) and the scalar twin.
+// The Q8_K integer path (matmul_k.h): the activation quantizer, the unpacking of weight
+// blocks to integer levels times sub-block scales (from each type's levels_<type>, the one
+// scalar reading of its block, types/layout.h), the block dot products (Highway, dynamic
+// dispatch: int16 pair products, vpmaddwd on x86) and the scalar twin.
 //
 // A weight row is unpacked once per call into an int16 buffer (level x sub-block scale, 512
 // bytes per block) and then multiplied with every token's int16 activations: the unpacking is
@@ -17,7 +18,6 @@
 #include "kernels/scratch.h"
 #include "kernels/types.h"
 #include "kernels/types/blocks.h"
-#include "kernels/types/kquants.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_K_BLOCK
@@ -109,125 +109,31 @@ HWY_EXPORT(RowKT);
 
 namespace {
 
-using types::kIq4nlValues;
-using types::load_f16;
-
-// Field offsets of the K-quant blocks (types/layout.h).
-constexpr int kQ4kScales = offsetof(types::BlockQ4_K, scales);
-constexpr int kQ4kQs = offsetof(types::BlockQ4_K, qs);
-constexpr int kQ5kQh = offsetof(types::BlockQ5_K, qh);
-constexpr int kQ5kQs = offsetof(types::BlockQ5_K, qs);
-constexpr int kQ6kQh = offsetof(types::BlockQ6_K, qh);
-constexpr int kQ6kScales = offsetof(types::BlockQ6_K, scales);
-constexpr int kQ6kD = offsetof(types::BlockQ6_K, d);
-constexpr int kQ3kQs = offsetof(types::BlockQ3_K, qs);
-constexpr int kQ3kScales = offsetof(types::BlockQ3_K, scales);
-constexpr int kQ3kD = offsetof(types::BlockQ3_K, d);
-constexpr int kQ2kQs = offsetof(types::BlockQ2_K, qs);
-constexpr int kQ2kD = offsetof(types::BlockQ2_K, d);
-constexpr int kQ2kDmin = offsetof(types::BlockQ2_K, dmin);
-constexpr int kIq4xsScalesH = offsetof(types::BlockIq4_xs, scales_h);
-constexpr int kIq4xsScalesL = offsetof(types::BlockIq4_xs, scales_l);
-constexpr int kIq4xsQs = offsetof(types::BlockIq4_xs, qs);
-static_assert(offsetof(types::BlockQ4_K, dmin) == offsetof(types::BlockQ5_K, dmin) &&
-              offsetof(types::BlockQ4_K, scales) == offsetof(types::BlockQ5_K, scales) &&
-              offsetof(types::BlockQ2_K, scales) == 0 && offsetof(types::BlockQ3_K, hmask) == 0 &&
-              offsetof(types::BlockQ6_K, ql) == 0);
-
-int q3_scale(const uint8_t* s, int i) {
-  const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
-  const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-  return (lo | (hi << 4)) - 32;
+// The rows kernel's form of a block: each level times its sub-block scale in int16 (|s L| <=
+// 4064), the mins apart; from the type's one reading of its block (levels_<type>,
+// types/layout.h), which the decode and the scalar twin use too.
+template <int kSubLen>
+void scale_levels(const types::LevelsK& l, int16_t* ls) {
+  for (int s = 0; s < 256 / kSubLen; ++s) {
+    for (int e = 0; e < kSubLen; ++e) {
+      ls[kSubLen * s + e] = static_cast<int16_t>(l.scale[s] * l.q[kSubLen * s + e]);
+    }
+  }
 }
 
-int iq4xs_scale(const uint8_t* b, int ib) {
-  const int lo = (b[kIq4xsScalesL + ib / 2] >> (4 * (ib % 2))) & 0x0F;
-  const int hi = (types::load_u16(b + kIq4xsScalesH) >> (2 * ib)) & 3;
-  return (lo | (hi << 4)) - 32;
-}
-
-// Block-wise unpacking (the fast path's), following each decoder's loops.
-BlockK unpack(TensorType t, const uint8_t* b, int16_t* ls) {
+BlockK unpack(const TypeTraits& tr, const uint8_t* b, int16_t* ls) {
+  types::LevelsK l;
+  tr.levels_k(b, l);
   BlockK k;
-  auto put = [&](int e, int s, int level) { ls[e] = static_cast<int16_t>(s * level); };
-  switch (t) {
-    case TensorType::Q4_K:
-    case TensorType::Q5_K: {
-      const bool q5 = t == TensorType::Q5_K;
-      k.d = load_f16(b + offsetof(types::BlockQ4_K, d));
-      k.dmin = load_f16(b + offsetof(types::BlockQ4_K, dmin));
-      k.has_min = true;
-      k.sub_len = 32;
-      const uint8_t* qh = b + kQ5kQh;
-      const uint8_t* q = b + (q5 ? kQ5kQs : kQ4kQs);
-      for (int c = 0; c < 4; ++c) {
-        int s1, m1, s2, m2;
-        types::scale_min_k4(2 * c, b + kQ4kScales, &s1, &m1);
-        types::scale_min_k4(2 * c + 1, b + kQ4kScales, &s2, &m2);
-        k.m[2 * c] = m1;
-        k.m[2 * c + 1] = m2;
-        for (int l = 0; l < 32; ++l) {
-          const int h1 = q5 ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
-          const int h2 = q5 ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
-          put(64 * c + l, s1, (q[32 * c + l] & 0x0F) + h1);
-          put(64 * c + 32 + l, s2, (q[32 * c + l] >> 4) + h2);
-        }
-      }
-      break;
-    }
-    case TensorType::Q6_K: {
-      k.d = load_f16(b + kQ6kD);
-      const auto* sc = reinterpret_cast<const int8_t*>(b + kQ6kScales);
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = b + 64 * h;
-        const uint8_t* qh = b + kQ6kQh + 32 * h;
-        for (int l = 0; l < 32; ++l) {
-          const int is = 8 * h + l / 16;
-          put(128 * h + l, sc[is], ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
-          put(128 * h + l + 32, sc[is + 2], ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-          put(128 * h + l + 64, sc[is + 4], ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-          put(128 * h + l + 96, sc[is + 6], ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-        }
-      }
-      break;
-    }
-    case TensorType::Q3_K:
-    case TensorType::Q2_K: {
-      const bool q3 = t == TensorType::Q3_K;
-      k.d = load_f16(b + (q3 ? kQ3kD : kQ2kD));
-      if (!q3) {
-        k.dmin = load_f16(b + kQ2kDmin);
-        k.has_min = true;
-      }
-      const uint8_t* q = b + (q3 ? kQ3kQs : kQ2kQs);
-      int is = 0, e = 0;
-      for (int h = 0; h < 2; ++h, q += 32) {
-        for (int j = 0; j < 4; ++j) {
-          for (int part = 0; part < 2; ++part, ++is) {
-            const int s = q3 ? q3_scale(b + kQ3kScales, is) : (b[is] & 0x0F);
-            if (!q3) k.m[is] = b[is] >> 4;
-            for (int l = 16 * part; l < 16 * part + 16; ++l, ++e) {
-              int level = (q[l] >> (2 * j)) & 3;
-              if (q3 && !((b[l] >> (4 * h + j)) & 1)) level -= 4;
-              put(e, s, level);
-            }
-          }
-        }
-      }
-      break;
-    }
-    default: {  // IQ4_XS
-      k.d = load_f16(b + offsetof(types::BlockIq4_xs, d));
-      for (int ib = 0; ib < 8; ++ib) {
-        const int s = iq4xs_scale(b, ib);
-        const uint8_t* qs = b + kIq4xsQs + 16 * ib;
-        for (int j = 0; j < 16; ++j) {
-          put(32 * ib + j, s, kIq4nlValues[qs[j] & 0x0F]);
-          put(32 * ib + 16 + j, s, kIq4nlValues[qs[j] >> 4]);
-        }
-      }
-      break;
-    }
+  k.d = l.d;
+  k.dmin = l.dmin;
+  k.has_min = l.has_min;
+  k.sub_len = l.sub_len;
+  std::copy_n(l.min, 256 / l.sub_len, k.m);
+  if (l.sub_len == 16) {
+    scale_levels<16>(l, ls);
+  } else {
+    scale_levels<32>(l, ls);
   }
   return k;
 }
@@ -347,6 +253,7 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
     return;
   }
   const int64_t nb = cols / 256, bb = block_bytes(t);
+  const TypeTraits& tr = type_traits(t);
   Scratch own;
   Scratch& s = scratch ? *scratch : own;
   int16_t* ls = s.get<int16_t>(ScratchSlot::kKLevels, size_t(cols));
@@ -354,7 +261,7 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      blocks[size_t(b)] = unpack(t, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
+      blocks[size_t(b)] = unpack(tr, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
     }
     HWY_DYNAMIC_DISPATCH(RowKT)(ls, blocks, x, t0, n_tok, y, ldy, r);
   }
@@ -363,48 +270,6 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
 namespace ref {
 
 namespace {
-// Level, sub-block scale, min and sub-block index of element e of a block, read per element
-// (an index map per layout, not the decoders' loops).
-struct Elem {
-  int level, scale, min, sub;
-};
-Elem element(TensorType t, const uint8_t* b, int e) {
-  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-  switch (t) {
-    case TensorType::Q4_K:
-    case TensorType::Q5_K: {
-      const int c = e / 64, sub = 2 * c + (e % 64) / 32;
-      const uint8_t byte = b[(t == TensorType::Q5_K ? kQ5kQs : kQ4kQs) + 32 * c + l];
-      int level = (e % 64) < 32 ? (byte & 0x0F) : (byte >> 4);
-      if (t == TensorType::Q5_K) level += ((b[kQ5kQh + l] >> sub) & 1) * 16;
-      int s, m;
-      types::scale_min_k4(sub, b + kQ4kScales, &s, &m);
-      return {level, s, m, sub};
-    }
-    case TensorType::Q6_K: {
-      const uint8_t lo = b[64 * h + l + 32 * (j % 2)];
-      const int nib = j < 2 ? (lo & 0x0F) : (lo >> 4);
-      const int top = (b[kQ6kQh + 32 * h + l] >> (2 * j)) & 3;
-      const int sub = 8 * h + l / 16 + 2 * j;
-      return {(nib | (top << 4)) - 32, static_cast<int8_t>(b[kQ6kScales + sub]), 0, sub};
-    }
-    case TensorType::Q3_K: {
-      const int q = (b[kQ3kQs + 32 * h + l] >> (2 * j)) & 3;
-      const int hb = (b[l] >> (4 * h + j)) & 1;
-      const int sub = 8 * h + 2 * j + l / 16;
-      return {q - (hb ? 0 : 4), q3_scale(b + kQ3kScales, sub), 0, sub};
-    }
-    case TensorType::Q2_K: {
-      const int sub = 8 * h + 2 * j + l / 16;
-      return {(b[kQ2kQs + 32 * h + l] >> (2 * j)) & 3, b[sub] & 0x0F, b[sub] >> 4, sub};
-    }
-    default: {  // IQ4_XS
-      const int ib = e / 32, k = e % 32;
-      const uint8_t byte = b[kIq4xsQs + 16 * ib + k % 16];
-      return {kIq4nlValues[k < 16 ? (byte & 0x0F) : (byte >> 4)], iq4xs_scale(b, ib), 0, ib};
-    }
-  }
-}
 // Block b of row r of a kInterleaved16 matrix, gathered into kRows order by this file's own
 // reading of the layout (kernels.h): the fp16 fields (16 values each; at the block's start for
 // Q4_K / Q5_K / IQ4_XS: d, dmin or d, scales_h; at its end for Q2_K: d, dmin, Q3_K / Q6_K: d)
@@ -436,12 +301,7 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
     throw Error("ref::matmul_rows_k: no interleaved layout for this type");
   }
   const int64_t nb = cols / 256, bb = block_bytes(t);
-  const bool has_min = t == TensorType::Q2_K || t == TensorType::Q4_K || t == TensorType::Q5_K;
-  const int d_at = t == TensorType::Q6_K   ? kQ6kD
-                   : t == TensorType::Q3_K ? kQ3kD
-                   : t == TensorType::Q2_K ? kQ2kD
-                                           : 0;  // Q4_K, Q5_K, IQ4_XS: d first
-  const int dmin_at = t == TensorType::Q2_K ? kQ2kDmin : int(offsetof(types::BlockQ4_K, dmin));
+  const TypeTraits& tr = type_traits(t);
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int j = 0; j < n_tok; ++j) {
@@ -454,15 +314,16 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
           interleaved_block(t, wb, nb, r, b, gathered);
           blk = gathered;
         }
+        types::LevelsK l;
+        tr.levels_k(blk, l);
         const int8_t* q = &x.q[size_t(tok * cols + b * 256)];
         int32_t isum = 0, msum = 0;
         for (int e = 0; e < 256; ++e) {
-          const Elem el = element(t, blk, e);
-          isum += el.scale * el.level * q[e];
-          msum += el.min * q[e];  // sum_sub m (sum of q over sub), element by element
+          const int sub = e / l.sub_len;
+          isum += l.scale[sub] * l.q[e] * q[e];
+          msum += l.min[sub] * q[e];  // sum_sub m (sum of q over sub), element by element
         }
-        acc = accumulate(acc, load_f16(blk + d_at), has_min ? load_f16(blk + dmin_at) : 0.0f,
-                         x.d[size_t(tok * nb + b)], isum, msum, has_min);
+        acc = accumulate(acc, l.d, l.dmin, x.d[size_t(tok * nb + b)], isum, msum, l.has_min);
       }
       y[j * ldy + r] = acc;
     }

@@ -53,8 +53,10 @@ void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, in
                        const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy);
 
 namespace ref {
-// The scalar twin: the same arithmetic, levels read element by element; kInterleaved16
-// weights are read in place by their own indexing of the layout (not the repack functions).
+// The scalar twin: the same arithmetic element by element, on the levels of the type's one
+// scalar reading of a block (levels_<type>, types/layout.h, which the float decode shares and
+// the reference fixtures check); kInterleaved16 weights are read in place by their own
+// indexing of the layout (not the repack functions).
 void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                    const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy,
                    WeightLayout layout = WeightLayout::kRows);

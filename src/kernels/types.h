@@ -62,6 +62,9 @@ struct TypeTraits {
   // The 32-element types with an integer kernel: a block as integer levels and scales
   // (types/layout.h Levels32), the reading the decode and the kernel's scalar twin share.
   void (*levels)(const uint8_t* blk, types::Levels32& out) = nullptr;
+  // The 256-element types with an integer kernel: the same for their blocks (types/layout.h
+  // LevelsK), shared by the decode, the rows kernel's unpacking and the scalar twin.
+  void (*levels_k)(const uint8_t* blk, types::LevelsK& out) = nullptr;
 };
 
 namespace type_table {
@@ -89,20 +92,20 @@ inline constexpr TypeTraits kTypeTable[] = {
     {T::Q8_0, 32, sizeof(ty::BlockQ8_0), ty::decode_q8_0, ty::encode_q8_0, T::Q8_0, true, true,
      kScaleFirst, ty::levels_q8_0},
     {T::Q2_K, 256, sizeof(ty::BlockQ2_K), ty::decode_q2_k, ty::encode_q2_k, T::Q8_K, true, false,
-     kTwoScalesLast},
+     kTwoScalesLast, nullptr, ty::levels_q2_k},
     {T::Q3_K, 256, sizeof(ty::BlockQ3_K), ty::decode_q3_k, ty::encode_q3_k, T::Q8_K, true, false,
-     kScaleLast},
+     kScaleLast, nullptr, ty::levels_q3_k},
     {T::Q4_K, 256, sizeof(ty::BlockQ4_K), ty::decode_q4_k, ty::encode_q4_k, T::Q8_K, true, false,
-     kTwoScalesFirst},
+     kTwoScalesFirst, nullptr, ty::levels_q4_k},
     {T::Q5_K, 256, sizeof(ty::BlockQ5_K), ty::decode_q5_k, ty::encode_q5_k, T::Q8_K, true, false,
-     kTwoScalesFirst},
+     kTwoScalesFirst, nullptr, ty::levels_q5_k},
     {T::Q6_K, 256, sizeof(ty::BlockQ6_K), ty::decode_q6_k, ty::encode_q6_k, T::Q8_K, true, false,
-     kScaleLast},
+     kScaleLast, nullptr, ty::levels_q6_k},
     {T::Q8_K, 256, sizeof(ty::BlockQ8_K), ty::decode_q8_k, ty::encode_q8_k, T::Q8_K, false, false},
     {T::IQ4_NL, 32, sizeof(ty::BlockIq4_nl), ty::decode_iq4_nl, ty::encode_iq4_nl, T::Q8_0, true,
      false, kScaleFirst, ty::levels_iq4_nl},
     {T::IQ4_XS, 256, sizeof(ty::BlockIq4_xs), ty::decode_iq4_xs, ty::encode_iq4_xs, T::Q8_K, true,
-     false, kTwoScalesFirst},
+     false, kTwoScalesFirst, nullptr, ty::levels_iq4_xs},
     {T::BF16, 1, sizeof(uint16_t), ty::decode_bf16, ty::encode_bf16, T::BF16, false, true},
     {T::MXFP4, 32, sizeof(ty::BlockMxfp4), ty::decode_mxfp4, ty::encode_mxfp4, T::Q8_0, true, false,
      kByteScaleFirst, ty::levels_mxfp4},

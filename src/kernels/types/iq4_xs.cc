@@ -3,27 +3,33 @@
 // scale ls: low nibble from scales_l[i / 2] (low nibble for even i), top 2 bits from scales_h
 // bits 2i, 2i + 1; value = d * (ls - 32) * grid[nibble].
 #include <algorithm>
+#include <cstddef>
+
 #include "kernels/types/blocks.h"
 #include "kernels/types/iq4_search.h"
 
 namespace lynx::kernels::types {
 
-void decode_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 136) {
-    const float d = load_f16(src);
-    const uint16_t scales_h = load_u16(src + 2);
-    const uint8_t* scales_l = src + 4;
-    const uint8_t* qs = src + 8;
-    for (int ib = 0; ib < 8; ++ib, qs += 16, dst += 32) {
-      const int ls =
-          ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
-      const float dl = d * static_cast<float>(ls - 32);
-      for (int j = 0; j < 16; ++j) {
-        dst[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0x0F]);
-        dst[j + 16] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
-      }
+void levels_iq4_xs(const uint8_t* src, LevelsK& out) {
+  without_mins(out);
+  out.d = load_f16(src + offsetof(BlockIq4_xs, d));
+  out.sub_len = 32;
+  const uint16_t scales_h = load_u16(src + offsetof(BlockIq4_xs, scales_h));
+  const uint8_t* scales_l = src + offsetof(BlockIq4_xs, scales_l);
+  const uint8_t* qs = src + offsetof(BlockIq4_xs, qs);
+  for (int ib = 0; ib < 8; ++ib, qs += 16) {
+    const int ls =
+        ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
+    out.scale[ib] = static_cast<int16_t>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      out.q[32 * ib + j] = kIq4nlValues[qs[j] & 0x0F];
+      out.q[32 * ib + j + 16] = kIq4nlValues[qs[j] >> 4];
     }
   }
+}
+
+void decode_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_iq4_xs, sizeof(BlockIq4_xs), false, 32>(src, dst, n_blocks);
 }
 
 // ggml's IQ4_XS quantizer: a searched scale per 32 values (iq4_search.h), the 8 scales

@@ -129,4 +129,29 @@ LYNX_LEVELS_TYPE(iq4_nl);
 LYNX_LEVELS_TYPE(mxfp4);
 #undef LYNX_LEVELS_TYPE
 
+// One 256-element block of a K-quant or IQ4_XS as integer levels and sub-block scales:
+// value(e) = (d x scale[s]) x q[e], minus dmin x min[s] for Q2_K / Q4_K / Q5_K, with
+// s = e / sub_len. levels_<type> is the one scalar reading of the block's layout: the type's
+// float decode, the rows kernel's unpacking and the integer kernel's scalar twin (matmul_k.cc)
+// all use it. The SIMD unpacking of the interleaved layout (matmul_k_i16.cc) reads the same
+// bits in vector lanes, and the tests hold it to the twin on every target.
+struct LevelsK {
+  int8_t q[256];  // Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31, IQ4_XS grid
+  // Per sub-block; entries past 256 / sub_len are not written.
+  int16_t scale[16];  // Q2_K 0..15, Q3_K / IQ4_XS -32..31, Q4_K / Q5_K 0..63, Q6_K int8
+  int16_t min[16];    // 0 for the types without mins
+  float d;
+  float dmin;   // 0 for the types without mins
+  int sub_len;  // 16 or 32 elements per scale
+  bool has_min;
+};
+#define LYNX_LEVELS_K_TYPE(name) void levels_##name(const uint8_t* blk, LevelsK& out)
+LYNX_LEVELS_K_TYPE(q2_k);
+LYNX_LEVELS_K_TYPE(q3_k);
+LYNX_LEVELS_K_TYPE(q4_k);
+LYNX_LEVELS_K_TYPE(q5_k);
+LYNX_LEVELS_K_TYPE(q6_k);
+LYNX_LEVELS_K_TYPE(iq4_xs);
+#undef LYNX_LEVELS_K_TYPE
+
 }  // namespace lynx::kernels::types

@@ -6,6 +6,7 @@
 // half (16 elements) is element range 16 s.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
@@ -13,25 +14,27 @@
 
 namespace lynx::kernels::types {
 
-void decode_q2_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 84) {
-    const uint8_t* scales = src;
-    const float d = load_f16(src + 80), dmin = load_f16(src + 82);
-    const uint8_t* q = src + 16;
-    int is = 0;
-    for (int half = 0; half < 2; ++half, q += 32) {
-      for (int shift = 0; shift < 8; shift += 2) {
-        for (int part = 0; part < 2; ++part) {
-          const uint8_t sc = scales[is++];
-          const float dl = d * static_cast<float>(sc & 0x0F);
-          const float ml = dmin * static_cast<float>(sc >> 4);
-          for (int l = 0; l < 16; ++l) {
-            *dst++ = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
-          }
-        }
-      }
+void levels_q2_k(const uint8_t* src, LevelsK& out) {
+  out.d = load_f16(src + offsetof(BlockQ2_K, d));
+  out.dmin = load_f16(src + offsetof(BlockQ2_K, dmin));
+  out.sub_len = 16;
+  out.has_min = true;
+  const uint8_t* scales = src + offsetof(BlockQ2_K, scales);
+  for (int s = 0; s < 16; ++s) {
+    out.scale[s] = static_cast<int16_t>(scales[s] & 0x0F);
+    out.min[s] = static_cast<int16_t>(scales[s] >> 4);
+  }
+  const uint8_t* q = src + offsetof(BlockQ2_K, qs);
+  int8_t* dst = out.q;
+  for (int half = 0; half < 2; ++half, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2, dst += 32) {
+      for (int l = 0; l < 32; ++l) dst[l] = static_cast<int8_t>((q[l] >> shift) & 3);
     }
   }
+}
+
+void decode_q2_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_q2_k, sizeof(BlockQ2_K), true, 16>(src, dst, n_blocks);
 }
 
 // ggml's reference Q2_K quantizer: per 16 values a (scale, min) pair from the asymmetric

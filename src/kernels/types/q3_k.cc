@@ -6,6 +6,7 @@
 // hmask: element 32 k + l (k = 0..7, l = 0..31) has its bit k in hmask byte l.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
@@ -23,27 +24,28 @@ void unpack_q3_scales(const uint8_t* s, int* out) {
 }
 }  // namespace
 
-void decode_q3_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 110) {
-    const uint8_t* hm = src;
-    const uint8_t* q = src + 32;
-    const float d_all = load_f16(src + 108);
-    int scales[16];
-    unpack_q3_scales(src + 96, scales);
-    int is = 0;
-    uint8_t m = 1;
-    for (int half = 0; half < 2; ++half, q += 32) {
-      for (int shift = 0; shift < 8; shift += 2, m = static_cast<uint8_t>(m << 1)) {
-        for (int part = 0; part < 2; ++part) {
-          const float dl = d_all * static_cast<float>(scales[is++]);
-          for (int l = 16 * part; l < 16 * part + 16; ++l) {
-            const int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
-            *dst++ = dl * static_cast<float>(v);
-          }
-        }
+void levels_q3_k(const uint8_t* src, LevelsK& out) {
+  without_mins(out);
+  out.d = load_f16(src + offsetof(BlockQ3_K, d));
+  out.sub_len = 16;
+  int scales[16];
+  unpack_q3_scales(src + offsetof(BlockQ3_K, scales), scales);
+  for (int s = 0; s < 16; ++s) out.scale[s] = static_cast<int16_t>(scales[s]);
+  const uint8_t* hm = src + offsetof(BlockQ3_K, hmask);
+  const uint8_t* q = src + offsetof(BlockQ3_K, qs);
+  int8_t* dst = out.q;
+  uint8_t m = 1;
+  for (int half = 0; half < 2; ++half, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2, m = static_cast<uint8_t>(m << 1), dst += 32) {
+      for (int l = 0; l < 32; ++l) {
+        dst[l] = static_cast<int8_t>(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
       }
     }
   }
+}
+
+void decode_q3_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_q3_k, sizeof(BlockQ3_K), false, 16>(src, dst, n_blocks);
 }
 
 // ggml's reference Q3_K quantizer: per 16 values a scale from the refined symmetric search

@@ -4,6 +4,7 @@
 // nibbles elements 32-63 (sub-block 2k + 1).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/types/blocks.h"
@@ -12,21 +13,29 @@
 
 namespace lynx::kernels::types {
 
-void decode_q4_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 144) {
-    const float d = load_f16(src), dmin = load_f16(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* q = src + 16;
-    for (int k = 0; k < 4; ++k, q += 32) {
-      int sc, m;
-      scale_min_k4(2 * k, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-      scale_min_k4(2 * k + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-      for (int l = 0; l < 32; ++l) *dst++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
-      for (int l = 0; l < 32; ++l) *dst++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+void levels_q4_k(const uint8_t* src, LevelsK& out) {
+  out.d = load_f16(src + offsetof(BlockQ4_K, d));
+  out.dmin = load_f16(src + offsetof(BlockQ4_K, dmin));
+  out.sub_len = 32;
+  out.has_min = true;
+  const uint8_t* scales = src + offsetof(BlockQ4_K, scales);
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    scale_min_k4(s, scales, &sc, &m);
+    out.scale[s] = static_cast<int16_t>(sc);
+    out.min[s] = static_cast<int16_t>(m);
+  }
+  const uint8_t* q = src + offsetof(BlockQ4_K, qs);
+  for (int k = 0; k < 4; ++k, q += 32) {
+    for (int l = 0; l < 32; ++l) {
+      out.q[64 * k + l] = static_cast<int8_t>(q[l] & 0x0F);
+      out.q[64 * k + 32 + l] = static_cast<int8_t>(q[l] >> 4);
     }
   }
+}
+
+void decode_q4_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_q4_k, sizeof(BlockQ4_K), true, 32>(src, dst, n_blocks);
 }
 
 // ggml's reference Q4_K quantizer: per 32 values a (scale, min) pair from the asymmetric

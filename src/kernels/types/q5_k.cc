@@ -4,6 +4,7 @@
 // of qh[l], element 64 k + 32 + l in bit 2k + 1.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "kernels/types/blocks.h"
@@ -12,28 +13,31 @@
 
 namespace lynx::kernels::types {
 
-void decode_q5_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 176) {
-    const float d = load_f16(src), dmin = load_f16(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* qh = src + 16;
-    const uint8_t* ql = src + 48;
-    for (int k = 0; k < 4; ++k, ql += 32) {
-      int sc, m;
-      scale_min_k4(2 * k, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-      scale_min_k4(2 * k + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
-      const uint8_t u1 = static_cast<uint8_t>(1 << (2 * k)),
-                    u2 = static_cast<uint8_t>(2 << (2 * k));
-      for (int l = 0; l < 32; ++l) {
-        *dst++ = d1 * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & u1) ? 16 : 0)) - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        *dst++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
-      }
+void levels_q5_k(const uint8_t* src, LevelsK& out) {
+  out.d = load_f16(src + offsetof(BlockQ5_K, d));
+  out.dmin = load_f16(src + offsetof(BlockQ5_K, dmin));
+  out.sub_len = 32;
+  out.has_min = true;
+  const uint8_t* scales = src + offsetof(BlockQ5_K, scales);
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    scale_min_k4(s, scales, &sc, &m);
+    out.scale[s] = static_cast<int16_t>(sc);
+    out.min[s] = static_cast<int16_t>(m);
+  }
+  const uint8_t* qh = src + offsetof(BlockQ5_K, qh);
+  const uint8_t* ql = src + offsetof(BlockQ5_K, qs);
+  for (int k = 0; k < 4; ++k, ql += 32) {
+    for (int l = 0; l < 32; ++l) {
+      const int h1 = ((qh[l] >> (2 * k)) & 1) << 4, h2 = ((qh[l] >> (2 * k + 1)) & 1) << 4;
+      out.q[64 * k + l] = static_cast<int8_t>((ql[l] & 0x0F) | h1);
+      out.q[64 * k + 32 + l] = static_cast<int8_t>((ql[l] >> 4) | h2);
     }
   }
+}
+
+void decode_q5_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_q5_k, sizeof(BlockQ5_K), true, 32>(src, dst, n_blocks);
 }
 
 // ggml's reference Q5_K quantizer: per 32 values a (scale, min) pair from the asymmetric

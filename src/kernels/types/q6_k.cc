@@ -5,6 +5,7 @@
 // l + 96 the high nibble of ql[l + 32]; their top bits are the bit pairs 0, 2, 4, 6 of qh[l].
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
@@ -12,26 +13,27 @@
 
 namespace lynx::kernels::types {
 
-void decode_q6_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  for (int64_t b = 0; b < n_blocks; ++b, src += 210) {
-    const uint8_t* ql = src;
-    const uint8_t* qh = src + 128;
-    const auto* sc = reinterpret_cast<const int8_t*>(src + 192);
-    const float d = load_f16(src + 208);
-    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, dst += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        dst[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-        dst[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-        dst[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-        dst[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-      }
+void levels_q6_k(const uint8_t* src, LevelsK& out) {
+  without_mins(out);
+  out.d = load_f16(src + offsetof(BlockQ6_K, d));
+  out.sub_len = 16;
+  const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(BlockQ6_K, scales));
+  for (int s = 0; s < 16; ++s) out.scale[s] = sc[s];
+  const uint8_t* ql = src + offsetof(BlockQ6_K, ql);
+  const uint8_t* qh = src + offsetof(BlockQ6_K, qh);
+  int8_t* q = out.q;
+  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, q += 128) {
+    for (int l = 0; l < 32; ++l) {
+      q[l] = static_cast<int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
+      q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
+      q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+      q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
     }
   }
+}
+
+void decode_q6_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+  decode_by_levels_k<levels_q6_k, sizeof(BlockQ6_K), false, 16>(src, dst, n_blocks);
 }
 
 // ggml's reference Q6_K quantizer: per 16 values a scale from the symmetric search (x^2
