@@ -277,7 +277,10 @@ bool CallStream::step_call_object() {
         const char c = body_[pos_];
         if (c == '}') {
           ++pos_;
-          if (have_args_) return true;
+          if (have_args_) {
+            calls_.back().held = false;  // its id, if any, has been read
+            return true;
+          }
           // No arguments: an empty object where the format allows it (Llama 3 does not).
           if (f_ == ToolFormat::kLlama3) {
             stop("a JSON object without \"parameters\"");
@@ -333,6 +336,7 @@ bool CallStream::step_call_object() {
             return false;
           }
           if (!open(id_, name_)) return false;
+          calls_.back().held = f_ == ToolFormat::kMistral && id_.empty();
           have_args_ = true;
           ophase_ = 7;
           continue;
@@ -345,6 +349,9 @@ bool CallStream::step_call_object() {
         if (!feed_value(value_)) return false;
         if (key_ == "name" && !have_args_) name_ = json_string(value_.copy()).value_or("");
         if (key_ == "id" && !have_args_) id_ = json_string(value_.copy()).value_or("");
+        if (key_ == "id" && have_args_ && calls_.back().held && calls_.back().id.empty()) {
+          calls_.back().id = json_string(value_.copy()).value_or("");
+        }
         ophase_ = 2;
         continue;
       }

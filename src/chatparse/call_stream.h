@@ -26,6 +26,10 @@ struct OpenCall {
   std::string name;
   std::string arguments;  // so far
   bool ended = false;
+  // Not to be sent yet: its id may still follow. Mistral's JSON calls (tokenizers v3 to v7:
+  // Mistral-7B-v0.3, Nemo, Small-3.1, Large-2407) write "id" after "arguments", and a stream
+  // names a call's id in its first delta; so such a call is sent when its object closes.
+  bool held = false;
 };
 
 class CallStream {
@@ -37,6 +41,10 @@ class CallStream {
   void advance(std::string_view body, bool closed);
   // Ends an open call whose arguments were cut: closes their JSON (JsonStream::closing).
   void close_open_call();
+  // The block ended: a call still held for its id is sent as it stands.
+  void release_held() {
+    for (OpenCall& c : calls_) c.held = false;
+  }
 
   const std::vector<OpenCall>& calls() const { return calls_; }
   // Every opened call ended and the body held nothing else.

@@ -52,6 +52,10 @@ OutputFormat detect_output_format(std::string_view t) {
     f.think_tags = true;
     f.think_open = "<seed:think>";
     f.think_close = "</seed:think>";
+  } else if (has(t, "[THINK]") && has(t, "[/THINK]")) {  // Magistral's reasoning tokens
+    f.think_tags = true;
+    f.think_open = "[THINK]";
+    f.think_close = "[/THINK]";
   }
   if (has(t, "<|channel|>") && has(t, "<|message|>")) {
     f.tools = ToolFormat::kHarmony;

@@ -1,8 +1,10 @@
-// Mistral: after [TOOL_CALLS], either a JSON array of calls (Mistral-Nemo's template writes
-// [TOOL_CALLS][{"name": .., "arguments": {..}, "id": "9 chars"}]) or, from the 2506/2507
-// releases on, "NAME[ARGS]{args}" with one [TOOL_CALLS] per call (Mistral-Small-3.2's template);
-// "NAME[CALL_ID]ID[ARGS]{args}" is read too. There is no closing marker: a block ends at the
-// next [TOOL_CALLS] or at the end of the answer.
+// Mistral, as mistral-common's tokenizers write calls: v2 to v7 (Mistral-7B-v0.3, Mixtral-8x22B,
+// Nemo, Small-3.1, Large-2407) one JSON array after [TOOL_CALLS], each call
+// {"name": .., "arguments": {..}, "id": "9 chars"} with the id last (v2: no id); v11 (Small-3.2,
+// Magistral/Devstral 2506-2507) "NAME[CALL_ID]ID[ARGS]{args}" and v13 (Magistral 2509,
+// Devstral 2) "NAME[ARGS]{args}", one [TOOL_CALLS] per call. There is no closing marker: a
+// block ends at the next [TOOL_CALLS] or at the end of the answer. The stream sends an array
+// call whose id may follow its arguments when its object closes (call_stream.h, OpenCall::held).
 #include "chatparse/formats.h"
 
 namespace lynx::chatparse::detail {

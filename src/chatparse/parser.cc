@@ -131,6 +131,7 @@ void OutputParser::Impl::pump() {
   const std::vector<detail::OpenCall>& cs = calls->calls();
   for (size_t k = 0; k < cs.size(); ++k) {
     if (k == call_index.size()) {
+      if (cs[k].held) break;  // sent with its id once its object closes; calls stay in order
       sent.push_back(0);
       if (!o.parallel_tool_calls && !res.tool_calls.empty()) {
         res.problems.push_back("call of '" + cs[k].name +
@@ -238,6 +239,7 @@ void OutputParser::Impl::end_block(size_t body_end, size_t end, bool truncated,
   const std::string_view raw = all.substr(block_start, end - block_start);
   if (calls) {
     calls->advance(body, true);
+    calls->release_held();  // a call cut or malformed after its arguments is sent as it stands
     pump();
   }
   if (!calls || calls->calls().empty()) {

@@ -105,7 +105,7 @@ std::vector<std::string> format_markers(ToolFormat f) {
     case ToolFormat::kHermes:
       return {"<tool_call>", "</tool_call>"};
     case ToolFormat::kMistral:
-      return {"[TOOL_CALLS]", "[ARGS]"};
+      return {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
     case ToolFormat::kLlama3:
       return {"<|python_tag|>"};
     case ToolFormat::kDeepSeekV3:
@@ -148,12 +148,13 @@ std::string call_rules(ToolFormat f, const std::vector<Tool>& tools, bool parall
             "\"<tool_call>\" tc-lay " + json_call(n, "arguments", a) + " tc-lay \"</tool_call>\"");
         break;
       case ToolFormat::kMistral:
-        // The Nemo layout's array element, and the 2506 layout's call.
+        // The Nemo layout's array element (its id after the arguments), and the 2506 layout's
+        // call (v11 tokenizers write NAME[CALL_ID]ID[ARGS], v13 NAME[ARGS]).
         add(r,
             json_call(n, "arguments", a,
                       R"(( "," space "\"id\"" space ":" space "\"" [A-Za-z0-9]{9} "\"" space )?)"));
-        out += "tc-v11-" + std::to_string(i) + " ::= \"[TOOL_CALLS]\" " + lit(n) + " \"[ARGS]\" " +
-               a + "\n";
+        out += "tc-v11-" + std::to_string(i) + " ::= \"[TOOL_CALLS]\" " + lit(n) +
+               " ( \"[CALL_ID]\" [A-Za-z0-9]{9} )? \"[ARGS]\" " + a + "\n";
         break;
       case ToolFormat::kLlama3:
         add(r, json_call(n, "parameters", a));

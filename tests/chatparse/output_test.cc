@@ -299,9 +299,9 @@ TEST(ToolCallFormat, MistralBothForms) {
       opts(ToolFormat::kMistral));
   ASSERT_EQ(arr.tool_calls.size(), 2u);
   EXPECT_EQ(arr.tool_calls[0].id, "abcDEF123");  // the model's id, 9 alphanumerics
-  // An id after the arguments comes after the call was sent: the server's own.
-  EXPECT_NE(arr.tool_calls[1].id, "xyzXYZ789");
-  EXPECT_EQ(arr.tool_calls[1].id.size(), 9u);  // Mistral's templates refuse other ids
+  // An id after the arguments (where mistral-common's v3-v7 tokenizers put it) is the model's
+  // too: that call is sent, with it, when its object closes.
+  EXPECT_EQ(arr.tool_calls[1].id, "xyzXYZ789");
   const auto args_form = parse(
       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}[TOOL_CALLS]search[ARGS]{\"query\": \"z\"}",
       opts(ToolFormat::kMistral));
@@ -309,6 +309,147 @@ TEST(ToolCallFormat, MistralBothForms) {
   EXPECT_EQ(args_form.tool_calls[0].name, "get_weather");
   EXPECT_EQ(args(args_form, 1), json({{"query", "z"}}));
   EXPECT_EQ(args_form.content, "");
+}
+
+// Every layout Mistral's releases write (mistral-common's tokenizers; the templates of
+// Mistral-Nemo, Small-3.1, Small-3.2, Devstral Small 2), each parsed whole and streamed in
+// pieces to the same calls (parse() checks), ids included.
+TEST(ToolCallFormat, MistralReleasedLayouts) {
+  const ParseOptions o = opts(ToolFormat::kMistral);
+  auto ids = [](const ParsedOutput& r) {
+    std::vector<std::string> v;
+    for (const auto& c : r.tool_calls) v.push_back(c.id);
+    return v;
+  };
+  // v3-v7 (Mistral-7B-v0.3, Mixtral-8x22B, Nemo, Small-3.1, Large-2407): one JSON array, each
+  // id after its arguments; SentencePiece tokenizers put a space after [TOOL_CALLS].
+  const auto v3 = parse(
+      "Checking.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\", "
+      "\"days\": 2}, \"id\": \"abcDEF123\"}, {\"name\": \"search\", \"arguments\": {\"query\": "
+      "\"z\"}, \"id\": \"xyzXYZ789\"}]",
+      o);
+  EXPECT_EQ(v3.content, "Checking.");
+  ASSERT_EQ(v3.tool_calls.size(), 2u);
+  EXPECT_EQ(ids(v3), (std::vector<std::string>{"abcDEF123", "xyzXYZ789"}));
+  EXPECT_EQ(args(v3, 0), json({{"city", "Nice"}, {"days", 2}}));
+  EXPECT_TRUE(v3.problems.empty());
+  // v2 (no id), an id that Mistral's templates would refuse (not 9 alphanumerics), an id that
+  // is not a string: the server's own 9-character ids.
+  for (const std::string tail : {"}]", ", \"id\": \"call_abcDEF123\"}]", ", \"id\": 123456789}]",
+                                 ", \"id\": \"abc DEF12\"}]"}) {
+    const auto r =
+        parse("[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"q\"}" + tail, o);
+    ASSERT_EQ(r.tool_calls.size(), 1u) << tail;
+    EXPECT_EQ(r.tool_calls[0].id.size(), 9u) << tail;
+    EXPECT_EQ(r.tool_calls[0].id.find_first_not_of(
+                  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"),
+              std::string::npos);
+    EXPECT_NE(r.tool_calls[0].id, "abcDEF123");
+    EXPECT_TRUE(r.problems.empty()) << tail;
+  }
+  // v11 (Small-3.2, Magistral/Devstral 2506-2507): one [TOOL_CALLS] per call, the id between
+  // [CALL_ID] and [ARGS].
+  const auto v11 = parse(
+      "[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{\"city\": \"Nice\"}"
+      "[TOOL_CALLS]search[CALL_ID]xyzXYZ789[ARGS]{\"query\": \"z\"}",
+      o);
+  EXPECT_EQ(ids(v11), (std::vector<std::string>{"abcDEF123", "xyzXYZ789"}));
+  EXPECT_EQ(args(v11, 1), json({{"query", "z"}}));
+  // v13 (Magistral 2509, Devstral 2, Ministral 3): no id at all; reasoning in [THINK] first.
+  ParseOptions think = o;
+  think.format.think_tags = true;
+  think.format.think_open = "[THINK]";
+  think.format.think_close = "[/THINK]";
+  const auto v13 = parse(
+      "[THINK]Need the weather.[/THINK]On it.[TOOL_CALLS]get_weather[ARGS]{\"city\": "
+      "\"Nice\"}[TOOL_CALLS]search[ARGS]{}",
+      think);
+  EXPECT_EQ(v13.reasoning, "Need the weather.");
+  EXPECT_EQ(v13.content, "On it.");
+  ASSERT_EQ(v13.tool_calls.size(), 2u);
+  EXPECT_EQ(v13.tool_calls[0].id.size(), 9u);
+  EXPECT_NE(v13.tool_calls[0].id, v13.tool_calls[1].id);
+  EXPECT_EQ(args(v13, 1), json::object());
+  // The layouts side by side in one answer: each block is read by its own form.
+  const auto mixed = parse(
+      "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}, \"id\": \"abcDEF123\"}]"
+      "[TOOL_CALLS]search[CALL_ID]xyzXYZ789[ARGS]{}[TOOL_CALLS]search[ARGS]{}",
+      o);
+  ASSERT_EQ(mixed.tool_calls.size(), 3u);
+  EXPECT_EQ(mixed.tool_calls[0].id, "abcDEF123");
+  EXPECT_EQ(mixed.tool_calls[1].id, "xyzXYZ789");
+}
+
+// Cut and malformed Mistral calls around the id: never thrown, the calls begun stand (a held
+// call is sent when the block ends), the rest is text or a problem the response reports.
+TEST(MalformedCalls, MistralIds) {
+  const ParseOptions o = opts(ToolFormat::kMistral);
+  // Cut inside the id after complete arguments: the call stands with a server id.
+  const auto cut_id =
+      parse("[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"a\"}, \"id\": \"abc",
+            o, true);
+  ASSERT_EQ(cut_id.tool_calls.size(), 1u);
+  EXPECT_EQ(args(cut_id, 0), json({{"query", "a"}}));
+  EXPECT_EQ(cut_id.tool_calls[0].id.size(), 9u);
+  ASSERT_EQ(cut_id.problems.size(), 1u);
+  EXPECT_NE(cut_id.problems[0].find("cut off by max_tokens"), std::string::npos);
+  // Cut inside the arguments of a call whose id would follow: closed where they stopped.
+  const auto cut_args =
+      parse("[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"a", o, true);
+  ASSERT_EQ(cut_args.tool_calls.size(), 1u);
+  EXPECT_EQ(args(cut_args, 0), json({{"query", "a"}}));
+  ASSERT_EQ(cut_args.problems.size(), 1u);
+  EXPECT_NE(cut_args.problems[0].find("closed as JSON"), std::string::npos);
+  // Cut right after the arguments, before the object closed (no id yet).
+  const auto cut_after =
+      parse("[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"a\"}, ", o, true);
+  ASSERT_EQ(cut_after.tool_calls.size(), 1u);
+  EXPECT_EQ(args(cut_after, 0), json({{"query", "a"}}));
+  // A complete call, then junk where ',' or ']' belongs: the call (and its id) stands.
+  const auto junk = parse(
+      "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}, \"id\": \"abcDEF123\"} and more", o);
+  ASSERT_EQ(junk.tool_calls.size(), 1u);
+  EXPECT_EQ(junk.tool_calls[0].id, "abcDEF123");
+  ASSERT_EQ(junk.problems.size(), 1u);
+  EXPECT_NE(junk.problems[0].find("not well formed"), std::string::npos);
+  // A second call without a name after a good one: the first stands.
+  const auto second = parse(
+      "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {}, \"id\": \"abcDEF123\"}, "
+      "{\"name\": 5, \"arguments\": {}}]",
+      o);
+  ASSERT_EQ(second.tool_calls.size(), 1u);
+  EXPECT_EQ(second.tool_calls[0].id, "abcDEF123");
+  EXPECT_EQ(second.problems.size(), 1u);
+  // Invalid JSON inside the object after the arguments: the call stands with a server id.
+  const auto bad_id = parse(
+      "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"a\"}, \"id\": abc}]", o);
+  ASSERT_EQ(bad_id.tool_calls.size(), 1u);
+  EXPECT_EQ(args(bad_id, 0), json({{"query", "a"}}));
+  EXPECT_NE(bad_id.tool_calls[0].id, "abc");
+  EXPECT_EQ(bad_id.problems.size(), 1u);
+  // v11 cut after [CALL_ID] (no [ARGS] yet): no call, the text kept and the cut reported.
+  const std::string cut_v11 = "[TOOL_CALLS]search[CALL_ID]abcDEF123";
+  const auto r11 = parse(cut_v11, o, true);
+  EXPECT_TRUE(r11.tool_calls.empty());
+  EXPECT_EQ(r11.content, cut_v11);
+  EXPECT_EQ(r11.problems.size(), 1u);
+  // v11 cut inside the arguments: the id came first, so the call was sent with it.
+  const auto r11b = parse("[TOOL_CALLS]search[CALL_ID]abcDEF123[ARGS]{\"query\": \"a", o, true);
+  ASSERT_EQ(r11b.tool_calls.size(), 1u);
+  EXPECT_EQ(r11b.tool_calls[0].id, "abcDEF123");
+  EXPECT_EQ(args(r11b, 0), json({{"query", "a"}}));
+  // An empty or spaced [CALL_ID]: a server id.
+  const auto empty_id = parse("[TOOL_CALLS]search[CALL_ID][ARGS]{}", o);
+  ASSERT_EQ(empty_id.tool_calls.size(), 1u);
+  EXPECT_EQ(empty_id.tool_calls[0].id.size(), 9u);
+  // [ARGS] not followed by an object; a bare [TOOL_CALLS]: text, with the reason.
+  for (const std::string text : {"[TOOL_CALLS]search[CALL_ID]abcDEF123[ARGS]\"q\"", "[TOOL_CALLS]",
+                                 "[TOOL_CALLS] [", "[TOOL_CALLS][]"}) {
+    const auto r = parse(text, o);
+    EXPECT_TRUE(r.tool_calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+    EXPECT_EQ(r.problems.size(), 1u) << text;
+  }
 }
 
 TEST(ToolCallFormat, Llama3Json) {
@@ -482,6 +623,8 @@ TEST(Streaming, ArgumentsComeInPieces) {
        "Let me look. <tool_call>\n{\"name\": \"search\", \"arguments\": " + aj + "}\n</tool_call>"},
       {ToolFormat::kLlama3, "{\"name\": \"search\", \"parameters\": " + aj + "}"},
       {ToolFormat::kMistral, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": " + aj + "}]"},
+      {ToolFormat::kMistral,
+       "[TOOL_CALLS][{\"name\": \"search\", \"id\": \"abcDEF123\", \"arguments\": " + aj + "}]"},
       {ToolFormat::kMistral, "[TOOL_CALLS]search[ARGS]" + aj},
       {ToolFormat::kDeepSeekV3, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>" +
                                     aj + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
@@ -514,6 +657,10 @@ TEST(Streaming, ArgumentsComeInPieces) {
                      f == ToolFormat::kMiniMaxM2 || f == ToolFormat::kSeedOss;
     EXPECT_EQ(args(whole, 0), xml ? xa : a) << tool_format_name(f);
     EXPECT_TRUE(whole.problems.empty()) << tool_format_name(f) << ": " << whole.problems[0];
+    // Mistral's JSON call with no id before its arguments may write one after them: it is sent
+    // whole when its object closes (before the array's ']').
+    const bool held = f == ToolFormat::kMistral && text.find("[{") != std::string::npos &&
+                      text.find("\"id\"") == std::string::npos;
     // A byte at a time: the header before any argument, then many pieces.
     OutputParser p(opts(f));
     int pieces = 0, headers = 0;
@@ -525,6 +672,7 @@ TEST(Streaming, ArgumentsComeInPieces) {
         if (!t.id.empty()) {
           ++headers;
           EXPECT_EQ(assembled, "");
+          if (held) EXPECT_EQ(i, text.size() - 2) << "sent when the object closes";
         } else {
           ++pieces;
           assembled += t.arguments;
@@ -533,7 +681,7 @@ TEST(Streaming, ArgumentsComeInPieces) {
     }
     EXPECT_EQ(headers, 1);
     EXPECT_EQ(assembled, whole.tool_calls[0].arguments);
-    EXPECT_GE(pieces, xml ? 3 : int(aj.size()) / 2) << tool_format_name(f);
+    EXPECT_GE(pieces, held ? 1 : xml ? 3 : int(aj.size()) / 2) << tool_format_name(f);
     EXPECT_EQ(content, whole.content);
   }
 }
@@ -639,6 +787,11 @@ TEST(MalformedCalls, RandomMarkerSoup) {
       "</think>",
       "[TOOL_CALLS]",
       "[ARGS]",
+      "[CALL_ID]",
+      "abcDEF123",
+      "[{\"name\": \"search\", \"arguments\": {\"query\": \"q\"}",
+      ", \"id\": \"xyzXYZ789\"}",
+      "]",
       "{",
       "}",
       "\"",
@@ -793,6 +946,13 @@ TEST(DetectFormat, FromReleasedTemplates) {
   EXPECT_TRUE(prompt_opens_reasoning("<seed:bos>assistant\n<seed:think>", seed.think_open));
   EXPECT_FALSE(prompt_opens_reasoning("<seed:bos>assistant\n<seed:think>"));
   EXPECT_EQ(detect_output_format(read_template("Qwen-Qwen3-0.6B.jinja")).think_open, "<think>");
+  // Magistral writes its reasoning between [THINK] and [/THINK] (its template names them).
+  const OutputFormat magistral = detect_output_format(
+      "{{- '[THINK]' + message.reasoning_content + '[/THINK]' }}{{- '[TOOL_CALLS]' + name }}");
+  EXPECT_EQ(magistral.tools, ToolFormat::kMistral);
+  EXPECT_TRUE(magistral.think_tags);
+  EXPECT_EQ(magistral.think_open, "[THINK]");
+  EXPECT_EQ(magistral.think_close, "[/THINK]");
   EXPECT_FALSE(tool_format_from_name("nope").has_value());
 }
 

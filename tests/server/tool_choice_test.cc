@@ -88,9 +88,12 @@ TEST(ToolGrammar, AcceptsTheTemplatesLayoutsAndRefusesOthers) {
       {ToolFormat::kMistral,
        {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " + args +
             ", \"id\": \"abcDEF123\"}]",
-        "[TOOL_CALLS]get_weather[ARGS]" + args + "[TOOL_CALLS]ping[ARGS]{}"},
+        "[TOOL_CALLS]get_weather[ARGS]" + args + "[TOOL_CALLS]ping[ARGS]{}",
+        "[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]" + args +
+            "[TOOL_CALLS]ping[CALL_ID]xyzXYZ789[ARGS]{}"},
        {"[TOOL_CALLS][{\"name\": \"ping\", \"arguments\": {}, \"id\": \"short\"}]",
-        "[TOOL_CALLS]nope[ARGS]{}", "ping[ARGS]{}"}},
+        "[TOOL_CALLS]nope[ARGS]{}", "ping[ARGS]{}", "[TOOL_CALLS]ping[CALL_ID]short[ARGS]{}",
+        "[TOOL_CALLS]ping[ARGS][CALL_ID]abcDEF123{}"}},
       {ToolFormat::kLlama3,
        {"{\"name\": \"get_weather\", \"parameters\": " + args + "}",
         "<|python_tag|>{\"name\": \"ping\", \"parameters\": {}}; {\"name\": \"search\", "
