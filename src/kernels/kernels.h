@@ -96,6 +96,13 @@ constexpr int token_panel(int64_t act_row_bytes) {
   const int64_t n = kBytes / (act_row_bytes > 0 ? act_row_bytes : 1) / kGroup * kGroup;
   return int(n < kGroup ? kGroup : n > (1 << 20) ? (1 << 20) : n);
 }
+// The integer kernels' token loop over those panels, written once: run(p0, n) for the panels
+// of tokens [p0, p0 + n) of a call's n_tok (p0 relative to the call's first token).
+template <class F>
+void for_each_token_panel(int64_t act_row_bytes, int n_tok, F&& run) {
+  const int panel = token_panel(act_row_bytes);
+  for (int p0 = 0; p0 < n_tok; p0 += panel) run(p0, n_tok - p0 < panel ? n_tok - p0 : panel);
+}
 
 // True when a [rows x cols] matrix of type t can be stored kInterleaved16: a type with an
 // interleaved layout (types.h: every type with an integer kernel), rows a positive multiple of 16,

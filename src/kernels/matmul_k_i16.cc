@@ -694,8 +694,7 @@ HWY_EXPORT(MatmulKI16T);
 void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,
                        const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy) {
   const int64_t nb = cols / 256;
-  const int panel = token_panel(cols);
-  for (int p0 = 0; p0 < n_tok; p0 += panel) {
+  for_each_token_panel(cols, n_tok, [&](int p0, int n) {
     const int64_t tp = t0 + p0;
     const MatmulKJob job{t,
                          static_cast<const uint8_t*>(w),
@@ -708,11 +707,11 @@ void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, in
                          x.gpair.data() + tp * nb * 8,
                          x.spair.data() + tp * nb * 4,
                          cols,
-                         std::min(panel, n_tok - p0),
+                         n,
                          y + p0 * ldy,
                          ldy};
     HWY_DYNAMIC_DISPATCH(MatmulKI16T)(job);
-  }
+  });
 }
 
 }  // namespace lynx::kernels

@@ -522,8 +522,7 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
   }
   if (r0 == r1 || n_tok == 0) return;
   const int64_t nb = cols / 32;
-  const int panel = token_panel(cols);
-  for (int p0 = 0; p0 < n_tok; p0 += panel) {
+  for_each_token_panel(cols, n_tok, [&](int p0, int n) {
     const int64_t tp = t0 + p0;
     const MatmulQ8Job job{t,
                           static_cast<const uint8_t*>(w),
@@ -536,12 +535,12 @@ void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64
                           x.sum.data() + tp * nb,
                           cols,
                           nb,
-                          std::min(panel, n_tok - p0),
+                          n,
                           y + p0 * ldy,
                           ldy,
                           layout};
     HWY_DYNAMIC_DISPATCH(MatmulQ8T)(job);
-  }
+  });
 }
 
 }  // namespace lynx::kernels
