@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 
+#include "../tests/simd_target.h"  // the tests' switch of the dispatched target
 #include "kernels/kernels.h"
 
 namespace lynx::bench {
@@ -25,7 +26,7 @@ inline void apply_simd_option(const std::string& simd) {
   bool found = false;
   for (int64_t t : kernels::available_simd_targets()) {
     if (simd == kernels::simd_target_name(t)) {
-      kernels::force_simd_target(t);
+      test::force_simd_target(t);
       found = true;
     }
   }

@@ -230,16 +230,5 @@ std::vector<int64_t> available_simd_targets() {
   return hwy::SupportedAndGeneratedTargets();
 }
 
-void force_simd_target(int64_t target) {
-  hwy::SetSupportedTargetsForTest(0);  // back to the CPU's real set
-  if (target == 0) return;
-  const auto targets = available_simd_targets();
-  if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
-    throw Error(std::string("force_simd_target: target ") + hwy::TargetName(target) +
-                " is not available on this machine");
-  }
-  hwy::SetSupportedTargetsForTest(target);
-}
-
 }  // namespace lynx::kernels
 #endif  // HWY_ONCE

@@ -294,11 +294,9 @@ double fma_chains(int64_t iters, float seed, float* sink);
 // Name of the instruction set the dispatched kernels run on ("AVX2", "AVX3", ...).
 const char* simd_target_name();
 // Instruction sets compiled into this binary that this CPU supports (Highway target bits,
-// best first); while a target is forced, only that one.
+// best first); while the tests or benchmarks force one (tests/simd_target.h: Highway's
+// dispatch state is process-wide, so the engine has no such switch), only that one.
 std::vector<int64_t> available_simd_targets();
 const char* simd_target_name(int64_t target);
-// Restricts dispatch to one of available_simd_targets(); 0 restores the best one.
-// Process-wide (it sets Highway's dispatch state): for tests and benchmarks only.
-void force_simd_target(int64_t target);
 
 }  // namespace lynx::kernels

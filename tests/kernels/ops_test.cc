@@ -389,7 +389,7 @@ TEST(Targets, DispatchFollowsForcedTarget) {
   ASSERT_FALSE(targets.empty());
   for_each_target([] {});  // checks simd_target_name() per target
   EXPECT_STREQ(simd_target_name(), simd_target_name(targets.front()));
-  EXPECT_THROW(force_simd_target(int64_t{1} << 40), Error);
+  EXPECT_THROW(test::force_simd_target(int64_t{1} << 40), Error);
 }
 
 }  // namespace

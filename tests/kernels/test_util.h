@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "../simd_target.h"
 #include "kernels/kernels.h"
 
 namespace lynx::kernels::testing {
@@ -46,12 +47,12 @@ inline const char* type_name(TensorType t) {
 template <class F>
 void for_each_target(F&& body) {
   for (int64_t t : available_simd_targets()) {
-    force_simd_target(t);
+    test::force_simd_target(t);
     SCOPED_TRACE(simd_target_name(t));
     EXPECT_STREQ(simd_target_name(), simd_target_name(t));
     body();
   }
-  force_simd_target(0);
+  test::force_simd_target(0);
 }
 
 // Worst-case bound of a float sum of n products in any order with chains of at most n

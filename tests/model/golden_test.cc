@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../simd_target.h"
 #include "kernels/kernels.h"
 #include "logits_util.h"
 #include "lynx/context.h"
@@ -237,7 +238,7 @@ TEST(Golden, TokenByTokenDecodeMatchesReference) {
 TEST(Golden, IntegerPathMatchesReferenceOnEverySimdTarget) {
   const auto fixtures = load_fixtures();
   for (int64_t target : kernels::available_simd_targets()) {
-    kernels::force_simd_target(target);
+    test::force_simd_target(target);
     ActqTally tally;
     for (const Fixture& fx : fixtures) {
       if (!fx.int_weights()) continue;
@@ -256,7 +257,7 @@ TEST(Golden, IntegerPathMatchesReferenceOnEverySimdTarget) {
       }
     }
   }
-  kernels::force_simd_target(0);
+  test::force_simd_target(0);
 }
 
 // With exact routing a sequence's logits do not depend on which other sequences share its

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "../scratch.h"
+#include "../simd_target.h"
 #include "family_harness.h"
 #include "kernels/kernels.h"
 #include "logits_util.h"
@@ -240,7 +241,7 @@ TEST(Qwen3Next, IntegerPathMatchesActQuantReferenceOnEverySimdTarget) {
   ContextOptions o = exact_ctx();
   o.exact_activations = false;
   for (int64_t target : kernels::available_simd_targets()) {
-    kernels::force_simd_target(target);
+    test::force_simd_target(target);
     SCOPED_TRACE(kernels::simd_target_name(target));
     const auto got = testing_util::prefill_logits(*m, toks, o);
     int tight = 0;
@@ -257,7 +258,7 @@ TEST(Qwen3Next, IntegerPathMatchesActQuantReferenceOnEverySimdTarget) {
     }
     EXPECT_GE(2 * tight, n);
   }
-  kernels::force_simd_target(0);
+  test::force_simd_target(0);
 }
 
 // The same path against the exact goldens: the error of 8-bit activations itself, which the

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../simd_target.h"
 #include "kernels/kernels.h"
 #include "lynx/context.h"
 #include "lynx/gguf.h"
@@ -125,7 +126,7 @@ TEST(ModelRepack, LogitsBitIdenticalWithAndWithoutRepack) {
 // group each one reads.
 TEST(ModelRepack, IntegerPathBitIdenticalOnEverySimdTarget) {
   for (int64_t target : kernels::available_simd_targets()) {
-    kernels::force_simd_target(target);
+    test::force_simd_target(target);
     for (const char* name : {"olmoe-q4_0", "qwen2moe-q8_0"}) {
       SCOPED_TRACE(std::string(name) + " on " + kernels::simd_target_name(target));
       auto packed = load(name, true);
@@ -133,7 +134,7 @@ TEST(ModelRepack, IntegerPathBitIdenticalOnEverySimdTarget) {
       EXPECT_TRUE(same_bits(run(*packed, 2, false), run(*plain, 2, false)));
     }
   }
-  kernels::force_simd_target(0);
+  test::force_simd_target(0);
 }
 
 TEST(ModelPanels, PanelsMatmulWeightsOnly) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../simd_target.h"
 #include "kernels/kernels.h"
 #include "logits_util.h"
 #include "lynx/context.h"
@@ -74,7 +75,7 @@ TEST(TypeGolden, LogitsArgmaxAndRoutingMatchReferenceInBothModes) {
       // The integer kernels differ per instruction set (VNNI, vpmaddubsw, plain Highway): the
       // actq goldens hold on each one the machine has.
       for (int64_t target : actq ? kernels::available_simd_targets() : std::vector<int64_t>{0}) {
-        kernels::force_simd_target(target);
+        test::force_simd_target(target);
         SCOPED_TRACE(name + (exact ? ", exact_activations" : ", default activations") +
                      (target ? std::string(" on ") + kernels::simd_target_name(target) : ""));
         const std::string sfx = actq ? "_actq" : "";
@@ -130,7 +131,7 @@ TEST(TypeGolden, LogitsArgmaxAndRoutingMatchReferenceInBothModes) {
         }
       }
     }
-    kernels::force_simd_target(0);
+    test::force_simd_target(0);
     EXPECT_GE(2 * actq_tight, actq_positions)
         << name << ": too many positions off the actq goldens";
   }
