@@ -29,15 +29,13 @@
 #include "hwy/highway.h"
 
 #include "hwy/contrib/math/math-inl.h"
+#include "kernels/float_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 // Keys per tile: the tile's scores and values stay in L1 next to the queries' vectors.
 constexpr int kKeys = 32;
 // A Q8_0 cache row's block: fp16 d, then 32 int8 quants (ggml's block_q8_0).

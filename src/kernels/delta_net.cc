@@ -15,30 +15,16 @@
 #include "hwy/highway.h"
 
 #include "hwy/contrib/math/math-inl.h"
+#include "kernels/float_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 // Vectors of the value dimension per pass over the state's rows: 2 x 4 accumulators (S^T k
 // and S^T q) plus 4 loads stay within the 16 registers of AVX2.
 constexpr int kBlock = 4;
-
-// The last `count` (< kN) floats at p in a full vector, zeros after them.
-HWY_INLINE VF LoadTail(const float* p, int64_t count) {
-  HWY_ALIGN float buf[kN] = {};
-  std::memcpy(buf, p, size_t(count) * sizeof(float));
-  return hn::Load(DF(), buf);
-}
-HWY_INLINE void StoreTail(VF v, float* p, int64_t count) {
-  HWY_ALIGN float buf[kN];
-  hn::Store(v, DF(), buf);
-  std::memcpy(p, buf, size_t(count) * sizeof(float));
-}
 
 // silu(y) = y sigmoid(y), the sigmoid from e = exp(-|y|) <= 1, which never overflows.
 HWY_INLINE VF Silu(VF y) {

@@ -18,28 +18,13 @@
 #include "hwy/highway.h"
 
 #include "hwy/contrib/math/math-inl.h"
+#include "kernels/float_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
-
-// The last `count` (< kN) floats at p in a full vector; other lanes = `pad`.
-HWY_INLINE VF LoadTail(const float* p, int64_t count, float pad) {
-  HWY_ALIGN float buf[kN];
-  for (int64_t i = 0; i < kN; ++i) buf[i] = pad;
-  std::memcpy(buf, p, count * sizeof(float));
-  return hn::Load(DF(), buf);
-}
-HWY_INLINE void StoreTail(VF v, float* p, int64_t count) {
-  HWY_ALIGN float buf[kN];
-  hn::Store(v, DF(), buf);
-  std::memcpy(p, buf, count * sizeof(float));
-}
 HWY_INLINE float Sum(VF v) {
   return hn::GetLane(hn::SumOfLanes(DF(), v));
 }

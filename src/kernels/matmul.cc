@@ -54,15 +54,13 @@ struct MatmulJob {
 #include "hwy/highway.h"
 
 #include "hwy/cache_control.h"
+#include "kernels/float_common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lynx::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
 static_assert(kN <= 16 && 16 % kN == 0, "Q4_0 decoding assumes 4, 8 or 16 f32 lanes");
 
 // Rows per block and tokens per group: kNR * kNT accumulators + kNR decoded weight vectors
