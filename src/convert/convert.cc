@@ -335,6 +335,9 @@ class Planner {
       for (const auto& groups : parts) {
         for (const arch::TensorGroup& g : groups) add_group(g, il);
       }
+      for (const TensorRule& r : f_.unrun) {
+        if (!nextn && ck_.find(hf_name(r, il))) add(r, il);
+      }
       in_rule_order(first);
     }
     // Every tensor of the checkpoint must have gone somewhere: one left over means the table

@@ -5,7 +5,7 @@
 // released tokenizers (Qwen1.5/2/3 "qwen2", OLMo "olmo", DeepSeek-LLM / V2 "deepseek-llm",
 // DeepSeek-V3 "deepseek-v3", Llama 3 style BPE "llama-bpe", gpt-oss's o200k "gpt-4o", GLM-4.5
 // "glm4", MiniMax-M2 "minimax-m2", dots.llm1's Qwen2 tokenizer "qwen2", Qwen3-Next "qwen2", Qwen3.5
-// "qwen35", Hunyuan-A13B "hunyuan").
+// "qwen35", Hunyuan-A13B "hunyuan", GLM-5 "glm4" (GLM-4.5's; not checked against llama.cpp's hash).
 #include "convert/families/common.h"
 #include "lynx/error.h"
 
@@ -36,12 +36,12 @@ constexpr const Family* kFamilies[] = {
     &kMixtral,   &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
     &kOlmoe,     &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
     &kGlm4Moe,   &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name,
-    &kQwen3Next, &kQwen35Moe, &kStep35,  &kGemma4,     &kHunyuanMoe,  &kHunyuanMoeRemoteName};
+    &kQwen3Next, &kQwen35Moe, &kStep35,  &kGemma4,     &kHunyuanMoe,  &kHunyuanMoeRemoteName,
+    &kGlmMoeDsa};
 
 // The registered architectures (src/model/arch/registry.cc) that no table converts, and why.
 constexpr Unconverted kUnconverted[] = {
     {"mistral4", "no table yet for Mistral Small 4's Hugging Face checkpoints"},
-    {"glm-dsa", "no table yet for GLM-5's Hugging Face checkpoints (glm_moe_dsa)"},
 };
 
 }  // namespace

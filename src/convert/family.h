@@ -158,6 +158,10 @@ struct Family {
   // llama.cpp's converter writes to a separate mmproj file); empty: every tensor must be used.
   std::span<const char* const> ignore_prefixes = {};
   std::span<const Absent> absent = {};
+  // Per-layer tensors outside the description's tensor groups, which the loader checks by name
+  // and shape but does not run (GLM-5's DSA indexer): written as they are in each layer whose
+  // checkpoint has them, so the file carries what llama.cpp loads. Not in the NextN layers.
+  std::span<const TensorRule> unrun = {};
 };
 
 // The rule writing GGUF tensor `tensor` ("blk.N." stripped) in this layout, or null.

@@ -81,6 +81,12 @@ std::vector<std::string> check(const Family& f) {
       }
     }
   }
+  // Tensors outside the description: one the architecture declares would be written twice.
+  for (const TensorRule& r : f.unrun) {
+    if (declared(a, false).count(r.tensor) || declared(a, true).count(r.tensor)) {
+      bad.push_back(who + "unrun rule " + r.tensor + " is a tensor the architecture declares");
+    }
+  }
   for (const Absent& x : f.absent) {
     if (!used_absent.count(x.tensor) && !declared(a, false).count(x.tensor) &&
         !declared(a, true).count(x.tensor)) {

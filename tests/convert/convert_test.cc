@@ -134,6 +134,8 @@ const Case kCases[] = {
     // Hunyuan-A13B: the released config's names and per-layer lists, the NTK alpha folded into
     // the rope base, the router mlp.gate.wg, the shared MLP.
     {"hunyuan", "hunyuan-moe:tiny-hunyuan-moe-f32", "hunyuan-moe"},
+    // GLM-5 runs as deepseek2 (its indexer checked, not run): DeepSeek-V3's goldens.
+    {"glm_moe_dsa", "mla:tiny-deepseek-v3", "glm-dsa"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

@@ -719,5 +719,28 @@ TEST(ConvertErrors, HunyuanMoeConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// GLM-5: a router or layout glm-dsa does not run is refused by name.
+TEST(ConvertErrors, GlmDsaConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "glm_moe_dsa");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    if (value.is_null()) {
+      c.erase(key);
+    } else {
+      c[key] = value;
+    }
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("scoring_func", "softmax", {"scoring_func 'softmax'", "sigmoid"});
+  expect_with("mlp_layer_types", json::array({"sparse", "sparse"}), {"mlp_layer_types"});
+  expect_with("rope_interleave", false, {"rope_interleave is false"});
+  expect_with("partial_rotary_factor", 0.5, {"partial_rotary_factor must be 1"});
+  expect_with("index_n_heads", nullptr, {"missing key \"index_n_heads\""});
+  expect_with("moe_layer_freq", 2, {"moe_layer_freq 2"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

@@ -670,6 +670,69 @@ TEST(ConvertHunyuanMoe, EveryTensorAndKeyIsTheFixtures) {
   fs::remove(out);
 }
 
+// GLM-5 (glm_moe_dsa), in the split MLA layout the fixture has: every tensor of the deepseek2
+// fixture back exactly, the DSA indexer's five tensors of each layer written as the checkpoint
+// holds them (F32: byte for byte), the MTP layer dropped; the keys are the fixture's under
+// glm-dsa plus the indexer's, and the file loads as glm-dsa.
+TEST(ConvertGlmDsa, EveryTensorTheIndexerAndTheKeys) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = test::scratch_path("glm_moe_dsa-split.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  o.mla_split = true;
+  convert_hf(hf("glm_moe_dsa"), out, o);
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v3.gguf");
+    EXPECT_EQ(got.get_string("general.architecture"), "glm-dsa");
+    EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "glm4");
+    for (const char* k :
+         {"block_count", "attention.head_count_kv", "attention.key_length",
+          "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
+          "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
+          "leading_dense_block_count", "expert_count", "expert_used_count", "expert_shared_count",
+          "expert_gating_func", "expert_group_count", "expert_group_used_count"}) {
+      EXPECT_EQ(got.get_int(std::string("glm-dsa.") + k),
+                want.get_int(std::string("deepseek2.") + k))
+          << k;
+    }
+    EXPECT_EQ(got.get_float("glm-dsa.expert_weights_scale"),
+              want.get_float("deepseek2.expert_weights_scale"));
+    EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.head_count"), 2);
+    EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.key_length"), 16);
+    EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.top_k"), 2048);
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* t = got.find_tensor(b.name);
+      ASSERT_NE(t, nullptr) << b.name;
+      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*t), values(b)) << b.name;
+    }
+    const std::pair<const char*, const char*> indexer[] = {{"k_norm.weight", "k_norm.weight"},
+                                                           {"k_norm.bias", "k_norm.bias"},
+                                                           {"proj.weight", "weights_proj.weight"},
+                                                           {"attn_k.weight", "wk.weight"},
+                                                           {"attn_q_b.weight", "wq_b.weight"}};
+    for (int il = 0; il < 2; ++il) {
+      for (const auto& [g, h] : indexer) {
+        const std::string name = "blk." + std::to_string(il) + ".indexer." + g;
+        const gguf::TensorInfo* t = got.find_tensor(name);
+        ASSERT_NE(t, nullptr) << name;
+        ASSERT_EQ(t->type, gguf::TensorType::F32) << name;
+        const std::string src = st_bytes(
+            hf("glm_moe_dsa"), "model.layers." + std::to_string(il) + ".self_attn.indexer." + h);
+        ASSERT_EQ(src.size(), t->n_bytes) << name;
+        EXPECT_EQ(std::memcmp(src.data(), t->data, t->n_bytes), 0) << name;
+      }
+    }
+    EXPECT_EQ(got.tensors().size(), want.tensors().size() + 2 * std::size(indexer));
+    EXPECT_EQ(got.find_tensor("blk.2.attn_norm.weight"), nullptr);
+  }
+  const auto m = Model::load(out);
+  EXPECT_EQ(m->config().arch, "glm-dsa");
+  EXPECT_EQ(m->config().n_layer, 2);
+  fs::remove(out);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
   for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",

@@ -9,6 +9,12 @@ written independently of src/convert, so converting it must give the fixture's g
     moe_intermediate_size / num_shared_expert; the rope base as rope_theta with the NTK alpha
     (rope_scaling type dynamic, alpha 1000) chosen so that rope_theta x alpha^(d / (d - 2)) is
     the fixture's base in float32 (asserted); tied embeddings (no lm_head).
+  - glm_moe_dsa (fixtures/mla/tiny-deepseek-v3, F32: glm-dsa runs as deepseek2, so its goldens
+    are deepseek2's): DeepSeek-V3's names (kv_b_proj joined from the fixture's k_b / v_b), the
+    GLM-5 config (no topk_method: HF's router is group-limited whenever n_group > 1;
+    mlp_layer_types; rope_parameters), the DSA indexer's five tensors per layer (drawn here:
+    the engine does not run them), and one next-token-prediction layer after the trunk that the
+    converter must drop.
 """
 
 import os
@@ -16,7 +22,8 @@ import os
 import numpy as np
 
 import gguf_np as G
-from make_hf_checkpoint import common_config, gguf_kv, make_tokenizer, write_checkpoint
+from make_hf_checkpoint import (common_config, deepseek_extra, gguf_kv, hf_tensors, make_tokenizer,
+                                write_checkpoint)
 
 HUNYUAN_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
     "attn_norm.weight": "input_layernorm.weight",
@@ -82,6 +89,39 @@ def hunyuan_from_fixture(out_dir, name, gguf_path):
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
 
 
+def glm_moe_dsa_from_fixture(out_dir, name, gguf_path):
+    g = G.read_gguf(gguf_path)
+    arch = "deepseek2"
+    c = common_config(g, arch, "glm_moe_dsa")
+    c.update(deepseek_extra(g, arch))
+    n, lead = c["num_hidden_layers"], c["first_k_dense_replace"]
+    del c["topk_method"]
+    c.update({
+        "architectures": ["GlmMoeDsaForCausalLM"], "scoring_func": "sigmoid",
+        "index_n_heads": 2, "index_head_dim": 16, "index_topk": 2048,
+        "mlp_layer_types": ["dense"] * lead + ["sparse"] * (n - lead),
+        "num_nextn_predict_layers": 1, "rope_interleave": True,
+        "rope_parameters": {"rope_theta": c.pop("rope_theta"), "rope_type": "default"},
+    })
+    t = hf_tensors(g, arch, c)
+    rng = np.random.default_rng(33)
+    hidden, q_lora = c["hidden_size"], c["q_lora_rank"]
+    heads, hd = c["index_n_heads"], c["index_head_dim"]
+    for il in range(n):
+        p = "model.layers.%d.self_attn.indexer." % il
+        t += [(p + "wq_b.weight", rng.standard_normal((heads * hd, q_lora)) * 0.05),
+              (p + "wk.weight", rng.standard_normal((hd, hidden)) * 0.05),
+              (p + "k_norm.weight", 1.0 + 0.1 * rng.standard_normal(hd)),
+              (p + "k_norm.bias", 0.1 * rng.standard_normal(hd)),
+              (p + "weights_proj.weight", rng.standard_normal((heads, hidden)) * 0.05)]
+    p = "model.layers.%d." % n  # the MTP layer
+    t += [(p + "eh_proj.weight", np.ones((hidden, 2 * hidden))), (p + "enorm.weight", np.ones(hidden)),
+          (p + "self_attn.indexer.wk.weight", np.ones((hd, hidden)))]
+    tok = make_tokenizer(c["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+
+
 def main(out, fix):
     f = lambda n: os.path.join(fix, n)  # noqa: E731
     hunyuan_from_fixture(out, "hunyuan", f("hunyuan-moe/tiny-hunyuan-moe-f32.gguf"))
+    glm_moe_dsa_from_fixture(out, "glm_moe_dsa", f("mla/tiny-deepseek-v3.gguf"))

@@ -174,5 +174,6 @@ extern const Family kStep35;
 extern const Family kGemma4;
 extern const Family kHunyuanMoe;
 extern const Family kHunyuanMoeRemoteName;
+extern const Family kGlmMoeDsa;
 
 }  // namespace lynx::convert::table
