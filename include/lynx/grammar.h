@@ -230,6 +230,7 @@ class Constraint final : public TokenConstraint {
   std::unique_ptr<Constraint> fork() const;
   bool allows(int32_t token) override;
   bool apply(std::span<float> logits) override;
+  const uint64_t* mask_bits(size_t& n_tokens) override;
   void accept(int32_t token) override;
   bool accepting() const;
 

@@ -106,6 +106,15 @@ class TokenConstraint {
   // Sets the logits of the tokens that cannot follow to -inf; false when none can follow.
   virtual bool apply(std::span<float> logits) = 0;
   virtual void accept(int32_t token) = 0;
+  // The tokens that can follow as bits (token t: bit t % 64 of word t / 64), covering the
+  // first `n_tokens` ids (the ones past it cannot follow); null where the constraint has no
+  // such mask (then the sampler copies the logits and calls apply()). Valid until the next
+  // call on the constraint. Lets the sampler pick among the allowed tokens in place of
+  // copying and masking the whole vocabulary's logits.
+  virtual const uint64_t* mask_bits(size_t& n_tokens) {
+    n_tokens = 0;
+    return nullptr;
+  }
 };
 
 // Seeded sampler of one sequence: the same seed, prompt and logits give the same tokens.
@@ -134,6 +143,10 @@ class Sampler {
 
  private:
   int32_t draw();
+  // The refused or filtered path under a constraint with mask_bits(): the arg max or the draw
+  // among the allowed tokens of `base`, which stays as it is (no copy of the vocabulary).
+  int32_t pick_masked(std::span<const float> base, const uint64_t* bits, size_t n_bits);
+  bool allowed(size_t i) const { return i < mask_n_ && ((mask_[i >> 6] >> (i & 63)) & 1); }
   SamplingParams p_;
   PenaltyState penalties_;
   std::mt19937_64 rng_;
@@ -145,6 +158,11 @@ class Sampler {
   mutable float last_logsum_ = 0.f;
   mutable float last_max_ = 0.f;
   std::span<const float> last_logits_;  // the logits of the last sample()
+  // The mask the last sample() picked under (a copy: the constraint's own may be freed), and
+  // whether it applies: then tokens outside it have probability 0 in last_logprob().
+  std::vector<uint64_t> mask_;
+  size_t mask_n_ = 0;
+  bool masked_ = false;
 };
 
 // Greedy arg max (lowest id on ties).

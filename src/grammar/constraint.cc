@@ -66,6 +66,11 @@ bool Constraint::apply(std::span<float> logits) {
   return any;
 }
 
+const uint64_t* Constraint::mask_bits(size_t& n_tokens) {
+  n_tokens = size_t(sh_->index->n_vocab());
+  return sh_->mask(state_).data();
+}
+
 void Constraint::accept(int32_t token) {
   if (sh_->index->is_eog(token)) return;  // the end: nothing follows
   const StateId t = sh_->matcher.step(state_, sh_->index->piece(token));

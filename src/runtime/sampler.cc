@@ -267,6 +267,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
   }
   last_logits_ = logits;
   logsum_ready_ = false;
+  masked_ = false;
   // Greedy: top_k, top_p and min_p always keep the arg max.
   const int32_t pick = p_.temperature <= 0.f && p_.typical_p >= 1.f ? argmax(logits) : draw();
   if (p_.has_penalties()) penalties_.accept(pick);
@@ -284,6 +285,7 @@ int32_t Sampler::sample(std::span<const float> logits, TokenConstraint* constrai
   }
   last_logits_ = base;
   logsum_ready_ = false;
+  masked_ = false;
   const bool greedy = p_.temperature <= 0.f && p_.typical_p >= 1.f;
   const bool filters = p_.top_k > 0 || p_.top_p < 1.f || p_.min_p > 0.f || p_.typical_p < 1.f;
   int32_t pick = -1;
@@ -293,7 +295,12 @@ int32_t Sampler::sample(std::span<const float> logits, TokenConstraint* constrai
     const int32_t first = greedy ? argmax(base) : draw();
     if (!std::isinf(base[size_t(first)]) && constraint->allows(first)) pick = first;
   }
-  if (pick < 0) {
+  size_t n_bits = 0;
+  const uint64_t* bits = pick < 0 ? constraint->mask_bits(n_bits) : nullptr;
+  if (bits) {
+    pick = pick_masked(base, bits, n_bits);
+    if (pick < 0) return -1;  // nothing allowed, or every allowed token banned by a bias
+  } else if (pick < 0) {
     if (base.data() != adjusted_.data()) adjusted_.assign(logits.begin(), logits.end());
     if (!constraint->apply(adjusted_)) return -1;
     last_logits_ = adjusted_;
@@ -306,19 +313,63 @@ int32_t Sampler::sample(std::span<const float> logits, TokenConstraint* constrai
   return pick;
 }
 
+int32_t Sampler::pick_masked(std::span<const float> base, const uint64_t* bits, size_t n_bits) {
+  const size_t n = std::min(n_bits, base.size());
+  mask_.assign(bits, bits + (n + 63) / 64);
+  if (n % 64) mask_.back() &= (uint64_t(1) << (n % 64)) - 1;
+  mask_n_ = n;
+  masked_ = true;
+  if (p_.temperature > 0.f || p_.typical_p < 1.f) return draw();
+  // The arg max over the allowed tokens, lowest id on ties, as argmax() of the masked copy.
+  int32_t best = -1;
+  float v = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < mask_.size(); ++w) {
+    uint64_t word = mask_[w];
+    const float* row = base.data() + w * 64;
+    if (word == ~uint64_t(0)) {
+      for (size_t k = 0; k < 64; ++k) {
+        if (row[k] > v) {
+          v = row[k];
+          best = int32_t(w * 64 + k);
+        }
+      }
+      continue;
+    }
+    for (; word; word &= word - 1) {
+      const int k = __builtin_ctzll(word);
+      if (row[k] > v) {
+        v = row[k];
+        best = int32_t(w * 64 + size_t(k));
+      }
+    }
+  }
+  return best;  // -1 when nothing is allowed or every allowed logit is -inf
+}
+
 int32_t Sampler::draw() {
   const std::span<const float> logits = last_logits_;
   // Banned tokens (-inf: a logit_bias ban, a grammar's mask) have probability 0 in every
   // stage and are left out, so that a masked draw costs the allowed tokens only; when every
   // token is banned, all stay (a uniform draw, as before).
   cand_.clear();
-  cand_.reserve(logits.size());
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] != kNegInf) cand_.push_back({logits[i], int32_t(i)});
-  }
-  if (cand_.empty()) {
-    for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i], int32_t(i)});
+  if (masked_) {
+    // Under a constraint's mask (pick_masked): its allowed tokens, in id order as below.
+    for (size_t w = 0; w < mask_.size(); ++w) {
+      for (uint64_t word = mask_[w]; word; word &= word - 1) {
+        const size_t i = w * 64 + size_t(__builtin_ctzll(word));
+        if (logits[i] != kNegInf) cand_.push_back({logits[i], int32_t(i)});
+      }
+    }
+    if (cand_.empty()) return -1;  // every allowed token banned
+  } else {
+    cand_.reserve(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] != kNegInf) cand_.push_back({logits[i], int32_t(i)});
+    }
+    if (cand_.empty()) {
+      for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i], int32_t(i)});
+    }
   }
   // Filters on the temperature-1 distribution, in llama.cpp's default order, then the
   // temperature: top_p and min_p mean the same mass whatever the temperature. With none on,
@@ -358,13 +409,24 @@ int32_t Sampler::draw() {
 
 float Sampler::last_logprob(int32_t token) const {
   if (last_logits_.empty() || token < 0 || size_t(token) >= last_logits_.size()) return 0.f;
+  if (masked_ && !allowed(size_t(token))) return -std::numeric_limits<float>::infinity();
   if (!logsum_ready_) {
     // log-softmax over the full (temperature-scaled) distribution, computed only when asked
     // for: a pass of exp over the vocabulary that requests without logprobs skip.
     const float t = p_.temperature <= 0.f ? 1.f : p_.temperature;
-    last_max_ = last_logits_[size_t(argmax(last_logits_))];
     double s = 0;
-    for (float v : last_logits_) s += std::exp(double((v - last_max_) / t));
+    if (masked_) {  // the masked distribution: the allowed tokens only, in id order as below
+      last_max_ = -std::numeric_limits<float>::infinity();
+      for (size_t i = 0; i < mask_n_; ++i) {
+        if (allowed(i)) last_max_ = std::max(last_max_, last_logits_[i]);
+      }
+      for (size_t i = 0; i < mask_n_; ++i) {
+        if (allowed(i)) s += std::exp(double((last_logits_[i] - last_max_) / t));
+      }
+    } else {
+      last_max_ = last_logits_[size_t(argmax(last_logits_))];
+      for (float v : last_logits_) s += std::exp(double((v - last_max_) / t));
+    }
     last_logsum_ = float(std::log(s));
     logsum_ready_ = true;
   }

@@ -371,5 +371,101 @@ TEST(SamplerStages, PenaltyStateIsPerSequenceInABatch) {
   EXPECT_NE(run({0, 1, 2, 3}), batched);
 }
 
+// A constraint given as a fixed set of allowed tokens per step (from a seed), with or without
+// the mask bits: the sampler's pick among the bits must be what masking a copy gives.
+class SetConstraint final : public TokenConstraint {
+ public:
+  SetConstraint(size_t n_vocab, size_t n_index, bool bits, unsigned seed)
+      : n_(n_vocab), index_(n_index), give_bits_(bits), rng_(seed) {
+    next();
+  }
+  bool allows(int32_t t) override { return size_t(t) < index_ && on(size_t(t)); }
+  bool apply(std::span<float> logits) override {
+    bool any = false;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (allows(int32_t(i))) {
+        any = true;
+      } else {
+        logits[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    return any;
+  }
+  const uint64_t* mask_bits(size_t& n) override {
+    n = index_;
+    return give_bits_ ? bits_.data() : nullptr;
+  }
+  void accept(int32_t) override { next(); }
+
+ private:
+  bool on(size_t i) const { return (bits_[i >> 6] >> (i & 63)) & 1; }
+  void next() {  // a new allowed set: dense, sparse, whole words, or empty now and then
+    bits_.assign((index_ + 63) / 64, 0);
+    const unsigned kind = rng_() % 5;
+    for (size_t i = 0; i < index_; ++i) {
+      const bool a = kind == 0   ? rng_() % 2 == 0
+                     : kind == 1 ? rng_() % 97 == 0
+                     : kind == 2 ? (i / 64) % 3 != 1
+                     : kind == 3 ? i % 5 == 2
+                                 : rng_() % 1000 == 0;
+      if (a) bits_[i >> 6] |= uint64_t(1) << (i & 63);
+    }
+  }
+  size_t n_, index_;
+  bool give_bits_;
+  std::mt19937 rng_;
+  std::vector<uint64_t> bits_;
+};
+
+TEST(SamplerConstrained, MaskBitsPickWhatTheMaskedCopyPicks) {
+  const size_t n = 1000;  // logits; the constraint's vocabulary is smaller (a wider output layer)
+  std::vector<SamplingParams> ps(8);
+  ps[1].temperature = 1.f;
+  ps[2].temperature = 0.7f;
+  ps[2].top_k = 40;
+  ps[3].temperature = 1.f;
+  ps[3].top_p = 0.9f;
+  ps[4].temperature = 1.3f;
+  ps[4].min_p = 0.05f;
+  ps[5].typical_p = 0.8f;
+  ps[6].temperature = 1.f;
+  ps[6].frequency_penalty = 0.5f;
+  ps[6].logit_bias = {{3, -std::numeric_limits<float>::infinity()}, {10, 2.f}};
+  ps[7].logit_bias = {{5, 1.5f}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  for (size_t k = 0; k < ps.size(); ++k) {
+    ps[k].seed = 100 + k;
+    Sampler with(ps[k]), without(ps[k]);
+    SetConstraint cw(n, n - 37, true, unsigned(k)), co(n, n - 37, false, unsigned(k));
+    int picked = 0, none = 0;
+    for (int step = 0; step < 300; ++step) {
+      std::vector<float> logits(n);
+      for (float& x : logits) x = normal(rng);
+      if (step % 7 == 0) logits[size_t(step) % n] = -std::numeric_limits<float>::infinity();
+      const int32_t a = with.sample(logits, &cw);
+      const int32_t b = without.sample(logits, &co);
+      ASSERT_EQ(a, b) << "params " << k << " step " << step;
+      if (a < 0) {  // the sampler accepted nothing: move both constraints to a new set
+        cw.accept(-1);
+        co.accept(-1);
+        ++none;
+        continue;
+      }
+      ++picked;
+      for (int32_t t : {a, 0, 1, int32_t(n) - 1, int32_t(step)}) {
+        const float la = with.last_logprob(t), lb = without.last_logprob(t);
+        if (std::isinf(lb)) {
+          EXPECT_EQ(la, lb);
+        } else {
+          EXPECT_FLOAT_EQ(la, lb) << "params " << k << " token " << t;
+        }
+      }
+    }
+    EXPECT_GT(picked, 200) << k;
+    EXPECT_GT(none, 0) << k;  // some steps allow nothing: both give -1
+  }
+}
+
 }  // namespace
 }  // namespace lynx
