@@ -58,11 +58,12 @@ void HfConfig::check_sizes() const {
   }
 }
 
-// Vision-language checkpoints (qwen3_vl_moe, qwen3_5_moe, gemma4) nest the language model's
-// fields in "text_config": they are lifted to the top level, where the family rules read them
-// (the top-level model_type stays; a field given both ways must agree).
+// Vision-language checkpoints (qwen3_vl_moe, qwen3_5_moe, gemma4, mistral3) nest the language
+// model's fields in "text_config": they are lifted to the top level, where the family rules read
+// them (the top-level model_type stays; a field given both ways must agree).
 void HfConfig::lift_text_config() {
-  if (model_type_ != "qwen3_vl_moe" && model_type_ != "qwen3_5_moe" && model_type_ != "gemma4") {
+  if (model_type_ != "qwen3_vl_moe" && model_type_ != "qwen3_5_moe" && model_type_ != "gemma4" &&
+      model_type_ != "mistral3") {
     return;
   }
   if (!j_.contains("text_config") || !j_["text_config"].is_object()) {

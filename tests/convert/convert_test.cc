@@ -136,6 +136,8 @@ const Case kCases[] = {
     {"hunyuan", "hunyuan-moe:tiny-hunyuan-moe-f32", "hunyuan-moe"},
     // GLM-5 runs as deepseek2 (its indexer checked, not run): DeepSeek-V3's goldens.
     {"glm_moe_dsa", "mla:tiny-deepseek-v3", "glm-dsa"},
+    // Mistral Small 4 runs as deepseek2: the multimodal layout, experts fused outputs first.
+    {"mistral3", "mla:tiny-deepseek-v2", "mistral4"},
 };
 
 void PrintTo(const Case& c, std::ostream* os) {

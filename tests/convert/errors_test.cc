@@ -742,5 +742,26 @@ TEST(ConvertErrors, GlmDsaConfigOutsideTheArchitecture) {
   write_json(d + "/config.json", good);
 }
 
+// Mistral Small 4: Mistral 3 / Ministral 3 under the same outer model_type, the FP8 release
+// and a rotate-half rope layout are refused by name.
+TEST(ConvertErrors, Mistral4ConfigOutsideTheArchitecture) {
+  CHECKPOINT(d, "mistral3");
+  const json good = read_json(d + "/config.json");
+  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
+    json c = good;
+    c["text_config"][key] = value;
+    write_json(d + "/config.json", c);
+    expect_error(d, p);
+  };
+  expect_with("model_type", "ministral3", {"text_config.model_type is not mistral4"});
+  expect_with("rope_interleave", false, {"rope_interleave is false"});
+  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
+  json c = good;
+  c["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  write_json(d + "/config.json", c);
+  expect_error(d, {"quantized", "\"fp8\"", "dequantize it to BF16 first"});
+  write_json(d + "/config.json", good);
+}
+
 }  // namespace
 }  // namespace lynx

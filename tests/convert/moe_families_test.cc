@@ -733,6 +733,75 @@ TEST(ConvertGlmDsa, EveryTensorTheIndexerAndTheKeys) {
   fs::remove(out);
 }
 
+// Mistral Small 4 (mistral3 with a mistral4 text_config), in the split MLA layout the fixture
+// has: every tensor of the deepseek2 fixture back exactly (the fused experts cut into gate / up
+// rows), nothing of the vision tower, the keys the fixture's under mistral4; the released
+// rope_parameters (YaRN, DeepSeek's attention-scale convention) give llama.cpp's yarn keys.
+TEST(ConvertMistral4, EveryTensorKeysAndTheReleasedYarn) {
+  REQUIRE_CHECKPOINTS();
+  const std::string out = test::scratch_path("mistral3-split.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  o.mla_split = true;
+  convert_hf(hf("mistral3"), out, o);
+  {
+    const auto got = gguf::File::open(out);
+    const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v2.gguf");
+    EXPECT_EQ(got.get_string("general.architecture"), "mistral4");
+    EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "tekken");
+    for (const char* k :
+         {"block_count", "attention.head_count_kv", "attention.key_length",
+          "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
+          "attention.kv_lora_rank", "rope.dimension_count", "leading_dense_block_count",
+          "expert_count", "expert_used_count", "expert_shared_count", "expert_gating_func",
+          "expert_feed_forward_length"}) {
+      EXPECT_EQ(got.get_int(std::string("mistral4.") + k),
+                want.get_int(std::string("deepseek2.") + k))
+          << k;
+    }
+    EXPECT_FALSE(got.has("mistral4.rope.scaling.type"));
+    EXPECT_EQ(got.tensors().size(), want.tensors().size());
+    for (const auto& b : want.tensors()) {
+      const gguf::TensorInfo* t = got.find_tensor(b.name);
+      ASSERT_NE(t, nullptr) << b.name;
+      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
+      EXPECT_EQ(values(*t), values(b)) << b.name;
+    }
+  }
+  fs::remove(out);
+  // The released text_config.rope_parameters (Mistral4Config's defaults).
+  const std::string dir = test::scratch_path("mistral3-yarn");
+  fs::remove_all(dir);
+  fs::copy(hf("mistral3"), dir, fs::copy_options::recursive);
+  json c = json::parse(std::ifstream(dir + "/config.json"));
+  c["text_config"]["rope_parameters"] = {{"type", "yarn"},
+                                         {"rope_theta", 10000.0},
+                                         {"factor", 128.0},
+                                         {"original_max_position_embeddings", 8192},
+                                         {"beta_fast", 32.0},
+                                         {"beta_slow", 1.0},
+                                         {"mscale_all_dim", 1.0},
+                                         {"mscale", 1.0},
+                                         {"llama_4_scaling_beta", 0.1},
+                                         {"partial_rotary_factor", 1.0 / 3}};
+  std::ofstream(dir + "/config.json") << c.dump();
+  o.mla_split = false;
+  convert_hf(dir, out, o);
+  {
+    const auto got = gguf::File::open(out);
+    EXPECT_EQ(got.get_string("mistral4.rope.scaling.type"), "yarn");
+    EXPECT_EQ(got.get_float("mistral4.rope.scaling.factor"), 128.f);
+    EXPECT_EQ(got.get_int("mistral4.rope.scaling.original_context_length"), 8192);
+    EXPECT_EQ(got.get_float("mistral4.rope.scaling.yarn_log_multiplier"), 0.1f);
+    EXPECT_EQ(got.get_float("mistral4.rope.freq_base"), 10000.f);
+  }
+  const auto m = Model::load(out);
+  EXPECT_EQ(m->config().arch, "mistral4");
+  EXPECT_TRUE(m->config().yarn.on);
+  fs::remove(out);
+  fs::remove_all(dir);
+}
+
 TEST(ConvertMoeFamilies, Listed) {
   const auto types = convert_model_types();
   for (const char* t : {"gpt_oss", "glm4_moe", "minimax_m2", "dots1", "bailing_moe_v2",

@@ -15,6 +15,12 @@ written independently of src/convert, so converting it must give the fixture's g
     mlp_layer_types; rope_parameters), the DSA indexer's five tensors per layer (drawn here:
     the engine does not run them), and one next-token-prediction layer after the trunk that the
     converter must drop.
+  - mistral3 with a mistral4 text_config (fixtures/mla/tiny-deepseek-v2, F32: softmax, no
+    selection bias, as Mistral Small 4; mistral4 runs as deepseek2): Mistral3ForConditionalGeneration's
+    layout as transformers' convert_mistral4_weight_to_hf.py writes it, in BF16-free F32:
+    model.language_model. names, experts fused per layer outputs first (gate_up_proj
+    [E, 2F, hidden], gate rows first; down_proj [E, hidden, F]), lm_head at the top, the text
+    config under text_config, and a vision tower / projector tensor to be left out.
 """
 
 import os
@@ -121,7 +127,43 @@ def glm_moe_dsa_from_fixture(out_dir, name, gguf_path):
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
 
 
+def mistral4_from_fixture(out_dir, name, gguf_path):
+    g = G.read_gguf(gguf_path)
+    arch = "deepseek2"
+    tc = common_config(g, arch, "mistral4")
+    tc.update(deepseek_extra(g, arch))
+    for k in ("scoring_func", "topk_method", "moe_layer_freq"):
+        del tc[k]
+    rope = tc["qk_rope_head_dim"]
+    tc.update({
+        "hidden_act": "silu", "rope_interleave": True, "attention_bias": False,
+        "rope_parameters": {"rope_theta": tc.pop("rope_theta"), "rope_type": "default",
+                            "partial_rotary_factor": rope / (rope + tc["qk_nope_head_dim"])},
+    })
+    c = {"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+         "text_config": tc, "vision_config": {"model_type": "pixtral", "hidden_size": 8},
+         "image_token_id": 10, "spatial_merge_size": 2, "tie_word_embeddings": False}
+    t = []
+    for nm, x in hf_tensors(g, arch, tc):
+        if ".mlp.experts." in nm:
+            continue
+        t.append((nm if nm == "lm_head.weight" else nm.replace("model.", "model.language_model.", 1), x))
+    for nm, info in g.tensors.items():
+        if nm.endswith("ffn_gate_exps.weight"):
+            il = nm.split(".")[1]
+            gate = info.to_numpy().astype(np.float32)
+            up = g.tensors[nm.replace("gate", "up")].to_numpy().astype(np.float32)
+            down = g.tensors[nm.replace("gate", "down")].to_numpy().astype(np.float32)
+            p = "model.language_model.layers.%s.mlp.experts." % il
+            t += [(p + "gate_up_proj", np.concatenate([gate, up], axis=1)), (p + "down_proj", down)]
+    t += [("model.vision_tower.patch_conv.weight", np.ones((8, 3, 2, 2))),
+          ("model.multi_modal_projector.linear_1.weight", np.ones((8, 8)))]
+    tok = make_tokenizer(tc["vocab_size"], False, False)
+    write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+
+
 def main(out, fix):
     f = lambda n: os.path.join(fix, n)  # noqa: E731
     hunyuan_from_fixture(out, "hunyuan", f("hunyuan-moe/tiny-hunyuan-moe-f32.gguf"))
     glm_moe_dsa_from_fixture(out, "glm_moe_dsa", f("mla/tiny-deepseek-v3.gguf"))
+    mistral4_from_fixture(out, "mistral3", f("mla/tiny-deepseek-v2.gguf"))

@@ -175,5 +175,6 @@ extern const Family kGemma4;
 extern const Family kHunyuanMoe;
 extern const Family kHunyuanMoeRemoteName;
 extern const Family kGlmMoeDsa;
+extern const Family kMistral4;
 
 }  // namespace lynx::convert::table

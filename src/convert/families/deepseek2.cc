@@ -3,6 +3,9 @@
 //   first_k_dense_replace layers dense, scoring_func -> expert_gating_func, YaRN keys.
 // glm_moe_dsa (GLM-5) -> `glm-dsa`: the same tables, sigmoid routing, the DSA indexer's tensors
 //   written as they are (Family::unrun) with its keys.
+// mistral3 with a mistral4 text_config (Mistral Small 4) -> `mistral4`: the same keys, tensors
+//   under model.language_model., experts fused per layer, softmax routing, the vision tower left
+//   out.
 #include "convert/families/common.h"
 #include "lynx/error.h"
 
@@ -185,7 +188,103 @@ void glm_dsa_split_keys(const HfConfig& c, gguf::Writer& w) {
   split_keys(c, w, "glm-dsa");
 }
 
+// Mistral Small 4 (Mistral3ForConditionalGeneration with a mistral4 text_config): DeepSeek-V3's
+// attention and MoE under the language model's prefix, experts fused per layer outputs first
+// (gate_up_proj [E, 2F, hidden]: gate the first F rows; down_proj [E, hidden, F]), a softmax
+// router without a selection bias.
+#define M4 "model.language_model."
+constexpr TensorRule kMistral4Global[] = {
+    {T::kTokenEmbd, M4 "embed_tokens.weight"},
+    {T::kOutputNorm, M4 "norm.weight"},
+    {T::kOutput, "lm_head.weight"},
+};
+constexpr TensorRule kMistral4Attn[] = {
+    {T::kAttnNorm, M4 "layers.{L}.input_layernorm.weight"},
+    {T::kAttnQ, M4 "layers.{L}.self_attn.q_proj.weight"},
+    {T::kAttnQA, M4 "layers.{L}.self_attn.q_a_proj.weight"},
+    {T::kAttnQANorm, M4 "layers.{L}.self_attn.q_a_layernorm.weight"},
+    {T::kAttnQB, M4 "layers.{L}.self_attn.q_b_proj.weight"},
+    {T::kAttnKvAMqa, M4 "layers.{L}.self_attn.kv_a_proj_with_mqa.weight"},
+    {T::kAttnKvANorm, M4 "layers.{L}.self_attn.kv_a_layernorm.weight"},
+    {T::kAttnKvB, M4 "layers.{L}.self_attn.kv_b_proj.weight", Transform::kNone, Layout::kMlaWhole},
+    {T::kAttnKB, M4 "layers.{L}.self_attn.kv_b_proj.weight", Transform::kKvBToKB,
+     Layout::kMlaSplit},
+    {T::kAttnVB, M4 "layers.{L}.self_attn.kv_b_proj.weight", Transform::kKvBToVB,
+     Layout::kMlaSplit},
+    {T::kAttnOutput, M4 "layers.{L}.self_attn.o_proj.weight"},
+    {T::kFfnNorm, M4 "layers.{L}.post_attention_layernorm.weight"},
+};
+constexpr TensorRule kMistral4Ffn[] = {
+    {T::kFfnGate, M4 "layers.{L}.mlp.gate_proj.weight"},
+    {T::kFfnUp, M4 "layers.{L}.mlp.up_proj.weight"},
+    {T::kFfnDown, M4 "layers.{L}.mlp.down_proj.weight"},
+    {T::kFfnGateInp, M4 "layers.{L}.mlp.gate.weight"},
+    {T::kFfnGateExps, M4 "layers.{L}.mlp.experts.gate_up_proj", Transform::kRowsGate},
+    {T::kFfnUpExps, M4 "layers.{L}.mlp.experts.gate_up_proj", Transform::kRowsUp},
+    {T::kFfnDownExps, M4 "layers.{L}.mlp.experts.down_proj", Transform::kRowsDown},
+    {T::kFfnGateShexp, M4 "layers.{L}.mlp.shared_experts.gate_proj.weight"},
+    {T::kFfnUpShexp, M4 "layers.{L}.mlp.shared_experts.up_proj.weight"},
+    {T::kFfnDownShexp, M4 "layers.{L}.mlp.shared_experts.down_proj.weight"},
+};
+#undef M4
+constexpr Rules kMistral4L[] = {kMistral4Attn, kMistral4Ffn};
+constexpr Absent kMistral4Absent[] = {
+    {T::kExpProbsB, "Mistral Small 4's router (Mistral4TopkRouter) has no selection bias"},
+};
+// The vision tower and its projector (llama.cpp writes them to an mmproj file).
+constexpr const char* kMistral3Vision[] = {"model.vision_tower.", "model.multi_modal_projector."};
+
+// Mistral Small 4's config.json: model_type mistral3 with the language model in text_config
+// (lifted), whose model_type must be mistral4 (Mistral 3 / Ministral 3 are another
+// architecture). HF's Mistral4MoE: softmax over all experts, group-limited when n_group > 1,
+// renormalized by norm_topk_prob, routed_scaling_factor. Not expressed, and not refused (the
+// release has it): rope_parameters.llama_4_scaling_beta, which scales the queries by
+// 1 + beta ln(1 + floor(p / original_max_position_embeddings)), 1 below that position.
+void mistral4_extra(const HfConfig& c, gguf::Writer& w) {
+  const char* a = "mistral4";
+  auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
+  const nlohmann::json& j = c.json();
+  const bool m4 = j.contains("text_config") && j.at("text_config").is_object() &&
+                  j.at("text_config").value("model_type", "") == "mistral4";
+  if (!m4) {
+    c.fail(
+        "text_config.model_type is not mistral4: Mistral 3 / Ministral 3 checkpoints are another "
+        "architecture, not converted");
+  }
+  mla_keys(c, w, a);
+  if (c.get_string("hidden_act", "silu") != "silu") {
+    c.fail("hidden_act '" + c.get_string("hidden_act", "") + "' is not supported (silu)");
+  }
+  if (c.get_bool("attention_bias", false)) {
+    c.fail("attention_bias is true, but mistral4 (deepseek2) has no attention biases");
+  }
+  u32("expert_gating_func", 1);
+  const int64_t n_group = c.get_int("n_group", 1);
+  if (n_group > 1) {
+    u32("expert_group_count", n_group);
+    u32("expert_group_used_count", c.get_int("topk_group"));
+  }
+  mla_yarn(c, w, a);
+}
+
+void mistral4_split_keys(const HfConfig& c, gguf::Writer& w) {
+  split_keys(c, w, "mistral4");
+}
+
 }  // namespace
+
+constexpr Family kMistral4 = {
+    .model_type = "mistral3",
+    .arch = "mistral4",
+    .keys = kDeepseekK,
+    .global = kMistral4Global,
+    .layer = kMistral4L,
+    .tokenizer_pre = "tekken",
+    .extra_keys = mistral4_extra,
+    .split_keys = mistral4_split_keys,
+    .ignore_prefixes = kMistral3Vision,
+    .absent = kMistral4Absent,
+};
 
 constexpr Family kGlmMoeDsa = {
     .model_type = "glm_moe_dsa",
