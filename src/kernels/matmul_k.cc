@@ -18,6 +18,7 @@
 #include "kernels/scratch.h"
 #include "kernels/types.h"
 #include "kernels/types/blocks.h"
+#include "kernels/types/levels_k.h"
 #include "lynx/error.h"
 
 #ifndef LYNX_KERNELS_MATMUL_K_BLOCK
@@ -110,32 +111,55 @@ HWY_EXPORT(RowKT);
 namespace {
 
 // The rows kernel's form of a block: each level times its sub-block scale in int16 (|s L| <=
-// 4064), the mins apart; from the type's one reading of its block (levels_<type>,
-// types/layout.h), which the decode and the scalar twin use too.
-template <int kSubLen>
-void scale_levels(const types::LevelsK& l, int16_t* ls) {
-  for (int s = 0; s < 256 / kSubLen; ++s) {
-    for (int e = 0; e < kSubLen; ++e) {
-      ls[kSubLen * s + e] = static_cast<int16_t>(l.scale[s] * l.q[kSubLen * s + e]);
-    }
+// 4064), the mins apart; from the type's one reading of its block (types/levels_k.h), fused
+// into this loop (no levels written and read back).
+template <class R>
+struct UnpackSink {  // at namespace scope: a local class cannot have the member template sub
+  BlockK& k;
+  int16_t* ls;
+  void head(float d, float dmin) {
+    k.d = d;
+    k.dmin = dmin;
   }
+  template <class Level>
+  void sub(int s, int scale, int min, Level level) {
+    k.m[s] = min;
+    int16_t* o = ls + R::kSubLen * s;
+#pragma GCC unroll 1  // vectorized, not unrolled first and left scalar (types/levels_k.h)
+    for (int e = 0; e < R::kSubLen; ++e) o[e] = static_cast<int16_t>(scale * level(e));
+  }
+};
+
+template <class Block>
+BlockK unpack_by_reader(const uint8_t* b, int16_t* ls) {
+  using R = types::Reader<Block>;
+  BlockK k;
+  k.has_min = R::kMin;
+  k.sub_len = R::kSubLen;
+  UnpackSink<R> sink{k, ls};
+  R::read(b, sink);
+  return k;
 }
 
-BlockK unpack(const TypeTraits& tr, const uint8_t* b, int16_t* ls) {
-  types::LevelsK l;
-  tr.levels_k(b, l);
-  BlockK k;
-  k.d = l.d;
-  k.dmin = l.dmin;
-  k.has_min = l.has_min;
-  k.sub_len = l.sub_len;
-  std::copy_n(l.min, 256 / l.sub_len, k.m);
-  if (l.sub_len == 16) {
-    scale_levels<16>(l, ls);
-  } else {
-    scale_levels<32>(l, ls);
+using UnpackFn = BlockK (*)(const uint8_t* b, int16_t* ls);
+
+UnpackFn unpack_fn(TensorType t) {
+  switch (t) {
+    case TensorType::Q2_K:
+      return unpack_by_reader<types::BlockQ2_K>;
+    case TensorType::Q3_K:
+      return unpack_by_reader<types::BlockQ3_K>;
+    case TensorType::Q4_K:
+      return unpack_by_reader<types::BlockQ4_K>;
+    case TensorType::Q5_K:
+      return unpack_by_reader<types::BlockQ5_K>;
+    case TensorType::Q6_K:
+      return unpack_by_reader<types::BlockQ6_K>;
+    case TensorType::IQ4_XS:
+      return unpack_by_reader<types::BlockIq4_xs>;
+    default:
+      throw Error(std::string("matmul_rows_k: no reading of ") + gguf::tensor_type_name(t));
   }
-  return k;
 }
 
 int64_t block_bytes(TensorType t) {
@@ -253,7 +277,7 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
     return;
   }
   const int64_t nb = cols / 256, bb = block_bytes(t);
-  const TypeTraits& tr = type_traits(t);
+  const UnpackFn unpack = unpack_fn(t);
   Scratch own;
   Scratch& s = scratch ? *scratch : own;
   int16_t* ls = s.get<int16_t>(ScratchSlot::kKLevels, size_t(cols));
@@ -261,7 +285,7 @@ void matmul_rows_k(TensorType t, const void* w, int64_t cols, int64_t r0, int64_
   const auto* wb = static_cast<const uint8_t*>(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      blocks[size_t(b)] = unpack(tr, wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
+      blocks[size_t(b)] = unpack(wb + (r * nb + b) * bb, &ls[size_t(b * 256)]);
     }
     HWY_DYNAMIC_DISPATCH(RowKT)(ls, blocks, x, t0, n_tok, y, ldy, r);
   }

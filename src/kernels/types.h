@@ -63,7 +63,8 @@ struct TypeTraits {
   // (types/layout.h Levels32), the reading the decode and the kernel's scalar twin share.
   void (*levels)(const uint8_t* blk, types::Levels32& out) = nullptr;
   // The 256-element types with an integer kernel: the same for their blocks (types/layout.h
-  // LevelsK), shared by the decode, the rows kernel's unpacking and the scalar twin.
+  // LevelsK, from the reading in types/levels_k.h that the decode and the rows kernel's
+  // unpacking instantiate too), for the scalar twin.
   void (*levels_k)(const uint8_t* blk, types::LevelsK& out) = nullptr;
 };
 

@@ -55,36 +55,6 @@ void decode_by_levels(const uint8_t* src, float* dst, int64_t n_blocks) {
   }
 }
 
-// LevelsK's fields for a type without mins (levels_<type> writes the others; no memset of the
-// whole struct, which costs the rows kernel's unpacking as much as the reading itself).
-inline void without_mins(LevelsK& out) {
-  out.dmin = 0;
-  out.has_min = false;
-  for (int16_t& m : out.min) m = 0;
-}
-
-// decode_<type> of a 256-element type read through its levels (LevelsK): per sub-block
-// dl = d x scale and ml = dmin x min, then dl x q - ml, or dl x q without mins (no "- 0",
-// which would turn a -0 product into +0): ggml's dequantize_row_<type> operations in its order.
-template <void (*kLevels)(const uint8_t*, LevelsK&), int64_t kBlockBytes, bool kMin, int kSubLen>
-void decode_by_levels_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  LevelsK l;
-  for (int64_t b = 0; b < n_blocks; ++b, src += kBlockBytes) {
-    kLevels(src, l);
-    constexpr int n = kSubLen;  // l.sub_len, known here so the loops below have fixed trips
-    for (int s = 0; s < 256 / n; ++s, dst += n) {
-      const float dl = l.d * static_cast<float>(l.scale[s]);
-      const int8_t* q = l.q + s * n;
-      if constexpr (kMin) {
-        const float ml = l.dmin * static_cast<float>(l.min[s]);
-        for (int e = 0; e < n; ++e) dst[e] = dl * static_cast<float>(q[e]) - ml;
-      } else {
-        for (int e = 0; e < n; ++e) dst[e] = dl * static_cast<float>(q[e]);
-      }
-    }
-  }
-}
-
 // MXFP4's E8M0 block scale, halved as ggml keeps it (its grid kMxfp4Values holds the E2M1 values
 // doubled): 2^(e - 128), e = 0 and 1 the subnormals 2^-128 and 2^-127.
 inline float e8m0_half(uint8_t e) {

@@ -7,29 +7,17 @@
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/iq4_search.h"
+#include "kernels/types/levels_k.h"
 
 namespace lynx::kernels::types {
 
+// The block's layout is read in levels_k.h (Reader<BlockIq4_xs>), which these instantiate.
 void levels_iq4_xs(const uint8_t* src, LevelsK& out) {
-  without_mins(out);
-  out.d = load_f16(src + offsetof(BlockIq4_xs, d));
-  out.sub_len = 32;
-  const uint16_t scales_h = load_u16(src + offsetof(BlockIq4_xs, scales_h));
-  const uint8_t* scales_l = src + offsetof(BlockIq4_xs, scales_l);
-  const uint8_t* qs = src + offsetof(BlockIq4_xs, qs);
-  for (int ib = 0; ib < 8; ++ib, qs += 16) {
-    const int ls =
-        ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
-    out.scale[ib] = static_cast<int16_t>(ls - 32);
-    for (int j = 0; j < 16; ++j) {
-      out.q[32 * ib + j] = kIq4nlValues[qs[j] & 0x0F];
-      out.q[32 * ib + j + 16] = kIq4nlValues[qs[j] >> 4];
-    }
-  }
+  levels_by_reader<BlockIq4_xs>(src, out);
 }
 
 void decode_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks) {
-  decode_by_levels_k<levels_iq4_xs, sizeof(BlockIq4_xs), false, 32>(src, dst, n_blocks);
+  decode_by_reader<BlockIq4_xs>(src, dst, n_blocks);
 }
 
 // ggml's IQ4_XS quantizer: a searched scale per 32 values (iq4_search.h), the 8 scales

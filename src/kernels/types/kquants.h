@@ -19,4 +19,15 @@ inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
+// Q3_K packs 16 6-bit scales (stored + 32) in 12 bytes: the low 4 bits of scale i in the low
+// (i < 8) or high (i >= 8) nibble of byte i % 8, its top 2 bits in bit pair i / 4 of byte
+// 8 + i % 4.
+inline void unpack_q3_scales(const uint8_t* s, int* out) {
+  for (int i = 0; i < 16; ++i) {
+    const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
+    const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+    out[i] = (lo | (hi << 4)) - 32;
+  }
+}
+
 }  // namespace lynx::kernels::types

@@ -131,10 +131,11 @@ LYNX_LEVELS_TYPE(mxfp4);
 
 // One 256-element block of a K-quant or IQ4_XS as integer levels and sub-block scales:
 // value(e) = (d x scale[s]) x q[e], minus dmin x min[s] for Q2_K / Q4_K / Q5_K, with
-// s = e / sub_len. levels_<type> is the one scalar reading of the block's layout: the type's
-// float decode, the rows kernel's unpacking and the integer kernel's scalar twin (matmul_k.cc)
-// all use it. The SIMD unpacking of the interleaved layout (matmul_k_i16.cc) reads the same
-// bits in vector lanes, and the tests hold it to the twin on every target.
+// s = e / sub_len. levels_<type> writes it from the type's one scalar reading of its block
+// (Reader<Block>, types/levels_k.h), for the integer kernel's scalar twin (matmul_k.cc); the
+// float decode and the rows kernel's unpacking instantiate the same reading in their own loops.
+// The SIMD unpacking of the interleaved layout (matmul_k_i16.cc) reads the same bits in vector
+// lanes, and the tests hold it to the twin on every target.
 struct LevelsK {
   int8_t q[256];  // Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31, IQ4_XS grid
   // Per sub-block; entries past 256 / sub_len are not written.

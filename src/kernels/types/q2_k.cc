@@ -10,31 +10,18 @@
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
+#include "kernels/types/levels_k.h"
 #include "kernels/types/search.h"
 
 namespace lynx::kernels::types {
 
+// The block's layout is read in levels_k.h (Reader<BlockQ2_K>), which these instantiate.
 void levels_q2_k(const uint8_t* src, LevelsK& out) {
-  out.d = load_f16(src + offsetof(BlockQ2_K, d));
-  out.dmin = load_f16(src + offsetof(BlockQ2_K, dmin));
-  out.sub_len = 16;
-  out.has_min = true;
-  const uint8_t* scales = src + offsetof(BlockQ2_K, scales);
-  for (int s = 0; s < 16; ++s) {
-    out.scale[s] = static_cast<int16_t>(scales[s] & 0x0F);
-    out.min[s] = static_cast<int16_t>(scales[s] >> 4);
-  }
-  const uint8_t* q = src + offsetof(BlockQ2_K, qs);
-  int8_t* dst = out.q;
-  for (int half = 0; half < 2; ++half, q += 32) {
-    for (int shift = 0; shift < 8; shift += 2, dst += 32) {
-      for (int l = 0; l < 32; ++l) dst[l] = static_cast<int8_t>((q[l] >> shift) & 3);
-    }
-  }
+  levels_by_reader<BlockQ2_K>(src, out);
 }
 
 void decode_q2_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  decode_by_levels_k<levels_q2_k, sizeof(BlockQ2_K), true, 16>(src, dst, n_blocks);
+  decode_by_reader<BlockQ2_K>(src, dst, n_blocks);
 }
 
 // ggml's reference Q2_K quantizer: per 16 values a (scale, min) pair from the asymmetric

@@ -10,42 +10,18 @@
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
+#include "kernels/types/levels_k.h"
 #include "kernels/types/search.h"
 
 namespace lynx::kernels::types {
 
-namespace {
-void unpack_q3_scales(const uint8_t* s, int* out) {
-  for (int i = 0; i < 16; ++i) {
-    const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
-    const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-    out[i] = (lo | (hi << 4)) - 32;
-  }
-}
-}  // namespace
-
+// The block's layout is read in levels_k.h (Reader<BlockQ3_K>), which these instantiate.
 void levels_q3_k(const uint8_t* src, LevelsK& out) {
-  without_mins(out);
-  out.d = load_f16(src + offsetof(BlockQ3_K, d));
-  out.sub_len = 16;
-  int scales[16];
-  unpack_q3_scales(src + offsetof(BlockQ3_K, scales), scales);
-  for (int s = 0; s < 16; ++s) out.scale[s] = static_cast<int16_t>(scales[s]);
-  const uint8_t* hm = src + offsetof(BlockQ3_K, hmask);
-  const uint8_t* q = src + offsetof(BlockQ3_K, qs);
-  int8_t* dst = out.q;
-  uint8_t m = 1;
-  for (int half = 0; half < 2; ++half, q += 32) {
-    for (int shift = 0; shift < 8; shift += 2, m = static_cast<uint8_t>(m << 1), dst += 32) {
-      for (int l = 0; l < 32; ++l) {
-        dst[l] = static_cast<int8_t>(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-      }
-    }
-  }
+  levels_by_reader<BlockQ3_K>(src, out);
 }
 
 void decode_q3_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  decode_by_levels_k<levels_q3_k, sizeof(BlockQ3_K), false, 16>(src, dst, n_blocks);
+  decode_by_reader<BlockQ3_K>(src, dst, n_blocks);
 }
 
 // ggml's reference Q3_K quantizer: per 16 values a scale from the refined symmetric search

@@ -9,33 +9,18 @@
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
+#include "kernels/types/levels_k.h"
 #include "kernels/types/search.h"
 
 namespace lynx::kernels::types {
 
+// The block's layout is read in levels_k.h (Reader<BlockQ4_K>), which these instantiate.
 void levels_q4_k(const uint8_t* src, LevelsK& out) {
-  out.d = load_f16(src + offsetof(BlockQ4_K, d));
-  out.dmin = load_f16(src + offsetof(BlockQ4_K, dmin));
-  out.sub_len = 32;
-  out.has_min = true;
-  const uint8_t* scales = src + offsetof(BlockQ4_K, scales);
-  for (int s = 0; s < 8; ++s) {
-    int sc, m;
-    scale_min_k4(s, scales, &sc, &m);
-    out.scale[s] = static_cast<int16_t>(sc);
-    out.min[s] = static_cast<int16_t>(m);
-  }
-  const uint8_t* q = src + offsetof(BlockQ4_K, qs);
-  for (int k = 0; k < 4; ++k, q += 32) {
-    for (int l = 0; l < 32; ++l) {
-      out.q[64 * k + l] = static_cast<int8_t>(q[l] & 0x0F);
-      out.q[64 * k + 32 + l] = static_cast<int8_t>(q[l] >> 4);
-    }
-  }
+  levels_by_reader<BlockQ4_K>(src, out);
 }
 
 void decode_q4_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  decode_by_levels_k<levels_q4_k, sizeof(BlockQ4_K), true, 32>(src, dst, n_blocks);
+  decode_by_reader<BlockQ4_K>(src, dst, n_blocks);
 }
 
 // ggml's reference Q4_K quantizer: per 32 values a (scale, min) pair from the asymmetric

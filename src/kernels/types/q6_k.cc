@@ -9,31 +9,18 @@
 
 #include "kernels/types/blocks.h"
 #include "kernels/types/kquants.h"
+#include "kernels/types/levels_k.h"
 #include "kernels/types/search.h"
 
 namespace lynx::kernels::types {
 
+// The block's layout is read in levels_k.h (Reader<BlockQ6_K>), which these instantiate.
 void levels_q6_k(const uint8_t* src, LevelsK& out) {
-  without_mins(out);
-  out.d = load_f16(src + offsetof(BlockQ6_K, d));
-  out.sub_len = 16;
-  const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(BlockQ6_K, scales));
-  for (int s = 0; s < 16; ++s) out.scale[s] = sc[s];
-  const uint8_t* ql = src + offsetof(BlockQ6_K, ql);
-  const uint8_t* qh = src + offsetof(BlockQ6_K, qh);
-  int8_t* q = out.q;
-  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, q += 128) {
-    for (int l = 0; l < 32; ++l) {
-      q[l] = static_cast<int8_t>(((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32);
-      q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-      q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-      q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-    }
-  }
+  levels_by_reader<BlockQ6_K>(src, out);
 }
 
 void decode_q6_k(const uint8_t* src, float* dst, int64_t n_blocks) {
-  decode_by_levels_k<levels_q6_k, sizeof(BlockQ6_K), false, 16>(src, dst, n_blocks);
+  decode_by_reader<BlockQ6_K>(src, dst, n_blocks);
 }
 
 // ggml's reference Q6_K quantizer: per 16 values a scale from the symmetric search (x^2
