@@ -76,6 +76,8 @@ class Grammar {
   size_t n_rules() const { return alts_.size(); }
   uint32_t root() const { return root_; }
   const Limits& limits() const { return limits_; }
+  // The GBNF text it was parsed from (ConstraintCache keys compiled grammars by it).
+  const std::string& text() const { return text_; }
 
   struct Builder;  // the parser's output form (grammar.cc)
 
@@ -87,6 +89,7 @@ class Grammar {
   std::vector<std::string> names_;
   uint32_t root_ = 0;
   Limits limits_;
+  std::string text_;
 };
 
 // Matcher state: an interned stack set with an incomplete UTF-8 character. 0 is the dead
@@ -120,6 +123,7 @@ class Matcher {
   bool uniform(StateId s, const CharSet& c) const;
 
   size_t n_states() const { return states_.size(); }
+  size_t n_nodes() const { return nodes_.size(); }
   const Grammar& grammar() const { return *g_; }
 
  private:
@@ -220,25 +224,61 @@ class TokenIndex {
 };
 
 // The constraint of one sequence for the sampler (lynx/sampler.h): a state in a matcher
-// that the sequences of one request share (with its transitions and the masks computed so
-// far, cached per state), so n choices and repeated states cost one trie walk. Not
-// thread-safe: the sequences sharing a matcher are sampled from one thread (the scheduler's).
+// that other sequences may share (with its transitions and the masks computed so far, cached
+// per state), so n choices, repeated states and requests with the same grammar
+// (ConstraintCache) cost one trie walk per state. The shared part is guarded by a mutex; a
+// Constraint itself belongs to one sequence, sampled from one thread at a time.
 class Constraint final : public TokenConstraint {
  public:
   Constraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenIndex> index);
+  ~Constraint() override;
   // Another sequence of the same grammar, at the start, sharing the matcher and masks.
   std::unique_ptr<Constraint> fork() const;
   bool allows(int32_t token) override;
   bool apply(std::span<float> logits) override;
+  // Valid until this constraint's next mask_bits() or apply() (the constraint holds the mask,
+  // whatever the shared cache evicts meanwhile).
   const uint64_t* mask_bits(size_t& n_tokens) override;
   void accept(int32_t token) override;
   bool accepting() const;
 
  private:
+  friend class ConstraintCache;
   struct Shared;
-  Constraint(std::shared_ptr<Shared> sh, StateId s) : sh_(std::move(sh)), state_(s) {}
+  Constraint(std::shared_ptr<Shared> sh, StateId s);
   std::shared_ptr<Shared> sh_;
   StateId state_;
+  std::shared_ptr<const std::vector<uint64_t>> mask_;  // the last mask handed out
+};
+
+// Compiled grammars shared between requests: one matcher and per-state mask cache per
+// (GBNF text, start rule, limits, token index), handed to every request with the same
+// grammar, so that the states and masks one request made serve the next (a server sees the
+// same json_schema again and again). Thread-safe. The tokens picked are the same as with a
+// Constraint of its own: a mask is a function of the state's parse stacks, not of the matcher
+// that interned them. Bounded: past max_entries the least recently used grammar is dropped
+// (requests still on it keep it alive until they end), and a matcher that has made a quarter
+// of its state or node limit, or reached a limit, is retired: the next request starts a new
+// one, so the limits still bound one output's matcher to a small multiple of what it made.
+class ConstraintCache {
+ public:
+  explicit ConstraintCache(size_t max_entries = 16);
+  ~ConstraintCache();
+  // A constraint at the start of `g` over `index`, sharing with the other constraints this
+  // cache gave for a grammar of the same text and the same index.
+  std::unique_ptr<Constraint> get(const std::shared_ptr<const Grammar>& g,
+                                  const std::shared_ptr<const TokenIndex>& index);
+  struct Stats {
+    size_t entries = 0, hits = 0, misses = 0, evicted = 0, retired = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry;
+  const size_t max_entries_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;  // most recently used last
+  Stats stats_;
 };
 
 // JSON Schema -> GBNF (the subset structured output needs: docs/serving.md, "Structured

@@ -33,6 +33,7 @@ uint32_t Matcher::node(uint32_t pos, uint32_t parent) {
   auto [it, fresh] = node_ids_.try_emplace(key, uint32_t(nodes_.size()));
   if (fresh) {
     if (nodes_.size() >= g_->limits().max_nodes) {
+      node_ids_.erase(it);  // no id without its node: the matcher stays usable
       throw Error("grammar: more than " + std::to_string(g_->limits().max_nodes) +
                   " parse stack nodes (the grammar nests too deeply for this output)");
     }
@@ -86,6 +87,7 @@ StateId Matcher::intern(State s) {
   auto [it, fresh] = state_ids_.try_emplace(std::move(key), StateId(states_.size()));
   if (fresh) {
     if (states_.size() >= g_->limits().max_states) {
+      state_ids_.erase(it);  // no id without its state: the matcher stays usable
       throw Error("grammar: more than " + std::to_string(g_->limits().max_states) +
                   " matcher states");
     }

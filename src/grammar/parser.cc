@@ -539,6 +539,7 @@ std::shared_ptr<const Grammar> Grammar::parse(std::string_view text, std::string
   Builder::check(p, root_id);
   auto g = std::shared_ptr<Grammar>(new Grammar());
   g->limits_ = limits;
+  g->text_ = std::string(text);
   g->sets_ = std::move(p.sets_);
   g->names_ = std::move(p.names_);
   g->root_ = root_id;

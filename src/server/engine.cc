@@ -171,7 +171,8 @@ void Engine::submit_to_scheduler(const std::shared_ptr<Task>& t) {
     // the grammar is complete), but for the markers a tool call's grammar names.
     auto& index = token_indexes_[p.grammar_markers];
     if (!index) index = grammar_token_index(tok_, eog_, p.grammar_markers);
-    constraint = std::make_shared<grammar::Constraint>(p.grammar, index);
+    // Requests with the same grammar share its matcher and masks (grammar::ConstraintCache).
+    constraint = constraints_.get(p.grammar, index);
   }
   for (int i = 0; i < p.n; ++i) {
     t->choices[size_t(i)].text = std::make_unique<StopTextStream>(tok_, p.stop);

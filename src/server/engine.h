@@ -103,6 +103,9 @@ class Engine {
   // grammar (engine thread); one per set of control tokens allowed (a tool-call format's
   // markers, tool_grammar.h), so at most a few.
   std::map<std::vector<std::string>, std::shared_ptr<const grammar::TokenIndex>> token_indexes_;
+  // Compiled grammars by GBNF text and index, shared by the requests that use them (filled on
+  // the engine thread; the cache is thread-safe regardless).
+  grammar::ConstraintCache constraints_;
 
   std::mutex mu_;
   std::condition_variable cv_;       // wakes the loop
