@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -68,6 +69,16 @@ int64_t permuted_source(int64_t i, int64_t n, int64_t heads) {
   return h * hd + (r % 2) * (hd / 2) + r / 2;
 }
 
+// float8 e4m3fn (OCP FP8, the "fn" variant: no infinities, S.1111.111 is NaN): sign, 4
+// exponent bits of bias 7, 3 mantissa bits; exponent 0 is subnormal (m / 8 x 2^-6).
+float e4m3_to_f32(uint8_t b) {
+  const int e = (b >> 3) & 0x0F, m = b & 0x07;
+  const float mag = e == 0                ? std::ldexp(float(m), -9)
+                    : (e == 15 && m == 7) ? std::numeric_limits<float>::quiet_NaN()
+                                          : std::ldexp(float(8 + m), e - 10);
+  return (b & 0x80) ? -mag : mag;
+}
+
 float* row_to_f32(const StTensor& t, int64_t row, int64_t cols, float* out) {
   const uint8_t* p = t.data + size_t(row) * size_t(cols) * dtype_size(t.dtype);
   switch (t.dtype) {
@@ -84,6 +95,17 @@ float* row_to_f32(const StTensor& t, int64_t row, int64_t cols, float* out) {
       break;
     case DType::kU8:  // the planner lets U8 through only as MXFP4 blocks / scales
       throw Error("tensor '" + t.name + "': U8 is not a float type");
+    case DType::kF8E4M3: {
+      if (t.scale.empty()) throw Error("FP8 tensor '" + t.name + "' has no weight_scale_inv");
+      const int64_t grid = t.scale_cols > 0 ? (cols + t.scale_cols - 1) / t.scale_cols : 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float s = t.scale.size() == 1
+                            ? t.scale[0]
+                            : t.scale[size_t((row / t.scale_rows) * grid + c / t.scale_cols)];
+        out[c] = e4m3_to_f32(p[c]) * s;
+      }
+      break;
+    }
   }
   return out;
 }
@@ -445,6 +467,9 @@ class Planner {
   // module), which llama.cpp's converter drops too.
   bool ignored(const std::string& name) const {
     if (name.ends_with("rotary_emb.inv_freq")) return true;
+    // FP8 checkpoints' static activation scales: the converted file runs on dequantized weights
+    // with the engine's own activations, as llama.cpp's converter drops them too.
+    if (name.ends_with("activation_scale") || name.ends_with(".input_scale")) return true;
     if (name.starts_with("mtp.")) return true;  // Qwen3-Next / Qwen3.5's MTP module
     for (const char* pre : f_.ignore_prefixes) {
       if (name.starts_with(pre)) return true;
@@ -455,6 +480,39 @@ class Planner {
       return il >= n_layer_;
     }
     return false;
+  }
+
+  // An FP8 tensor with its scales (weight_scale_inv beside "<x>.weight", "<x>_scale_inv" beside
+  // a fused expert parameter): one per tensor, or a block grid of quantization_config's
+  // weight_block_size; read times them, so the file holds the dequantized values.
+  StTensor scaled(const StTensor& t) {
+    if (t.dtype != DType::kF8E4M3) return t;
+    const std::string sname = t.name + "_scale_inv";  // "q_proj.weight_scale_inv"
+    const StTensor& st = need(sname, t.name + "'s scale");
+    StTensor v = t;
+    if (st.dtype == DType::kU8 || st.dtype == DType::kF8E4M3) bad_shape(st, "F32 / BF16 scales");
+    v.scale.resize(size_t(st.n_elements()));
+    row_to_f32(st, 0, st.n_elements(), v.scale.data());
+    if (v.scale.size() == 1) return v;
+    const nlohmann::json& q = c_.json().at("quantization_config");
+    const nlohmann::json bs = q.contains("weight_block_size") ? q["weight_block_size"] : nullptr;
+    const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 0, cols = t.shape.back();
+    if (!bs.is_array() || bs.size() != 2 || !bs[0].is_number_integer() ||
+        !bs[1].is_number_integer() || bs[0].get<int64_t>() < 1 || bs[1].get<int64_t>() < 1 ||
+        rows == 0) {
+      bad_shape(st,
+                "one value (per-tensor scale), or a block grid with "
+                "quantization_config.weight_block_size [rows, cols] over a matrix");
+    }
+    v.scale_rows = bs[0].get<int64_t>();
+    v.scale_cols = bs[1].get<int64_t>();
+    const std::vector<int64_t> grid = {(rows + v.scale_rows - 1) / v.scale_rows,
+                                       (cols + v.scale_cols - 1) / v.scale_cols};
+    if (st.shape != grid) {
+      bad_shape(st, "[" + std::to_string(grid[0]) + ", " + std::to_string(grid[1]) +
+                        "] (one scale per weight_block_size block of " + t.name + ")");
+    }
+    return v;
   }
 
   const StTensor& need(const std::string& name, const std::string& gguf_name) {
@@ -551,8 +609,19 @@ class Planner {
     p.cols = down ? F : H;
     const size_t mat = size_t(want[1] * want[2]) * dtype_size(t.dtype);
     const size_t off = r.transform == Transform::kRowsUp ? size_t(F * H) * dtype_size(t.dtype) : 0;
+    // FP8 fused experts: one scale per expert (<hf>_scale_inv [E, 1, 1] or [E]).
+    std::vector<float> escale;
+    if (t.dtype == DType::kF8E4M3) {
+      const StTensor& st = need(hf + "_scale_inv", p.name);
+      if (st.n_elements() != E || st.dtype == DType::kU8 || st.dtype == DType::kF8E4M3) {
+        bad_shape(st, "one F32 / BF16 scale per expert (" + std::to_string(E) + ")");
+      }
+      escale.resize(size_t(E));
+      row_to_f32(st, 0, E, escale.data());
+    }
     for (int64_t e = 0; e < E; ++e) {
       StTensor v = t;
+      if (!escale.empty()) v.scale = {escale[size_t(e)]};
       v.shape = {p.rows, p.cols};
       v.n_bytes = size_t(p.rows * p.cols) * dtype_size(t.dtype);
       v.data = t.data + size_t(e) * mat + off;
@@ -583,7 +652,7 @@ class Planner {
     const int64_t n_parts = stacked ? n_expert_ : 1;
     for (int64_t e = 0; e < n_parts; ++e) {
       const std::string name = stacked ? replace_all(hf, "{E}", std::to_string(e)) : hf;
-      p.parts.push_back(need(name, p.name));
+      p.parts.push_back(scaled(need(name, p.name)));
     }
     const StTensor& t0 = p.parts[0];
     for (const StTensor& t : p.parts) {
@@ -781,10 +850,10 @@ void write_keys(const HfConfig& c, const Family& f, gguf::Writer& w) {
   if (f.extra_keys) f.extra_keys(c, w);
 }
 
-// Quantized checkpoints other than gpt-oss's MXFP4 experts (which are kept bit for bit): the
-// FP8 releases (DeepSeek-V3, MiniMax-M2, GLM-5-FP8, Mistral Small 4) store float8_e4m3 weights
-// with per-tensor or per-block scales that convert does not read; refused up front, naming the
-// way out, rather than failing later on the first F8 tensor.
+// Quantized checkpoints other than gpt-oss's MXFP4 experts (kept bit for bit) and the FP8
+// releases (float8_e4m3 weights with per-tensor or per-block weight_scale_inv, dequantized):
+// GPTQ, AWQ and the like are refused up front, naming the way out, rather than failing later on
+// the first packed tensor.
 void refuse_quantized(const HfConfig& c) {
   if (!c.has("quantization_config")) return;
   const nlohmann::json& q = c.json().at("quantization_config");
@@ -792,11 +861,11 @@ void refuse_quantized(const HfConfig& c) {
       q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
           ? q["quant_method"].get<std::string>()
           : std::string("?");
-  if (method == "mxfp4") return;
+  if (method == "mxfp4" || method == "fp8") return;  // MXFP4 kept, FP8 dequantized
   c.fail("the checkpoint is quantized (quantization_config.quant_method \"" +
          gguf::printable(method) +
-         "\"), which convert does not read: dequantize it to BF16 first (for FP8, weight x "
-         "weight_scale_inv, per tensor or per block), then convert that");
+         "\"), which convert does not read (it reads fp8 and gpt-oss's mxfp4): dequantize it to "
+         "BF16 first, then convert that");
 }
 
 // "auto": the checkpoint's own precision, so nothing is rounded. Routers are written F32 in
@@ -808,7 +877,7 @@ std::string auto_type(const Plan& plan) {
     if (p.ne.size() < 2 || p.name.find("ffn_gate_inp") != std::string::npos) continue;
     for (const StTensor& t : p.parts) {
       f32 |= t.dtype == DType::kF32;
-      bf16 |= t.dtype == DType::kBF16;
+      bf16 |= t.dtype == DType::kBF16 || t.dtype == DType::kF8E4M3;  // FP8: the BF16 release
     }
   }
   return f32 ? "F32" : bf16 ? "BF16" : "F16";

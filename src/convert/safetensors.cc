@@ -37,6 +37,8 @@ bool parse_dtype(const std::string& s, DType* d) {
     *d = DType::kBF16;
   else if (s == "U8")
     *d = DType::kU8;
+  else if (s == "F8_E4M3")
+    *d = DType::kF8E4M3;
   else
     return false;
   return true;
@@ -54,12 +56,14 @@ const char* dtype_name(DType d) {
       return "BF16";
     case DType::kU8:
       return "U8";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
 
 size_t dtype_size(DType d) {
-  return d == DType::kF32 ? 4 : d == DType::kU8 ? 1 : 2;
+  return d == DType::kF32 ? 4 : d == DType::kU8 || d == DType::kF8E4M3 ? 1 : 2;
 }
 
 int64_t StTensor::n_elements() const {

@@ -19,8 +19,9 @@
 
 namespace lynx::convert {
 
-// kU8: raw bytes, which only MXFP4 expert blocks / scales (gpt-oss) may be.
-enum class DType : uint8_t { kF32, kF16, kBF16, kU8 };
+// kU8: raw bytes, which only MXFP4 expert blocks / scales (gpt-oss) may be. kF8E4M3: float8
+// e4m3fn weights of the FP8 releases, read times their weight_scale_inv (StTensor::scale).
+enum class DType : uint8_t { kF32, kF16, kBF16, kU8, kF8E4M3 };
 const char* dtype_name(DType d);
 size_t dtype_size(DType d);
 
@@ -31,6 +32,10 @@ struct StTensor {
   const uint8_t* data = nullptr;
   size_t n_bytes = 0;
   std::string file;  // the shard it is in (for messages)
+  // FP8 only: the factor each value is read times (weight_scale_inv), one for the tensor, or
+  // one per block of scale_rows x scale_cols values (a row-major grid over the matrix).
+  std::vector<float> scale;
+  int64_t scale_rows = 0, scale_cols = 0;
 
   int64_t n_elements() const;
   std::string shape_string() const;  // "[4096, 14336]"

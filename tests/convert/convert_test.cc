@@ -351,6 +351,34 @@ TEST(Convert, WeightTypes) {
   fs::remove(out);
 }
 
+// FP8 releases: float8_e4m3fn weights times their weight_scale_inv, per tensor (Mistral Small
+// 4: a scalar, one per expert for the fused experts; its activation scales dropped) or per block
+// (GLM-5-FP8, DeepSeek-V3: a grid, ragged at the edge), convert to the same file as a twin
+// checkpoint holding those values in F32 (make_hf_checkpoint_more.py decodes the codes with its
+// own table), tensor by tensor; "auto" makes an FP8 checkpoint BF16 where nothing is F32.
+TEST(Convert, Fp8IsDequantizedAsTheTwin) {
+  REQUIRE_CHECKPOINTS();
+  for (const char* name : {"mistral3_fp8", "glm_moe_dsa_fp8"}) {
+    SCOPED_TRACE(name);
+    const std::string a = convert_to(hf(name), "f32", name);
+    const std::string b = convert_to(hf(std::string(name) + "_dequant"), "f32", "twin");
+    {
+      const auto got = gguf::File::open(a), want = gguf::File::open(b);
+      ASSERT_EQ(got.tensors().size(), want.tensors().size());
+      for (const auto& w : want.tensors()) {
+        const gguf::TensorInfo* t = got.find_tensor(w.name);
+        ASSERT_NE(t, nullptr) << w.name;
+        ASSERT_EQ(t->shape_string(), w.shape_string()) << w.name;
+        ASSERT_EQ(t->n_bytes, w.n_bytes) << w.name;
+        EXPECT_EQ(std::memcmp(t->data, w.data, w.n_bytes), 0) << w.name;
+      }
+    }
+    EXPECT_NO_THROW(Model::load(a));
+    fs::remove(a);
+    fs::remove(b);
+  }
+}
+
 TEST(Convert, ListsItsModelTypes) {
   const auto types = convert_model_types();
   for (const char* t : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "qwen2", "qwen3",

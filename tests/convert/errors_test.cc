@@ -152,9 +152,9 @@ TEST(ConvertErrors, UnsupportedDtype) {
   CHECKPOINT(d, "mixtral");
   const std::string p = d + "/model.safetensors";
   St st = read_st(p);
-  st.header["model.norm.weight"]["dtype"] = "F8_E4M3";
+  st.header["model.norm.weight"]["dtype"] = "F8_E5M2";
   write_st(p, st);
-  expect_error(d, {"model.norm.weight", "F8_E4M3", "not supported"});
+  expect_error(d, {"model.norm.weight", "F8_E5M2", "not supported"});
 }
 
 TEST(ConvertErrors, HeaderNotJson) {
@@ -714,8 +714,8 @@ TEST(ConvertErrors, HunyuanMoeConfigOutsideTheArchitecture) {
   expect_with("rope_scaling", json{{"type", "dynamic"}, {"factor", 2.0}}, {"NTK-alpha"});
   expect_with("architectures", json::array({"HunYuanDenseV1ForCausalLM"}),
               {"not HunYuanMoEV1ForCausalLM"});
-  expect_with("quantization_config", json{{"quant_method", "fp8"}},
-              {"quantized", "\"fp8\"", "dequantize it to BF16 first"});
+  expect_with("quantization_config", json{{"quant_method", "gptq"}, {"bits", 4}},
+              {"quantized", "\"gptq\"", "dequantize it to BF16 first"});
   write_json(d + "/config.json", good);
 }
 
@@ -756,11 +756,40 @@ TEST(ConvertErrors, Mistral4ConfigOutsideTheArchitecture) {
   expect_with("model_type", "ministral3", {"text_config.model_type is not mistral4"});
   expect_with("rope_interleave", false, {"rope_interleave is false"});
   expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
-  json c = good;
-  c["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
-  write_json(d + "/config.json", c);
-  expect_error(d, {"quantized", "\"fp8\"", "dequantize it to BF16 first"});
   write_json(d + "/config.json", good);
+}
+
+// FP8 checkpoints: a scale grid that does not fit weight_block_size, a block grid without
+// weight_block_size, and a missing scale are refused naming the tensor.
+TEST(ConvertErrors, Fp8ScalesThatDoNotFit) {
+  CHECKPOINT(d, "glm_moe_dsa_fp8");
+  const json good = read_json(d + "/config.json");
+  json c = good;
+  c["quantization_config"]["weight_block_size"] = json::array({16, 32});
+  write_json(d + "/config.json", c);
+  expect_error(d, {"weight_scale_inv", "(one scale per weight_block_size block of"});
+  c["quantization_config"].erase("weight_block_size");
+  write_json(d + "/config.json", c);
+  expect_error(d, {"weight_scale_inv", "weight_block_size [rows, cols]"});
+  write_json(d + "/config.json", good);
+  CHECKPOINT(m, "mistral3_fp8");
+  const std::string shard = m + "/model-00001-of-00002.safetensors";
+  St st = read_st(shard);
+  std::string victim;
+  for (const auto& [k, v] : st.header.items()) {
+    if (k.ends_with("q_proj.weight_scale_inv") || k.ends_with("o_proj.weight_scale_inv"))
+      victim = k;
+  }
+  ASSERT_FALSE(victim.empty());
+  st.header[victim.substr(0, victim.size() - 10) + "_scale_gone"] = st.header[victim];
+  st.header.erase(victim);
+  write_st(shard, st);
+  json idx = read_json(m + "/model.safetensors.index.json");
+  idx["weight_map"].erase(victim);
+  idx["weight_map"][victim.substr(0, victim.size() - 10) + "_scale_gone"] =
+      "model-00001-of-00002.safetensors";
+  write_json(m + "/model.safetensors.index.json", idx);
+  expect_error(m, {"'" + victim + "' is missing from the checkpoint"});
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ FIX = os.path.join(HERE, "fixtures")
 # ---------------------------------------------------------------------------------------
 
 def tensor_bytes(x, dtype):
-    if dtype == "U8":  # raw bytes (MXFP4 blocks and scales)
+    if dtype in ("U8", "F8_E4M3"):  # raw bytes (MXFP4 blocks and scales, FP8 codes)
         return np.ascontiguousarray(x, dtype=np.uint8).tobytes()
     x = np.ascontiguousarray(x, dtype=np.float32)
     if dtype == "BF16":

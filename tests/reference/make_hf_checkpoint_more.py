@@ -21,6 +21,13 @@ written independently of src/convert, so converting it must give the fixture's g
     model.language_model. names, experts fused per layer outputs first (gate_up_proj
     [E, 2F, hidden], gate rows first; down_proj [E, hidden, F]), lm_head at the top, the text
     config under text_config, and a vision tower / projector tensor to be left out.
+  - FP8 twins (mistral3_fp8, glm_moe_dsa_fp8, each with a *_dequant twin): the projection
+    weights as float8_e4m3fn codes (F8_E4M3) with weight_scale_inv, per tensor (Mistral Small 4's
+    release: a scalar, [E, 1, 1] for the fused experts, plus static activation_scale tensors the
+    converter drops) or per block of quantization_config.weight_block_size (GLM-5-FP8,
+    DeepSeek-V3: a grid, here [16, 48] so blocks are ragged at the edge); the twin holds the
+    values the FP8 ones stand for (code value x scale, in float32) and no quantization, so both
+    must convert to the same file.
 """
 
 import os
@@ -125,6 +132,7 @@ def glm_moe_dsa_from_fixture(out_dir, name, gguf_path):
           (p + "self_attn.indexer.wk.weight", np.ones((hd, hidden)))]
     tok = make_tokenizer(c["vocab_size"], False, False)
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+    fp8_pair(out_dir, name + "_fp8", c, t, tok, projection, block=(16, 48))
 
 
 def mistral4_from_fixture(out_dir, name, gguf_path):
@@ -160,6 +168,80 @@ def mistral4_from_fixture(out_dir, name, gguf_path):
           ("model.multi_modal_projector.linear_1.weight", np.ones((8, 8)))]
     tok = make_tokenizer(tc["vocab_size"], False, False)
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+    fp8_pair(out_dir, name + "_fp8", c, t, tok, projection)
+
+
+def e4m3_values():
+    """The 256 float8 e4m3fn values by code (S.EEEE.MMM, bias 7, no infinities, S.1111.111 NaN)."""
+    b = np.arange(256)
+    e, m = (b >> 3) & 15, b & 7
+    mag = np.where(e == 0, m * 2.0 ** -9, (8 + m) * 2.0 ** (e - 10.0))
+    mag[(e == 15) & (m == 7)] = np.nan
+    return np.where(b & 0x80, -mag, mag).astype(np.float32)
+
+
+E4M3 = e4m3_values()
+
+
+def to_e4m3(x):
+    """Nearest e4m3fn code of each value (|x| <= 448)."""
+    pos = E4M3[:127].astype(np.float64)  # codes 0x00 .. 0x7e, increasing
+    a = np.abs(x)
+    i = np.clip(np.searchsorted(pos, a), 1, 126)
+    i = np.where(a - pos[i - 1] <= pos[i] - a, i - 1, i)
+    return (i | np.where(x < 0, 0x80, 0)).astype(np.uint8)
+
+
+def fp8_scale(x):
+    m = float(np.max(np.abs(x)))
+    return np.float32(m / 448.0 if m > 0 else 1.0)
+
+
+def fp8_pair(out_dir, name, config, tensors, tok, quantize, block=None):
+    """Writes <name> (the `quantize` tensors as FP8 codes with weight_scale_inv) and
+    <name>_dequant (their FP8 values x scale as float32, no quantization_config)."""
+    q, d = [], []
+    for nm, x in tensors:
+        if not quantize(nm, x):
+            q.append((nm, x))
+            d.append((nm, x))
+            continue
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim == 3:  # fused experts: one scale per expert
+            s = np.array([fp8_scale(x[e]) for e in range(x.shape[0])], np.float32)
+            codes = to_e4m3(x / s[:, None, None])
+            deq = E4M3[codes] * s[:, None, None]
+            sc = s.reshape(-1, 1, 1)
+        elif block is None:
+            sc = fp8_scale(x)
+            codes = to_e4m3(x / sc)
+            deq = E4M3[codes] * sc
+            sc = np.array(sc, np.float32)  # shape [], as per-tensor scales are saved
+        else:
+            br, bc = block
+            gr, gc = -(-x.shape[0] // br), -(-x.shape[1] // bc)
+            sc = np.array([[fp8_scale(x[i * br:(i + 1) * br, j * bc:(j + 1) * bc])
+                            for j in range(gc)] for i in range(gr)], np.float32)
+            full = np.repeat(np.repeat(sc, br, 0), bc, 1)[:x.shape[0], :x.shape[1]]
+            codes = to_e4m3(x / full)
+            deq = E4M3[codes] * full
+        assert deq.dtype == np.float32
+        q += [(nm, codes, "F8_E4M3"), (nm + "_scale_inv", sc)]
+        if nm.endswith("q_proj.weight") or nm.endswith("gate_up_proj"):
+            q.append((nm.replace(".weight", "") + (".activation_scale" if nm.endswith(".weight")
+                                                   else "_activation_scale"),
+                      np.ones(x.shape[0] if x.ndim == 3 else (), np.float32)))
+        d.append((nm, deq))
+    qc = dict(config)
+    qc["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static",
+                                 "weight_block_size": list(block) if block else None}
+    write_checkpoint(os.path.join(out_dir, name), qc, q, "F32", 2, tok)
+    write_checkpoint(os.path.join(out_dir, name + "_dequant"), config, d, "F32", 2, tok)
+
+
+def projection(nm, x):
+    return ".layers." in nm and (nm.endswith("_proj.weight") or nm.endswith("_proj")
+                                 or nm.endswith("wq_b.weight") or nm.endswith("wk.weight"))
 
 
 def main(out, fix):
