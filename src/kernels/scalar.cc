@@ -33,11 +33,6 @@ float bits_float(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 
 const TypeTraits& check_row(TensorType t, int64_t n) {
   const TypeTraits& tr = type_traits(t);
