@@ -61,7 +61,7 @@ void write_st(const std::string& p, const St& st) {
 }
 
 // Converts `dir`, expecting a lynx::Error containing every one of `parts`; no output left.
-void expect_error(const std::string& dir, std::initializer_list<std::string> parts) {
+void expect_error(const std::string& dir, const std::vector<std::string>& parts) {
   const std::string out = test::scratch_path("out.gguf");
   ConvertOptions o;
   o.type = "f32";
@@ -80,28 +80,44 @@ void expect_error(const std::string& dir, std::initializer_list<std::string> par
   const std::string var = copy_of(name); \
   if (var.empty()) GTEST_SKIP() << "python3 with numpy is not available"
 
+// One defect of config.json: `patch` is an RFC 7386 merge patch of the good config as JSON text
+// (null erases a key, a nested object patches the nested keys). A merge patch merges an object
+// into an object already there, so to replace one wholesale `patch` is an array of merge patches
+// applied in turn (the first erasing the key); a top-level array is never a useful merge patch.
+struct ConfigCase {
+  std::string patch;
+  std::vector<std::string> parts;
+};
+
+// Converts a private copy of checkpoint `name` once per case, its good config.json patched by
+// the case, expecting an error that names every one of the case's parts.
+void expect_config_errors(const std::string& name, std::initializer_list<ConfigCase> cases) {
+  CHECKPOINT(d, name);
+  const json good = read_json(d + "/config.json");
+  for (const ConfigCase& c : cases) {
+    SCOPED_TRACE(name + " " + c.patch);
+    json config = good;
+    const json patch = json::parse(c.patch);
+    for (const json& p : patch.is_array() ? patch : json::array({patch})) config.merge_patch(p);
+    write_json(d + "/config.json", config);
+    expect_error(d, c.parts);
+  }
+}
+
 TEST(ConvertErrors, MissingConfigKey) {
-  CHECKPOINT(d, "mixtral");
-  json c = read_json(d + "/config.json");
-  c.erase("hidden_size");
-  write_json(d + "/config.json", c);
-  expect_error(d, {"config.json", "missing key \"hidden_size\"", "mixtral"});
+  expect_config_errors("mixtral", {{R"({"hidden_size": null})",
+                                    {"config.json", "missing key \"hidden_size\"", "mixtral"}}});
 }
 
 TEST(ConvertErrors, MistypedConfigKey) {
-  CHECKPOINT(d, "olmoe");
-  json c = read_json(d + "/config.json");
-  c["num_hidden_layers"] = "two";
-  write_json(d + "/config.json", c);
-  expect_error(d, {"num_hidden_layers", "integer"});
+  expect_config_errors("olmoe",
+                       {{R"({"num_hidden_layers": "two"})", {"num_hidden_layers", "integer"}}});
 }
 
 TEST(ConvertErrors, UnknownModelType) {
-  CHECKPOINT(d, "qwen3");
-  json c = read_json(d + "/config.json");
-  c["model_type"] = "gpt_neox";
-  write_json(d + "/config.json", c);
-  expect_error(d, {"model_type 'gpt_neox'", "supported: ", "mixtral", "deepseek_v3"});
+  expect_config_errors("qwen3",
+                       {{R"({"model_type": "gpt_neox"})",
+                         {"model_type 'gpt_neox'", "supported: ", "mixtral", "deepseek_v3"}}});
 }
 
 TEST(ConvertErrors, NoConfig) {
@@ -182,47 +198,31 @@ TEST(ConvertErrors, IndexNamesATensorTheShardLacks) {
 }
 
 TEST(ConvertErrors, MissingTensor) {
-  CHECKPOINT(d, "qwen3_moe");
-  json c = read_json(d + "/config.json");
-  c["num_hidden_layers"] = 3;  // layer 2 is not in the checkpoint
-  write_json(d + "/config.json", c);
-  expect_error(d, {"model.layers.2.", "missing from the checkpoint", "blk.2."});
+  // Layer 2 is not in the checkpoint.
+  expect_config_errors("qwen3_moe",
+                       {{R"({"num_hidden_layers": 3})",
+                         {"model.layers.2.", "missing from the checkpoint", "blk.2."}}});
 }
 
 TEST(ConvertErrors, MissingExpert) {
-  CHECKPOINT(d, "olmoe");
-  json c = read_json(d + "/config.json");
-  c["num_experts"] = c["num_experts"].get<int>() + 1;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"mlp.experts.16.", "missing", "ffn_"});
+  // One more expert than the checkpoint's 16.
+  expect_config_errors("olmoe",
+                       {{R"({"num_experts": 17})", {"mlp.experts.16.", "missing", "ffn_"}}});
 }
 
 // A size or divisor of zero was a SIGFPE (issue 29): every such field must be refused with a
 // message that names it, and a head count that the key/value heads do not divide too.
 TEST(ConvertErrors, ZeroSizesAndDivisorsAreNamed) {
-  struct Bad {
-    const char* family;
-    const char* key;
-    int value;
-    const char* expect;
-  };
-  const Bad cases[] = {
-      {"mixtral", "num_attention_heads", 0, "\"num_attention_heads\" must be at least 1"},
-      {"mixtral", "num_key_value_heads", 0, "\"num_key_value_heads\" must be at least 1"},
-      {"mixtral", "hidden_size", 0, "\"hidden_size\" must be at least 1"},
-      {"mixtral", "num_key_value_heads", -1, "not a multiple of num_key_value_heads"},
-      {"qwen3_moe", "num_attention_heads", 0, "\"num_attention_heads\" must be at least 1"},
-      {"deepseek_v2", "moe_layer_freq", 0, "\"moe_layer_freq\" must be at least 1"},
-  };
-  for (const auto& b : cases) {
-    SCOPED_TRACE(std::string(b.family) + " " + b.key);
-    CHECKPOINT(d, b.family);
-    json c = read_json(d + "/config.json");
-    // -1: one more key/value head than there are heads, which never divides them.
-    c[b.key] = b.value >= 0 ? b.value : c["num_attention_heads"].get<int>() + 1;
-    write_json(d + "/config.json", c);
-    expect_error(d, {b.expect});
-  }
+  expect_config_errors(
+      "mixtral", {{R"({"num_attention_heads": 0})", {"\"num_attention_heads\" must be at least 1"}},
+                  {R"({"num_key_value_heads": 0})", {"\"num_key_value_heads\" must be at least 1"}},
+                  {R"({"hidden_size": 0})", {"\"hidden_size\" must be at least 1"}},
+                  // One more key/value head than the 4 heads, which never divides them.
+                  {R"({"num_key_value_heads": 5})", {"not a multiple of num_key_value_heads"}}});
+  expect_config_errors("qwen3_moe", {{R"({"num_attention_heads": 0})",
+                                      {"\"num_attention_heads\" must be at least 1"}}});
+  expect_config_errors("deepseek_v2",
+                       {{R"({"moe_layer_freq": 0})", {"\"moe_layer_freq\" must be at least 1"}}});
 }
 
 TEST(ConvertErrors, UnusedTensor) {
@@ -247,12 +247,10 @@ TEST(ConvertErrors, ExpertShapesDiffer) {
 }
 
 TEST(ConvertErrors, HeadsDoNotDivideQ) {
-  CHECKPOINT(d, "mixtral");
-  json c = read_json(d + "/config.json");
-  c["num_attention_heads"] = 6;  // a multiple of the key/value heads, but not of the q_proj rows
-  write_json(d + "/config.json", c);
-  // Refused as the loader would refuse the metadata, before any tensor is read.
-  expect_error(d, {"config.json", "loader refuses", "head_count"});
+  // A multiple of the key/value heads, but not of the q_proj rows: refused as the loader would
+  // refuse the metadata, before any tensor is read.
+  expect_config_errors("mixtral", {{R"({"num_attention_heads": 6})",
+                                    {"config.json", "loader refuses", "head_count"}}});
 }
 
 TEST(ConvertErrors, NoTokenizer) {
@@ -299,44 +297,22 @@ TEST(ConvertErrors, MlaSplitOnlyForDeepseek) {
 }
 
 TEST(ConvertErrors, RopeScalingRefusedWhereUnsupported) {
-  CHECKPOINT(d, "qwen3");
-  json c = read_json(d + "/config.json");
-  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
-  write_json(d + "/config.json", c);
-  expect_error(d, {"rope_scaling"});
+  expect_config_errors(
+      "qwen3", {{R"({"rope_scaling": {"type": "yarn", "factor": 4.0}})", {"rope_scaling"}}});
 }
 
 // transformers 5's rope_parameters beside the older keys: a value written both ways must agree.
 TEST(ConvertErrors, RopeParametersDisagreeWithTheOlderKeys) {
-  {
-    CHECKPOINT(d, "qwen3_moe");
-    json c = read_json(d + "/config.json");
-    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5.0}};
-    write_json(d + "/config.json", c);
-    expect_error(d, {"rope_theta", "rope_parameters.rope_theta"});
-  }
-  {
-    CHECKPOINT(d, "gpt_oss");
-    json c = read_json(d + "/config.json");
-    c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
-    write_json(d + "/config.json", c);
-    expect_error(d, {"rope_scaling.factor", "rope_parameters.factor"});
-  }
-  {
-    CHECKPOINT(d, "qwen3_moe");
-    json c = read_json(d + "/config.json");
-    c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}}};
-    write_json(d + "/config.json", c);
-    expect_error(d, {"rope_parameters", "per layer type"});
-  }
-  {
-    CHECKPOINT(d, "qwen3_moe");
-    json c = read_json(d + "/config.json");
-    c.erase("rope_theta");
-    c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}};
-    write_json(d + "/config.json", c);
-    expect_error(d, {"rope_scaling"});
-  }
+  expect_config_errors("qwen3_moe",
+                       {{R"({"rope_parameters": {"rope_type": "default", "rope_theta": 5.0}})",
+                         {"rope_theta", "rope_parameters.rope_theta"}},
+                        {R"({"rope_parameters": {"full_attention": {"rope_type": "default"}}})",
+                         {"rope_parameters", "per layer type"}},
+                        {R"({"rope_theta": null,
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}})",
+                         {"rope_scaling"}}});
+  expect_config_errors("gpt_oss", {{R"({"rope_parameters": {"rope_type": "yarn", "factor": 8.0}})",
+                                    {"rope_scaling.factor", "rope_parameters.factor"}}});
 }
 
 // The shard of a sharded checkpoint that holds `tensor`.
@@ -400,20 +376,13 @@ TEST(ConvertErrors, U8OutsideTheExperts) {
 }
 
 TEST(ConvertErrors, GptOssLayerPatternAndClamp) {
-  CHECKPOINT(d, "gpt_oss");
-  json c = read_json(d + "/config.json");
-  c["layer_types"] = {"full_attention", "sliding_attention"};
-  write_json(d + "/config.json", c);
-  expect_error(d, {"layer_types[0]", "full_attention", "even layers"});
-  c = read_json(d + "/config.json");
-  c.erase("layer_types");
-  c["swiglu_limit"] = 10.0;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"swiglu_limit"});
-  c["swiglu_limit"] = 7.0;
-  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
-  write_json(d + "/config.json", c);
-  expect_error(d, {"rope_scaling", "yarn", "gpt-oss"});
+  expect_config_errors("gpt_oss",
+                       {{R"({"layer_types": ["full_attention", "sliding_attention"]})",
+                         {"layer_types[0]", "full_attention", "even layers"}},
+                        {R"({"layer_types": null, "swiglu_limit": 10.0})", {"swiglu_limit"}},
+                        {R"([{"layer_types": null, "swiglu_limit": 7.0, "rope_scaling": null},
+            {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}])",
+                         {"rope_scaling", "yarn", "gpt-oss"}}});
 }
 
 TEST(ConvertErrors, GlmMissingSelectionBias) {
@@ -450,43 +419,31 @@ TEST(ConvertErrors, GlmMissingNextnTensor) {
 }
 
 TEST(ConvertErrors, GlmQkNormFlagWithoutTensors) {
-  CHECKPOINT(d, "glm4_moe");
-  json c = read_json(d + "/config.json");
-  c["use_qk_norm"] = true;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"self_attn.q_norm.weight", "missing", "attn_q_norm"});
-  c["use_qk_norm"] = false;
-  c["partial_rotary_factor"] = 0.3;  // 19.2 of 64 dimensions
-  write_json(d + "/config.json", c);
-  expect_error(d, {"partial_rotary_factor"});
-  c["partial_rotary_factor"] = 0.5;
-  c["attention_bias"] = false;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"attention_bias"});
+  expect_config_errors(
+      "glm4_moe",
+      {{R"({"use_qk_norm": true})", {"self_attn.q_norm.weight", "missing", "attn_q_norm"}},
+       // 19.2 of 64 dimensions.
+       {R"({"use_qk_norm": false, "partial_rotary_factor": 0.3})", {"partial_rotary_factor"}},
+       {R"({"use_qk_norm": false, "partial_rotary_factor": 0.5, "attention_bias": false})",
+        {"attention_bias"}}});
 }
 
 // MiniMax-M2 switches with one answer in the architecture are refused by name: a file converted
 // past them would run another model.
 TEST(ConvertErrors, MinimaxM2ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "minimax_m2");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("use_qk_norm", false, {"use_qk_norm", "minimax-m2"});
-  expect_with("qk_norm_type", "per_head", {"qk_norm_type 'per_head'"});
-  expect_with("use_routing_bias", false, {"use_routing_bias"});
-  expect_with("shared_intermediate_size", 256, {"shared_intermediate_size"});
-  expect_with("attn_type_list", json::array({1, 0}), {"attn_type_list"});
-  expect_with("rotary_dim", 48, {"rotary_dim 48 must be even and at most head_dim 32"});
-  expect_with("partial_rotary_factor", 0.25,
-              {"rotary_dim 16 disagrees with partial_rotary_factor"});
-  expect_with("scoring_func", "softplus", {"scoring_func 'softplus'"});
+  expect_config_errors(
+      "minimax_m2",
+      {{R"({"use_qk_norm": false})", {"use_qk_norm", "minimax-m2"}},
+       {R"({"qk_norm_type": "per_head"})", {"qk_norm_type 'per_head'"}},
+       {R"({"use_routing_bias": false})", {"use_routing_bias"}},
+       {R"({"shared_intermediate_size": 256})", {"shared_intermediate_size"}},
+       {R"({"attn_type_list": [1, 0]})", {"attn_type_list"}},
+       {R"({"rotary_dim": 48})", {"rotary_dim 48 must be even and at most head_dim 32"}},
+       {R"({"partial_rotary_factor": 0.25})",
+        {"rotary_dim 16 disagrees with partial_rotary_factor"}},
+       {R"({"scoring_func": "softplus"})", {"scoring_func 'softplus'"}}});
   // The selection bias is required in every layer.
-  write_json(d + "/config.json", good);
+  CHECKPOINT(d, "minimax_m2");
   const std::string name = "model.layers.1.block_sparse_moe.e_score_correction_bias";
   for (const auto& e : fs::directory_iterator(d)) {
     if (e.path().extension() != ".safetensors") continue;
@@ -504,274 +461,161 @@ TEST(ConvertErrors, MinimaxM2ConfigOutsideTheArchitecture) {
 // What llama.cpp's dots1 cannot run is refused by name: another scoring function, q/k/v biases,
 // fewer key/value heads than heads, group-limited routing, rope scaling.
 TEST(ConvertErrors, Dots1ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "dots1");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("scoring_func", "softmax", {"scoring_func 'softmax'"});
-  expect_with("attention_bias", true, {"attention_bias", "dots1"});
-  expect_with("num_key_value_heads", 2, {"num_key_value_heads"});
-  json c = good;
-  c["n_group"] = 4;
-  c["topk_group"] = 2;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"n_group 4 / topk_group 2"});
-  expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "dots1", {{R"({"scoring_func": "softmax"})", {"scoring_func 'softmax'"}},
+                {R"({"attention_bias": true})", {"attention_bias", "dots1"}},
+                {R"({"num_key_value_heads": 2})", {"num_key_value_heads"}},
+                {R"({"n_group": 4, "topk_group": 2})", {"n_group 4 / topk_group 2"}},
+                {R"({"rope_scaling": {"type": "yarn", "factor": 4.0}})", {"rope_scaling"}}});
 }
 
 // Qwen3-VL-MoE: the M-RoPE and the layer pattern llama.cpp's graph runs; the fused experts'
 // layout.
 TEST(ConvertErrors, Qwen3VlMoeConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "qwen3_vl_moe");
-  const json good = read_json(d + "/config.json");
-  auto expect_text = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c["text_config"][key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_text("rope_scaling", json{{"mrope_section", {6, 5, 5}}, {"mrope_interleaved", false}},
-              {"mrope_interleaved false"});
-  expect_text("rope_scaling", json{{"rope_type", "yarn"}, {"mrope_section", {6, 5, 5}}},
-              {"rope type 'yarn'"});
-  expect_text("rope_scaling", json{{"mrope_section", {6, 5}}}, {"mrope_section must be 3"});
-  expect_text("mlp_only_layers", json::array({0}), {"mlp_only_layers"});
-  json c = good;
-  c["text_config"].erase("rope_scaling");
-  write_json(d + "/config.json", c);
-  expect_error(d, {"mrope_section", "missing"});
-  c = good;
-  c.erase("text_config");
-  write_json(d + "/config.json", c);
-  expect_error(d, {"text_config"});
-  c = good;
-  c["text_config"]["moe_intermediate_size"] = 16;  // the fused experts are 32 wide
-  write_json(d + "/config.json", c);
-  expect_error(d, {"gate_up_proj", "gate then up outputs"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "qwen3_vl_moe", {{R"([{"text_config": {"rope_scaling": null}},
+            {"text_config": {"rope_scaling": {"mrope_section": [6, 5, 5],
+                                              "mrope_interleaved": false}}}])",
+                        {"mrope_interleaved false"}},
+                       {R"([{"text_config": {"rope_scaling": null}},
+            {"text_config": {"rope_scaling": {"rope_type": "yarn", "mrope_section": [6, 5, 5]}}}])",
+                        {"rope type 'yarn'"}},
+                       {R"([{"text_config": {"rope_scaling": null}},
+            {"text_config": {"rope_scaling": {"mrope_section": [6, 5]}}}])",
+                        {"mrope_section must be 3"}},
+                       {R"({"text_config": {"mlp_only_layers": [0]}})", {"mlp_only_layers"}},
+                       {R"({"text_config": {"rope_scaling": null}})", {"mrope_section", "missing"}},
+                       {R"({"text_config": null})", {"text_config"}},
+                       // The fused experts are 32 wide.
+                       {R"({"text_config": {"moe_intermediate_size": 16}})",
+                        {"gate_up_proj", "gate then up outputs"}}});
 }
 
 // ERNIE-4.5-MoE switches llama.cpp's graph has one answer to are refused by name.
 TEST(ConvertErrors, Ernie45MoeConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "ernie4_5_moe");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("use_bias", true, {"use_bias", "ernie4_5-moe"});
-  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
-  expect_with("moe_layer_end_index", 1, {"moe_layer_end_index 1"});
-  expect_with("moe_layer_interval", 0, {"moe_layer_interval"});
-  json c = good;
-  c.erase("moe_layer_start_index");
-  write_json(d + "/config.json", c);
-  expect_error(d, {"moe_layer_start_index"});
+  expect_config_errors("ernie4_5_moe",
+                       {{R"({"use_bias": true})", {"use_bias", "ernie4_5-moe"}},
+                        {R"({"hidden_act": "gelu"})", {"hidden_act 'gelu'"}},
+                        {R"({"moe_layer_end_index": 1})", {"moe_layer_end_index 1"}},
+                        {R"({"moe_layer_interval": 0})", {"moe_layer_interval"}},
+                        {R"({"moe_layer_start_index": null})", {"moe_layer_start_index"}}});
 }
 
 // What llama.cpp's bailingmoe2 cannot run is refused by name: another router, biases, no q/k
 // norm, another activation, rope scaling; Ling 1.x under the shared model_type name.
 TEST(ConvertErrors, BailingMoe2ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "bailing_moe_v2");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("score_function", "softmax", {"score_function 'softmax'"});
-  expect_with("use_qkv_bias", true, {"use_qkv_bias", "bailingmoe2"});
-  expect_with("use_qk_norm", false, {"use_qk_norm"});
-  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
-  expect_with("partial_rotary_factor", 0.3, {"partial_rotary_factor"});
-  expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
-  json v1 = good;
-  v1["model_type"] = "bailing_moe";
-  v1["architectures"] = json::array({"BailingMoeForCausalLM"});
-  write_json(d + "/config.json", v1);
-  expect_error(d, {"BailingMoeV2ForCausalLM", "Ling 1.x"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "bailing_moe_v2",
+      {{R"({"score_function": "softmax"})", {"score_function 'softmax'"}},
+       {R"({"use_qkv_bias": true})", {"use_qkv_bias", "bailingmoe2"}},
+       {R"({"use_qk_norm": false})", {"use_qk_norm"}},
+       {R"({"hidden_act": "gelu"})", {"hidden_act 'gelu'"}},
+       {R"({"partial_rotary_factor": 0.3})", {"partial_rotary_factor"}},
+       {R"({"rope_scaling": {"type": "yarn", "factor": 4.0}})", {"rope_scaling"}},
+       {R"({"model_type": "bailing_moe", "architectures": ["BailingMoeForCausalLM"]})",
+        {"BailingMoeV2ForCausalLM", "Ling 1.x"}}});
 }
 
 // Qwen3-Next / Qwen3.5: a projection whose rows do not fit the config's heads is refused naming
 // the layout it should have; switches the architecture has one answer to are refused by name.
 TEST(ConvertErrors, Qwen3NextLayoutAndConfig) {
-  {
-    CHECKPOINT(d, "qwen3_next");
-    const json good = read_json(d + "/config.json");
-    auto expect_with = [&](const char* key, const json& value,
-                           std::initializer_list<std::string> p) {
-      json c = good;
-      c[key] = value;
-      write_json(d + "/config.json", c);
-      expect_error(d, p);
-    };
-    // 2 value heads of 8 instead of 4: in_proj_qkvz has rows for 4.
-    expect_with("linear_num_value_heads", 2,
-                {"in_proj_qkvz", "per key head: q, k, then its value heads' v and z"});
-    expect_with("mlp_only_layers", json::array({1}), {"mlp_only_layers"});
-    expect_with("full_attention_interval", 2, {"layer_types[1]", "full_attention"});
-    expect_with("rope_scaling", json{{"type", "yarn"}, {"factor", 4.0}}, {"rope_scaling"});
-    json c = good;
-    c["hidden_act"] = "gelu";
-    write_json(d + "/config.json", c);
-    expect_error(d, {"hidden_act 'gelu'"});
-  }
-  {
-    CHECKPOINT(d, "qwen3_5_moe");
-    json c = read_json(d + "/config.json");
-    c["text_config"]["rope_parameters"].erase("mrope_section");
-    write_json(d + "/config.json", c);
-    expect_error(d, {"mrope_section"});
-  }
+  expect_config_errors("qwen3_next",
+                       {// 2 value heads of 8 instead of 4: in_proj_qkvz has rows for 4.
+                        {R"({"linear_num_value_heads": 2})",
+                         {"in_proj_qkvz", "per key head: q, k, then its value heads' v and z"}},
+                        {R"({"mlp_only_layers": [1]})", {"mlp_only_layers"}},
+                        {R"({"full_attention_interval": 2})", {"layer_types[1]", "full_attention"}},
+                        {R"({"rope_scaling": {"type": "yarn", "factor": 4.0}})", {"rope_scaling"}},
+                        {R"({"hidden_act": "gelu"})", {"hidden_act 'gelu'"}}});
+  expect_config_errors(
+      "qwen3_5_moe",
+      {{R"({"text_config": {"rope_parameters": {"mrope_section": null}}})", {"mrope_section"}}});
 }
 
 // Step-3.5: config lists the architecture cannot express are refused by name.
 TEST(ConvertErrors, Step35ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "step3p5");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("moe_layers_enum", "1,3", {"moe_layers_enum", "dense lead"});
-  expect_with("layer_types", json::array({"full_attention", "sliding_attention"}),
-              {"layer_types must list every layer"});
-  expect_with("rope_theta", json::array({5e6, 1e4, 4e6, 1e4}), {"rope_theta differs"});
-  expect_with("rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}}, {"llama3"});
-  expect_with("partial_rotary_factors", json::array({0.75, 1.0, 0.75, 1.0}),
-              {"partial_rotary_factors"});
-  json c = good;
-  c["attention_other_setting"]["head_dim"] = 32;
-  write_json(d + "/config.json", c);
-  expect_error(d, {"attention_other_setting.head_dim"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "step3p5",
+      {{R"({"moe_layers_enum": "1,3"})", {"moe_layers_enum", "dense lead"}},
+       {R"({"layer_types": ["full_attention", "sliding_attention"]})",
+        {"layer_types must list every layer"}},
+       {R"({"rope_theta": [5e6, 1e4, 4e6, 1e4]})", {"rope_theta differs"}},
+       {R"([{"rope_scaling": null}, {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}])",
+        {"llama3"}},
+       {R"({"partial_rotary_factors": [0.75, 1.0, 0.75, 1.0]})", {"partial_rotary_factors"}},
+       {R"({"attention_other_setting": {"head_dim": 32}})", {"attention_other_setting.head_dim"}}});
 }
 
 // Gemma 4: what the architecture does not run (the dense and the small E2B / E4B models, a
 // sliding last layer, another rope or activation) is refused by name from text_config.
 TEST(ConvertErrors, Gemma4ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "gemma4");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const json& value, const char* key, std::initializer_list<std::string> p) {
-    json c = good;
-    if (value.is_null()) {
-      c["text_config"].erase(key);
-    } else {
-      c["text_config"][key] = value;
-    }
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with(false, "enable_moe_block", {"enable_moe_block", "dense Gemma 4"});
-  expect_with(2, "num_kv_shared_layers", {"num_kv_shared_layers", "KV sharing"});
-  expect_with(256, "hidden_size_per_layer_input", {"per-layer input embeddings"});
-  expect_with(json::array({"full_attention", "sliding_attention"}), "layer_types",
-              {"layer_types ends with a sliding layer"});
-  expect_with("silu", "hidden_activation", {"hidden_activation 'silu'"});
-  expect_with(nullptr, "global_head_dim", {"missing key \"global_head_dim\""});
-  expect_with(nullptr, "num_global_key_value_heads", {"num_global_key_value_heads"});
-  json rope = good["text_config"]["rope_parameters"];
-  rope["full_attention"]["rope_type"] = "default";
-  expect_with(rope, "rope_parameters", {"rope_parameters.full_attention.rope_type"});
-  rope = good["text_config"]["rope_parameters"];
-  rope["sliding_attention"]["partial_rotary_factor"] = 0.5;
-  expect_with(rope, "rope_parameters", {"sliding_attention.partial_rotary_factor"});
-  rope.erase("sliding_attention");
-  expect_with(rope, "rope_parameters", {"rope_parameters.sliding_attention"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "gemma4",
+      {{R"({"text_config": {"enable_moe_block": false}})", {"enable_moe_block", "dense Gemma 4"}},
+       {R"({"text_config": {"num_kv_shared_layers": 2}})", {"num_kv_shared_layers", "KV sharing"}},
+       {R"({"text_config": {"hidden_size_per_layer_input": 256}})", {"per-layer input embeddings"}},
+       {R"({"text_config": {"layer_types": ["full_attention", "sliding_attention"]}})",
+        {"layer_types ends with a sliding layer"}},
+       {R"({"text_config": {"hidden_activation": "silu"}})", {"hidden_activation 'silu'"}},
+       {R"({"text_config": {"global_head_dim": null}})", {"missing key \"global_head_dim\""}},
+       {R"({"text_config": {"num_global_key_value_heads": null}})", {"num_global_key_value_heads"}},
+       {R"({"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default"}}}})",
+        {"rope_parameters.full_attention.rope_type"}},
+       {R"({"text_config": {"rope_parameters": {"sliding_attention": {"partial_rotary_factor": 0.5}}}})",
+        {"sliding_attention.partial_rotary_factor"}},
+       {R"({"text_config": {"rope_parameters": {"sliding_attention": null}}})",
+        {"rope_parameters.sliding_attention"}}});
 }
 
 // Hunyuan-A13B: what hunyuan-moe cannot run (cross-layer attention, per-layer widths that differ,
 // no shared MLP, another rope scaling, the dense models under the same model_type) is refused
 // by name.
 TEST(ConvertErrors, HunyuanMoeConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "hunyuan");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c[key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("use_cla", true, {"use_cla", "cross-layer attention"});
-  expect_with("moe_topk", json::array({3, 2, 3}), {"moe_topk [3,2,3]", "one positive value"});
-  expect_with("moe_intermediate_size", json::array({32, 32}), {"lists 2 values for 3 layers"});
-  expect_with("use_mixed_mlp_moe", false, {"use_mixed_mlp_moe", "shared MLP"});
-  expect_with("use_qk_norm", false, {"use_qk_norm"});
-  expect_with("attention_bias", true, {"attention_bias"});
-  expect_with("moe_layer_num_skipped", 1, {"moe_layer_num_skipped"});
-  expect_with("rope_scaling", json{{"type", "dynamic"}, {"factor", 2.0}}, {"NTK-alpha"});
-  expect_with("architectures", json::array({"HunYuanDenseV1ForCausalLM"}),
-              {"not HunYuanMoEV1ForCausalLM"});
-  expect_with("quantization_config", json{{"quant_method", "gptq"}, {"bits", 4}},
-              {"quantized", "\"gptq\"", "dequantize it to BF16 first"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "hunyuan",
+      {{R"({"use_cla": true})", {"use_cla", "cross-layer attention"}},
+       {R"({"moe_topk": [3, 2, 3]})", {"moe_topk [3,2,3]", "one positive value"}},
+       {R"({"moe_intermediate_size": [32, 32]})", {"lists 2 values for 3 layers"}},
+       {R"({"use_mixed_mlp_moe": false})", {"use_mixed_mlp_moe", "shared MLP"}},
+       {R"({"use_qk_norm": false})", {"use_qk_norm"}},
+       {R"({"attention_bias": true})", {"attention_bias"}},
+       {R"({"moe_layer_num_skipped": 1})", {"moe_layer_num_skipped"}},
+       {R"([{"rope_scaling": null}, {"rope_scaling": {"type": "dynamic", "factor": 2.0}}])",
+        {"NTK-alpha"}},
+       {R"({"architectures": ["HunYuanDenseV1ForCausalLM"]})", {"not HunYuanMoEV1ForCausalLM"}},
+       {R"({"quantization_config": {"quant_method": "gptq", "bits": 4}})",
+        {"quantized", "\"gptq\"", "dequantize it to BF16 first"}}});
 }
 
 // GLM-5: a router or layout glm-dsa does not run is refused by name.
 TEST(ConvertErrors, GlmDsaConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "glm_moe_dsa");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    if (value.is_null()) {
-      c.erase(key);
-    } else {
-      c[key] = value;
-    }
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("scoring_func", "softmax", {"scoring_func 'softmax'", "sigmoid"});
-  expect_with("mlp_layer_types", json::array({"sparse", "sparse"}), {"mlp_layer_types"});
-  expect_with("rope_interleave", false, {"rope_interleave is false"});
-  expect_with("partial_rotary_factor", 0.5, {"partial_rotary_factor must be 1"});
-  expect_with("index_n_heads", nullptr, {"missing key \"index_n_heads\""});
-  expect_with("moe_layer_freq", 2, {"moe_layer_freq 2"});
-  write_json(d + "/config.json", good);
+  expect_config_errors("glm_moe_dsa",
+                       {{R"({"scoring_func": "softmax"})", {"scoring_func 'softmax'", "sigmoid"}},
+                        {R"({"mlp_layer_types": ["sparse", "sparse"]})", {"mlp_layer_types"}},
+                        {R"({"rope_interleave": false})", {"rope_interleave is false"}},
+                        {R"({"partial_rotary_factor": 0.5})", {"partial_rotary_factor must be 1"}},
+                        {R"({"index_n_heads": null})", {"missing key \"index_n_heads\""}},
+                        {R"({"moe_layer_freq": 2})", {"moe_layer_freq 2"}}});
 }
 
 // Mistral Small 4: Mistral 3 / Ministral 3 under the same outer model_type, the FP8 release
 // and a rotate-half rope layout are refused by name.
 TEST(ConvertErrors, Mistral4ConfigOutsideTheArchitecture) {
-  CHECKPOINT(d, "mistral3");
-  const json good = read_json(d + "/config.json");
-  auto expect_with = [&](const char* key, const json& value, std::initializer_list<std::string> p) {
-    json c = good;
-    c["text_config"][key] = value;
-    write_json(d + "/config.json", c);
-    expect_error(d, p);
-  };
-  expect_with("model_type", "ministral3", {"text_config.model_type is not mistral4"});
-  expect_with("rope_interleave", false, {"rope_interleave is false"});
-  expect_with("hidden_act", "gelu", {"hidden_act 'gelu'"});
-  write_json(d + "/config.json", good);
+  expect_config_errors(
+      "mistral3", {{R"({"text_config": {"model_type": "ministral3"}})",
+                    {"text_config.model_type is not mistral4"}},
+                   {R"({"text_config": {"rope_interleave": false}})", {"rope_interleave is false"}},
+                   {R"({"text_config": {"hidden_act": "gelu"}})", {"hidden_act 'gelu'"}}});
 }
 
 // FP8 checkpoints: a scale grid that does not fit weight_block_size, a block grid without
 // weight_block_size, and a missing scale are refused naming the tensor.
 TEST(ConvertErrors, Fp8ScalesThatDoNotFit) {
-  CHECKPOINT(d, "glm_moe_dsa_fp8");
-  const json good = read_json(d + "/config.json");
-  json c = good;
-  c["quantization_config"]["weight_block_size"] = json::array({16, 32});
-  write_json(d + "/config.json", c);
-  expect_error(d, {"weight_scale_inv", "(one scale per weight_block_size block of"});
-  c["quantization_config"].erase("weight_block_size");
-  write_json(d + "/config.json", c);
-  expect_error(d, {"weight_scale_inv", "weight_block_size [rows, cols]"});
-  write_json(d + "/config.json", good);
+  expect_config_errors("glm_moe_dsa_fp8",
+                       {{R"({"quantization_config": {"weight_block_size": [16, 32]}})",
+                         {"weight_scale_inv", "(one scale per weight_block_size block of"}},
+                        {R"({"quantization_config": {"weight_block_size": null}})",
+                         {"weight_scale_inv", "weight_block_size [rows, cols]"}}});
   CHECKPOINT(m, "mistral3_fp8");
   const std::string shard = m + "/model-00001-of-00002.safetensors";
   St st = read_st(shard);

@@ -51,6 +51,29 @@ std::vector<float> values(const gguf::TensorInfo& t) {
   return v;
 }
 
+// Every tensor of `want` is in `got` with its shape and its values.
+void expect_every_tensor(const gguf::File& got, const gguf::File& want) {
+  for (const auto& b : want.tensors()) {
+    const gguf::TensorInfo* a = got.find_tensor(b.name);
+    ASSERT_NE(a, nullptr) << b.name;
+    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
+    EXPECT_EQ(values(*a), values(b)) << b.name;
+  }
+}
+
+// Each of `keys` reads the same in `got` (after `got_prefix`) as in `want` (after
+// `want_prefix`): the prefixes differ where a family is compared with another's fixture.
+void expect_ints(const gguf::File& got, const std::string& got_prefix, const gguf::File& want,
+                 const std::string& want_prefix, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    EXPECT_EQ(got.get_int(got_prefix + k), want.get_int(want_prefix + k)) << k;
+}
+void expect_floats(const gguf::File& got, const std::string& got_prefix, const gguf::File& want,
+                   const std::string& want_prefix, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    EXPECT_EQ(got.get_float(got_prefix + k), want.get_float(want_prefix + k)) << k;
+}
+
 // The bytes of one tensor of a (possibly sharded) safetensors checkpoint, read here without
 // the converter's reader.
 std::string st_bytes(const std::string& dir, const std::string& name) {
@@ -95,20 +118,13 @@ TEST(ConvertGptOss, Mxfp4ExpertsKeptBitExact) {
       ASSERT_EQ(a.n_bytes, b.n_bytes) << name;
       EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << name;
     }
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* a = got.find_tensor(b.name);
-      ASSERT_NE(a, nullptr) << b.name;
-      ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*a), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
     const char* p = "gpt-oss.";
     EXPECT_EQ(got.get_string("general.architecture"), "gpt-oss");
-    for (const char* k :
-         {"attention.sliding_window", "expert_feed_forward_length", "feed_forward_length",
-          "expert_count", "expert_used_count", "attention.key_length", "attention.value_length",
-          "rope.scaling.original_context_length", "block_count"}) {
-      EXPECT_EQ(got.get_int(std::string(p) + k), want.get_int(std::string(p) + k)) << k;
-    }
+    expect_ints(got, p, want, p,
+                {"attention.sliding_window", "expert_feed_forward_length", "feed_forward_length",
+                 "expert_count", "expert_used_count", "attention.key_length",
+                 "attention.value_length", "rope.scaling.original_context_length", "block_count"});
     EXPECT_EQ(got.get_string("gpt-oss.rope.scaling.type"), "yarn");
     EXPECT_EQ(got.get_float("gpt-oss.rope.scaling.factor"), 32.0);
     EXPECT_EQ(got.get_float("gpt-oss.rope.scaling.yarn_beta_fast"), 32.0);
@@ -203,19 +219,11 @@ TEST(ConvertGlm4Moe, NextnLayerAndKeys) {
       const auto want = gguf::File::open(kFixtures + "glm4moe/" +
                                          (qk ? "tiny-glm4moe-qknorm" : "tiny-glm4moe") + ".gguf");
       ASSERT_EQ(got.tensors().size(), want.tensors().size());
-      for (const auto& b : want.tensors()) {
-        const gguf::TensorInfo* a = got.find_tensor(b.name);
-        ASSERT_NE(a, nullptr) << b.name;
-        ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-        EXPECT_EQ(values(*a), values(b)) << b.name;
-      }
-      for (const char* k :
-           {"block_count", "nextn_predict_layers", "rope.dimension_count",
-            "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
-            "expert_feed_forward_length", "attention.key_length"}) {
-        const std::string key = std::string("glm4moe.") + k;
-        EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
+      expect_ints(got, "glm4moe.", want, "glm4moe.",
+                  {"block_count", "nextn_predict_layers", "rope.dimension_count",
+                   "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+                   "expert_feed_forward_length", "attention.key_length"});
       EXPECT_EQ(got.get_int("glm4moe.block_count"), 3);
       EXPECT_EQ(got.get_float("glm4moe.expert_weights_scale"),
                 want.get_float("glm4moe.expert_weights_scale"));
@@ -305,20 +313,12 @@ TEST(ConvertMinimaxM2, TensorsAndKeys) {
     const auto got = gguf::File::open(out);
     const auto want = gguf::File::open(kFixtures + "minimax-m2/tiny-minimax-m2-f32.gguf");
     ASSERT_EQ(got.tensors().size(), want.tensors().size());
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* a = got.find_tensor(b.name);
-      ASSERT_NE(a, nullptr) << b.name;
-      ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*a), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
     EXPECT_EQ(got.get_string("general.architecture"), "minimax-m2");
-    for (const char* k :
-         {"block_count", "rope.dimension_count", "expert_gating_func", "expert_feed_forward_length",
-          "expert_count", "expert_used_count", "attention.key_length", "attention.value_length",
-          "attention.head_count_kv"}) {
-      const std::string key = std::string("minimax-m2.") + k;
-      EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-    }
+    expect_ints(got, "minimax-m2.", want, "minimax-m2.",
+                {"block_count", "rope.dimension_count", "expert_gating_func",
+                 "expert_feed_forward_length", "expert_count", "expert_used_count",
+                 "attention.key_length", "attention.value_length", "attention.head_count_kv"});
     EXPECT_EQ(got.get_int("minimax-m2.expert_gating_func"), 2);
     EXPECT_EQ(got.get_int("minimax-m2.rope.dimension_count"), 16);
     EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "minimax-m2");
@@ -352,20 +352,13 @@ TEST(ConvertDots1, TensorsAndKeys) {
   const auto got = gguf::File::open(out);
   const auto want = gguf::File::open(kFixtures + "dots1/tiny-dots1-f32.gguf");
   ASSERT_EQ(got.tensors().size(), want.tensors().size());
-  for (const auto& b : want.tensors()) {
-    const gguf::TensorInfo* a = got.find_tensor(b.name);
-    ASSERT_NE(a, nullptr) << b.name;
-    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-    EXPECT_EQ(values(*a), values(b)) << b.name;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   EXPECT_EQ(got.get_string("general.architecture"), "dots1");
-  for (const char* k :
-       {"block_count", "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
-        "feed_forward_length", "expert_feed_forward_length", "expert_count", "expert_used_count",
-        "attention.key_length", "attention.value_length", "attention.head_count_kv"}) {
-    const std::string key = std::string("dots1.") + k;
-    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-  }
+  expect_ints(
+      got, "dots1.", want, "dots1.",
+      {"block_count", "leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+       "feed_forward_length", "expert_feed_forward_length", "expert_count", "expert_used_count",
+       "attention.key_length", "attention.value_length", "attention.head_count_kv"});
   EXPECT_EQ(got.get_float("dots1.expert_weights_scale"), 2.5);
   EXPECT_TRUE(got.get_bool("dots1.expert_weights_norm"));
   EXPECT_EQ(got.get_int("dots1.expert_gating_func"), 2);
@@ -385,12 +378,7 @@ TEST(ConvertQwen3VlMoe, TensorsAndKeys) {
   const auto got = gguf::File::open(out);
   const auto want = gguf::File::open(kFixtures + "qwen3vlmoe/tiny-qwen3vlmoe-f32.gguf");
   ASSERT_EQ(got.tensors().size(), want.tensors().size());
-  for (const auto& b : want.tensors()) {
-    const gguf::TensorInfo* a = got.find_tensor(b.name);
-    ASSERT_NE(a, nullptr) << b.name;
-    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-    EXPECT_EQ(values(*a), values(b)) << b.name;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   EXPECT_EQ(got.get_string("general.architecture"), "qwen3vlmoe");
   std::vector<int64_t> sec;
   for (const auto& v : got.find("qwen3vlmoe.rope.dimension_sections")->as_array()) {
@@ -398,12 +386,9 @@ TEST(ConvertQwen3VlMoe, TensorsAndKeys) {
   }
   EXPECT_EQ(sec, (std::vector<int64_t>{6, 5, 5, 0}));
   EXPECT_EQ(got.get_int("qwen3vlmoe.n_deepstack_layers"), 2);
-  for (const char* k :
-       {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
-        "attention.key_length", "attention.head_count_kv"}) {
-    const std::string key = std::string("qwen3vlmoe.") + k;
-    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-  }
+  expect_ints(got, "qwen3vlmoe.", want, "qwen3vlmoe.",
+              {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+               "attention.key_length", "attention.head_count_kv"});
   EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "qwen2");
   fs::remove(out);
 }
@@ -427,14 +412,11 @@ TEST(ConvertErnie45Moe, TensorsAndKeys) {
   }
   EXPECT_EQ(got.find_tensor("output.weight"), nullptr);
   EXPECT_EQ(got.get_string("general.architecture"), "ernie4_5-moe");
-  for (const char* k :
-       {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
-        "expert_shared_feed_forward_length", "expert_shared_count", "leading_dense_block_count",
-        "interleave_moe_layer_step", "feed_forward_length", "attention.key_length",
-        "attention.value_length", "attention.head_count_kv"}) {
-    const std::string key = std::string("ernie4_5-moe.") + k;
-    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-  }
+  expect_ints(got, "ernie4_5-moe.", want, "ernie4_5-moe.",
+              {"block_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+               "expert_shared_feed_forward_length", "expert_shared_count",
+               "leading_dense_block_count", "interleave_moe_layer_step", "feed_forward_length",
+               "attention.key_length", "attention.value_length", "attention.head_count_kv"});
   EXPECT_EQ(got.get_int("ernie4_5-moe.expert_shared_feed_forward_length"), 64);
   EXPECT_EQ(got.find("ernie4_5-moe.expert_gating_func"), nullptr);
   fs::remove(out);
@@ -450,21 +432,14 @@ TEST(ConvertBailingMoe2, TensorsKeysAndTheMtpLayer) {
   const std::string out = convert_to("bailing_moe_v2", "f32");
   const auto got = gguf::File::open(out);
   const auto want = gguf::File::open(kFixtures + "bailingmoe2/tiny-bailingmoe2-f32.gguf");
-  for (const auto& b : want.tensors()) {
-    const gguf::TensorInfo* a = got.find_tensor(b.name);
-    ASSERT_NE(a, nullptr) << b.name;
-    ASSERT_EQ(a->shape_string(), b.shape_string()) << b.name;
-    EXPECT_EQ(values(*a), values(b)) << b.name;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   EXPECT_EQ(got.get_string("general.architecture"), "bailingmoe2");
-  for (const char* k : {"leading_dense_block_count", "expert_shared_count", "expert_gating_func",
-                        "feed_forward_length", "expert_feed_forward_length", "expert_count",
-                        "expert_used_count", "attention.key_length", "attention.value_length",
-                        "attention.head_count_kv", "rope.dimension_count", "expert_group_count",
-                        "expert_group_used_count", "expert_shared_feed_forward_length"}) {
-    const std::string key = std::string("bailingmoe2.") + k;
-    EXPECT_EQ(got.get_int(key), want.get_int(key)) << k;
-  }
+  expect_ints(got, "bailingmoe2.", want, "bailingmoe2.",
+              {"leading_dense_block_count", "expert_shared_count", "expert_gating_func",
+               "feed_forward_length", "expert_feed_forward_length", "expert_count",
+               "expert_used_count", "attention.key_length", "attention.value_length",
+               "attention.head_count_kv", "rope.dimension_count", "expert_group_count",
+               "expert_group_used_count", "expert_shared_feed_forward_length"});
   EXPECT_EQ(got.get_int("bailingmoe2.rope.dimension_count"), 12);
   EXPECT_EQ(got.get_int("bailingmoe2.block_count"), 3);
   EXPECT_EQ(got.get_int("bailingmoe2.nextn_predict_layers"), 1);
@@ -503,13 +478,11 @@ TEST(ConvertQwen3Next, EveryTensorIsTheFixtures) {
       const std::string a = q35 ? "qwen35moe" : "qwen3next";
       EXPECT_EQ(got.get_string("general.architecture"), a);
       EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), q35 ? "qwen35" : "qwen2");
-      for (const char* k :
-           {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
-            "ssm.inner_size", "rope.dimension_count", "expert_count", "expert_used_count",
-            "expert_feed_forward_length", "expert_shared_feed_forward_length",
-            "attention.key_length", "attention.head_count_kv"}) {
-        EXPECT_EQ(got.get_int(a + "." + k), want.get_int(a + "." + k)) << k;
-      }
+      expect_ints(got, a + ".", want, a + ".",
+                  {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                   "ssm.inner_size", "rope.dimension_count", "expert_count", "expert_used_count",
+                   "expert_feed_forward_length", "expert_shared_feed_forward_length",
+                   "attention.key_length", "attention.head_count_kv"});
       if (q35) {
         const auto& s = got.get_array("qwen35moe.rope.dimension_sections");
         const auto& w = want.get_array("qwen35moe.rope.dimension_sections");
@@ -565,11 +538,9 @@ TEST(ConvertStep35, EveryTensorAndKeyIsTheFixtures) {
         }
       }
     }
-    for (const char* k : {"rope.dimension_count", "leading_dense_block_count",
-                          "attention.sliding_window", "expert_gating_func", "expert_count"}) {
-      EXPECT_EQ(got.get_int(std::string("step35.") + k), want.get_int(std::string("step35.") + k))
-          << k;
-    }
+    expect_ints(got, "step35.", want, "step35.",
+                {"rope.dimension_count", "leading_dense_block_count", "attention.sliding_window",
+                 "expert_gating_func", "expert_count"});
     EXPECT_EQ(got.get_float("step35.rope.freq_base"), want.get_float("step35.rope.freq_base"));
     EXPECT_EQ(got.get_float("step35.rope.freq_base_swa"),
               want.get_float("step35.rope.freq_base_swa"));
@@ -607,28 +578,18 @@ TEST(ConvertGemma4, EveryTensorAndKeyIsTheFixtures) {
         EXPECT_EQ(a[i].to_string(), b[i].to_string()) << k << "[" << i << "]";
       }
     }
-    for (const char* k :
-         {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
-          "attention.key_length", "attention.value_length", "attention.key_length_swa",
-          "attention.value_length_swa", "attention.sliding_window", "attention.shared_kv_layers",
-          "embedding_length_per_layer_input", "rope.dimension_count", "rope.dimension_count_swa",
-          "expert_count", "expert_used_count", "expert_feed_forward_length"}) {
-      EXPECT_EQ(got.get_int(std::string("gemma4.") + k), want.get_int(std::string("gemma4.") + k))
-          << k;
-    }
-    for (const char* k : {"rope.freq_base", "rope.freq_base_swa", "final_logit_softcapping",
-                          "attention.layer_norm_rms_epsilon"}) {
-      EXPECT_EQ(got.get_float(std::string("gemma4.") + k),
-                want.get_float(std::string("gemma4.") + k))
-          << k;
-    }
+    expect_ints(
+        got, "gemma4.", want, "gemma4.",
+        {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+         "attention.key_length", "attention.value_length", "attention.key_length_swa",
+         "attention.value_length_swa", "attention.sliding_window", "attention.shared_kv_layers",
+         "embedding_length_per_layer_input", "rope.dimension_count", "rope.dimension_count_swa",
+         "expert_count", "expert_used_count", "expert_feed_forward_length"});
+    expect_floats(got, "gemma4.", want, "gemma4.",
+                  {"rope.freq_base", "rope.freq_base_swa", "final_logit_softcapping",
+                   "attention.layer_norm_rms_epsilon"});
     EXPECT_EQ(got.tensors().size(), want.tensors().size());
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* t = got.find_tensor(b.name);
-      ASSERT_NE(t, nullptr) << b.name;
-      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*t), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   }
   fs::remove(out);
 }
@@ -643,29 +604,18 @@ TEST(ConvertHunyuanMoe, EveryTensorAndKeyIsTheFixtures) {
     const auto got = gguf::File::open(out);
     const auto want = gguf::File::open(kFixtures + "hunyuan-moe/tiny-hunyuan-moe-f32.gguf");
     EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "hunyuan");
-    for (const char* k :
-         {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
-          "attention.head_count_kv", "attention.key_length", "attention.value_length",
-          "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
-          "expert_shared_feed_forward_length", "expert_shared_count"}) {
-      EXPECT_EQ(got.get_int(std::string("hunyuan-moe.") + k),
-                want.get_int(std::string("hunyuan-moe.") + k))
-          << k;
-    }
-    for (const char* k : {"rope.freq_base", "attention.layer_norm_rms_epsilon"}) {
-      EXPECT_EQ(got.get_float(std::string("hunyuan-moe.") + k),
-                want.get_float(std::string("hunyuan-moe.") + k))
-          << k;
-    }
+    expect_ints(
+        got, "hunyuan-moe.", want, "hunyuan-moe.",
+        {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+         "attention.head_count_kv", "attention.key_length", "attention.value_length",
+         "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+         "expert_shared_feed_forward_length", "expert_shared_count"});
+    expect_floats(got, "hunyuan-moe.", want, "hunyuan-moe.",
+                  {"rope.freq_base", "attention.layer_norm_rms_epsilon"});
     EXPECT_EQ(got.get_int("hunyuan-moe.expert_gating_func"), 1);
     EXPECT_TRUE(got.get_bool("hunyuan-moe.expert_weights_norm"));
     EXPECT_EQ(got.tensors().size(), want.tensors().size());
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* t = got.find_tensor(b.name);
-      ASSERT_NE(t, nullptr) << b.name;
-      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*t), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   }
   fs::remove(out);
 }
@@ -686,27 +636,19 @@ TEST(ConvertGlmDsa, EveryTensorTheIndexerAndTheKeys) {
     const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v3.gguf");
     EXPECT_EQ(got.get_string("general.architecture"), "glm-dsa");
     EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "glm4");
-    for (const char* k :
-         {"block_count", "attention.head_count_kv", "attention.key_length",
-          "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
-          "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
-          "leading_dense_block_count", "expert_count", "expert_used_count", "expert_shared_count",
-          "expert_gating_func", "expert_group_count", "expert_group_used_count"}) {
-      EXPECT_EQ(got.get_int(std::string("glm-dsa.") + k),
-                want.get_int(std::string("deepseek2.") + k))
-          << k;
-    }
+    expect_ints(
+        got, "glm-dsa.", want, "deepseek2.",
+        {"block_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+         "attention.key_length_mla", "attention.value_length_mla", "attention.q_lora_rank",
+         "attention.kv_lora_rank", "rope.dimension_count", "leading_dense_block_count",
+         "expert_count", "expert_used_count", "expert_shared_count", "expert_gating_func",
+         "expert_group_count", "expert_group_used_count"});
     EXPECT_EQ(got.get_float("glm-dsa.expert_weights_scale"),
               want.get_float("deepseek2.expert_weights_scale"));
     EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.head_count"), 2);
     EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.key_length"), 16);
     EXPECT_EQ(got.get_int("glm-dsa.attention.indexer.top_k"), 2048);
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* t = got.find_tensor(b.name);
-      ASSERT_NE(t, nullptr) << b.name;
-      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*t), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
     const std::pair<const char*, const char*> indexer[] = {{"k_norm.weight", "k_norm.weight"},
                                                            {"k_norm.bias", "k_norm.bias"},
                                                            {"proj.weight", "weights_proj.weight"},
@@ -749,24 +691,15 @@ TEST(ConvertMistral4, EveryTensorKeysAndTheReleasedYarn) {
     const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v2.gguf");
     EXPECT_EQ(got.get_string("general.architecture"), "mistral4");
     EXPECT_EQ(got.get_string("tokenizer.ggml.pre"), "tekken");
-    for (const char* k :
-         {"block_count", "attention.head_count_kv", "attention.key_length",
-          "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
-          "attention.kv_lora_rank", "rope.dimension_count", "leading_dense_block_count",
-          "expert_count", "expert_used_count", "expert_shared_count", "expert_gating_func",
-          "expert_feed_forward_length"}) {
-      EXPECT_EQ(got.get_int(std::string("mistral4.") + k),
-                want.get_int(std::string("deepseek2.") + k))
-          << k;
-    }
+    expect_ints(
+        got, "mistral4.", want, "deepseek2.",
+        {"block_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+         "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
+         "rope.dimension_count", "leading_dense_block_count", "expert_count", "expert_used_count",
+         "expert_shared_count", "expert_gating_func", "expert_feed_forward_length"});
     EXPECT_FALSE(got.has("mistral4.rope.scaling.type"));
     EXPECT_EQ(got.tensors().size(), want.tensors().size());
-    for (const auto& b : want.tensors()) {
-      const gguf::TensorInfo* t = got.find_tensor(b.name);
-      ASSERT_NE(t, nullptr) << b.name;
-      ASSERT_EQ(t->shape_string(), b.shape_string()) << b.name;
-      EXPECT_EQ(values(*t), values(b)) << b.name;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_tensor(got, want));
   }
   fs::remove(out);
   // The released text_config.rope_parameters (Mistral4Config's defaults).
