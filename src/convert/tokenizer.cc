@@ -3,6 +3,7 @@
 // SentencePiece's ModelProto.SentencePiece.Type).
 #include "convert/tokenizer.h"
 
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lynx/error.h"
@@ -245,6 +248,196 @@ Vocab read_spm(const fs::path& p, int64_t n_vocab) {
   return v;
 }
 
+// GPT-2's bytes_to_unicode, as UTF-8: the printable bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF)
+// stand for themselves, the n-th other byte for U+0100 + n. tokenizer.ggml.tokens of a "gpt2"
+// model hold token bytes in this form.
+class Gpt2Bytes {
+ public:
+  Gpt2Bytes() {
+    unsigned n = 0;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable =
+          (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+      const unsigned cp = printable ? b : 0x100 + n++;
+      if (cp < 0x80) {
+        map_[b] = std::string(1, char(cp));
+      } else {  // all below U+0800: two UTF-8 bytes
+        map_[b] = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
+      }
+    }
+  }
+  std::string operator()(const std::string& bytes) const {
+    std::string out;
+    for (const char c : bytes) out += map_[static_cast<unsigned char>(c)];
+    return out;
+  }
+
+ private:
+  std::array<std::string, 256> map_;
+};
+
+// Strict base64 (RFC 4648, '=' padding): nullopt for anything else.
+std::optional<std::string> base64_decode(const std::string& s) {
+  if (s.empty() || s.size() % 4 != 0) return std::nullopt;
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=') : 0;
+    if (pad == 1 && s[i + 2] == '=') return std::nullopt;  // "x=y=" is not padding
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int d = k >= 4 - pad ? 0 : value(s[i + size_t(k)]);
+      if (d < 0) return std::nullopt;
+      v = (v << 6) | uint32_t(d);
+    }
+    out += char(v >> 16);
+    if (pad < 2) out += char((v >> 8) & 0xff);
+    if (pad < 1) out += char(v & 0xff);
+  }
+  return out;
+}
+
+// The merge that made `token` (rank `rank`): byte-level BPE over its bytes using only merges
+// of lower rank, as tiktoken would encode it with the vocabulary cut below `rank`. Two parts
+// left are the merge; anything else (a token BPE never builds) gives none, as llama.cpp's
+// converter skips such tokens too.
+std::optional<std::pair<std::string, std::string>> recover_merge(
+    const std::string& token, int64_t rank, const std::unordered_map<std::string, int64_t>& ranks) {
+  std::vector<std::string> parts;
+  for (const char c : token) parts.emplace_back(1, c);
+  while (parts.size() > 2) {
+    size_t best = parts.size();
+    int64_t best_rank = rank;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      auto it = ranks.find(parts[i] + parts[i + 1]);
+      if (it != ranks.end() && it->second < best_rank) {
+        best_rank = it->second;
+        best = i;
+      }
+    }
+    if (best == parts.size()) break;
+    parts[best] += parts[best + 1];
+    parts.erase(parts.begin() + ptrdiff_t(best) + 1);
+  }
+  if (parts.size() != 2) return std::nullopt;
+  return std::make_pair(parts[0], parts[1]);
+}
+
+// A tiktoken rank file (Hunyuan-A13B's hy.tiktoken: "<base64 token bytes> <rank>" per line,
+// ranks 0..n-1 each once) -> gpt2 tokens with id = rank and the merges recovered from the
+// ranks, as llama.cpp's converter does for tiktoken models; the special tokens (which the rank
+// file does not hold) from tokenizer_config.json's added_tokens_decoder, as the released
+// tokenizer's save_pretrained wrote them.
+Vocab read_tiktoken(const fs::path& p, const json& tc, int64_t n_vocab,
+                    std::vector<std::string>* merges) {
+  const std::string where = p.string();
+  const std::string text = read_text(p);
+  const Gpt2Bytes gpt2_text;
+  std::vector<std::string> by_rank;
+  std::vector<bool> seen;
+  std::unordered_map<std::string, int64_t> ranks;
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const std::string here = where + ":" + std::to_string(line_no) + ": ";
+    const size_t sp = line.find(' ');
+    const std::string b64 = line.substr(0, sp);
+    const std::string r = sp == std::string::npos ? std::string() : line.substr(sp + 1);
+    if (r.empty() || r.size() > 18 || r.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error(here + "not '<base64 token> <rank>': '" + gguf::printable(line.substr(0, 80)) +
+                  "'");
+    }
+    const auto bytes = base64_decode(b64);
+    if (!bytes || bytes->empty()) {
+      throw Error(here + "'" + gguf::printable(b64.substr(0, 80)) + "' is not base64 token bytes");
+    }
+    const int64_t rank = std::stoll(r);
+    if (rank >= n_vocab) {
+      throw Error(here + "rank " + r + " is outside the model's " + std::to_string(n_vocab) +
+                  " embedding rows");
+    }
+    if (size_t(rank) >= by_rank.size()) {
+      by_rank.resize(size_t(rank) + 1);
+      seen.resize(size_t(rank) + 1, false);
+    }
+    if (seen[size_t(rank)]) throw Error(here + "rank " + r + " given twice");
+    auto [it, fresh] = ranks.emplace(*bytes, rank);
+    if (!fresh) {
+      throw Error(here + "token '" + gguf::printable(gpt2_text(*bytes)) + "' given twice (ranks " +
+                  std::to_string(it->second) + " and " + r + ")");
+    }
+    seen[size_t(rank)] = true;
+    by_rank[size_t(rank)] = *bytes;
+  }
+  if (by_rank.empty()) throw Error(where + ": no tokens");
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) {
+      throw Error(where + ": rank " + std::to_string(i) + " is missing (ranks must run 0.." +
+                  std::to_string(seen.size() - 1) + " without gaps)");
+    }
+  }
+  Vocab v;
+  v.tokens.assign(size_t(n_vocab), std::string());
+  v.types.assign(size_t(n_vocab), 0);
+  for (size_t i = 0; i < by_rank.size(); ++i) {
+    v.tokens[i] = gpt2_text(by_rank[i]);
+    v.types[i] = kNormal;
+    v.ids[v.tokens[i]] = int64_t(i);
+    if (by_rank[i].size() < 2) continue;
+    if (auto m = recover_merge(by_rank[i], int64_t(i), ranks)) {
+      merges->push_back(gpt2_text(m->first) + " " + gpt2_text(m->second));
+    }
+  }
+  const std::string cfg_where = (p.parent_path() / "tokenizer_config.json").string();
+  if (!tc.contains("added_tokens_decoder") || !tc["added_tokens_decoder"].is_object()) {
+    throw Error(cfg_where + ": no added_tokens_decoder, which names the special tokens that " +
+                p.filename().string() + " does not hold");
+  }
+  for (auto it = tc["added_tokens_decoder"].begin(); it != tc["added_tokens_decoder"].end(); ++it) {
+    const json& a = it.value();
+    const std::string& key = it.key();
+    if (key.empty() || key.size() > 18 ||
+        key.find_first_not_of("0123456789") != std::string::npos || !a.is_object() ||
+        !a.contains("content") || !a["content"].is_string()) {
+      throw Error(cfg_where + ": added_tokens_decoder entries need a numeric id and \"content\"");
+    }
+    const int64_t id = std::stoll(key);
+    const std::string c = a["content"].get<std::string>();
+    if (id < int64_t(by_rank.size()) || id >= n_vocab || v.types[size_t(id)] != 0) {
+      throw Error(cfg_where + ": added token '" + gguf::printable(c) + "' has id " + key +
+                  ", which is not free between the " + std::to_string(by_rank.size()) +
+                  " ranked tokens and the model's " + std::to_string(n_vocab) + " embedding rows");
+    }
+    const bool special =
+        (a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>()) ||
+        looks_special(c);
+    v.tokens[size_t(id)] = c;
+    v.types[size_t(id)] = special ? kControl : kUserDefined;
+    v.ids[c] = id;
+  }
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (v.types[i] == 0) {
+      v.tokens[i] = "[PAD" + std::to_string(i) + "]";
+      v.types[i] = kUnused;
+    }
+  }
+  return v;
+}
+
 // A token named in tokenizer_config.json: a string or {"content": ...}.
 std::optional<std::string> token_text(const json& tc, const char* key) {
   if (!tc.contains(key)) return std::nullopt;
@@ -254,6 +447,20 @@ std::optional<std::string> token_text(const json& tc, const char* key) {
     return x["content"].get<std::string>();
   }
   return std::nullopt;
+}
+
+// The one *.tiktoken file of the directory (Hunyuan-A13B: hy.tiktoken); empty when none.
+fs::path tiktoken_file(const fs::path& dir) {
+  fs::path found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".tiktoken") continue;
+    if (!found.empty()) {
+      throw Error(dir.string() + ": two tiktoken files (" + found.filename().string() + ", " +
+                  e.path().filename().string() + "); which one is the tokenizer is not known");
+    }
+    found = e.path();
+  }
+  return found;
 }
 
 }  // namespace
@@ -281,8 +488,12 @@ void write_tokenizer(const TokenizerInput& in, gguf::Writer& w) {
     v = read_bpe(dir / "tokenizer.json", read_json(dir / "tokenizer.json"), in.n_vocab, &merges);
     w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
     w.set("tokenizer.ggml.pre", gguf::Value::str(in.pre));
+  } else if (const fs::path tk = tiktoken_file(dir); !tk.empty()) {
+    v = read_tiktoken(tk, tc, in.n_vocab, &merges);
+    w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
+    w.set("tokenizer.ggml.pre", gguf::Value::str(in.pre));
   } else {
-    throw Error(in.dir + ": no tokenizer.json (or tokenizer.model) to convert");
+    throw Error(in.dir + ": no tokenizer.json (or tokenizer.model, *.tiktoken) to convert");
   }
   w.set("tokenizer.ggml.tokens", gguf::Value::str_array(v.tokens));
   w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(v.types));

@@ -22,6 +22,9 @@ struct TokenizerInput {
 // - tokenizer.json of type BPE (byte-level) -> model "gpt2", as llama.cpp's _set_vocab_gpt2:
 //   ids missing from the vocabulary become "[PAD<id>]" (UNUSED), added tokens CONTROL when
 //   special or looking special (<|...|>, <｜...｜>), else USER_DEFINED; merges as "a b";
+// - with neither tokenizer.json nor tokenizer.model, one *.tiktoken rank file (Hunyuan-A13B's
+//   hy.tiktoken) -> model "gpt2": id = rank, merges recovered by BPE over each token with
+//   lower ranks only (llama.cpp's way), special tokens from added_tokens_decoder;
 // - tokenizer.model (SentencePiece protobuf) for `llama` -> model "llama" with the pieces'
 //   scores and types, as _set_vocab_sentencepiece;
 // special ids from tokenizer_config.json (bos_token, eos_token, unk_token, pad_token) looked up

@@ -281,6 +281,48 @@ TEST(Convert, TokenizerKeys) {
   fs::remove(out);
 }
 
+// Hunyuan-A13B's tiktoken tokenizer (hy.tiktoken, no tokenizer.json): tokens in rank order in
+// GPT-2's byte form, merges recovered from the ranks (the expected ones written out by hand in
+// the fixture script), special tokens from added_tokens_decoder; then lynx's tokenizer on the
+// converted file encodes as the script's own rank-based BPE does.
+TEST(Convert, TiktokenTokenizer) {
+  REQUIRE_CHECKPOINTS();
+  const std::string dir = hf("hunyuan_tiktoken");
+  ASSERT_FALSE(fs::exists(dir + "/tokenizer.json"));
+  std::ifstream ef(dir + "/expected_tokenizer.json");
+  const json e = json::parse(ef);
+  const std::string out = convert_to(dir, "f32", "tiktoken");
+  const auto f = gguf::File::open(out);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "hunyuan");
+  const auto& toks = f.get_array("tokenizer.ggml.tokens");
+  const auto& types = f.get_array("tokenizer.ggml.token_type");
+  const auto& merges = f.get_array("tokenizer.ggml.merges");
+  ASSERT_EQ(toks.size(), e["tokens"].size());
+  ASSERT_EQ(types.size(), e["types"].size());
+  for (size_t i = 0; i < toks.size(); ++i) {
+    EXPECT_EQ(toks[i].as_string(), e["tokens"][i].get<std::string>()) << i;
+    EXPECT_EQ(types[i].as_int(), e["types"][i].get<int>()) << i;
+  }
+  ASSERT_EQ(merges.size(), e["merges"].size());
+  for (size_t i = 0; i < merges.size(); ++i)
+    EXPECT_EQ(merges[i].as_string(), e["merges"][i].get<std::string>()) << i;
+  // The merges that are not the first split of the token (" th" = " " + "th", as "th" ranks
+  // below " t").
+  EXPECT_EQ(merges[3].as_string(), "\xc4\xa0 th");
+  EXPECT_EQ(merges[5].as_string(), "\xc4\xa0th e");
+  EXPECT_EQ(f.get_int("tokenizer.ggml.bos_token_id"), e["bos"].get<int64_t>());
+  EXPECT_EQ(f.get_int("tokenizer.ggml.eos_token_id"), e["eos"].get<int64_t>());
+  EXPECT_EQ(f.get_int("tokenizer.ggml.padding_token_id"), e["pad"].get<int64_t>());
+  EXPECT_NE(f.get_string("tokenizer.chat_template").find("<|im_start|>"), std::string::npos);
+  const auto tok = Tokenizer::from_gguf(f);
+  for (const json& c : e["encode"]) {
+    const std::string text = c[0].get<std::string>();
+    EXPECT_EQ(tok->encode(text, false, false), c[1].get<std::vector<int32_t>>()) << text;
+  }
+  fs::remove(out);
+}
+
 // Mixtral's SentencePiece tokenizer.model: pieces, scores and types, padded to the embedding.
 TEST(Convert, SentencePieceTokenizer) {
   REQUIRE_CHECKPOINTS();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "../scratch.h"
@@ -257,6 +258,55 @@ TEST(ConvertErrors, NoTokenizer) {
   CHECKPOINT(d, "qwen3");
   fs::remove(d + "/tokenizer.json");
   expect_error(d, {"no tokenizer.json"});
+}
+
+// hy.tiktoken (Hunyuan-A13B) that cannot be read as ranks 0..n-1 of distinct base64 tokens.
+TEST(ConvertErrors, BadTiktoken) {
+  const auto edit = [](const std::string& d, const std::function<void(std::string&)>& change) {
+    std::ifstream in(d + "/hy.tiktoken");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    change(text);
+    std::ofstream(d + "/hy.tiktoken", std::ios::trunc) << text;
+  };
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    edit(d, [](std::string& t) { t.insert(0, "a$== 999\n"); });
+    expect_error(d, {"hy.tiktoken:1:", "'a$==' is not base64"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    edit(d, [](std::string& t) { t += "eHl6eg== 3\n"; });  // "xyzz" given rank 3 again
+    expect_error(d, {"hy.tiktoken:", "rank 3 given twice"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    edit(d, [](std::string& t) { t += "eHl6eg== 280\n"; });  // ranks 275..279 missing
+    expect_error(d, {"hy.tiktoken", "rank 275 is missing", "without gaps"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    edit(d, [](std::string& t) { t += "dGg= 275\n"; });  // "th" again
+    expect_error(d, {"hy.tiktoken:", "token 'th' given twice (ranks 256 and 275)"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    edit(d, [](std::string& t) { t += "dGg=\n"; });
+    expect_error(d, {"hy.tiktoken:", "not '<base64 token> <rank>'"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    json c = read_json(d + "/tokenizer_config.json");
+    c["added_tokens_decoder"]["200"] = {{"content", "<|x|>"}};  // a ranked token's id
+    write_json(d + "/tokenizer_config.json", c);
+    expect_error(d, {"added token '<|x|>' has id 200", "not free"});
+  }
+  {
+    CHECKPOINT(d, "hunyuan_tiktoken");
+    json c = read_json(d + "/tokenizer_config.json");
+    c.erase("added_tokens_decoder");
+    write_json(d + "/tokenizer_config.json", c);
+    expect_error(d, {"no added_tokens_decoder", "hy.tiktoken"});
+  }
 }
 
 TEST(ConvertErrors, TokenIdBeyondEmbedding) {

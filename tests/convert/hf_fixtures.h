@@ -12,9 +12,11 @@ namespace lynx::test {
 inline const std::string& hf_checkpoints() {
   static const std::string dir = [] {
     const std::string d = std::string(LYNX_BINARY_DIR) + "/hf-fixtures";
-    // qwen3 is written last; mistral3_fp8 is the newest checkpoint (an older directory lacks it).
+    // qwen3 is written last; mistral3_fp8 and hunyuan_tiktoken are the newest checkpoints (an older
+    // directory lacks it).
     if (!std::filesystem::exists(d + "/qwen3/expected.gguf") ||
-        !std::filesystem::exists(d + "/mistral3_fp8/config.json")) {
+        !std::filesystem::exists(d + "/mistral3_fp8/config.json") ||
+        !std::filesystem::exists(d + "/hunyuan_tiktoken/hy.tiktoken")) {
       const std::string cmd = std::string(LYNX_PYTHON3) + " " + LYNX_SOURCE_DIR +
                               "/tests/reference/make_hf_checkpoint.py --out " + d + " > /dev/null";
       if (std::system(cmd.c_str()) != 0) return std::string();

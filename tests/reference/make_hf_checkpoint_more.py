@@ -28,14 +28,25 @@ written independently of src/convert, so converting it must give the fixture's g
     DeepSeek-V3: a grid, here [16, 48] so blocks are ragged at the edge); the twin holds the
     values the FP8 ones stand for (code value x scale, in float32) and no quantization, so both
     must convert to the same file.
+  - hunyuan_tiktoken: the hunyuan checkpoint with the release's tokenizer files instead of a
+    tokenizer.json: hy.tiktoken ("<base64 bytes> <rank>" per line; the 256 bytes, then merged
+    tokens ranked so that some merges are not the obvious split, one multi-byte UTF-8 token and
+    one token BPE never builds), tokenizer_config.json with added_tokens_decoder (the special
+    tokens after the ranks) and expected_tokenizer.json: the gpt2-form tokens, the merges
+    written out by hand, and the ids a plain rank-based BPE (tiktoken's rule, written here)
+    gives for a few strings.
 """
 
+import base64
+import json
 import os
+import re
+import shutil
 
 import numpy as np
 
 import gguf_np as G
-from make_hf_checkpoint import (common_config, deepseek_extra, gguf_kv, hf_tensors, make_tokenizer,
+from make_hf_checkpoint import (CHAT_TEMPLATE, common_config, deepseek_extra, gguf_kv, hf_tensors, make_tokenizer,
                                 write_checkpoint)
 
 HUNYUAN_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
@@ -100,6 +111,94 @@ def hunyuan_from_fixture(out_dir, name, gguf_path):
                 t.append((p + HUNYUAN_NAMES[rest], x))
     tok = make_tokenizer(c["vocab_size"], False, False)
     write_checkpoint(os.path.join(out_dir, name), c, t, "F32", 2, tok)
+
+
+def gpt2_bytes_to_unicode():
+    """GPT-2's table: printable bytes as themselves, the n-th other byte as chr(256 + n)."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+# Merged tokens after the 256 bytes, in rank order, with the merge a converter must recover
+# (derived by hand: BPE over the token's bytes with lower ranks only). " th" is " " + "th", not
+# " t" + "h", because "th" ranks below " t"; "xyz" has no merge (BPE never builds it).
+TIKTOKEN_MERGED = [
+    (b"th", "t h"), (b"he", "h e"), (b" t", "\u0120 t"), (b" th", "\u0120 th"),
+    (b"the", "th e"), (b" the", "\u0120th e"), (b"in", "i n"), (b"ng", "n g"),
+    (b"ing", "in g"), (b" in", "\u0120 in"), (b"\n\n", "\u010a \u010a"),
+    ("\u00e9".encode(), "\u00c3 \u00a9"), (b"xyz", None), (b"20", "2 0"), (b" w", "\u0120 w"),
+    (b"or", "o r"), (b"ld", "l d"), (b" wor", "\u0120w or"), (b" world", "\u0120wor ld"),
+]
+TIKTOKEN_SPECIAL = ["<|endoftext|>", "<|startoftext|>", "<|bos|>", "<|eos|>", "<|pad|>",
+                    "<|extra_0|>"]
+TIKTOKEN_TEXTS = ["the thing", " the world", "Hello world\n\nthe 2024", "th\u00e9\u00e2tre xyz",
+                  "in inning", "with  two   spaces\n"]
+# Hunyuan's pre-tokenizer regex (qwen2's), with \p{L} as [^\W\d_] and \p{N} as \d, which Python's
+# re knows; the texts above are chosen so these agree with the Unicode classes.
+HY_SPLIT = re.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?[^\W\d_]+|\d|"
+                      r" ?(?:[^\s\w]|_)+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def rank_bpe(piece, ranks):
+    """tiktoken's rule: merge the adjacent pair whose joined bytes rank lowest, until none is
+    in the table; the parts' ranks are the ids."""
+    parts = [bytes([b]) for b in piece]
+    while len(parts) > 1:
+        cand = [(ranks[parts[i] + parts[i + 1]], i) for i in range(len(parts) - 1)
+                if parts[i] + parts[i + 1] in ranks]
+        if not cand:
+            break
+        _, i = min(cand)
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return [ranks[p] for p in parts]
+
+
+def hunyuan_tiktoken(out_dir, name, from_name):
+    d = os.path.join(out_dir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(os.path.join(out_dir, from_name), d)
+    os.remove(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    n_vocab = c["vocab_size"]
+    byte_order = sorted(range(256), key=lambda b: ord(gpt2_bytes_to_unicode()[b]))
+    ranked = [bytes([b]) for b in byte_order] + [t for t, _ in TIKTOKEN_MERGED]
+    ranks = {t: i for i, t in enumerate(ranked)}
+    with open(os.path.join(d, "hy.tiktoken"), "w") as f:
+        for t, i in ranks.items():
+            f.write("%s %d\n" % (base64.b64encode(t).decode(), i))
+    first = len(ranked)
+    assert first + len(TIKTOKEN_SPECIAL) + 1 < n_vocab
+    decoder = {str(first + k): {"content": s, "special": True, "lstrip": False,
+                                "rstrip": False, "normalized": False, "single_word": False}
+               for k, s in enumerate(TIKTOKEN_SPECIAL)}
+    tool = first + len(TIKTOKEN_SPECIAL)
+    decoder[str(tool)] = {"content": "<tool>", "special": False}
+    tc = {"added_tokens_decoder": decoder, "bos_token": "<|startoftext|>", "eos_token": "<|eos|>",
+          "pad_token": "<|pad|>", "add_bos_token": False, "chat_template": CHAT_TEMPLATE,
+          "tokenizer_class": "HYTokenizer"}
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, ensure_ascii=False)
+    g2u = gpt2_bytes_to_unicode()
+    tokens = ["".join(g2u[b] for b in t) for t in ranked]
+    tokens += TIKTOKEN_SPECIAL + ["<tool>"]
+    types = [1] * first + [3] * len(TIKTOKEN_SPECIAL) + [4]
+    tokens += ["[PAD%d]" % i for i in range(len(tokens), n_vocab)]
+    types += [5] * (n_vocab - len(types))
+    enc = [[text, [i for piece in HY_SPLIT.findall(text) for i in rank_bpe(piece.encode(), ranks)]]
+           for text in TIKTOKEN_TEXTS]
+    exp = {"tokens": tokens, "types": types,
+           "merges": [m for _, m in TIKTOKEN_MERGED if m is not None],
+           "bos": first + 1, "eos": first + 3, "pad": first + 4, "encode": enc}
+    with open(os.path.join(d, "expected_tokenizer.json"), "w") as f:
+        json.dump(exp, f, ensure_ascii=False, indent=1)
 
 
 def glm_moe_dsa_from_fixture(out_dir, name, gguf_path):
@@ -247,5 +346,6 @@ def projection(nm, x):
 def main(out, fix):
     f = lambda n: os.path.join(fix, n)  # noqa: E731
     hunyuan_from_fixture(out, "hunyuan", f("hunyuan-moe/tiny-hunyuan-moe-f32.gguf"))
+    hunyuan_tiktoken(out, "hunyuan_tiktoken", "hunyuan")
     glm_moe_dsa_from_fixture(out, "glm_moe_dsa", f("mla/tiny-deepseek-v3.gguf"))
     mistral4_from_fixture(out, "mistral3", f("mla/tiny-deepseek-v2.gguf"))
