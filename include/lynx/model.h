@@ -121,6 +121,16 @@ struct RopeYarn {
   float low = 0.f, high = 0.f;  // the ramp's corner dimensions (pair indices)
 };
 
+// Llama-4-style attention temperature (Mistral Small 4's rope_parameters.llama_4_scaling_beta;
+// HF's get_llama_4_attn_scale, llama.cpp's f_attn_temp_scale / n_attn_temp_floor_scale with
+// offset 0): the queries of position p are multiplied by 1 + scale ln(1 + floor(p / floor_len)),
+// so 1 below floor_len. scale 0 (no {arch}.attention.temperature_scale): off, q untouched.
+struct AttnTemperature {
+  float scale = 0.f;  // {arch}.attention.temperature_scale (beta)
+  int floor_len = 0;  // {arch}.rope.scaling.original_context_length (default: context_length)
+  bool on() const { return scale != 0.f; }
+};
+
 struct ModelConfig {
   std::string arch;  // general.architecture
   std::string name;  // general.name
@@ -141,6 +151,7 @@ struct ModelConfig {
   RopeType rope = RopeType::kNorm;
   float rope_base = 10000.f;
   RopeYarn yarn;  // YaRN rope scaling ({arch}.rope.scaling.*); off unless the file asks for it
+  AttnTemperature attn_temp;  // position-dependent query scale (deepseek2 family); off by default
   float rms_eps = 1e-5f;
   GatingConfig gating;  // router gating of MoE layers
   // Multi-head latent attention (deepseek2; all 0 otherwise). head_dim = qk_nope + qk_rope.

@@ -526,6 +526,14 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
     const float* cs = &B.rope_cs[size_t(t) * rd];  // rd/2 (cos, sin) pairs
     float* q = &B.q[size_t(t) * Q];
     for (int h = 0; h < H; ++h) rope(q + h * hd + nope, rd, cs, c.rope);
+    // The whole query (nope and rope parts, every head) scaled by position before the key
+    // up-projection is absorbed (linear, so the same as scaling the decompressed q).
+    if (c.attn_temp.on()) {
+      const double p = double(batch[size_t(t)].pos);
+      const float s = float(1.0 + double(c.attn_temp.scale) *
+                                      std::log(1.0 + std::floor(p / c.attn_temp.floor_len)));
+      for (int i = 0; i < Q; ++i) q[i] *= s;
+    }
     float* ck = &B.k[size_t(t) * CK];
     kernels::rmsnorm(ck, L.kv_a_norm, ck, R, c.rms_eps);
     rope(ck + R, rd, cs, c.rope);

@@ -655,7 +655,15 @@ TEST(ConvertErrors, Mistral4ConfigOutsideTheArchitecture) {
       "mistral3", {{R"({"text_config": {"model_type": "ministral3"}})",
                     {"text_config.model_type is not mistral4"}},
                    {R"({"text_config": {"rope_interleave": false}})", {"rope_interleave is false"}},
-                   {R"({"text_config": {"hidden_act": "gelu"}})", {"hidden_act 'gelu'"}}});
+                   {R"({"text_config": {"hidden_act": "gelu"}})", {"hidden_act 'gelu'"}},
+                   // llama_4_scaling_beta without the original context it divides by, or not a
+                   // number.
+                   {R"({"text_config": {"rope_parameters": {"rope_type": "default",
+                        "llama_4_scaling_beta": 0.1}}})",
+                    {"llama_4_scaling_beta needs a positive original_max_position_embeddings"}},
+                   {R"({"text_config": {"rope_parameters": {"rope_type": "default",
+                        "llama_4_scaling_beta": "0.1"}}})",
+                    {"llama_4_scaling_beta must be a finite number"}}});
 }
 
 // FP8 checkpoints: a scale grid that does not fit weight_block_size, a block grid without

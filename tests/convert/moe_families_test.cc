@@ -727,10 +727,14 @@ TEST(ConvertMistral4, EveryTensorKeysAndTheReleasedYarn) {
     EXPECT_EQ(got.get_int("mistral4.rope.scaling.original_context_length"), 8192);
     EXPECT_EQ(got.get_float("mistral4.rope.scaling.yarn_log_multiplier"), 0.1f);
     EXPECT_EQ(got.get_float("mistral4.rope.freq_base"), 10000.f);
+    // llama_4_scaling_beta under llama.cpp's key; its floor is the original context above.
+    EXPECT_EQ(got.get_float("mistral4.attention.temperature_scale"), 0.1f);
   }
   const auto m = Model::load(out);
   EXPECT_EQ(m->config().arch, "mistral4");
   EXPECT_TRUE(m->config().yarn.on);
+  EXPECT_EQ(m->config().attn_temp.scale, 0.1f);
+  EXPECT_EQ(m->config().attn_temp.floor_len, 8192);
   fs::remove(out);
   fs::remove_all(dir);
 }

@@ -150,6 +150,48 @@ TEST(Mistral4, YarnAsDeepseek2) {
   EXPECT_FALSE(std::equal(a.begin(), a.end(), plain.begin()));  // YaRN took part
 }
 
+// Mistral Small 4's llama_4_scaling_beta (attention.temperature_scale) with its YaRN keys and an
+// original context of 4 (make_mla_fixtures.py TEMP): the queries of positions 4-11 are scaled
+// by 1 + 0.5 ln(1 + floor(p / 4)). The goldens (deepseek2_ref.py) at every position by prefill,
+// token by token and batched; without the key positions 0-3 are the same to the bit and the
+// later ones differ; deepseek2 reads the key as mistral4 does (llama.cpp's MistralMoe files).
+TEST(Mistral4, AttentionTemperatureGoldensPastTheOriginalContext) {
+  auto keys = [](const std::string& a, bool temp) {
+    std::vector<std::pair<std::string, gguf::Value>> k = {
+        {a + ".rope.scaling.type", gguf::Value::str("yarn")},
+        {a + ".rope.scaling.factor", gguf::Value::f32(128.f)},
+        {a + ".rope.scaling.original_context_length", gguf::Value::u32(4)},
+        {a + ".rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.1f)}};
+    if (temp) k.push_back({a + ".attention.temperature_scale", gguf::Value::f32(0.5f)});
+    return k;
+  };
+  auto m4 = Model::load(
+      rewrite("tiny-deepseek-v3", "mistral4", "m4_temp", nullptr, nullptr, keys("mistral4", true)));
+  EXPECT_EQ(m4->config().attn_temp.scale, 0.5f);
+  EXPECT_EQ(m4->config().attn_temp.floor_len, 4);
+  testing_util::expect_goldens_at_every_position(kFx, *m4, "tiny-deepseek-v3-temp");
+
+  auto off = Model::load(rewrite("tiny-deepseek-v3", "mistral4", "m4_temp_off", nullptr, nullptr,
+                                 keys("mistral4", false)));
+  EXPECT_FALSE(off->config().attn_temp.on());
+  const auto a = prefill_logits(*m4), b = prefill_logits(*off);
+  const size_t V = size_t(m4->config().n_vocab), n = a.size() / V;
+  ASSERT_EQ(n, 12u);
+  for (size_t i = 0; i < n; ++i) {
+    const bool same =
+        std::equal(a.begin() + long(i * V), a.begin() + long((i + 1) * V), b.begin() + long(i * V));
+    if (i < 4) {
+      EXPECT_TRUE(same) << "position " << i;
+    } else {
+      EXPECT_GT(rel_err(std::span(a).subspan(i * V, V), &b[i * V], V), 1e-3) << "position " << i;
+    }
+  }
+  auto ds = Model::load(rewrite("tiny-deepseek-v3", "deepseek2", "ds_temp", nullptr, nullptr,
+                                keys("deepseek2", true)));
+  const auto d = prefill_logits(*ds);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), d.begin()));
+}
+
 // A GLM-5 file: the indexer's tensors and keys in every layer, a NextN block after the trunk
 // (block_count 3, nextn_predict_layers 1): the deepseek2 logits, the trunk's 2 layers.
 TEST(GlmDsa, SameLogitsAsDeepseek2WithIndexerAndNextN) {

@@ -118,6 +118,10 @@ def load(path):
         ms = 1.0 + 0.1 * mscale_all_dim * math.log(m.yarn_factor) if m.yarn_factor > 1 else 1.0
         m.kq_mul = ms * ms
     m.freqs = rope_freqs(m)
+    # Mistral Small 4's llama_4_scaling_beta (HF modeling_mistral4 get_llama_4_attn_scale):
+    # q at position p times 1 + beta ln(1 + floor(p / original_max_position_embeddings)).
+    m.temp_beta = float(key("attention.temperature_scale", 0.0))
+    m.temp_len = key("rope.scaling.original_context_length", key("context_length"))
     m.lead = key("leading_dense_block_count", 0)
     m.N = key("expert_count", 0)
     m.k = key("expert_used_count", 0)
@@ -222,6 +226,9 @@ def forward(m, tokens):
                 qh.append(np.concatenate([qv[:m.nope], rope_pairs(qv[m.nope:], pos, m.freqs)]))
                 kh.append(np.concatenate([L.k_up[hh] @ c, kr]))
                 vh.append(L.v_up[hh] @ c)
+            if m.temp_beta:
+                t = 1.0 + m.temp_beta * math.log(1.0 + math.floor(pos / m.temp_len))
+                qh = [v * t for v in qh]
             qs.append(qh)
             keys.append(kh)
             vals.append(vh)

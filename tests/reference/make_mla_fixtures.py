@@ -10,6 +10,12 @@ deepseek2_ref.py, which reads only the file (the decompressed MLA form, its own 
 The YaRN variant adds DeepSeek-V2-Lite's rope.scaling keys (YARN below) to
 tiny-deepseek-v2.gguf; only its logits are stored (tiny-deepseek-v2-yarn.logits.f32): the test
 rebuilds the same file from the fixture with the same keys.
+
+The temperature variant adds Mistral Small 4's YaRN keys and its llama_4_scaling_beta
+(attention.temperature_scale) to tiny-deepseek-v3.gguf, with an original context of 4 (TEMP) so
+that the query scale 1 + beta ln(1 + floor(p / 4)) is 1 at positions 0-3 and grows over 4-11;
+beta 0.5 (the release: 0.1) so that the goldens tell it apart. Only its logits are stored
+(tiny-deepseek-v3-temp.logits.f32); mla_families_test.cc rebuilds the file under mistral4.
 """
 
 import argparse
@@ -32,10 +38,17 @@ YARN = [("deepseek2.rope.scaling.type", "yarn"),
         ("deepseek2.rope.scaling.original_context_length", 4096),
         ("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707)]
 
+# Mistral Small 4's rope_parameters (factor 128, mscale_all_dim 1) with a short original context.
+TEMP = [("deepseek2.rope.scaling.type", "yarn"),
+        ("deepseek2.rope.scaling.factor", 128.0),
+        ("deepseek2.rope.scaling.original_context_length", 4),
+        ("deepseek2.rope.scaling.yarn_log_multiplier", 0.1),
+        ("deepseek2.attention.temperature_scale", 0.5)]
 
-def yarn_variant(src, logits):
+
+def yarn_variant(src, logits, keys=YARN):
     g = gguf_np.read_gguf(src)
-    kv = [(k, v) for k, v in g.kv.items() if k != "general.alignment"] + YARN
+    kv = [(k, v) for k, v in g.kv.items() if k != "general.alignment"] + keys
     tensors = [(t.name, t.ne, t.type, t.raw) for t in g.tensors.values()]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "yarn.gguf")
@@ -58,6 +71,8 @@ def main(argv):
                        check=True)
     yarn_variant(os.path.join(OUT, "tiny-deepseek-v2.gguf"),
                  os.path.join(OUT, "tiny-deepseek-v2-yarn.logits.f32"))
+    yarn_variant(os.path.join(OUT, "tiny-deepseek-v3.gguf"),
+                 os.path.join(OUT, "tiny-deepseek-v3-temp.logits.f32"), TEMP)
     with open(os.path.join(OUT, "tokens.txt"), "w") as f:
         f.write(TOKENS + "\n")
     return 0

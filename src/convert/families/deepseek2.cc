@@ -6,6 +6,8 @@
 // mistral3 with a mistral4 text_config (Mistral Small 4) -> `mistral4`: the same keys, tensors
 //   under model.language_model., experts fused per layer, softmax routing, the vision tower left
 //   out.
+#include <cmath>
+
 #include "convert/families/common.h"
 #include "lynx/error.h"
 
@@ -237,9 +239,10 @@ constexpr const char* kMistral3Vision[] = {"model.vision_tower.", "model.multi_m
 // Mistral Small 4's config.json: model_type mistral3 with the language model in text_config
 // (lifted), whose model_type must be mistral4 (Mistral 3 / Ministral 3 are another
 // architecture). HF's Mistral4MoE: softmax over all experts, group-limited when n_group > 1,
-// renormalized by norm_topk_prob, routed_scaling_factor. Not expressed, and not refused (the
-// release has it): rope_parameters.llama_4_scaling_beta, which scales the queries by
-// 1 + beta ln(1 + floor(p / original_max_position_embeddings)), 1 below that position.
+// renormalized by norm_topk_prob, routed_scaling_factor. rope_parameters.llama_4_scaling_beta,
+// which scales the queries by 1 + beta ln(1 + floor(p / original_max_position_embeddings)), goes
+// to attention.temperature_scale (llama.cpp's converters' key for it) with the original context
+// as rope.scaling.original_context_length (the engine's floor length, as llama.cpp's).
 void mistral4_extra(const HfConfig& c, gguf::Writer& w) {
   const char* a = "mistral4";
   auto u32 = [&](const char* k, int64_t v) { w.set(key(a, k), gguf::Value::u32(uint32_t(v))); };
@@ -265,6 +268,31 @@ void mistral4_extra(const HfConfig& c, gguf::Writer& w) {
     u32("expert_group_used_count", c.get_int("topk_group"));
   }
   mla_yarn(c, w, a);
+  // HF reads the beta from rope_parameters (lifted into rope_scaling when the type is not
+  // default; kept where it is otherwise).
+  const nlohmann::json* rp = nullptr;
+  for (const char* k : {"rope_scaling", "rope_parameters"}) {
+    if (j.contains(k) && j.at(k).is_object() && j.at(k).contains("llama_4_scaling_beta")) {
+      rp = &j.at(k);
+      break;
+    }
+  }
+  if (rp != nullptr && !rp->at("llama_4_scaling_beta").is_null()) {
+    const nlohmann::json& b = rp->at("llama_4_scaling_beta");
+    if (!b.is_number() || !std::isfinite(b.get<double>())) {
+      c.fail("llama_4_scaling_beta must be a finite number, got " + b.dump());
+    }
+    if (b.get<double>() != 0.0) {
+      if (!rp->contains("original_max_position_embeddings") ||
+          !rp->at("original_max_position_embeddings").is_number_unsigned() ||
+          rp->at("original_max_position_embeddings").get<int64_t>() < 1) {
+        c.fail("llama_4_scaling_beta needs a positive original_max_position_embeddings beside it");
+      }
+      w.set(key(a, "attention.temperature_scale"), gguf::Value::f32(b.get<float>()));
+      u32("rope.scaling.original_context_length",
+          rp->at("original_max_position_embeddings").get<int64_t>());
+    }
+  }
 }
 
 void mistral4_split_keys(const HfConfig& c, gguf::Writer& w) {

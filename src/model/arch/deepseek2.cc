@@ -144,6 +144,17 @@ void read(const gguf::File& f, ModelConfig& c) {
   }
   if (c.n_ff_shexp == 0) c.n_ff_shexp = c.n_expert_shared * c.n_ff_exp;
   c.gating.func = gating_func(f, c);
+  // Mistral Small 4's llama_4_scaling_beta, under the key llama.cpp's converters write for it
+  // (Mistral3 / MistralMoe: attention.temperature_scale); the floor length is the original
+  // context (llama.cpp: n_ctx_orig_yarn, HF: original_max_position_embeddings).
+  const std::string tk = key(c, "attention.temperature_scale");
+  if (f.has(tk)) {
+    const double beta = f.get_float(tk, 0.0);
+    if (!std::isfinite(beta)) throw Error("metadata " + tk + " must be a finite number");
+    c.attn_temp.scale = float(beta);
+    c.attn_temp.floor_len =
+        int_in(f, key(c, "rope.scaling.original_context_length"), c.n_ctx_train, 1, kMaxDim);
+  }
 }
 
 // DeepSeek's YaRN convention (HF modeling_deepseek.py; llama.cpp's deepseek2 graph): cos and
@@ -171,6 +182,10 @@ void write(const ModelConfig& c, gguf::Writer& w) {
     w.set(key(c, "rope.scaling.factor"), gguf::Value::f32(c.yarn.factor));
     u32("rope.scaling.original_context_length", c.yarn.orig_ctx);
     w.set(key(c, "rope.scaling.yarn_log_multiplier"), gguf::Value::f32(c.yarn.log_mul));
+  }
+  if (c.attn_temp.on()) {
+    w.set(key(c, "attention.temperature_scale"), gguf::Value::f32(c.attn_temp.scale));
+    if (!c.yarn.on) u32("rope.scaling.original_context_length", c.attn_temp.floor_len);
   }
   u32("expert_shared_count", c.n_expert_shared);
   w.set(key(c, "expert_weights_scale"), gguf::Value::f32(c.gating.weights_scale));
