@@ -55,9 +55,12 @@ void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJo
       16);
 }
 
-void mix_id(const ExpertPlan& plan, const float* y, int64_t cols, float* out) {
+namespace {
+
+// mix_id over tokens [t0, t1).
+void mix_tokens(const ExpertPlan& plan, const float* y, int64_t cols, float* out, int t0, int t1) {
   const int K = plan.n_used;
-  for (int t = 0; t < plan.n_tokens; ++t) {
+  for (int t = t0; t < t1; ++t) {
     float* o = out + size_t(t) * size_t(cols);
     std::fill(o, o + cols, 0.f);
     for (int s = 0; s < K; ++s) {
@@ -66,6 +69,21 @@ void mix_id(const ExpertPlan& plan, const float* y, int64_t cols, float* out) {
       if (r >= 0) axpy(plan.weight[i], y + size_t(r) * size_t(cols), o, cols);
     }
   }
+}
+
+}  // namespace
+
+void mix_id(const ExpertPlan& plan, const float* y, int64_t cols, float* out) {
+  mix_tokens(plan, y, cols, out, 0, plan.n_tokens);
+}
+
+void mix_id(ThreadPool& pool, const ExpertPlan& plan, const float* y, int64_t cols, float* out) {
+  // A prefill's mix reads [T*k x cols] rows (32 MiB per layer at 512 tokens of the
+  // Qwen3-30B-A3B shape): serial, the other threads waited for it.
+  pool.parallel_for(
+      plan.n_tokens,
+      [&](int64_t t0, int64_t t1, int) { mix_tokens(plan, y, cols, out, int(t0), int(t1)); },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)));
 }
 
 }  // namespace lynx::kernels

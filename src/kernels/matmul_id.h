@@ -61,5 +61,7 @@ void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJo
 // zeros). y is [plan.rows() x cols], out [plan.n_tokens x cols]. The order depends only on
 // the token's own slots, not on the rest of the batch.
 void mix_id(const ExpertPlan& plan, const float* y, int64_t cols, float* out);
+// The same with the tokens split across the pool (each token's sum as above: the same bits).
+void mix_id(ThreadPool& pool, const ExpertPlan& plan, const float* y, int64_t cols, float* out);
 
 }  // namespace lynx::kernels

@@ -163,6 +163,8 @@ void QuantizeActsT(const float* x, int64_t ldx, int t0, int t1, int64_t cols, in
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
 #endif
 
+#undef LYNX_Q8_DOT_TOKENS  // defined below per target (foreach_target includes this file again)
+
 constexpr int kNT = kNR >= 16 ? 8 : 4;  // tokens per group
 constexpr int64_t kChunkBlocks = 16;    // 512 columns unpacked at a time (8-16 KiB of planes)
 constexpr int kSuperTokens = 64;        // token groups sharing one unpacked chunk
@@ -244,6 +246,46 @@ HWY_INLINE VI DotBlock(const VI* pl, const int8_t* xq, int32_t init) {
 }
 #endif
 
+#if HWY_TARGET != HWY_AVX3_DL
+// Every token's block sum at once, planes outer: each plane is loaded once for the NT tokens
+// instead of once per token. Per token these are DotBlock's integer operations in the same
+// order, so the sums are the same bits. Where it matters (docs/benchmarks.md, "Prefill against
+// ik_llama.cpp at 512 and 2048 tokens"): without VNNI a plane and token takes 3-4 vector
+// operations and, in DotBlock's order, 3 loads (the plane twice for signed weights, the
+// broadcast activation), which on AVX2 is about as many loads as the core issues per cycle.
+template <TensorType kType, int NT>
+HWY_INLINE void DotTokens(const VI* pl, const int8_t* xq, int64_t ldq, const int32_t* xs,
+                          int64_t ldb, VI (&isum)[NT]) {
+  const DI di;
+  for (int t = 0; t < NT; ++t) isum[t] = hn::Set(di, -kOffset<kType> * xs[t * ldb]);
+  if constexpr (!kSignedW<kType>) {
+    constexpr int kRun = kHi5<kType> ? 4 : 8;  // see DotBlock
+    for (int g0 = 0; g0 < 8; g0 += kRun) {
+      decltype(pl[0].raw) acc16[NT];
+      for (int t = 0; t < NT; ++t) {
+        acc16[t] = MaddUbs(pl[g0].raw, hn::Set(di, LoadI32(xq + t * ldq + 4 * g0)).raw);
+      }
+      for (int g = g0 + 1; g < g0 + kRun; ++g) {
+        const auto p = pl[g].raw;
+        for (int t = 0; t < NT; ++t) {
+          acc16[t] = Add16(acc16[t], MaddUbs(p, hn::Set(di, LoadI32(xq + t * ldq + 4 * g)).raw));
+        }
+      }
+      for (int t = 0; t < NT; ++t) isum[t] = hn::Add(isum[t], VI{MaddOnes(acc16[t])});
+    }
+  } else {
+    for (int g = 0; g < 8; ++g) {
+      const auto a = pl[g].raw, sign = pl[8 + g].raw;
+      for (int t = 0; t < NT; ++t) {
+        const auto x = SignBytes(hn::Set(di, LoadI32(xq + t * ldq + 4 * g)).raw, sign);
+        isum[t] = hn::Add(isum[t], VI{MaddOnes(MaddUbs(a, x))});
+      }
+    }
+  }
+}
+#define LYNX_Q8_DOT_TOKENS 1
+#endif
+
 #else  // generic Highway
 
 template <TensorType kType, bool kShort = false>
@@ -265,9 +307,17 @@ HWY_INLINE void AddBlock(const MatmulQ8Job& j, const Block<kType>& blk, int64_t 
   const int8_t* xq = j.q + tok * j.ldq + b * 32;
   const float* xd = j.d + tok * j.ldb + b;
   const int32_t* xs = j.s + tok * j.ldb + b;
+#ifdef LYNX_Q8_DOT_TOKENS
+  VI isums[NT];
+  DotTokens<kType, NT>(blk.pl, xq, j.ldq, xs, j.ldb, isums);
+#endif
   for (int t = 0; t < NT; ++t) {
+#ifdef LYNX_Q8_DOT_TOKENS
+    const VI isum = isums[t];
+#else
     const VI isum =
         DotBlock<kType, kSplit>(blk.pl, xq + t * j.ldq, -kOffset<kType> * xs[t * j.ldb]);
+#endif
     const VF dx = hn::Set(df, xd[t * j.ldb]);
     acc[t] = FmaExact(DF(), hn::Mul(blk.dw, dx), hn::ConvertTo(df, isum), acc[t]);
     if constexpr (kHasMin<kType>) {

@@ -58,7 +58,7 @@ void activate(ExpertAct act, const float* gate, const float* up, float* out, int
 
 void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int /*il*/,
                             const LayerWeights& layer, float* out) {
-  kernels::mix_id(plan, rows(plan, x, layer), x.cols, out);
+  kernels::mix_id(pool_, plan, rows(plan, x, layer), x.cols, out);
 }
 
 const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,

@@ -55,6 +55,32 @@ void project(const Compute& cp, const Weight& w, MatIn& in, float* y, StepObserv
   obs.weights_read(w.mat_bytes);
 }
 
+// fn(t) for every token t in [0, T), split across the pool from two chunks of kTokenGrain
+// tokens up (decode steps stay on the calling thread). For per-token work that is independent
+// across tokens, so the bits are the serial loop's: serial, a 512-token prefill's norms, rope
+// and residual adds left the other threads waiting (docs/benchmarks.md, "Prefill against
+// ik_llama.cpp at 512 and 2048 tokens").
+constexpr int64_t kTokenGrain = 32;
+
+template <class F>
+void for_tokens(ThreadPool& pool, int T, F&& fn) {
+  pool.parallel_for(
+      T,
+      [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t) fn(int(t));
+      },
+      kTokenGrain);
+}
+
+// B.x += B.tmp over T rows of E, split across the pool by tokens.
+void add_residual(ThreadPool& pool, StepBuffers& B, int T, int E) {
+  for_tokens(pool, T, [&](int t) {
+    float* x = &B.x[size_t(t) * E];
+    const float* y = &B.tmp[size_t(t) * E];
+    for (int i = 0; i < E; ++i) x[i] += y[i];
+  });
+}
+
 void add_bias(const float* b, float* y, int T, int n) {
   if (!b) return;
   for (int t = 0; t < T; ++t) {
@@ -155,9 +181,9 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   const bool alt = c.layer_alt(il);
   const KvRows& kr = kv.rows[size_t(il)];
 
-  for (int t = 0; t < T; ++t) {
+  for_tokens(cp.pool, T, [&](int t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.attn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
-  }
+  });
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (c.attn_q_gate) {  // per head hd query values, then hd gate values
     project(cp, L.wq, xn, B.qg.data(), obs);
@@ -181,7 +207,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   add_bias(L.bk, B.k.data(), T, KV);
   add_bias(L.bv, B.v.data(), T, KV);
 
-  for (int t = 0; t < T; ++t) {
+  for_tokens(cp.pool, T, [&](int t) {
     float* q = &B.q[size_t(t) * Q];
     float* k = &B.k[size_t(t) * KV];
     if (c.qk_norm == QKNorm::kFull) {
@@ -197,7 +223,6 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(v + h * hd, nullptr, v + h * hd, hd, c.rms_eps);
     }
-    const int pos = batch[size_t(t)].pos;
     // The first rd dims of each head rotate (rd < hd: partial rotary), the rest pass through.
     const int rd = alt ? c.alt.n_rot : c.rope_dim();
     const float* cs = &(alt ? B.rope_cs_alt : B.rope_cs)[size_t(t) * rd];  // rd/2 (cos, sin)
@@ -208,8 +233,13 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       for (int h = 0; h < n_kv; ++h)
         kernels::rmsnorm(k + h * hd, L.k_norm, k + h * hd, hd, c.rms_eps);
     }
-    // Every token's K/V goes into its sequence's cache before any attention runs, so tokens
-    // of one sequence in the same step (a prefill chunk) see their predecessors.
+  });
+  // Every token's K/V goes into its sequence's cache before any attention runs, so tokens of
+  // one sequence in the same step (a prefill chunk) see their predecessors. Serial, in batch
+  // order: with a sliding window two tokens of a step may share a ring row.
+  for (int t = 0; t < T; ++t) {
+    const int pos = batch[size_t(t)].pos;
+    const float* k = &B.k[size_t(t) * KV];
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
     const size_t row = cache_row(kv.sequence(batch[size_t(t)].seq), window, pos);
     const float* v = &B.v[size_t(t) * KV];
@@ -314,7 +344,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       kernels::rmsnorm(r, L.post_attn_norm, r, E, c.rms_eps);
     }
   }
-  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  add_residual(cp.pool, B, T, E);
 }
 
 // Gated DeltaNet block of layer il (qwen3next, qwen35moe; kernels/delta_net.h):
@@ -704,14 +734,14 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     return;
   }
 
-  for (int t = 0; t < T; ++t) {
+  for_tokens(cp.pool, T, [&](int t) {
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
-  }
+  });
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
   if (!c.layer_routed(il)) {
     dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs, c.dense_act,
               c.layer_swiglu_ffn(il));
-    for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+    add_residual(cp.pool, B, T, E);
     return;
   }
 
@@ -721,7 +751,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
   obs.experts_begin();
   B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
   experts.run(B.plan, xn, il, L, B.tmp.data());
-  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  add_residual(cp.pool, B, T, E);
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
   if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeShared) {

@@ -156,6 +156,28 @@ TEST(MatmulId, EqualsPerTokenProductsForEveryTypeAndPoolSize) {
   }
 }
 
+// The pool's mix_id splits the tokens across its threads: each token's sum is the serial
+// one's, bit for bit, whatever the pool size (enough tokens for several chunks of its grain).
+TEST(MixId, PooledEqualsSerialForEveryPoolSize) {
+  const int T = 300, k = 4, N = 9;
+  const int64_t cols = 64;
+  std::vector<int32_t> ids;
+  std::vector<float> rw;
+  random_routing(T, k, N, 17, ids, rw);
+  ExpertPlan plan;
+  plan.build(ids.data(), rw.data(), T, k, N);
+  const std::vector<float> y = testing::random_floats(size_t(plan.rows()) * cols, 19);
+  std::vector<float> want(size_t(T) * cols);
+  mix_id(plan, y.data(), cols, want.data());
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> got(size_t(T) * cols, 7.f);
+    mix_id(pool, plan, y.data(), cols, got.data());
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
+        << threads << " threads";
+  }
+}
+
 TEST(MatmulId, RejectsJobsOfDifferentRowCounts) {
   const int32_t ids[] = {0};
   const float w[] = {1.f};
