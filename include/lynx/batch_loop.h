@@ -32,6 +32,9 @@ struct BatchLoopOptions {
 
 // Returned by a sequence's on_logits to end it.
 inline constexpr int32_t kEndSequence = -1;
+// The fewest prompt tokens a step cut at a snapshot length leaves on either side (steps of
+// one or two tokens of a sequence take other float kernels than longer ones).
+inline constexpr int32_t kMinPrefillPiece = 3;
 
 struct LoopSequence {
   std::vector<int32_t> prompt;  // fed as prefill tokens (may be empty when `next` is set)
@@ -49,6 +52,12 @@ struct LoopSequence {
   // A context sequence whose KV cache already holds positions [0, length) before the prompt
   // (a prefix reused from an earlier request); -1: a new sequence. The loop owns it from add.
   int32_t seq = -1;
+  // Recurrent models: lengths (ascending) at which to keep a snapshot of the sequence's state
+  // during prefill (Context::snapshot_sequence; the prefix cache plans them). A prompt chunk
+  // ends there, unless that would make a step of fewer than kMinPrefillPiece of its tokens
+  // on either side (such steps may round differently, see docs/serving.md): that length is
+  // then skipped.
+  std::vector<int32_t> snapshot_at;
   // When the sequence ends, leave its context sequence (and KV cache) alive for the client,
   // which then owns it (the prefix cache keeps it), instead of freeing it. Cancellation
   // (remove) frees it regardless.
@@ -83,6 +92,7 @@ class BatchLoop {
   struct Entry {
     int32_t seq = 0;
     size_t prefilled = 0;  // prompt tokens in the cache
+    size_t snapshots = 0;  // entries of s.snapshot_at taken or skipped
     bool ended = false;
     LoopSequence s;
   };

@@ -123,13 +123,28 @@ class Context {
   int32_t sequence_length(int32_t seq) const;  // positions already in the KV cache
   // Drops the KV entries at positions >= len (for re-evaluation / speculative rollback).
   // Sliding-window layers (gpt-oss) keep only the recent positions: a truncation further back
-  // than they hold throws lynx::Error (the sequence must then be evaluated again).
+  // than they hold throws lynx::Error (the sequence must then be evaluated again). Recurrent
+  // models go back only to 0 or to a length the sequence holds a snapshot of
+  // (snapshot_sequence); other lengths throw lynx::Error.
   void truncate_sequence(int32_t seq, int32_t len);
   // A new sequence holding a copy of the first `len` positions of `src` (a prefix shared by
   // two requests: the prefix cache). Throws lynx::Error when `src` does not hold them: len
   // outside [0, length], or positions its sliding-window rings no longer keep (as
-  // truncate_sequence).
+  // truncate_sequence); for recurrent models, a len other than 0, the full length or a
+  // snapshot's. The copy carries the source's snapshots at len and below.
   int32_t copy_sequence(int32_t src, int32_t len);
+  // Recurrent models (Gated DeltaNet layers, which keep a state of the last position instead
+  // of KV rows): keeps a copy of the sequence's recurrent state at its current length, so that
+  // truncate_sequence and copy_sequence can later go back to that length (the prefix cache
+  // takes them during prefill, src/runtime/prefix_cache.h). Counted in sequence_cache_bytes,
+  // shared by the copies that carry it, freed with the sequence or by a truncation below it.
+  // A model without recurrent layers needs none: a no-op there. Throws lynx::Error when the
+  // sequence's state was lost (a failed step).
+  void snapshot_sequence(int32_t seq);
+  // The lengths the sequence holds snapshots of, ascending (the full length needs none).
+  std::vector<int32_t> sequence_snapshots(int32_t seq) const;
+  // Drops the snapshot at length `len` (none there: nothing happens).
+  void drop_snapshot(int32_t seq, int32_t len);
   // Bytes the KV cache holds now, over all sequences (keys and values in their cache types).
   size_t kv_cache_bytes() const;
   // Bytes the KV cache of one sequence holds now.

@@ -63,6 +63,9 @@ struct SchedulerOptions {
   // to this many bytes, reused by requests whose prompts start with the same tokens. 0: off
   // (every sequence's cache is freed when its request ends).
   size_t prefix_cache_bytes = 0;
+  // Recurrent models (qwen3next, qwen35moe): the smallest gap in tokens between the state
+  // snapshots a prefill keeps for the prefix cache (PrefixCache::snapshot_plan).
+  int prefix_snapshot_gap = 128;
 };
 
 // The prefix cache's counters (all zero when it is off).

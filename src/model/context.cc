@@ -31,6 +31,10 @@ struct Context::Impl {
   void validate(std::span<const BatchToken> batch);
   void reserve_cache(Sequence& s, int32_t need, int32_t chunk);
   void eval(std::span<const BatchToken> batch);
+  // The snapshot of `s` at length `len`, or nullptr.
+  static const StateSnapshot* find_snapshot(const Sequence& s, int32_t len);
+  // Sets the recurrent layers' slots of `d` to those kept in `snap`.
+  void restore(Sequence& d, const StateSnapshot& snap) const;
 
   const Model& model;
   int max_window = 0;  // the largest sliding window of the model's layers (0: none)
@@ -94,9 +98,57 @@ void Context::free_sequence(int32_t seq) {
     std::vector<float>().swap(l.state);
   }
   s.state_lost = false;
+  s.snapshots.clear();
   s.cap = 0;
   s.ring = 0;
   s.ring_from = 0;
+}
+
+const StateSnapshot* Context::Impl::find_snapshot(const Sequence& s, int32_t len) {
+  for (const StateSnapshot& snap : s.snapshots) {
+    if (snap.len == len) return &snap;
+  }
+  return nullptr;
+}
+
+void Context::Impl::restore(Sequence& d, const StateSnapshot& snap) const {
+  const ModelConfig& c = model.config();
+  const size_t nc = size_t(c.delta_net.conv_floats()), ns = size_t(c.delta_net.state_floats());
+  const float* from = snap.data->data();
+  for (size_t il = 0; il < d.layers.size(); ++il) {
+    if (!c.layer_recurrent(int(il))) continue;
+    d.layers[il].conv.assign(from, from + nc);
+    d.layers[il].state.assign(from + nc, from + nc + ns);
+    from += nc + ns;
+  }
+}
+
+void Context::snapshot_sequence(int32_t seq) {
+  const ModelConfig& c = impl_->model.config();
+  Sequence& s = impl_->sequence(seq);
+  if (!c.recurrent() || s.len == 0 || Impl::find_snapshot(s, s.len) != nullptr) return;
+  if (s.state_lost) {
+    throw Error("snapshot_sequence: sequence " + std::to_string(seq) + " lost its state");
+  }
+  auto data = std::make_shared<std::vector<float>>();
+  for (size_t il = 0; il < s.layers.size(); ++il) {
+    if (!c.layer_recurrent(int(il))) continue;
+    const SequenceLayer& l = s.layers[il];
+    data->insert(data->end(), l.conv.begin(), l.conv.end());
+    data->insert(data->end(), l.state.begin(), l.state.end());
+  }
+  s.snapshots.push_back({s.len, std::move(data)});  // len only grows: ascending
+}
+
+std::vector<int32_t> Context::sequence_snapshots(int32_t seq) const {
+  std::vector<int32_t> lens;
+  for (const StateSnapshot& snap : impl_->sequence(seq).snapshots) lens.push_back(snap.len);
+  return lens;
+}
+
+void Context::drop_snapshot(int32_t seq, int32_t len) {
+  std::erase_if(impl_->sequence(seq).snapshots,
+                [len](const StateSnapshot& snap) { return snap.len == len; });
 }
 
 int32_t Context::sequence_length(int32_t seq) const {
@@ -109,20 +161,27 @@ void Context::truncate_sequence(int32_t seq, int32_t len) {
     throw Error("truncate_sequence: length " + std::to_string(len) + " outside [0, " +
                 std::to_string(s.len) + "]");
   }
-  // A recurrent state is the sequence after its last position, with no way back but to the
-  // start: only len == length (nothing to do) and len == 0 (the state reset) are possible.
+  // A recurrent state is the sequence after its last position: the way back is to the start
+  // (the state reset) or to a length kept in a snapshot.
   if (impl_->model.config().recurrent() && len != s.len) {
-    if (len != 0) {
+    const StateSnapshot* snap = Impl::find_snapshot(s, len);
+    if (len != 0 && snap == nullptr) {
       throw Error("truncate_sequence: sequence " + std::to_string(seq) + " cannot go back to " +
                   std::to_string(len) + " of its " + std::to_string(s.len) +
                   " positions: the model's linear-attention layers keep a recurrent state of "
-                  "the last position only; free the sequence and evaluate it again");
+                  "the last position only, and no snapshot of that length; free the sequence "
+                  "and evaluate it again");
     }
-    for (auto& l : s.layers) {
-      std::vector<float>().swap(l.conv);
-      std::vector<float>().swap(l.state);
+    if (snap != nullptr) {
+      impl_->restore(s, *snap);
+    } else {
+      for (auto& l : s.layers) {
+        std::vector<float>().swap(l.conv);
+        std::vector<float>().swap(l.state);
+      }
     }
     s.state_lost = false;
+    std::erase_if(s.snapshots, [len](const StateSnapshot& x) { return x.len > len; });
   }
   // The next token at `len` attends to the window before it: it must still be in the rings.
   const int w = impl_->max_window;
@@ -392,6 +451,10 @@ size_t Context::sequence_cache_bytes(int32_t seq) const {
   for (const SequenceLayer& l : impl_->kv.seqs[size_t(seq)].layers) {
     n += l.k.size() + l.v.size() + (l.conv.size() + l.state.size()) * sizeof(float);
   }
+  // Shared snapshots count in every sequence that holds them: a bound over these bytes holds.
+  for (const StateSnapshot& snap : impl_->kv.seqs[size_t(seq)].snapshots) {
+    n += snap.data->size() * sizeof(float);
+  }
   return n;
 }
 
@@ -407,11 +470,13 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
       throw Error("copy_sequence: sequence " + std::to_string(src) + " no longer holds the " +
                   "window before position " + std::to_string(len));
     }
-    // A recurrent state is that of the whole sequence (see truncate_sequence).
-    if (impl_->model.config().recurrent() && len != 0 && (len != s.len || s.state_lost)) {
+    // A recurrent state is that of the whole sequence or of a snapshot (see
+    // truncate_sequence).
+    if (impl_->model.config().recurrent() && len != 0 && (len != s.len || s.state_lost) &&
+        Impl::find_snapshot(s, len) == nullptr) {
       throw Error("copy_sequence: sequence " + std::to_string(src) + " holds the recurrent " +
                   "state of its " + std::to_string(s.len) + " positions, not of the first " +
-                  std::to_string(len));
+                  std::to_string(len) + " (no snapshot there)");
     }
   }
   const int32_t dst = new_sequence();  // may grow kv.seqs: take references after it
@@ -428,8 +493,10 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
     SequenceLayer& to = d.layers[il];
     const size_t kd = impl_->kv.rows[il].k_row, vd = impl_->kv.rows[il].v_row;
     if (c.layer_recurrent(int(il))) {
-      to.conv = from.conv;
-      to.state = from.state;
+      if (len == s.len && !s.state_lost) {  // else restored from the snapshot below
+        to.conv = from.conv;
+        to.state = from.state;
+      }
     } else if (c.layer_kinds[il].window == 0) {
       to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
       to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));
@@ -438,6 +505,12 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
     } else {
       to.k = from.k;
       to.v = from.v;
+    }
+  }
+  if (c.recurrent()) {
+    if (len != s.len || s.state_lost) impl_->restore(d, *Impl::find_snapshot(s, len));
+    for (const StateSnapshot& snap : s.snapshots) {
+      if (snap.len <= len) d.snapshots.push_back(snap);  // shared, not copied
     }
   }
   d.cap = cap;

@@ -3,6 +3,7 @@
 // cache, the scratch buffers, the logits, the step observer), so each function's signature
 // says what it touches; the Context (context.cc) owns them and validates batches.
 #pragma once
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,10 +28,17 @@ namespace lynx {
 // `conv`, the raw q/k/v channels of the last conv_kernel - 1 positions [(K-1) x conv_dim],
 // oldest first, and `state`, per value head the head_k x head_v delta-rule matrix. Both hold
 // the sequence after its last position `len - 1` (zeros before the first), so they cannot be
-// cut back to an earlier position (Context::truncate_sequence refuses).
+// cut back to an earlier position, except to a length kept in a StateSnapshot.
 struct SequenceLayer {
   std::vector<uint8_t> k, v;
   std::vector<float> conv, state;
+};
+// The recurrent layers' slots of a sequence at length `len` (Context::snapshot_sequence):
+// per recurrent layer in layer order, its conv window then its state. Immutable once taken,
+// so sequences copied from one another share it.
+struct StateSnapshot {
+  int32_t len = 0;
+  std::shared_ptr<const std::vector<float>> data;
 };
 struct Sequence {
   bool in_use = false;
@@ -45,6 +53,7 @@ struct Sequence {
   // state and not others: the sequence must then be freed (or cut to length 0).
   bool state_lost = false;
   std::vector<SequenceLayer> layers;
+  std::vector<StateSnapshot> snapshots;  // ascending len, all <= len
 };
 
 // The cache row of position `pos` in a layer: its ring slot, or the position itself.

@@ -42,8 +42,18 @@ bool BatchLoop::prefill_pending() const {
 // Puts up to `budget` prompt tokens of entry i into the batch. The prompt's last token gets
 // logits when the first decode token is not known yet.
 void BatchLoop::add_prefill(Entry& e, size_t i, int budget) {
-  const size_t n = std::min(size_t(budget), e.s.prompt.size() - e.prefilled);
+  size_t n = std::min(size_t(budget), e.s.prompt.size() - e.prefilled);
   const int32_t base = ctx_.sequence_length(e.seq);
+  const int32_t end = base + int32_t(e.s.prompt.size() - e.prefilled);  // the prompt's end
+  // Cut at the next snapshot length inside this chunk, or skip it when a piece is too short.
+  const auto& at = e.s.snapshot_at;
+  for (; e.snapshots < at.size() && at[e.snapshots] < base + int32_t(n); ++e.snapshots) {
+    const int32_t len = at[e.snapshots];
+    if (len - base >= kMinPrefillPiece && end - len >= kMinPrefillPiece) {
+      n = size_t(len - base);
+      break;
+    }
+  }
   for (size_t j = 0; j < n; ++j) {
     BatchToken t;
     t.token = e.s.prompt[e.prefilled + j];
@@ -99,8 +109,14 @@ StepReport BatchLoop::step() {
   ctx_.eval(batch_);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& [i, n] : chunks_) {
-    entries_[i].prefilled += n;
+    Entry& e = entries_[i];
+    e.prefilled += n;
     rep.n_prefill += int(n);
+    const auto& at = e.s.snapshot_at;
+    if (e.snapshots < at.size() && at[e.snapshots] == ctx_.sequence_length(e.seq)) {
+      ctx_.snapshot_sequence(e.seq);
+      ++e.snapshots;
+    }
   }
   rep.n_decode = int(batch_.size()) - rep.n_prefill;
 

@@ -8,6 +8,14 @@
 // entry or of a running sequence is copied into a new sequence (Context::copy_sequence), so
 // the entry stays for the others. Entries are bounded by their bytes; the least recently used
 // go first. Not thread-safe: the scheduler's thread drives it.
+//
+// Recurrent models (Gated DeltaNet: a state of the last position, no KV rows to cut back)
+// reuse a sequence as a whole, or a part of it up to a length it holds a state snapshot of
+// (Context::snapshot_sequence). The cache plans where a prefill keeps them (snapshot_plan):
+// a few lengths just before the prompt's end, at gaps that double going back (the part of a
+// prompt that later prompts share most often ends where its last turn begins, which can be
+// short or long), and keeps at most kMaxSnapshots per entry. Their bytes count in the entry's;
+// docs/serving.md has the sizes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +40,11 @@ class PrefixCache {
     int32_t len = 0;
   };
 
-  PrefixCache(Context& ctx, size_t max_bytes);
+  // At most this many state snapshots per entry (recurrent models).
+  static constexpr size_t kMaxSnapshots = 4;
+
+  // `snapshot_gap`: the smallest gap between the planned snapshots (tokens; recurrent models).
+  PrefixCache(Context& ctx, size_t max_bytes, int32_t snapshot_gap = 128);
   ~PrefixCache();  // frees the cached sequences
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -50,6 +62,13 @@ class PrefixCache {
   void release(int32_t seq, std::vector<int32_t> tokens);
   // Frees every entry.
   void clear();
+  // Recurrent models: the lengths (ascending) at which a request that reused `reused` tokens
+  // keeps snapshots while it prefills a prompt of `prompt_len`; empty for other models.
+  std::vector<int32_t> snapshot_plan(int32_t reused, int32_t prompt_len) const;
+  // Of `shared` tokens of a prompt of `prompt_len` that a request is prefilling, how many a
+  // later request could take from it once its prefill ends: all of them, or for recurrent
+  // models the largest planned snapshot length at or below (or the whole prompt).
+  int32_t usable_prefix(int32_t shared, int32_t prompt_len) const;
 
   const PrefixCacheStats& stats() const { return stats_; }
 
@@ -61,6 +80,11 @@ class PrefixCache {
     uint64_t used;  // the use clock when last stored or read
   };
   void evict_to(size_t max_bytes);
+  // The longest prefix of `n` tokens that sequence `seq` can give: n, or for recurrent models
+  // n when it is the whole sequence, else its largest snapshot length at or below n.
+  int32_t usable(int32_t seq, int32_t n) const;
+  // Drops the snapshots of `seq` beyond kMaxSnapshots (see prefix_cache.cc).
+  void thin_snapshots(int32_t seq);
   struct Best {
     int32_t len = 0;
     size_t entry = SIZE_MAX;  // an entry's index, or
@@ -70,6 +94,7 @@ class PrefixCache {
 
   Context& ctx_;
   size_t max_bytes_;
+  int32_t snapshot_gap_;
   std::vector<Entry> entries_;
   uint64_t clock_ = 0;
   PrefixCacheStats stats_;

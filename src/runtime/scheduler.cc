@@ -44,7 +44,9 @@ struct Active {
 struct Scheduler::Impl {
   Impl(Context& c, const SchedulerOptions& o)
       : ctx(c), opts(o), loop(c, BatchLoopOptions{o.max_step_tokens, true}) {
-    if (o.prefix_cache_bytes > 0) cache = std::make_unique<PrefixCache>(c, o.prefix_cache_bytes);
+    if (o.prefix_cache_bytes > 0) {
+      cache = std::make_unique<PrefixCache>(c, o.prefix_cache_bytes, o.prefix_snapshot_gap);
+    }
   }
   Context& ctx;
   SchedulerOptions opts;
@@ -99,6 +101,7 @@ void Scheduler::Impl::admit(int64_t id, GenerationRequest req) {
     reuse = cache->acquire(p, int32_t(p.size()) - 1, live);
     ls.seq = reuse.seq;
     ls.keep = true;
+    ls.snapshot_at = cache->snapshot_plan(reuse.len, int32_t(p.size()));
     ls.prompt.assign(p.begin() + reuse.len, p.end());
     a->req.prompt.clear();
   } else {
@@ -130,8 +133,10 @@ bool Scheduler::Impl::should_wait(const std::vector<int32_t>& prompt) {
     if (a->seq < 0 || ctx.sequence_length(a->seq) >= a->prompt_len) continue;  // not prefilling
     const auto& t = a->tokens;
     const size_t n = std::min({prompt.size(), size_t(a->prompt_len), size_t(max_len)});
-    const auto shared = int32_t(
-        std::mismatch(prompt.begin(), prompt.begin() + long(n), t.begin()).first - prompt.begin());
+    const auto shared = cache->usable_prefix(
+        int32_t(std::mismatch(prompt.begin(), prompt.begin() + long(n), t.begin()).first -
+                prompt.begin()),
+        a->prompt_len);
     if (shared >= now + kWorthWaiting) return true;
   }
   return false;

@@ -198,8 +198,9 @@ TEST(Qwen3Next, FreedOrCancelledSequenceLeavesNoState) {
   expect_rows(step(ctx, again, toks, 0, 4), want, 0, V, "after truncate to 0");
 }
 
-// A recurrent state cannot be cut back to an earlier position: truncate_sequence and a partial
-// copy_sequence are refused with a message; a whole copy (a fork) continues like the original.
+// A recurrent state cannot be cut back to an earlier position but to a snapshot's:
+// truncate_sequence and a partial copy_sequence elsewhere are refused with a message; a whole
+// copy (a fork) continues like the original, and so do a copy and a truncation to a snapshot.
 TEST(Qwen3Next, ForksCopyTheStateAndPartialRollbackIsRefused) {
   auto m = load(k35);
   const auto toks = tokens();
@@ -207,9 +208,11 @@ TEST(Qwen3Next, ForksCopyTheStateAndPartialRollbackIsRefused) {
   const auto want = golden(k35, size_t(n) * V);
   Context ctx(*m, exact_ctx());
   const int32_t s = ctx.new_sequence();
-  step(ctx, s, toks, 0, 6);
+  step(ctx, s, toks, 0, 4);
+  ctx.snapshot_sequence(s);
+  step(ctx, s, toks, 4, 6);
   try {
-    ctx.truncate_sequence(s, 4);
+    ctx.truncate_sequence(s, 3);
     ADD_FAILURE() << "truncate_sequence to an earlier position did not fail";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("recurrent state"), std::string::npos) << e.what();
@@ -222,6 +225,10 @@ TEST(Qwen3Next, ForksCopyTheStateAndPartialRollbackIsRefused) {
   expect_rows(step(ctx, s, toks, 6, n), want, 6, V, "original after the fork");
   const int32_t empty = ctx.copy_sequence(s, 0);
   expect_rows(step(ctx, empty, toks, 0, 2), want, 0, V, "empty copy");
+  const int32_t part = ctx.copy_sequence(s, 4);
+  expect_rows(step(ctx, part, toks, 4, n), want, 4, V, "copy at the snapshot");
+  ctx.truncate_sequence(s, 4);
+  expect_rows(step(ctx, s, toks, 4, n), want, 4, V, "truncated to the snapshot");
 }
 
 // The default path of the Q8_0 file (Q8_0 activations, integer products) against the reference

@@ -373,10 +373,12 @@ TEST(PrefixCache, CancelledRequestsLeaveNothingBehind) {
   EXPECT_GT(held, 0u);
 }
 
-// A recurrent model (qwen3next: Gated DeltaNet state slots) reuses only a cached sequence its
-// prompt extends as a whole (a conversation's next turn), never a part of one: a prompt that
-// shares a part of an entry is evaluated from the start (cached 0). The turns generate what
-// they generate without the cache, and a cancelled request leaves no state behind.
+// A recurrent model (qwen3next: Gated DeltaNet state slots) reuses a cached sequence its
+// prompt extends as a whole (a conversation's next turn), and a part of one only up to a state
+// snapshot (recurrent_prefix_test.cc): a prompt that shares 20 tokens of an entry whose only
+// snapshot is at 27 (the default gap of 128 plans none further back in a prompt of 30) is
+// evaluated from the start (cached 0). The turns generate what they generate without the
+// cache, and a cancelled request leaves no state behind.
 TEST(PrefixCache, RecurrentModelsReuseOnlyWholeSequences) {
   auto m = Model::load(kFixtures + "qwen3next/tiny-qwen3next-f32.gguf");
   const int V = m->config().n_vocab;
@@ -425,7 +427,7 @@ TEST(PrefixCache, RecurrentModelsReuseOnlyWholeSequences) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cached[i].out, plain[i].out) << "turn " << i;
   EXPECT_EQ(cached[0].cached, 0);
   EXPECT_EQ(cached[1].cached, 37);  // the whole first turn (30 + 7 fed back)
-  EXPECT_EQ(cached[2].cached, 0);   // 20 of an entry's tokens: not a state the model has
+  EXPECT_EQ(cached[2].cached, 0);   // 20 of an entry's tokens: no snapshot at or below
   EXPECT_EQ(on.hits, 1);
 }
 
