@@ -625,7 +625,10 @@ std::string auto_type(const Plan& plan) {
 
 std::vector<std::string> convert_model_types() {
   std::vector<std::string> out;
-  for (const convert::Family* f : convert::families()) out.emplace_back(f->model_type);
+  for (const convert::Family* f : convert::families()) {
+    out.emplace_back(f->model_type);
+    for (const char* other : f->other_model_types) out.emplace_back(other);
+  }
   return out;
 }
 
@@ -667,7 +670,7 @@ ConvertResult convert_hf(const std::string& hf_dir, const std::string& out,
   Plan plan = planner.run();
 
   ConvertResult res;
-  res.model_type = fam.model_type;
+  res.model_type = cfg.model_type();
   res.arch = fam.arch;
   res.type = opts.type.empty() || opts.type == "auto" ? auto_type(plan) : opts.type;
   w.set("general.file_type", gguf::Value::u32(quant_mix_ftype(res.type)));

@@ -36,9 +36,8 @@ using namespace table;
 constexpr const Family* kFamilies[] = {
     &kMixtral,   &kLlama,     &kMistral, &kQwen2Moe,   &kQwen3Moe,    &kQwen3VlMoe,
     &kOlmoe,     &kQwen2,     &kQwen3,   &kDeepseekV2, &kDeepseekV3,  &kGptOss,
-    &kGlm4Moe,   &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kBailingMoe2AsV1Name,
-    &kQwen3Next, &kQwen35Moe, &kStep35,  &kGemma4,     &kHunyuanMoe,  &kHunyuanMoeRemoteName,
-    &kGlmMoeDsa, &kMistral4};
+    &kGlm4Moe,   &kMinimaxM2, &kDots1,   &kErnie45Moe, &kBailingMoe2, &kQwen3Next,
+    &kQwen35Moe, &kStep35,    &kGemma4,  &kHunyuanMoe, &kGlmMoeDsa,   &kMistral4};
 
 }  // namespace
 
@@ -78,9 +77,15 @@ std::span<const Family* const> families() {
 const Family& find_family(const std::string& model_type) {
   for (const Family* f : kFamilies) {
     if (model_type == f->model_type) return *f;
+    for (const char* other : f->other_model_types) {
+      if (model_type == other) return *f;
+    }
   }
   std::string list;
-  for (const Family* f : kFamilies) list += std::string(list.empty() ? "" : ", ") + f->model_type;
+  for (const Family* f : kFamilies) {
+    list += std::string(list.empty() ? "" : ", ") + f->model_type;
+    for (const char* other : f->other_model_types) list += std::string(", ") + other;
+  }
   throw Error("config.json: model_type '" + gguf::printable(model_type) +
               "' is not supported by convert (supported: " + list + ")");
 }

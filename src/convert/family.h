@@ -162,6 +162,9 @@ struct Family {
   // and shape but does not run (GLM-5's DSA indexer): written as they are in each layer whose
   // checkpoint has them, so the file carries what llama.cpp loads. Not in the NextN layers.
   std::span<const TensorRule> unrun = {};
+  // Other config.json model_type names for the same layout and rules (a release's own
+  // remote-code name, an older class name); matched like model_type.
+  std::span<const char* const> other_model_types = {};
 };
 
 // The rule writing GGUF tensor `tensor` ("blk.N." stripped) in this layout, or null.

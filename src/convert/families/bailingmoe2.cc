@@ -110,6 +110,10 @@ void bailingmoe2_extra(const HfConfig& c, gguf::Writer& w) {
 
 }  // namespace
 
+// Ling 2.0's config says "bailing_moe" with architectures BailingMoeV2ForCausalLM (Ling 1.x's
+// BailingMoeForCausalLM under the same name is refused by bailingmoe2_extra).
+constexpr const char* kBailing2OtherNames[] = {"bailing_moe"};
+
 constexpr Family kBailingMoe2 = {
     .model_type = "bailing_moe_v2",
     .arch = "bailingmoe2",
@@ -119,17 +123,7 @@ constexpr Family kBailingMoe2 = {
     .tokenizer_pre = "bailingmoe2",
     .extra_keys = bailingmoe2_extra,
     .nextn_key = "num_nextn_predict_layers",
-};
-
-constexpr Family kBailingMoe2AsV1Name = {
-    .model_type = "bailing_moe",
-    .arch = "bailingmoe2",
-    .keys = kBailing2K,
-    .global = kBailing2Global,
-    .layer = kBailing2L,
-    .tokenizer_pre = "bailingmoe2",
-    .extra_keys = bailingmoe2_extra,
-    .nextn_key = "num_nextn_predict_layers",
+    .other_model_types = kBailing2OtherNames,
 };
 
 }  // namespace lynx::convert::table

@@ -167,13 +167,11 @@ extern const Family kMinimaxM2;
 extern const Family kDots1;
 extern const Family kErnie45Moe;
 extern const Family kBailingMoe2;
-extern const Family kBailingMoe2AsV1Name;
 extern const Family kQwen3Next;
 extern const Family kQwen35Moe;
 extern const Family kStep35;
 extern const Family kGemma4;
 extern const Family kHunyuanMoe;
-extern const Family kHunyuanMoeRemoteName;
 extern const Family kGlmMoeDsa;
 extern const Family kMistral4;
 

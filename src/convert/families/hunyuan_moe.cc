@@ -141,6 +141,9 @@ void hunyuan_extra(const HfConfig& c, gguf::Writer& w) {
 
 }  // namespace
 
+// The released checkpoint's own config (trust_remote_code) says "hunyuan".
+constexpr const char* kHunyuanOtherNames[] = {"hunyuan"};
+
 constexpr Family kHunyuanMoe = {
     .model_type = "hunyuan_v1_moe",
     .arch = "hunyuan-moe",
@@ -149,17 +152,7 @@ constexpr Family kHunyuanMoe = {
     .layer = kHunyuanL,
     .tokenizer_pre = "hunyuan",
     .extra_keys = hunyuan_extra,
-};
-
-// The released checkpoint's own config (trust_remote_code) says "hunyuan".
-constexpr Family kHunyuanMoeRemoteName = {
-    .model_type = "hunyuan",
-    .arch = "hunyuan-moe",
-    .keys = kHunyuanK,
-    .global = kGlobal,
-    .layer = kHunyuanL,
-    .tokenizer_pre = "hunyuan",
-    .extra_keys = hunyuan_extra,
+    .other_model_types = kHunyuanOtherNames,
 };
 
 }  // namespace lynx::convert::table
