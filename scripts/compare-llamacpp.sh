@@ -84,21 +84,8 @@ raw=$work/raw  # lines: file engine pass batch decode_tps | file engine pass pre
 touch "$raw"
 
 # Compile the library client against one engine; prints nothing, leaves $work/peer-NAME.
-compile_client() {  # name source-dir lib-dir-override extra-flags
-  local name=$1 dir=$2 lib=$3 extra=$4
-  if [[ -z $lib ]]; then
-    lib=$(find "$dir/build" -name libllama.so -print -quit 2>/dev/null || true)
-    [[ -n $lib ]] || { echo "$name: no libllama.so under $dir/build" >&2; return 1; }
-    lib=$(dirname "$lib")
-  fi
-  c++ -O2 -std=c++17 $extra scripts/peer-decode.cc -I"$dir/include" -I"$dir/ggml/include" \
-    -L"$lib" -lllama -Wl,-rpath,"$lib" -o "$work/peer-$name" 2>"$work/cc-$name.log" || {
-    echo "$name: cannot compile scripts/peer-decode.cc against $dir (see below)" >&2
-    cat "$work/cc-$name.log" >&2
-    return 1
-  }
-  echo "$lib" >"$work/lib-$name"
-}
+source scripts/peer-lib.sh
+compile_client() { peer_compile "$1" "$2" "$3" "$4" "$work"; }
 active=()
 for e in ${engines//,/ }; do
   case $e in
@@ -149,7 +136,8 @@ run_engine() {  # engine file pass
         --gen "$gen" -r 1 --prompt-file "$work/prompts" $args -o json >"$out" \
         2>"$work/err"; then
         jq -r --arg f "$f" --arg e "$e" --arg p "$pass" '.rows[] |
-          "\($f) \($e) \($p) \(.batch) \(.decode_tps) \(.bytes_per_step)"' "$out" >>"$raw"
+          "\($f) \($e) \($p) \(.batch) \(.decode_tps) \(.bytes_per_step) \(.storage_bytes_per_token // 0)"' \
+          "$out" >>"$raw"
         jq -r ".peak_read_bandwidth_gbps[\"$threads\"]" "$out" >>"$work/bw"
       else
         echo "lynx-moe failed on $f: $(tail -1 "$work/err")" >&2
@@ -169,7 +157,8 @@ run_engine() {  # engine file pass
         >"$out" 2>"$work/err"; then
         awk -v f="$f" -v e="$e" -v p="$pass" '{
           for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
-          if (v["gen"] > 0) print f, e, p, v["batch"], v["decode_tps"], v["distinct_tokens"]
+          if (v["gen"] > 0) print f, e, p, v["batch"], v["decode_tps"], v["distinct_tokens"],
+            v["storage_bytes_per_token"] + 0
           else print f, e, p, "prefill", v["prefill_tps"] }' "$out" >>"$raw"
       else
         echo "$e could not run $f: $(grep -v '^llama\|^llm_\|^load\|^print_info' "$work/err" |
@@ -217,7 +206,10 @@ awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-act
     val[f SUBSEP e SUBSEP b SUBSEP p] = $5
     if (b != "prefill" && !((f SUBSEP b) in bseen)) { bseen[f SUBSEP b] = 1; bl[f] = bl[f] " " b }
     if (e ~ /^lynx/ && b != "prefill") bytes[f SUBSEP e SUBSEP b] = bytes[f SUBSEP e SUBSEP b] " " $6
-    if (e !~ /^lynx/ && b != "prefill") dist[f SUBSEP e SUBSEP b] = dist[f SUBSEP e SUBSEP b] " " $6 }
+    if (e !~ /^lynx/ && b != "prefill") dist[f SUBSEP e SUBSEP b] = dist[f SUBSEP e SUBSEP b] " " $6
+    if (b != "prefill" && NF >= 7) {
+      io[f SUBSEP e SUBSEP b] = io[f SUBSEP e SUBSEP b] " " $7
+      if ($7 > 0) anyio[f] = 1 } }
   END {
     ne = split(engines, en, " ")
     name["lynx"] = "lynx-moe"; name["lynx2"] = "lynx-moe " lynx2; name["ik"] = "ik_llama.cpp -rtr"; name["llama"] = "llama.cpp"
@@ -272,6 +264,21 @@ awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-act
         }
         if (line != "") printf "\n%s distinct next tokens per step (a check that the " \
           "sequences differ):%s\n", name[en[i]], line
+      }
+      if (f in anyio) {  # a model larger than memory: what each engine read from storage
+        printf "\nMB read from storage per decoded token (/proc/self/io read_bytes over the " \
+          "decode steps), median over passes:\n\n"
+        hdr = "| B |"; sep = "|--:|"
+        for (i = 1; i <= ne; ++i) { hdr = hdr " " name[en[i]] " |"; sep = sep "--:|" }
+        print hdr; print sep
+        for (j = 1; j <= nb; ++j) {
+          row = "| " bs[j] " |"
+          for (i = 1; i <= ne; ++i) {
+            d = io[f SUBSEP en[i] SUBSEP bs[j]]
+            row = row " " (d == "" ? "-" : sprintf("%.1f", median(d) / 1e6)) " |"
+          }
+          print row
+        }
       }
     }
   }' "$raw"

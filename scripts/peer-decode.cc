@@ -9,10 +9,14 @@
 // ik_llama.cpp's run-time repack, when PEER_IK is defined).
 //
 //   peer-decode -m FILE -f PROMPTS -b 1,2,4 -p P -g G -t T [-q N] [--rtr]
+//   peer-decode -m FILE --tokens 1,7,42 --logits OUT.f32 [-t T] [--rtr]
 //
 // Prints one line per batch size (and one for -q): key=value pairs (decode_tps, prefill_tps,
 // distinct_tokens: the mean number of distinct next tokens per step, a check that the
-// sequences differ).
+// sequences differ; storage_bytes_per_token: what the decode steps read from storage). With
+// --logits (scripts/peer-logits.sh): the tokens are one sequence prefilled in one batch, and the
+// logits of every position are written as raw little-endian f32, [tokens x vocabulary], as
+// `lynx-moe logits --all --out` writes them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,8 +33,9 @@
 namespace {
 
 struct Options {
-  std::string model, prompts;
+  std::string model, prompts, logits_out;
   std::vector<int> batches{1};
+  std::vector<int> tokens;  // --tokens, for --logits
   int prompt = 32, gen = 32, threads = 2, long_prompt = 0;
   bool rtr = false;
 };
@@ -75,8 +80,22 @@ Options parse(int argc, char** argv) {
       o.threads = to_int(next(), "-t");
     else if (a == "--rtr")
       o.rtr = true;
-    else
+    else if (a == "--logits")
+      o.logits_out = next();
+    else if (a == "--tokens") {
+      std::string list = next();
+      for (char& c : list) {
+        if (c == ',') c = ' ';
+      }
+      std::istringstream in(list);
+      for (std::string item; in >> item;) o.tokens.push_back(to_int(item.c_str(), "--tokens"));
+    } else
       fail("unknown option " + a);
+  }
+  if (!o.logits_out.empty()) {
+    if (o.model.empty() || o.tokens.empty())
+      fail("usage: peer-decode -m FILE --tokens IDS --logits OUT.f32 [-t T] [--rtr]");
+    return o;
   }
   if (o.model.empty() || o.prompts.empty()) fail("usage: peer-decode -m FILE -f PROMPTS [...]");
   for (int b : o.batches) {
@@ -114,8 +133,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Bytes the process has made the kernel read from storage (/proc/self/io read_bytes: the page
+// faults of the file mapping, for a model larger than memory); `lynx-moe bench` counts the same.
+double storage_read_bytes() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  double v = 0;
+  while (f >> key >> v) {
+    if (key == "read_bytes:") return v;
+  }
+  return 0;
+}
+
 struct Result {
   double prefill_tps = 0, decode_tps = 0, distinct = 0;
+  double storage_per_token = 0;  // storage bytes read per decoded token
 };
 
 // One fresh context: prefill the prompts in one batch, then `gen` greedy decode steps.
@@ -171,17 +203,60 @@ Result run(llama_model* model, const Options& o,
       logit_row[size_t(b)] = b;
     }
     t0 = std::chrono::steady_clock::now();
+    const double io0 = storage_read_bytes();
     if (llama_decode(ctx, batch) != 0) fail("decode step failed");
     llama_synchronize(ctx);
     decode_s += seconds_since(t0);
+    r.storage_per_token += (storage_read_bytes() - io0) / B;
   }
   if (gen > 0) {
     r.decode_tps = double(B) * gen / decode_s;
     r.distinct /= gen;
+    r.storage_per_token /= gen;
   }
   llama_batch_free(batch);
   llama_free(ctx);
   return r;
+}
+
+// One sequence of the given ids in one batch, logits at every position, written to a file.
+void write_logits(llama_model* model, const Options& o, int n_vocab) {
+  const int n = int(o.tokens.size());
+  for (int t : o.tokens) {
+    if (t >= n_vocab) fail("token id " + std::to_string(t) + " out of the vocabulary");
+  }
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = uint32_t((n + 255) / 256 * 256);
+  cp.n_batch = cp.n_ubatch = uint32_t(std::max(n, 32));
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = o.threads;
+#ifdef PEER_IK
+  // ik_llama.cpp routes Ling 2 (bailingmoe2) by plain top-k unless told (-ger); the released
+  // model and llama.cpp pick the top groups first (expert_group_count / _used_count).
+  cp.grouped_expert_routing = true;
+#endif
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) fail("cannot create a context");
+  llama_batch batch = llama_batch_init(n, 0, 1);
+  for (int i = 0; i < n; ++i) {
+    batch.token[i] = o.tokens[size_t(i)];
+    batch.pos[i] = i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = true;
+  }
+  batch.n_tokens = n;
+  if (llama_decode(ctx, batch) != 0) fail("decode failed");
+  llama_synchronize(ctx);
+  std::ofstream out(o.logits_out, std::ios::binary);
+  for (int i = 0; i < n; ++i) {
+    const float* l = llama_get_logits_ith(ctx, i);
+    if (!l) fail("no logits at position " + std::to_string(i));
+    out.write(reinterpret_cast<const char*>(l), std::streamsize(sizeof(float)) * n_vocab);
+  }
+  if (!out) fail("cannot write " + o.logits_out);
+  llama_batch_free(batch);
+  llama_free(ctx);
 }
 
 }  // namespace
@@ -201,10 +276,18 @@ int main(int argc, char** argv) {
   llama_model* model = llama_model_load_from_file(o.model.c_str(), mp);
   if (!model) fail("cannot load " + o.model);
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  if (!o.logits_out.empty()) {
+    write_logits(model, o, n_vocab);
+    llama_free_model(model);
+    llama_backend_free();
+    return 0;
+  }
   for (int B : o.batches) {
     const Result r = run(model, o, read_prompts(o, n_vocab, B, o.prompt), o.gen, n_vocab);
-    std::printf("batch=%d prompt=%d gen=%d decode_tps=%.3f prefill_tps=%.3f distinct_tokens=%.2f\n",
-                B, o.prompt, o.gen, r.decode_tps, r.prefill_tps, r.distinct);
+    std::printf(
+        "batch=%d prompt=%d gen=%d decode_tps=%.3f prefill_tps=%.3f distinct_tokens=%.2f "
+        "storage_bytes_per_token=%.0f\n",
+        B, o.prompt, o.gen, r.decode_tps, r.prefill_tps, r.distinct, r.storage_per_token);
     std::fflush(stdout);
   }
   if (o.long_prompt > 0) {

@@ -109,6 +109,20 @@ PromptList read_prompt_file(const std::string& path, int n_vocab, int prompt, in
   return out;
 }
 
+// Bytes this process has made the kernel read from storage (/proc/self/io read_bytes: the
+// tier's direct reads and the page faults of a file mapping alike); 0 where the file is absent.
+// It is what the other engines' clients (scripts/peer-decode.cc) report too, so a model
+// larger than memory compares by the same count whatever way each engine reads it.
+uint64_t storage_read_bytes() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  uint64_t v = 0;
+  while (f >> key >> v) {
+    if (key == "read_bytes:") return v;
+  }
+  return 0;
+}
+
 struct Sample {
   double step_s = 0;                        // mean decode step time
   double prefill_tps = 0;                   // prompt tokens per second
@@ -119,6 +133,7 @@ struct Sample {
   double expert_s = 0;                      // time in the routed experts per decode step
   double expert_bytes = 0;                  // expert weight bytes read per decode step
   double disk_bytes = 0;                    // expert tier: bytes read from the file per decode step
+  double storage_bytes = 0;                 // the process's storage reads per decode step
   double tier_misses = 0, tier_claims = 0;  // expert tier: per decode step
   double tier_prefetches = 0, tier_prefetch_hits = 0;  // expert tier: per decode step
   std::vector<RankShare> ranks;  // --expert-parallel: each rank's share, summed over
@@ -204,7 +219,9 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
       Sample& s = out[p];
       const ExpertTierStats t0 =
           model.expert_tier() ? model.expert_tier()->stats() : ExpertTierStats{};
+      const uint64_t io0 = storage_read_bytes();
       s.step_s += loops[p]->step().seconds;
+      s.storage_bytes += double(storage_read_bytes() - io0);
       if (model.expert_tier()) {
         const ExpertTierStats t1 = model.expert_tier()->stats();
         s.disk_bytes += double(t1.bytes_read - t0.bytes_read);
@@ -241,6 +258,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.expert_s /= a.gen;
     s.expert_bytes /= a.gen;
     s.disk_bytes /= a.gen;
+    s.storage_bytes /= a.gen;
     s.tier_misses /= a.gen;
     s.tier_claims /= a.gen;
     s.tier_prefetches /= a.gen;
@@ -368,9 +386,10 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
     std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims, pf,
-        pf_hits;
+        pf_hits, storage;
     for (const auto& s : row.reps) {
       disk.push_back(s.disk_bytes);
+      storage.push_back(s.storage_bytes);
       miss.push_back(s.tier_misses);
       claims.push_back(s.tier_claims);
       pf.push_back(s.tier_prefetches);
@@ -437,7 +456,8 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
                    {"roofline_ratio", mean(tpot) / roof_ms},
                    {"speedup_vs_first", base_tpot / mean(tpot)},
                    {"speedup_sd", stddev(rep_speedup)},
-                   {"expert_speedup_sd", stddev(rep_espeedup)}});
+                   {"expert_speedup_sd", stddev(rep_espeedup)},
+                   {"storage_bytes_per_token", mean(storage) / row.batch}});
     if (!row.reps.empty() && !row.reps[0].ranks.empty()) out.back().update(rank_summary(c, row));
     if (model.expert_tier()) {  // bytes read from the file per decoded token, the tier's hit rate
       out.back()["disk_bytes_per_token"] = mean(disk) / row.batch;
