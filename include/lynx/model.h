@@ -280,9 +280,12 @@ struct LoadOptions {
   int64_t expert_cache = -1;
   int expert_readers = 4;  // reader threads of the tier
   // What streaming an expert that is not in a slot costs, in units of a resident expert's
-  // stream (RoutingInput::cost): about RAM bandwidth over the disk's. The default is this
-  // machine kind's ratio (docs/offload.md: ~36 GB/s from RAM, ~1.8 GB/s direct reads).
-  float expert_miss_cost = 20.f;
+  // stream (RoutingInput::cost): RAM's read rate over the disk's. 0 (default): measured as
+  // the tier runs (RAM probed once, the readers' rate averaged over their reads; 20, this
+  // machine kind's ratio, until 8 reads were timed: docs/offload.md); else this figure, in
+  // [1, 1e6], whatever is measured (runs that compare the batch-aware policies bit for bit
+  // pin it).
+  float expert_miss_cost = 0.f;
   // The tier reads ahead, for each token, the expert_prefetch experts the next routed layer's
   // router ranks first on the current layer's input, while the current layer computes
   // (docs/offload.md). 0: no read-ahead (the default until its speed is measured on a quiet

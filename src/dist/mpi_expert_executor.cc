@@ -18,6 +18,9 @@ MpiExpertExecutor::MpiExpertExecutor(const Mpi& mpi, const Model& model, const P
                 " ranks, " + std::to_string(placement.experts) + " experts, " +
                 std::to_string(placement.layers.size()) + " layers)");
   }
+  if (model.expert_tier()) {
+    tiered_ = std::make_unique<TieredExpertExecutor>(*model.expert_tier(), model, pool, int_acts);
+  }
 }
 
 RankStats MpiExpertExecutor::take_stats() {
@@ -132,7 +135,11 @@ void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels:
   const double t0 = util::now_seconds();
   partial_.resize(chunk * size_t(R));
   if (local_.rows() > 0) {
-    cpu_.run(local_, x, il, layer, partial_.data());
+    if (tiered_) {
+      tiered_->run(local_, x, il, layer, partial_.data());
+    } else {
+      cpu_.run(local_, x, il, layer, partial_.data());
+    }
   } else {
     std::fill(partial_.begin(), partial_.begin() + ptrdiff_t(n), 0.f);
   }
@@ -175,7 +182,9 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
   const int R = mpi_.size();
   const size_t E = size_t(x.cols), row_bytes = E * sizeof(float);
   const double t0 = util::now_seconds();
-  const float* mine = local_.rows() > 0 ? cpu_.rows(local_, x, layer) : nullptr;
+  const float* mine = local_.rows() == 0 ? nullptr
+                      : tiered_          ? tiered_->rows(local_, x, il, layer)
+                                         : cpu_.rows(local_, x, layer);
   const double t1 = util::now_seconds();
   // Every rank knows every rank's row count from the plan: no size exchange.
   counts_.assign(size_t(R), int(kHead));

@@ -22,6 +22,7 @@
 #include "dist/comm.h"
 #include "dist/placement.h"
 #include "model/cpu_expert_executor.h"
+#include "model/tiered_expert_executor.h"
 
 namespace lynx::dist {
 
@@ -46,9 +47,10 @@ class MpiExpertExecutor final : public ExpertExecutor {
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
-  // This rank's experts only (their rows go through cpu_).
+  // This rank's experts only (their rows go through cpu_ or tiered_).
   void set_activation_hook(const Context::ActivationHook* hook) override {
     cpu_.set_activation_hook(hook);
+    if (tiered_) tiered_->set_activation_hook(hook);
   }
 
   RankStats take_stats();
@@ -76,6 +78,10 @@ class MpiExpertExecutor final : public ExpertExecutor {
   const Placement& placement_;
   Combine combine_;
   CpuExpertExecutor cpu_;
+  // This rank's experts through its own expert tier, when the model has one (each rank's
+  // tier holds slots for its shard only). The routing does not see its residency: every rank
+  // must route alike, and each rank's slots hold different experts (docs/offload.md).
+  std::unique_ptr<TieredExpertExecutor> tiered_;
   RankStats stats_, total_;
   mutable std::mutex totals_mu_;
   std::vector<RankStats> totals_;  // guarded by totals_mu_

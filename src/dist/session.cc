@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "dist/handshake.h"
 #include "lynx/gguf.h"
+#include "model/memory_budget.h"
 #include "util/file.h"
 
 namespace lynx::dist {
@@ -41,6 +44,13 @@ std::unique_ptr<Model> Session::load(const std::string& path, LoadOptions opts) 
     model_identity(path, f.data_offset(), id);
     const int me = mpi_.rank();
     opts.keep_expert = [this, me](int il, int e) { return placement_.rank_of(il, e) == me; };
+    // The ranks on one machine share its memory: each one's expert tier (docs/offload.md)
+    // sizes itself from an equal part of what is there, unless told a budget.
+    if (opts.mem_budget == 0 && opts.expert_cache < 0) {
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      const int n = local ? std::max(1, std::atoi(local)) : 1;
+      if (n > 1) opts.mem_budget = detect_memory_budget().bytes / size_t(n);
+    }
     model = Model::load(path, opts);
   } catch (const std::exception& e) {
     id.error = e.what();
@@ -54,13 +64,12 @@ std::shared_ptr<const ExpertBackend> Session::experts(MpiExpertExecutor** made) 
   return experts(made, opts_.combine);
 }
 
-std::shared_ptr<const ExpertBackend> Session::experts(MpiExpertExecutor** made,
-                                                      Combine combine) {
+std::shared_ptr<const ExpertBackend> Session::experts(MpiExpertExecutor** made, Combine combine) {
   if (!model_) throw Error("expert parallel: no model loaded");
   return std::make_shared<const ExpertBackend>(
       [this, made, combine](kernels::ThreadPool& pool, bool int_acts) {
-        auto ex = std::make_unique<MpiExpertExecutor>(mpi_, *model_, placement_, combine, pool,
-                                                      int_acts);
+        auto ex =
+            std::make_unique<MpiExpertExecutor>(mpi_, *model_, placement_, combine, pool, int_acts);
         if (made) *made = ex.get();
         return std::unique_ptr<ExpertExecutor>(std::move(ex));
       });

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "lynx/error.h"
+#include "model/memory_budget.h"
 
 namespace lynx {
 namespace {
@@ -78,8 +79,14 @@ size_t ExpertTier::slot_bytes_for(std::span<const TierLayer> layers) {
 }
 
 ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert,
-                       int n_slots, int readers, TierReadFn read)
-    : layers_(std::move(layers)), n_expert_(n_expert), n_slots_(n_slots), read_(std::move(read)) {
+                       int n_slots, int readers, TierReadFn read, MissCostOptions cost,
+                       TierClock clock)
+    : layers_(std::move(layers)),
+      n_expert_(n_expert),
+      n_slots_(n_slots),
+      cost_(cost),
+      time_(std::move(clock)),
+      read_(std::move(read)) {
   if (n_slots < 1) throw Error("expert tier: at least one slot is needed");
   if (n_expert < 1) throw Error("expert tier: the model has no routed experts");
   slot_bytes_ = slot_bytes_for(layers_);
@@ -106,6 +113,15 @@ ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, i
   half_life_ = 8.0 * std::max(1, routed);
   stats_.slots = n_slots;
   stats_.slot_bytes = slot_bytes_;
+  // The rate resident experts are read at: the pool's own, probed before any reader runs (a
+  // quiet memory bus; the kernels' per-step rate would count their compute too). Over its
+  // first ram_probe_bytes(), which the slots would write anyway: RAM's rate for a pool larger
+  // than the caches, the caches' for one that fits them, as its experts are then read.
+  if (cost_.fixed <= 0 && cost_.ram_bytes_per_s <= 0) {
+    const size_t n = std::min(size_t(n_slots) * slot_bytes_, ram_probe_bytes());
+    std::memset(pool_->data(), 0, n);
+    cost_.ram_bytes_per_s = measure_read_rate(pool_->data(), n);
+  }
   for (int i = 0; i < std::max(1, readers); ++i) readers_.emplace_back([this] { reader_main(); });
 }
 
@@ -117,6 +133,29 @@ ExpertTier::~ExpertTier() {
   work_cv_.notify_all();
   for (std::thread& t : readers_) t.join();
   if (fd_ >= 0) ::close(fd_);
+}
+
+uint64_t ExpertTier::now() const {
+  return time_ ? time_() : now_ns();
+}
+
+// ---- The miss cost ----
+
+bool ExpertTier::cost_measured_locked() const {
+  return cost_.fixed <= 0 && cost_.ram_bytes_per_s > 0 && timed_reads_ >= cost_.min_reads &&
+         rate_ns_ > 0 && rate_bytes_ > 0;
+}
+
+float ExpertTier::miss_cost_locked() const {
+  if (cost_.fixed > 0) return cost_.fixed;
+  if (!cost_measured_locked()) return cost_.initial;
+  const double disk = rate_bytes_ / (rate_ns_ * 1e-9);
+  return float(std::clamp(cost_.ram_bytes_per_s / disk, 1.0, double(cost_.max_cost)));
+}
+
+float ExpertTier::miss_cost() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return miss_cost_locked();
 }
 
 // ---- Eviction: the least used experts' slots ----
@@ -272,9 +311,9 @@ void ExpertTier::wait(const Claim& c) {
   std::unique_lock<std::mutex> lk(mu_);
   const Slot& x = slots_[size_t(c.slot)];
   if (x.state == Slot::kReading) {
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = now();
     cv_.wait(lk, [&] { return x.state != Slot::kReading; });
-    stats_.wait_ns += now_ns() - t0;
+    stats_.wait_ns += now() - t0;
   }
   if (x.state == Slot::kFailed) {
     throw Error("expert tier: reading expert " + std::to_string(c.expert) + " of layer " +
@@ -313,6 +352,7 @@ int ExpertTier::prefetch(int il, std::span<const int32_t> experts, int max_reads
     for (const int32_t e : experts) {
       if (queued >= max_reads || next >= spare.size()) break;
       if (e < 0 || e >= n_expert_) continue;
+      if (!held_.empty() && !held_[size_t(il) * size_t(n_expert_) + size_t(e)]) continue;
       int32_t& w = where_[size_t(il) * size_t(n_expert_) + size_t(e)];
       if (w >= 0) continue;
       const int s = spare[next++].second;
@@ -387,6 +427,10 @@ ExpertTierStats ExpertTier::stats() const {
   ExpertTierStats s = stats_;
   s.resident = 0;
   for (const Slot& x : slots_) s.resident += x.state == Slot::kReady;
+  s.miss_cost = miss_cost_locked();
+  s.miss_cost_measured = cost_measured_locked();
+  s.read_bytes_per_s = rate_ns_ > 0 ? rate_bytes_ / (rate_ns_ * 1e-9) : 0;
+  s.ram_bytes_per_s = cost_.fixed > 0 ? 0 : cost_.ram_bytes_per_s;
   return s;
 }
 
@@ -435,6 +479,11 @@ void ExpertTier::reader_main() {
       stats_.read_ns += read_ns;
       stats_.repack_ns += repack_ns;
       stats_.read_errors += !error.empty();
+      if (error.empty() && bytes > 0) {
+        rate_bytes_ = rate_bytes_ * kReadDecay + double(bytes);
+        rate_ns_ = rate_ns_ * kReadDecay + double(std::max<uint64_t>(read_ns, 1));
+        ++timed_reads_;
+      }
     }
     cv_.notify_all();
   }
@@ -443,7 +492,7 @@ void ExpertTier::reader_main() {
 void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging,
                              uint64_t& bytes, uint64_t& read_ns, uint64_t& repack_ns) {
   const uint64_t off = m.offset + uint64_t(e) * m.mat_bytes;
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = now();
   const uint8_t* src = nullptr;
   if (read_) {
     uint8_t* buf = staging.get(m.mat_bytes);
@@ -466,7 +515,7 @@ void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& 
     src = buf + (off - a0);
     bytes += a1 - a0;
   }
-  const uint64_t t1 = now_ns();
+  const uint64_t t1 = now();
   read_ns += t1 - t0;
   switch (m.layout) {
     case kernels::WeightLayout::kInterleaved16:
@@ -478,7 +527,7 @@ void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& 
     default:
       std::memcpy(dst, src, m.mat_bytes);
   }
-  repack_ns += now_ns() - t1;
+  repack_ns += now() - t1;
 }
 
 }  // namespace lynx

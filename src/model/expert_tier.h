@@ -41,6 +41,24 @@ struct TierLayer {
 // Reads n bytes at file offset `off` into dst; throws lynx::Error on failure (a short read
 // included). The default reads `path` with O_DIRECT where the file system allows it.
 using TierReadFn = std::function<void(uint64_t off, size_t n, uint8_t* dst)>;
+// Nanoseconds of a monotonic clock; empty: std::chrono::steady_clock. The tier times its reads
+// and waits with it (tests pass a clock their reader advances, so the rates are exact).
+using TierClock = std::function<uint64_t()>;
+
+// What the routing is told a miss costs (RoutingInput::cost, in units of a resident expert):
+// a fixed figure, or the rate a resident expert is read at from RAM over the rate the
+// readers read experts from the file, measured as the tier runs (docs/offload.md).
+struct MissCostOptions {
+  float fixed = 0.f;     // > 0: this cost, nothing measured (--expert-miss-cost)
+  float initial = 20.f;  // until min_reads reads were timed
+  int min_reads = 8;
+  // Bytes per second a resident expert is read at; 0: measured once, when the tier is made,
+  // over its slot pool (measure_read_rate).
+  double ram_bytes_per_s = 0;
+  // The measured cost stays within [1, max_cost]: a page-cached file reads near RAM speed,
+  // a stalled disk must not make every miss unthinkable.
+  float max_cost = 1000.f;
+};
 
 struct ExpertTierStats {
   uint64_t hits = 0, misses = 0;  // expert claims found resident / read from the file
@@ -54,7 +72,11 @@ struct ExpertTierStats {
   uint64_t prefetch_hits = 0;  // prefetched experts a claim found (read or being read)
   int slots = 0;
   size_t slot_bytes = 0;
-  int resident = 0;  // slots holding an expert now
+  int resident = 0;                 // slots holding an expert now
+  float miss_cost = 0;              // what the routing sees now (ExpertTier::miss_cost)
+  bool miss_cost_measured = false;  // from the rates below (else fixed, or not enough reads)
+  double read_bytes_per_s = 0;      // one reader's rate, decayed average over reads (0: none yet)
+  double ram_bytes_per_s = 0;       // what the cost divides by it (0: fixed cost, not measured)
 };
 
 class ExpertTier {
@@ -62,7 +84,7 @@ class ExpertTier {
   // `layers` [n_layer] (routed layers with layer >= 0), n_expert experts each, `n_slots`
   // slots (at least 1), `readers` reader threads. `read` empty: read `path` directly.
   ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert, int n_slots,
-             int readers, TierReadFn read = {});
+             int readers, TierReadFn read = {}, MissCostOptions cost = {}, TierClock clock = {});
   ~ExpertTier();
   ExpertTier(const ExpertTier&) = delete;
   ExpertTier& operator=(const ExpertTier&) = delete;
@@ -109,9 +131,13 @@ class ExpertTier {
   // (LoadOptions::expert_prefetch; 0: none).
   void set_prefetch(int per_token) { prefetch_ = per_token; }
   int prefetch_per_token() const { return prefetch_; }
-  // RoutingInput::cost of an expert not in a slot (LoadOptions::expert_miss_cost).
-  void set_miss_cost(float c) { miss_cost_ = c; }
-  float miss_cost() const { return miss_cost_; }
+  // [layer * n_expert + expert] 1 = this process computes the expert (expert parallelism: its
+  // shard); prefetch() reads no other. Empty (the default): every expert.
+  void set_held(std::vector<uint8_t> held) { held_ = std::move(held); }
+  // RoutingInput::cost of an expert not in a slot: MissCostOptions::fixed when set; else the
+  // RAM read rate over the readers' (a decayed average over the reads made), clamped to
+  // [1, max_cost], and MissCostOptions::initial until min_reads reads were timed.
+  float miss_cost() const;
 
  private:
   struct Slot {
@@ -135,6 +161,9 @@ class ExpertTier {
     uint64_t at = 0;
   };
   double uses(const Use& u) const;
+  uint64_t now() const;
+  float miss_cost_locked() const;
+  bool cost_measured_locked() const;
   struct Staging;  // an aligned read buffer per reader thread
   const uint8_t* slot_ptr(int slot) const { return pool_->data() + size_t(slot) * slot_bytes_; }
   void reader_main();
@@ -144,13 +173,16 @@ class ExpertTier {
                    uint64_t& read_ns, uint64_t& repack_ns);
   void place(int il, const std::vector<int32_t>& want, std::vector<int>& free);
   static constexpr int kMinTransient = 16;
+  static constexpr double kReadDecay = 1.0 - 1.0 / 32;
 
   std::vector<TierLayer> layers_;
   std::vector<size_t> up_off_, down_off_;  // per layer, within a slot
   int n_expert_ = 0;
   int n_slots_ = 0;
-  float miss_cost_ = 20.f;
+  MissCostOptions cost_;
+  TierClock time_;
   int prefetch_ = 0;
+  std::vector<uint8_t> held_;
   size_t slot_bytes_ = 0;
   std::unique_ptr<kernels::PackedWeights> pool_;
   TierReadFn read_;
@@ -167,6 +199,10 @@ class ExpertTier {
   double half_life_ = 1;        // in claims (one per routed layer and step)
   int n_transient_ = 0;         // slots holding an expert with transient set
   uint64_t clock_ = 0;
+  // The readers' rate: bytes and nanoseconds of the reads made, each sum decayed by
+  // kReadDecay per read, so the rate follows the disk as it changes.
+  double rate_bytes_ = 0, rate_ns_ = 0;
+  int timed_reads_ = 0;
   ExpertTierStats stats_;
   bool stop_ = false;
   std::vector<std::thread> readers_;

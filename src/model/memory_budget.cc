@@ -1,8 +1,9 @@
-// detect_memory_budget and parse_memory_size (see memory_budget.h).
+// detect_memory_budget, measure_ram_read_rate and parse_memory_size (see memory_budget.h).
 #include "model/memory_budget.h"
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -105,6 +106,47 @@ size_t parse_memory_size(const std::string& text) {
     throw Error("'" + text + "' is too large a memory size");
   }
   return size_t(bytes);
+}
+
+size_t ram_probe_bytes() {
+  // The last-level cache of cpu0 (sysfs gives one CCD's L3 where sysconf may give the chip's).
+  size_t llc = 0;
+  for (int i = 3; i >= 2 && llc == 0; --i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string s;
+    if (f >> s) {
+      try {
+        llc = parse_memory_size(s);
+      } catch (const Error&) {
+      }
+    }
+  }
+  return std::clamp<size_t>(4 * (llc ? llc : size_t(32) << 20), size_t(16) << 20,
+                            size_t(128) << 20);
+}
+
+double measure_read_rate(const uint8_t* bytes, size_t size) {
+  const auto* p = reinterpret_cast<const uint64_t*>(bytes);
+  const size_t n = size / sizeof(uint64_t) / 4 * 4;
+  if (n == 0) return 0;
+  double best = 0;
+  uint64_t sink = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains, so the adds do not bound the loop
+    for (size_t i = 0; i < n; i += 4) {
+      a += p[i];
+      b += p[i + 1];
+      c += p[i + 2];
+      d += p[i + 3];
+    }
+    sink += a + b + c + d;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, double(n * sizeof(uint64_t)) / s);
+  }
+  volatile uint64_t used = sink;  // the sums are kept, so the loops are not optimized away
+  (void)used;
+  return best;
 }
 
 }  // namespace lynx

@@ -33,8 +33,9 @@ bool Model::routed_expert(const Weight& w) const {
 }
 
 bool Model::plan_expert_tier(const LoadOptions& opts) {
-  if (!(opts.expert_miss_cost >= 1.f && opts.expert_miss_cost <= 1e6f)) {
-    throw Error("expert miss cost must be in [1, 1e6], got " +
+  if (opts.expert_miss_cost != 0.f &&
+      !(opts.expert_miss_cost >= 1.f && opts.expert_miss_cost <= 1e6f)) {
+    throw Error("expert miss cost must be 0 (measured) or in [1, 1e6], got " +
                 std::to_string(opts.expert_miss_cost));
   }
   const ModelConfig& c = cfg_;
@@ -46,12 +47,6 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
       throw Error("the expert tier does not take fused ffn_gate_up_exps experts yet");
     }
     tier_summary_ = "experts loaded: gate and up fused in the file, copied apart at load";
-    return false;
-  }
-  if (opts.keep_expert) {
-    if (opts.expert_cache > 0) {
-      throw Error("the expert tier cannot be combined with expert parallelism yet");
-    }
     return false;
   }
   // The file's view of each routed layer's experts, and the layout the loader would pack.
@@ -76,18 +71,29 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
                                                   : kernels::WeightLayout::kRows;
     return m;
   };
+  // Under expert parallelism (keep_expert) this process holds one shard: the tier's slots are
+  // for its experts only, and the budget counts its shard, not the whole file.
   std::vector<TierLayer> layers(w_->layers.size());
-  size_t routed = 0;
+  std::vector<uint8_t> held(w_->layers.size() * size_t(c.n_expert), 0);
+  size_t routed = 0, mine = 0;
+  int64_t total = 0;  // the experts this process may claim
   for (int il = 0; il < c.n_layer; ++il) {
     if (!c.layer_routed(il)) continue;
     const LayerWeights& l = w_->layers[size_t(il)];
     layers[size_t(il)] = {il, matrix(l.gate_exps), matrix(l.up_exps), matrix(l.down_exps)};
     routed += expert_bytes(il) * size_t(c.n_expert);
+    for (int e = 0; e < c.n_expert; ++e) {
+      const bool keep = !opts.keep_expert || opts.keep_expert(il, e);
+      held[size_t(il) * size_t(c.n_expert) + size_t(e)] = keep;
+      mine += keep ? expert_bytes(il) : 0;
+      total += keep;
+    }
   }
   const size_t slot = ExpertTier::slot_bytes_for(layers);
   if (slot == 0) return false;
-  const size_t file = file_.file_size();
-  const size_t dense = file > routed ? file - routed : 0;
+  const size_t dense = file_.file_size() > routed ? file_.file_size() - routed : 0;
+  const size_t file = dense + mine;  // what loading every expert of this process would take
+  const std::string what = opts.keep_expert ? "this rank's shard" : "the file";
 
   size_t cache = 0;
   std::string why;
@@ -101,26 +107,26 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
     // tensors: a tenth of the budget, at least 512 MiB.
     const size_t reserve = std::max(detected.bytes / 10, size_t(512) << 20);
     if (file + reserve <= detected.bytes) {
-      tier_summary_ = "experts loaded: the file (" + gib(double(file)) + ") fits the budget (" +
+      tier_summary_ = "experts loaded: " + what + " (" + gib(double(file)) + ") fits the budget (" +
                       gib(double(detected.bytes)) + ", " + detected.source + ")";
       return false;
     }
     const size_t used = dense + reserve;
     cache = detected.bytes > used ? detected.bytes - used : 0;
-    why = "the file (" + gib(double(file)) + ") does not fit the budget (" +
+    why = what + " (" + gib(double(file)) + ") does not fit the budget (" +
           gib(double(detected.bytes)) + ", " + detected.source + ")";
   }
   // One token's experts at least, so that a step can always move on; never more slots than
   // experts.
   int64_t n_slots = int64_t(cache / slot);
   if (opts.expert_cache <= 0) n_slots = std::max<int64_t>(n_slots, c.n_expert_used);
-  int64_t total = 0;
-  for (const TierLayer& l : layers) total += l.layer >= 0 ? c.n_expert : 0;
   n_slots = std::clamp<int64_t>(n_slots, 1, std::max<int64_t>(1, total));
+  MissCostOptions cost;
+  cost.fixed = opts.expert_miss_cost;
   tier_ = std::make_shared<ExpertTier>(file_.path(), std::move(layers), c.n_expert, int(n_slots),
-                                       opts.expert_readers, opts.expert_read);
-  tier_->set_miss_cost(opts.expert_miss_cost);
+                                       opts.expert_readers, opts.expert_read, cost);
   tier_->set_prefetch(std::clamp(opts.expert_prefetch, 0, c.n_expert));
+  if (opts.keep_expert) tier_->set_held(std::move(held));
   char buf[256];
   std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%) in %s of slots; ",
                 (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),

@@ -114,6 +114,11 @@ void TieredExpertExecutor::prefetch_next(int il, const kernels::ActRows& x) {
 
 void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
                                const LayerWeights& layer, float* out) {
+  kernels::mix_id(plan, rows(plan, x, il, layer), x.cols, out);
+}
+
+const float* TieredExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                        int il, const LayerWeights& layer) {
   const TierLayer& tl = tier_.layer(il);
   hook_layer_ = il;
   view_ = layer;
@@ -175,7 +180,7 @@ void TieredExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows
       rows = cpu_.rows(plan, x, view_, part_);
     }
   }
-  kernels::mix_id(plan, rows, x.cols, out);
+  return rows;
 }
 
 }  // namespace lynx

@@ -17,6 +17,11 @@ class TieredExpertExecutor final : public ExpertExecutor {
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
+  // The step before the mix, as CpuExpertExecutor::rows: every grouped row's expert output,
+  // [plan.rows() x n_embd] in plan order (valid until the next call). Expert parallelism
+  // (src/dist) gathers a rank's rows and mixes them itself.
+  const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il,
+                    const LayerWeights& layer);
   // The hook sees the model's own expert weights (the imatrix collector finds them by
   // address), not the slot views this executor computes with.
   void set_activation_hook(const Context::ActivationHook* h) override;

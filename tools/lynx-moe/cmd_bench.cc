@@ -136,6 +136,7 @@ struct Sample {
   double storage_bytes = 0;                 // the process's storage reads per decode step
   double tier_misses = 0, tier_claims = 0;  // expert tier: per decode step
   double tier_prefetches = 0, tier_prefetch_hits = 0;  // expert tier: per decode step
+  double tier_miss_cost = 0;     // expert tier: the routing's miss cost, mean over decode steps
   std::vector<RankShare> ranks;  // --expert-parallel: each rank's share, summed over
   int gen_steps = 0;             // the gen_steps decode steps
 };
@@ -229,6 +230,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
         s.tier_claims += double(t1.misses + t1.hits - t0.misses - t0.hits);
         s.tier_prefetches += double(t1.prefetches - t0.prefetches);
         s.tier_prefetch_hits += double(t1.prefetch_hits - t0.prefetch_hits);
+        s.tier_miss_cost += double(t0.miss_cost);  // the cost the step was routed with
       }
       const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
@@ -263,6 +265,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.tier_claims /= a.gen;
     s.tier_prefetches /= a.gen;
     s.tier_prefetch_hits /= a.gen;
+    s.tier_miss_cost /= a.gen;
     s.expert_tokens = ctxs[p]->expert_tokens();
     s.gen_steps = a.gen;
   }
@@ -386,7 +389,7 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
     std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims, pf,
-        pf_hits, storage;
+        pf_hits, storage, miss_cost;
     for (const auto& s : row.reps) {
       disk.push_back(s.disk_bytes);
       storage.push_back(s.storage_bytes);
@@ -394,6 +397,7 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
       claims.push_back(s.tier_claims);
       pf.push_back(s.tier_prefetches);
       pf_hits.push_back(s.tier_prefetch_hits);
+      miss_cost.push_back(s.tier_miss_cost);
       ems.push_back(s.expert_s * 1e3);
       ebytes.push_back(s.expert_bytes);
       tps.push_back(row.batch / s.step_s);
@@ -466,6 +470,7 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
       // Prefetched experts per step, and the share of them a claim then wanted.
       out.back()["tier_prefetches_per_step"] = mean(pf);
       out.back()["tier_prefetch_accuracy"] = mean(pf) > 0 ? mean(pf_hits) / mean(pf) : 0.0;
+      out.back()["tier_miss_cost"] = mean(miss_cost);  // measured unless --expert-miss-cost
     }
     // Tokens per expert of each layer over the last repetition's decode steps (plot.py's
     // heatmaps).

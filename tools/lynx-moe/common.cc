@@ -264,8 +264,9 @@ void add_tier_flags(CLI::App* cmd, TierFlags* f) {
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--expert-miss-cost", f->miss_cost,
                   "What streaming an expert that is not in the tier's slots costs the routing, "
-                  "in units of a resident expert (about RAM over disk bandwidth; default 20): "
-                  "cover and budget move low-confidence choices onto resident experts by it")
+                  "in units of a resident expert: cover and budget move low-confidence choices "
+                  "onto resident experts by it. Default: measured as the tier runs, RAM's read "
+                  "rate over the readers' (20 until 8 reads were timed)")
       ->check(CLI::Range(1.0, 1e6));
 }
 
@@ -287,18 +288,27 @@ std::string expert_tier_line(const Model& model) {
   if (!t) return {};
   const ExpertTierStats s = t->stats();
   const uint64_t claims = s.hits + s.misses;
-  char buf[512];
+  char how[128];
+  if (s.miss_cost_measured) {
+    std::snprintf(how, sizeof how, "measured: RAM %.1f GB/s over reads %.2f GB/s",
+                  s.ram_bytes_per_s / 1e9, s.read_bytes_per_s / 1e9);
+  } else {
+    std::snprintf(how, sizeof how, "%s",
+                  s.ram_bytes_per_s > 0 ? "too few reads to measure" : "fixed");
+  }
+  char buf[640];
   std::snprintf(buf, sizeof buf,
                 "expert tier: %llu hits, %llu misses (%.1f%% hit), %.2f GB read (%.2f GB/s per "
                 "reader while reading; %.2f s reading, %.2f s laying out), %.2f s waiting, %llu "
-                "evictions, %llu prefetched (%.1f%% then claimed), %d/%d slots resident",
+                "evictions, %llu prefetched (%.1f%% then claimed), %d/%d slots resident; miss "
+                "cost %.1f (%s)",
                 (unsigned long long)s.hits, (unsigned long long)s.misses,
                 claims ? 100.0 * double(s.hits) / double(claims) : 0.0, double(s.bytes_read) / 1e9,
                 s.read_ns ? double(s.bytes_read) / double(s.read_ns) : 0.0, double(s.read_ns) / 1e9,
                 double(s.repack_ns) / 1e9, double(s.wait_ns) / 1e9, (unsigned long long)s.evictions,
                 (unsigned long long)s.prefetches,
                 s.prefetches ? 100.0 * double(s.prefetch_hits) / double(s.prefetches) : 0.0,
-                s.resident, s.slots);
+                s.resident, s.slots, double(s.miss_cost), how);
   return buf;
 }
 
@@ -335,6 +345,13 @@ std::string expert_tier_metrics(const Model& model) {
           double(s.prefetch_hits), "counter");
   counter("lynx_expert_tier_slots", "Expert slots of the tier.", double(s.slots), "gauge");
   counter("lynx_expert_tier_resident", "Slots holding an expert.", double(s.resident), "gauge");
+  counter("lynx_expert_tier_miss_cost",
+          "What a missing expert costs the routing, in resident experts (RAM read rate over "
+          "the readers' when measured).",
+          double(s.miss_cost), "gauge");
+  counter("lynx_expert_tier_read_rate_bytes_per_second",
+          "One reader's rate, a decayed average over the reads made (0: none yet).",
+          s.read_bytes_per_s, "gauge");
   return o;
 }
 

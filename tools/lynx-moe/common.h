@@ -82,7 +82,7 @@ std::vector<char*> long_cache_type_flags(int argc, char** argv);
 struct TierFlags {
   std::string mem_budget, expert_cache;
   int readers = 4;
-  float miss_cost = 20.f;
+  float miss_cost = 0.f;  // 0: measured (LoadOptions::expert_miss_cost)
   int prefetch = 0;
 };
 void add_tier_flags(CLI::App* cmd, TierFlags* flags);

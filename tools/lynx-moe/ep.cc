@@ -102,9 +102,6 @@ struct ExpertParallel::Impl {
 ExpertParallel::ExpertParallel(const EpFlags& f) : impl_(std::make_unique<Impl>()) {
   impl_->tier = f.tier;
   if (!f.on) return;
-  if (!f.tier.expert_cache.empty()) {
-    throw UsageError("--expert-cache cannot be combined with --expert-parallel yet");
-  }
   dist::SessionOptions o;
   o.placement_file = f.placement;
   o.combine = f.combine == "gather" ? dist::Combine::kGather : dist::Combine::kAllReduce;
@@ -155,7 +152,11 @@ std::unique_ptr<Model> ExpertParallel::load_model(const std::string& path, bool 
   LoadOptions lo;
   lo.repack = repack;
   lo.repack_float = repack_float;
+  apply_tier_flags(impl_->tier, lo);  // each rank's tier holds slots for its shard only
   auto model = impl_->session->load(path, lo);
+  if (model && model->expert_tier()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank(), model->expert_tier_summary().c_str());
+  }
   const std::vector<uint64_t> rss = impl_->session->resident_bytes();
   std::string line;
   for (size_t r = 0; r < rss.size(); ++r) {
