@@ -40,7 +40,7 @@
 //
 // Like the float path: with up to kNT tokens each block is unpacked in registers and used at
 // once (RowBlockDirect); with more, weights are unpacked once per chunk of kChunkBlocks
-// blocks into an L1 buffer and every group of kNT tokens runs over it, accumulators kept in
+// blocks into an L1 buffer and every group of kBufNT tokens runs over it, accumulators kept in
 // `accbuf` between chunks (RowBlockBuffered). Each weight byte is read from memory once per
 // call for up to kSuperTokens tokens, software-prefetched a row block ahead in address order,
 // and every output sees the same sequence of operations whatever the row split, token
@@ -165,9 +165,12 @@ HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
 
 #undef LYNX_Q8_DOT_TOKENS  // defined below per target (foreach_target includes this file again)
 
-constexpr int kNT = kNR >= 16 ? 8 : 4;  // tokens per group
-constexpr int64_t kChunkBlocks = 16;    // 512 columns unpacked at a time (8-16 KiB of planes)
-constexpr int kSuperTokens = 64;        // token groups sharing one unpacked chunk
+constexpr int kNT = kNR >= 16 ? 8 : 4;  // tokens per group of RowBlockDirect
+// Tokens per group of RowBlockBuffered: 8 on every target. With DotTokens a plane load serves
+// the whole group, so AVX2's 8-row blocks also take 8 tokens (was kNT = 4 there).
+constexpr int kBufNT = 8;
+constexpr int64_t kChunkBlocks = 16;  // 512 columns unpacked at a time (8-16 KiB of planes)
+constexpr int kSuperTokens = 64;      // token groups sharing one unpacked chunk
 
 #if LYNX_INT_X86
 #if HWY_TARGET == HWY_AVX3_DL
@@ -440,8 +443,8 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
         if (!Source::kPrefetchWhileComputing) src.template Prefetch<kType>(b);
         src.template Unpack<kType>(b, blocks[b - c0]);
       }
-      for (int t0 = 0; t0 < ns; t0 += kNT) {
-        WithTokenCount<kNT>(std::min(kNT, ns - t0), [&]<int NT>() {
+      for (int t0 = 0; t0 < ns; t0 += kBufNT) {
+        WithTokenCount<kBufNT>(std::min(kBufNT, ns - t0), [&]<int NT>() {
           VF acc[NT];
           for (int t = 0; t < NT; ++t) acc[t] = hn::Load(df, accbuf + (t0 + t) * kNR);
           for (int64_t b = c0; b < c1; ++b) {
