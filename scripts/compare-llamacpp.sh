@@ -186,7 +186,9 @@ echo "read bandwidth probes (GB/s): $(sort -g "$work/bw" | tr '\n' ' ')" >&2
 
 # One table per file: per engine the median tok/s and its range over passes; per peer the
 # median of lynx-moe's per-pass ratios and their range; the limit from the peak bandwidth.
-awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-acts}" -v passes="$passes" -v gen="$gen" '
+ikname="ik_llama.cpp -rtr"
+[[ ${IK_RTR:-1} == 0 ]] && ikname="ik_llama.cpp (mmap)"
+awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-acts}" -v passes="$passes" -v gen="$gen" -v ikname="$ikname" '
   function median(s,   a, n, i, j, t) {
     n = split(s, a, " ")
     for (i = 2; i <= n; ++i) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) {
@@ -212,7 +214,7 @@ awk -v peak="$peak" -v engines="${active[*]}" -v lynx2="${LYNX2_ARGS:---bf16-act
       if ($7 > 0) anyio[f] = 1 } }
   END {
     ne = split(engines, en, " ")
-    name["lynx"] = "lynx-moe"; name["lynx2"] = "lynx-moe " lynx2; name["ik"] = "ik_llama.cpp -rtr"; name["llama"] = "llama.cpp"
+    name["lynx"] = "lynx-moe"; name["lynx2"] = "lynx-moe " lynx2; name["ik"] = ikname; name["llama"] = "llama.cpp"
     for (fi = 1; fi <= nf; ++fi) {
       f = files[fi]; short = f; sub(".*/", "", short)
       printf "\n%s: decode tok/s, median (min-max) over %d passes; limit at %.1f GB/s\n\n", \

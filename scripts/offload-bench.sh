@@ -52,5 +52,7 @@ BW_SIZES=128 IK_RTR=0 LYNX_ARGS="--bw-sizes 128 ${LYNX_ARGS:-}" \
   LYNX2_ARGS="--bw-sizes 128 ${LYNX2_ARGS:---no-repack --expert-cache 0}" \
   bash scripts/compare-llamacpp.sh "${args[@]}"
 for f in memory.max_usage_in_bytes memory.peak; do
-  [[ -f $cg/$f ]] && echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2
+  if [[ -f $cg/$f ]]; then
+    echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2
+  fi
 done

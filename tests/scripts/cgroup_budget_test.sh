@@ -60,12 +60,11 @@ else
 fi
 echo "model $size bytes, cgroup $cg limit $limit bytes"
 
-# The run: a shell that joins the cgroup, then becomes lynx-moe bench with the tier's default
-# flags. --bandwidth: bench's own roofline probes read 256 MiB-1 GiB buffers, which do not
-# fit this cgroup (scripts/offload-bench.sh gives them 128 MiB).
+# The run: a shell that joins the cgroup, then becomes lynx-moe bench with default flags (its
+# roofline probes included: they size their buffers to the room the cgroup leaves).
 set +e
 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$cg" \
-  "$bin" bench -m "$model" --prompt 4 --gen 4 --batch 1 --threads 2 -r 1 --bandwidth 10 \
+  "$bin" bench -m "$model" --prompt 4 --gen 4 --batch 1 --threads 2 -r 1 \
   >"$work/cgroup-budget.out" \
   2>"$work/cgroup-budget.err"
 rc=$?

@@ -26,6 +26,7 @@
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
 #include "model/expert_tier.h"
+#include "model/memory_budget.h"
 #include "model/weights.h"
 #include "trace_replay.h"
 
@@ -272,6 +273,20 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
   return out;
 }
 
+// A bandwidth probe's buffer, no larger than a quarter of what the process may still take (its
+// memory cgroup's room or MemAvailable): a model larger than memory leaves little room, and a
+// probe of the default 1 GiB inside a small cgroup was OOM-killed. `report`: say so on stderr.
+size_t probe_bytes(size_t wanted, bool report) {
+  static constexpr size_t kMin = size_t{8} << 20;
+  const MemoryBudget budget = detect_memory_budget();
+  const size_t cap = std::max(kMin, budget.bytes / 4);
+  if (wanted <= cap) return wanted;
+  if (report)
+    std::fprintf(stderr, "bench: bandwidth probe of %zu MiB capped at %zu MiB (a quarter of %s)\n",
+                 wanted >> 20, cap >> 20, budget.source.c_str());
+  return cap;
+}
+
 // The machine's roofs per thread count. Read bandwidth: the peak (best of 5 passes, the
 // largest over the --bw-sizes buffers), probed at start and again at the end of the run; the
 // roofline of every row is the best of those and of every one-pass probe before a cell
@@ -287,7 +302,8 @@ Peaks measure_peaks(const Args& a, const std::vector<int>& threads, bool with_fm
     double best = a.bw_gb;
     if (best <= 0) {
       for (int mib : parse_int_list(a.bw_sizes, "--bw-sizes")) {
-        best = std::max(best, kernels::measure_read_bandwidth_gbps(pool, size_t(mib) << 20));
+        best = std::max(
+            best, kernels::measure_read_bandwidth_gbps(pool, probe_bytes(size_t(mib) << 20, true)));
       }
     }
     pk.bw[t] = best;
@@ -320,7 +336,7 @@ std::vector<Row> run_rows(const Model& model, const Args& a,
       double g = a.bw_gb;
       if (g <= 0) {
         kernels::ThreadPool pool(first.threads);
-        g = kernels::measure_read_bandwidth_gbps(pool, size_t{512} << 20, 1);
+        g = kernels::measure_read_bandwidth_gbps(pool, probe_bytes(size_t{512} << 20, false), 1);
       }
       cell_bw[{first.threads, first.batch}].push_back(g);
       auto samples =
