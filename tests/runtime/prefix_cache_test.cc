@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "feed_util.h"
 #include "lynx/context.h"
 #include "lynx/error.h"
 #include "lynx/scheduler.h"
@@ -26,31 +27,8 @@ std::vector<int32_t> tokens(int n, int salt, int n_vocab) {
   return t;
 }
 
-// Feeds tokens [from, to) of `p` to `seq` in chunks of `chunk`; returns the last logits.
-std::vector<float> feed(Context& ctx, int32_t seq, const std::vector<int32_t>& p, int from, int to,
-                        int chunk) {
-  std::vector<float> last;
-  for (int b = from; b < to; b += chunk) {
-    std::vector<BatchToken> batch;
-    for (int i = b; i < std::min(to, b + chunk); ++i) {
-      BatchToken t;
-      t.token = p[size_t(i)];
-      t.seq = seq;
-      t.pos = i;
-      t.flags = kTokenPrefill;
-      t.logits = i + 1 == std::min(to, b + chunk);
-      batch.push_back(t);
-    }
-    ctx.eval(batch);
-    const auto l = ctx.logits(0);
-    last.assign(l.begin(), l.end());
-  }
-  return last;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing_util::feed;
+using testing_util::same_bits;
 
 struct CopyCase {
   const char* file;
