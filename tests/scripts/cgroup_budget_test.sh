@@ -50,6 +50,11 @@ trap cleanup EXIT
 dd if="$model" iflag=nocache count=0 status=none
 size=$(stat -c %s "$model")
 limit=$((size * 6 / 10))
+# A sanitized build (the CI's ASan+UBSan suite) adds its own shadow memory and quarantine, up
+# to ~100 MB here (peak 264 MB of the 276 MB limit in one run): 90% of the file keeps the tier
+# on (the file still does not fit) with room for that, so the test checks the engine's budget,
+# not the sanitizer's.
+if grep -qa __asan_init "$bin"; then limit=$((size * 9 / 10)); fi
 mkdir "$cg" || skip "cannot create a cgroup under $parent"
 if [[ $v == 1 ]]; then
   echo "$limit" >"$cg/memory.limit_in_bytes"
