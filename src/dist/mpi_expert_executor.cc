@@ -21,6 +21,83 @@ MpiExpertExecutor::MpiExpertExecutor(const Mpi& mpi, const Model& model, const P
   if (model.expert_tier()) {
     tiered_ = std::make_unique<TieredExpertExecutor>(*model.expert_tier(), model, pool, int_acts);
   }
+  res_bytes_ = sizeof(ResidencyHead) + (size_t(c.n_expert) + 7) / 8;
+  head_ = sizeof(uint64_t) + sizeof(RankStats) + res_bytes_;
+}
+
+int MpiExpertExecutor::next_routed(int il) const {
+  const ModelConfig& c = model_.config();
+  for (int j = il + 1; j < c.n_layer; ++j) {
+    if (c.layer_routed(j)) return j;
+  }
+  for (int j = 0; j <= il; ++j) {
+    if (c.layer_routed(j)) return j;
+  }
+  return il;
+}
+
+void MpiExpertExecutor::pack_residency(uint8_t* dst, int il) {
+  const size_t N = size_t(model_.config().n_expert);
+  ResidencyHead h;
+  if (tiered_) {
+    const ExpertTier& tier = *model_.expert_tier();
+    tier.resident(il, own_);
+    h.miss_cost = tier.miss_cost();
+    h.tiered = 1;
+  } else {
+    own_.assign(N, 1);
+  }
+  std::memcpy(dst, &h, sizeof h);
+  uint8_t* bits = dst + sizeof h;
+  std::memset(bits, 0, (N + 7) / 8);
+  for (size_t e = 0; e < N; ++e) bits[e / 8] |= uint8_t(own_[e] ? 1u << (e % 8) : 0u);
+}
+
+void MpiExpertExecutor::unpack_residency(const uint8_t* base, const std::vector<size_t>& at,
+                                         int il) {
+  const size_t N = size_t(model_.config().n_expert);
+  std::vector<ResidencyHead> h(at.size());
+  res_tiered_ = false;
+  for (size_t r = 0; r < at.size(); ++r) {
+    std::memcpy(&h[r], base + at[r], sizeof(ResidencyHead));
+    res_tiered_ = res_tiered_ || h[r].tiered != 0;
+  }
+  res_.resize(N);
+  res_cost_.resize(N);
+  for (size_t e = 0; e < N; ++e) {
+    const size_t r = size_t(placement_.rank_of(il, int(e)));
+    const uint8_t* bits = base + at[r] + sizeof(ResidencyHead);
+    res_[e] = (bits[e / 8] >> (e % 8)) & 1u;
+    res_cost_[e] = res_[e] ? 1.f : h[r].miss_cost;
+  }
+  res_layer_ = il;
+}
+
+const uint8_t* MpiExpertExecutor::resident(int il) {
+  if (res_layer_ != il) {
+    // No combine carried this layer (the first step, or the last step failed before its last
+    // layer): a message of its own, at the same point on every rank (they all route il now).
+    const int R = mpi_.size();
+    const double t0 = util::now_seconds();
+    send_.resize(res_bytes_);
+    pack_residency(send_.data(), il);
+    recv_.resize(res_bytes_ * size_t(R));
+    MPI_Request req;
+    Mpi::check(MPI_Iallgather(send_.data(), int(res_bytes_), MPI_BYTE, recv_.data(),
+                              int(res_bytes_), MPI_BYTE, mpi_.comm(), &req),
+               "MPI_Iallgather");
+    mpi_.wait(req, "the routing's residency (MPI_Iallgather)");
+    std::vector<size_t> at(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) at[size_t(r)] = size_t(r) * res_bytes_;
+    unpack_residency(recv_.data(), at, il);
+    ++residency_gathers_;
+    add({0, 0, 0, uint64_t(res_bytes_) * uint64_t(R - 1), 0, util::now_seconds() - t0});
+  }
+  return res_tiered_ ? res_.data() : nullptr;
+}
+
+const float* MpiExpertExecutor::cost(int il) {
+  return res_tiered_ && res_layer_ == il ? res_cost_.data() : nullptr;
 }
 
 RankStats MpiExpertExecutor::take_stats() {
@@ -103,11 +180,13 @@ std::vector<RankStats> MpiExpertExecutor::totals() const {
   return totals_;
 }
 
-// The head of every rank's combine message: the plan's digest and the rank's totals.
-size_t MpiExpertExecutor::pack_head(uint8_t* dst, uint64_t digest) const {
+// The head of every rank's combine message: the plan's digest, the rank's totals and its
+// residency of the next routed layer (after this layer's compute and read-ahead).
+size_t MpiExpertExecutor::pack_head(uint8_t* dst, uint64_t digest, int il) {
   std::memcpy(dst, &digest, sizeof digest);
   std::memcpy(dst + sizeof digest, &total_, sizeof total_);
-  return kHead;
+  pack_residency(dst + sizeof digest + sizeof total_, next_routed(il));
+  return head_;
 }
 
 void MpiExpertExecutor::unpack_heads(const uint8_t* base, const std::vector<size_t>& at, int il) {
@@ -119,6 +198,9 @@ void MpiExpertExecutor::unpack_heads(const uint8_t* base, const std::vector<size
     std::memcpy(&totals[r], base + at[r] + sizeof(uint64_t), sizeof(RankStats));
   }
   check_digests(digests, il);
+  std::vector<size_t> res_at(R);
+  for (size_t r = 0; r < R; ++r) res_at[r] = at[r] + sizeof(uint64_t) + sizeof(RankStats);
+  unpack_residency(base, res_at, next_routed(il));
   std::lock_guard lk(totals_mu_);
   totals_ = std::move(totals);
 }
@@ -152,10 +234,10 @@ void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels:
                                        MPI_SUM, mpi_.comm(), &req),
              "MPI_Ireduce_scatter_block");
   mpi_.wait(req, "the combine (MPI_Ireduce_scatter_block)");
-  const size_t slot = kHead + chunk * sizeof(float);
+  const size_t slot = head_ + chunk * sizeof(float);
   send_.resize(slot);
-  pack_head(send_.data(), digest);
-  std::memcpy(send_.data() + kHead, chunk_.data(), chunk * sizeof(float));
+  pack_head(send_.data(), digest, il);
+  std::memcpy(send_.data() + head_, chunk_.data(), chunk * sizeof(float));
   recv_.resize(slot * size_t(R));
   Mpi::check(MPI_Iallgather(send_.data(), int(slot), MPI_BYTE, recv_.data(), int(slot), MPI_BYTE,
                             mpi_.comm(), &req),
@@ -168,7 +250,7 @@ void MpiExpertExecutor::combine_reduce(const kernels::ExpertPlan& plan, kernels:
   for (int r = 0; r < R; ++r) {
     const size_t begin = size_t(r) * chunk;
     if (begin >= n) break;
-    std::memcpy(out + begin, recv_.data() + size_t(r) * slot + kHead,
+    std::memcpy(out + begin, recv_.data() + size_t(r) * slot + head_,
                 std::min(chunk, n - begin) * sizeof(float));
   }
   add({0, 0, 0, 0, 0, t2 - t1});
@@ -187,7 +269,7 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
                                          : cpu_.rows(local_, x, layer);
   const double t1 = util::now_seconds();
   // Every rank knows every rank's row count from the plan: no size exchange.
-  counts_.assign(size_t(R), int(kHead));
+  counts_.assign(size_t(R), int(head_));
   for (int e : plan.active) {
     counts_[size_t(placement_.rank_of(il, e))] += int(size_t(plan.count[size_t(e)]) * row_bytes);
   }
@@ -197,8 +279,8 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
   const size_t total = size_t(displs_[size_t(R) - 1] + counts_[size_t(R) - 1]);
   add({0, 0, 0, uint64_t(total) - uint64_t(counts_[size_t(me)]), t1 - t0, 0});
   send_.resize(size_t(counts_[size_t(me)]));
-  pack_head(send_.data(), digest);
-  if (mine) std::memcpy(send_.data() + kHead, mine, size_t(local_.rows()) * row_bytes);
+  pack_head(send_.data(), digest, il);
+  if (mine) std::memcpy(send_.data() + head_, mine, size_t(local_.rows()) * row_bytes);
   recv_.resize(total);
   MPI_Request req;
   Mpi::check(MPI_Iallgatherv(send_.data(), counts_[size_t(me)], MPI_BYTE, recv_.data(),
@@ -212,7 +294,7 @@ void MpiExpertExecutor::combine_gather(const kernels::ExpertPlan& plan, kernels:
   // Rank r's rows: its experts ascending, each expert's rows in plan order.
   rows_.resize(size_t(plan.rows()) * E);
   std::vector<const uint8_t*> next(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) next[size_t(r)] = recv_.data() + at[size_t(r)] + kHead;
+  for (int r = 0; r < R; ++r) next[size_t(r)] = recv_.data() + at[size_t(r)] + head_;
   for (int e : plan.active) {
     const uint8_t*& src = next[size_t(placement_.rank_of(il, e))];
     const size_t bytes = size_t(plan.count[size_t(e)]) * row_bytes;

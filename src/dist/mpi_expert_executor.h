@@ -14,6 +14,20 @@
 // of the last MoE layer without a message of their own (`serve`'s /metrics on rank 0).
 // The collectives are non-blocking and waited for under Mpi's deadline (PeerFailure).
 // docs/distributed.md has the measurements behind the choice.
+//
+// The routing's view of the ranks' expert tiers (RoutingInput::resident, cost; docs/offload.md
+// "Under expert parallelism"): each rank knows only what its own tier holds, yet every rank
+// must route with the same mask, bit for bit, or the plans differ and the step fails. So the
+// heads of every combine also carry the rank's residency of the NEXT routed layer (one bit per
+// expert and its tier's miss cost); every rank receives the same heads and builds the same
+// [N] mask and costs from them, each expert's bit and cost from the rank that holds it. The
+// snapshot is the one each rank had when it sent its combine: its read-ahead of the next layer
+// included, as the single process sees it when it routes that layer. Why in the combine and not
+// a message of its own: the combine is a synchronisation every layer pays already; a few dozen
+// more bytes in it cost nothing measurable, where an all-gather per layer (or per step, and
+// then staler) adds a round trip of latency each time. The last layer's combine carries the
+// first routed layer's residency for the next step; only when no combine has carried the
+// layer about to be routed (the first step, a step after a failed one) is it gathered alone.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -47,6 +61,16 @@ class MpiExpertExecutor final : public ExpertExecutor {
 
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override;
+  // Every rank's residency of layer il's experts, gathered (above): identical on every rank.
+  // nullptr when no rank has an expert tier (every expert is in memory). Collective when the
+  // last combine did not carry layer il: every rank calls it at the same point (the forward
+  // pass, before routing layer il).
+  const uint8_t* resident(int il) override;
+  // [N] 1 for a resident expert, its holder's miss cost otherwise (as of resident(il)).
+  const float* cost(int il) override;
+  // How many times resident() had to gather the residency in a message of its own.
+  int64_t residency_gathers() const { return residency_gathers_; }
+
   // This rank's experts only (their rows go through cpu_ or tiered_).
   void set_activation_hook(const Context::ActivationHook* hook) override {
     cpu_.set_activation_hook(hook);
@@ -64,9 +88,20 @@ class MpiExpertExecutor final : public ExpertExecutor {
   uint64_t plan_digest(const kernels::ExpertPlan& plan) const;
   void check_digests(const std::vector<uint64_t>& digests, int il) const;
   void add(const RankStats& d);
-  static constexpr size_t kHead = sizeof(uint64_t) + sizeof(RankStats);
-  size_t pack_head(uint8_t* dst, uint64_t digest) const;
-  // Reads every rank's head (at offsets `at` of `base`): checks the digests, keeps the totals.
+  // A rank's residency of one layer: its tier's miss cost, whether it has a tier, one bit per
+  // expert (1: in memory; the bits of experts other ranks hold are ignored).
+  struct ResidencyHead {
+    float miss_cost = 0;
+    uint32_t tiered = 0;
+  };
+  int next_routed(int il) const;
+  void pack_residency(uint8_t* dst, int il);
+  // Builds res_ / res_cost_ for layer il from every rank's residency (at offsets `at` of base).
+  void unpack_residency(const uint8_t* base, const std::vector<size_t>& at, int il);
+  // The head of a combine message: digest, totals, the residency of the next routed layer.
+  size_t pack_head(uint8_t* dst, uint64_t digest, int il);
+  // Reads every rank's head (at offsets `at` of `base`): checks the digests, keeps the totals
+  // and the residency.
   void unpack_heads(const uint8_t* base, const std::vector<size_t>& at, int il);
   void combine_reduce(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                       const LayerWeights& layer, uint64_t digest, int il, float* out);
@@ -79,9 +114,16 @@ class MpiExpertExecutor final : public ExpertExecutor {
   Combine combine_;
   CpuExpertExecutor cpu_;
   // This rank's experts through its own expert tier, when the model has one (each rank's
-  // tier holds slots for its shard only). The routing does not see its residency: every rank
-  // must route alike, and each rank's slots hold different experts (docs/offload.md).
+  // tier holds slots for its shard only). The routing sees every rank's tier through the
+  // residency gathered in the combines (above).
   std::unique_ptr<TieredExpertExecutor> tiered_;
+  size_t res_bytes_ = 0;            // one rank's residency: ResidencyHead and the bits
+  size_t head_ = 0;                 // a combine message's head: digest, RankStats, residency
+  int res_layer_ = -1;              // the layer res_ describes (-1: none yet)
+  bool res_tiered_ = false;         // some rank has a tier: res_ and res_cost_ are offered
+  std::vector<uint8_t> res_, own_;  // [N] the gathered mask; this rank's tier's mask
+  std::vector<float> res_cost_;     // [N]
+  int64_t residency_gathers_ = 0;
   RankStats stats_, total_;
   mutable std::mutex totals_mu_;
   std::vector<RankStats> totals_;  // guarded by totals_mu_

@@ -10,6 +10,12 @@
 //   a2a         dispatch + combine with MPI_Alltoallv: each rank owns T/R tokens (data-
 //               parallel attention) and sends each token's row to the ranks of its k experts,
 //               then gets the k expert outputs back (uniform random routing, seeded)
+// Then the routing's residency (docs/offload.md, "Under expert parallelism"), per MoE layer:
+//   gather+head  the gather combine with each rank's head as MpiExpertExecutor sends it
+//               before residency (digest and totals, 56 bytes)
+//   +residency   the same with the residency block appended (8 bytes and N bits)
+//   alone        the residency block in an all-gather of its own (a message per layer)
+//   per step     every layer's blocks in one all-gather (a message per step; [layers=48])
 #include <mpi.h>
 
 #include <algorithm>
@@ -48,6 +54,7 @@ int main(int argc, char** argv) {
   const int K = argc > 2 ? std::atoi(argv[2]) : 8;
   const int N = argc > 3 ? std::atoi(argv[3]) : 64;
   const int iters = argc > 4 ? std::atoi(argv[4]) : 200;
+  const int layers = argc > 5 ? std::atoi(argv[5]) : 48;
   if (rank == 0) {
     std::printf(
         "ep_comm_bench: R=%d n_embd=%d k=%d n_expert=%d, median us per MoE layer "
@@ -113,6 +120,39 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", T, ar, rsag, ga, a2a,
                   4.0 * double(n) / 1024, 4.0 * double(rows) * E / 1024, double(off_max) / 1024);
+    }
+  }
+  const int head = 56, res = 8 + (N + 7) / 8;
+  if (rank == 0) {
+    std::printf(
+        "\nresidency: %d bytes per rank and layer (%d layers per step)\n\n| T | gather+head | "
+        "+residency | alone | per step |\n|---:|---:|---:|---:|---:|\n",
+        res, layers);
+  }
+  for (int T : {1, 8, 32}) {
+    const int rows = T * K;
+    std::vector<double> us;
+    for (int extra : {0, res}) {
+      std::vector<int> cnt(static_cast<size_t>(R)), dsp(static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r) {
+        cnt[size_t(r)] = (rows / R + (r < rows % R ? 1 : 0)) * E * 4 + head + extra;
+      }
+      for (int r = 1; r < R; ++r) dsp[size_t(r)] = dsp[size_t(r) - 1] + cnt[size_t(r) - 1];
+      std::vector<char> mine(size_t(cnt[size_t(rank)])), all(size_t(dsp.back() + cnt.back()));
+      us.push_back(median_us(iters, MPI_COMM_WORLD, [&] {
+        MPI_Allgatherv(mine.data(), cnt[size_t(rank)], MPI_BYTE, all.data(), cnt.data(), dsp.data(),
+                       MPI_BYTE, MPI_COMM_WORLD);
+      }));
+    }
+    for (int n_blocks : {1, layers}) {
+      std::vector<char> mine(size_t(res) * size_t(n_blocks)), all(mine.size() * size_t(R));
+      us.push_back(median_us(iters, MPI_COMM_WORLD, [&] {
+        MPI_Allgather(mine.data(), int(mine.size()), MPI_BYTE, all.data(), int(mine.size()),
+                      MPI_BYTE, MPI_COMM_WORLD);
+      }));
+    }
+    if (rank == 0) {
+      std::printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", T, us[0], us[1], us[2], us[3]);
     }
   }
   MPI_Finalize();

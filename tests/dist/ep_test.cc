@@ -12,7 +12,14 @@
 //   test_dist_ep hang MODEL       rank 1 stops itself (SIGSTOP) inside a step: rank 0 must give
 //                                 up at its deadline (PeerFailure, the failure hook) and end
 //                                 the job
+//   test_dist_ep tier MODEL       each rank with an expert tier of two slots over its shard: the
+//                                 routing sees every rank's residency (docs/offload.md): exact
+//                                 top-k bit-identical to one process with every expert loaded;
+//                                 lynx and cover (miss cost pinned) bit-identical to one process
+//                                 routed with the same residency, the same on every rank; cover
+//                                 reads fewer experts than with the residency hidden
 // Exit status 0 when every check holds; each failure is printed with its rank.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -21,8 +28,11 @@
 #include <vector>
 
 #include "dist/handshake.h"
+#include "dist/hash.h"
 #include "dist/session.h"
 #include "lynx/context.h"
+#include "model/cpu_expert_executor.h"
+#include "model/expert_tier.h"
 
 namespace lynx::dist {
 namespace {
@@ -210,6 +220,168 @@ void check_placement(const Mpi& mpi) {
   if (mpi.rank() == 0) std::printf("ok placement\n");
 }
 
+// What the routing of one MoE layer was given: the residency mask and costs (absent: nullptr).
+struct Residency {
+  bool present = false;
+  std::vector<uint8_t> mask;
+  std::vector<float> cost;
+};
+
+// Forwards to `inner` and logs the residency the routing is given; with `hide`, the routing
+// is given none (as before residency was gathered under EP) while the log still gets it.
+class RecordingExecutor final : public ExpertExecutor {
+ public:
+  RecordingExecutor(std::unique_ptr<ExpertExecutor> inner, int n, std::vector<Residency>& log,
+                    bool hide)
+      : inner_(std::move(inner)), n_(size_t(n)), log_(log), hide_(hide) {}
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
+           float* out) override {
+    inner_->run(plan, x, il, layer, out);
+  }
+  const uint8_t* resident(int il) override {
+    const uint8_t* m = inner_->resident(il);
+    Residency r;
+    r.present = m != nullptr;
+    if (m) r.mask.assign(m, m + n_);
+    log_.push_back(std::move(r));
+    return hide_ ? nullptr : m;
+  }
+  const float* cost(int il) override {
+    const float* c = inner_->cost(il);
+    if (c) log_.back().cost.assign(c, c + n_);
+    return hide_ ? nullptr : c;
+  }
+
+ private:
+  std::unique_ptr<ExpertExecutor> inner_;
+  size_t n_;
+  std::vector<Residency>& log_;
+  bool hide_;
+};
+
+// Every expert in memory (CpuExpertExecutor), the routing given the logged residency in turn.
+class ReplayingExecutor final : public ExpertExecutor {
+ public:
+  ReplayingExecutor(kernels::ThreadPool& pool, bool int_acts, const std::vector<Residency>& log)
+      : cpu_(pool, int_acts), log_(log) {}
+  void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
+           float* out) override {
+    cpu_.run(plan, x, il, layer, out);
+  }
+  const uint8_t* resident(int) override {
+    at_ = next_++;
+    if (at_ >= log_.size() || !log_[at_].present) return nullptr;
+    return log_[at_].mask.data();
+  }
+  const float* cost(int) override {
+    if (at_ >= log_.size() || log_[at_].cost.empty()) return nullptr;
+    return log_[at_].cost.data();
+  }
+
+ private:
+  CpuExpertExecutor cpu_;
+  const std::vector<Residency>& log_;
+  size_t next_ = 0, at_ = 0;
+};
+
+bool same_logits(const std::vector<std::vector<float>>& a,
+                 const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t p = 0; p < a.size(); ++p) {
+    if (a[p].size() != b[p].size() ||
+        std::memcmp(a[p].data(), b[p].data(), a[p].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Each rank with a tier of two slots over its shard (a fresh shard per run: the tiers start
+// empty), gather combine, miss cost pinned at 20 (bit-reproducible routing).
+void check_tier(Session& session, const std::string& path) {
+  const Mpi& mpi = session.mpi();
+  auto whole = Model::load(path);
+  const int n = whole->config().n_expert;
+  for (const std::string spec : {"topk", "lynx", "cover"}) {
+    struct Run {
+      std::vector<Residency> log;
+      std::vector<std::vector<float>> logits;
+      uint64_t misses = 0;  // every rank's tier, summed
+    };
+    std::vector<int32_t> forced;
+    auto run_ep = [&](bool hide) {
+      LoadOptions lo;
+      lo.expert_cache = int64_t(2 * (whole->expert_bytes(0) + 3 * 64));
+      lo.expert_miss_cost = 20;
+      auto shard = session.load(path, lo);
+      Run r;
+      if (!shard->expert_tier() || shard->expert_tier()->n_slots() != 2) {
+        fail(mpi, spec + ": the shard has no tier of two slots");
+        return r;
+      }
+      auto ep = session.experts(nullptr, Combine::kGather);
+      ContextOptions co;
+      co.routing = spec;
+      co.experts = std::make_shared<const ExpertBackend>(
+          [ep, n, &r, hide](kernels::ThreadPool& pool, bool int_acts) {
+            return std::unique_ptr<ExpertExecutor>(
+                new RecordingExecutor(ep->make(pool, int_acts), n, r.log, hide));
+          });
+      r.logits = workload(*shard, co, forced);
+      for (uint64_t m : mpi.allgather(shard->expert_tier()->stats().misses)) r.misses += m;
+      return r;
+    };
+    const Run seen = run_ep(false);
+    const Run hidden = run_ep(true);
+    // One process, every expert loaded, routed with the residency the EP run gathered.
+    ContextOptions co;
+    co.routing = spec;
+    co.experts =
+        std::make_shared<const ExpertBackend>([&seen](kernels::ThreadPool& pool, bool int_acts) {
+          return std::unique_ptr<ExpertExecutor>(new ReplayingExecutor(pool, int_acts, seen.log));
+        });
+    const auto one = workload(*whole, co, forced);
+    size_t partial = 0;  // routings given a mask with experts both in memory and not
+    for (const Residency& r : seen.log) {
+      const size_t in = size_t(std::count(r.mask.begin(), r.mask.end(), uint8_t(1)));
+      if (r.present && in > 0 && in < r.mask.size() && r.cost.size() == r.mask.size()) ++partial;
+    }
+    if (seen.log.empty() || partial == 0) {
+      fail(mpi, spec + ": the routing was never given a residency with some experts missing (" +
+                    std::to_string(seen.log.size()) + " routings)");
+    }
+    if (!same_logits(seen.logits, one)) {
+      fail(mpi, spec + ": the EP logits differ from one process routed with the same residency");
+    }
+    Fnv1a h;
+    for (const auto& row : seen.logits) h.add(row.data(), row.size() * sizeof(float));
+    for (uint64_t d : mpi.allgather(h.value())) {
+      if (d != h.value()) fail(mpi, spec + ": the ranks' logits differ");
+    }
+    if (spec == "topk") {
+      ContextOptions plain;
+      plain.routing = spec;
+      std::vector<int32_t> again = forced;
+      if (!same_logits(seen.logits, workload(*whole, plain, again))) {
+        fail(mpi, "topk: the EP logits differ from one process with every expert loaded");
+      }
+    } else if (spec == "cover" && !(seen.misses < hidden.misses)) {
+      // cover weighs each missing expert by its cost (20): it must read fewer. lynx only
+      // counts resident experts as loaded; on these few steps it reads about as many either
+      // way (docs/offload.md), so only its routing is checked (against the one process).
+      fail(mpi, spec + ": " + std::to_string(seen.misses) + " experts read with the residency " +
+                    "seen, " + std::to_string(hidden.misses) + " with it hidden (expected fewer)");
+    }
+    if (mpi.rank() == 0) {
+      std::printf(
+          "ok tier %-24s R=%d routings=%zu (partial residency %zu) misses seen %llu, "
+          "hidden %llu\n",
+          (path.substr(path.rfind('/') + 1) + " " + spec).c_str(), mpi.size(), seen.log.size(),
+          partial, (unsigned long long)seen.misses, (unsigned long long)hidden.misses);
+    }
+  }
+}
+
 // Rank 1 dies inside the second step (at the router of layer 1); the others wait in that
 // layer's combine until the MPI runtime ends the job.
 void die_mid_step(Session& session, const std::string& path) {
@@ -292,7 +464,7 @@ void hang_mid_step(Session& session, const std::string& path) {
 int main(int argc, char** argv) {
   using namespace lynx::dist;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s equal|handshake|die|hang MODEL...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s equal|handshake|tier|die|hang MODEL...\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -306,6 +478,7 @@ int main(int argc, char** argv) {
           check_handshake(session, argv[i]);
           check_placement(session.mpi());
         }
+        if (mode == "tier") check_tier(session, argv[i]);
         if (mode == "die") die_mid_step(session, argv[i]);
         if (mode == "hang") hang_mid_step(session, argv[i]);
       }
