@@ -14,10 +14,12 @@
 //                                 the job
 //   test_dist_ep tier MODEL       each rank with an expert tier of two slots over its shard: the
 //                                 routing sees every rank's residency (docs/offload.md): exact
-//                                 top-k bit-identical to one process with every expert loaded;
-//                                 lynx and cover (miss cost pinned) bit-identical to one process
-//                                 routed with the same residency, the same on every rank; cover
-//                                 reads fewer experts than with the residency hidden
+//                                 top-k as one process with every expert loaded; lynx and cover
+//                                 (miss cost pinned) as one process routed with the same
+//                                 residency (gather bit-identical, allreduce within tolerance),
+//                                 the same on every rank; cover reads fewer experts than with
+//                                 the residency hidden (gather combine)
+//   test_dist_ep tier-allreduce MODEL  the same with the allreduce combine
 // Exit status 0 when every check holds; each failure is printed with its rank.
 #include <algorithm>
 #include <cmath>
@@ -284,12 +286,16 @@ class ReplayingExecutor final : public ExpertExecutor {
   size_t next_ = 0, at_ = 0;
 };
 
-bool same_logits(const std::vector<std::vector<float>>& a,
-                 const std::vector<std::vector<float>>& b) {
+// Bit-identical under the gather combine; within the reference tolerance under allreduce (its
+// sums' order differs from the single process's, check_equal).
+bool same_logits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                 Combine combine) {
   if (a.size() != b.size()) return false;
   for (size_t p = 0; p < a.size(); ++p) {
-    if (a[p].size() != b[p].size() ||
-        std::memcmp(a[p].data(), b[p].data(), a[p].size() * sizeof(float)) != 0) {
+    if (a[p].size() != b[p].size()) return false;
+    if (combine == Combine::kGather
+            ? std::memcmp(a[p].data(), b[p].data(), a[p].size() * sizeof(float)) != 0
+            : !(nmse(a[p], b[p]) <= 1e-5)) {
       return false;
     }
   }
@@ -297,12 +303,15 @@ bool same_logits(const std::vector<std::vector<float>>& a,
 }
 
 // Each rank with a tier of two slots over its shard (a fresh shard per run: the tiers start
-// empty), gather combine, miss cost pinned at 20 (bit-reproducible routing).
-void check_tier(Session& session, const std::string& path) {
+// empty), miss cost pinned at 20 (bit-reproducible routing). Each combine carries the
+// residency in its own message, so both are run (allreduce: one fixture, to keep it short: the
+// tier's O_DIRECT reads take milliseconds on a busy disk).
+void check_tier(Session& session, const std::string& path, Combine combine) {
   const Mpi& mpi = session.mpi();
   auto whole = Model::load(path);
   const int n = whole->config().n_expert;
   for (const std::string spec : {"topk", "lynx", "cover"}) {
+    const std::string what = spec + (combine == Combine::kGather ? " gather" : " allreduce");
     struct Run {
       std::vector<Residency> log;
       std::vector<std::vector<float>> logits;
@@ -316,10 +325,10 @@ void check_tier(Session& session, const std::string& path) {
       auto shard = session.load(path, lo);
       Run r;
       if (!shard->expert_tier() || shard->expert_tier()->n_slots() != 2) {
-        fail(mpi, spec + ": the shard has no tier of two slots");
+        fail(mpi, what + ": the shard has no tier of two slots");
         return r;
       }
-      auto ep = session.experts(nullptr, Combine::kGather);
+      auto ep = session.experts(nullptr, combine);
       ContextOptions co;
       co.routing = spec;
       co.experts = std::make_shared<const ExpertBackend>(
@@ -332,7 +341,9 @@ void check_tier(Session& session, const std::string& path) {
       return r;
     };
     const Run seen = run_ep(false);
-    const Run hidden = run_ep(true);
+    // With the residency hidden from the routing (as before it was gathered): only cover's
+    // reads are compared (below), so only cover runs it.
+    const Run hidden = spec == "cover" ? run_ep(true) : Run{};
     // One process, every expert loaded, routed with the residency the EP run gathered.
     ContextOptions co;
     co.routing = spec;
@@ -347,37 +358,37 @@ void check_tier(Session& session, const std::string& path) {
       if (r.present && in > 0 && in < r.mask.size() && r.cost.size() == r.mask.size()) ++partial;
     }
     if (seen.log.empty() || partial == 0) {
-      fail(mpi, spec + ": the routing was never given a residency with some experts missing (" +
+      fail(mpi, what + ": the routing was never given a residency with some experts missing (" +
                     std::to_string(seen.log.size()) + " routings)");
     }
-    if (!same_logits(seen.logits, one)) {
-      fail(mpi, spec + ": the EP logits differ from one process routed with the same residency");
+    if (!same_logits(seen.logits, one, combine)) {
+      fail(mpi, what + ": the EP logits differ from one process routed with the same residency");
     }
     Fnv1a h;
     for (const auto& row : seen.logits) h.add(row.data(), row.size() * sizeof(float));
     for (uint64_t d : mpi.allgather(h.value())) {
-      if (d != h.value()) fail(mpi, spec + ": the ranks' logits differ");
+      if (d != h.value()) fail(mpi, what + ": the ranks' logits differ");
     }
     if (spec == "topk") {
       ContextOptions plain;
       plain.routing = spec;
       std::vector<int32_t> again = forced;
-      if (!same_logits(seen.logits, workload(*whole, plain, again))) {
-        fail(mpi, "topk: the EP logits differ from one process with every expert loaded");
+      if (!same_logits(seen.logits, workload(*whole, plain, again), combine)) {
+        fail(mpi, what + ": the EP logits differ from one process with every expert loaded");
       }
     } else if (spec == "cover" && !(seen.misses < hidden.misses)) {
       // cover weighs each missing expert by its cost (20): it must read fewer. lynx only
       // counts resident experts as loaded; on these few steps it reads about as many either
       // way (docs/offload.md), so only its routing is checked (against the one process).
-      fail(mpi, spec + ": " + std::to_string(seen.misses) + " experts read with the residency " +
+      fail(mpi, what + ": " + std::to_string(seen.misses) + " experts read with the residency " +
                     "seen, " + std::to_string(hidden.misses) + " with it hidden (expected fewer)");
     }
     if (mpi.rank() == 0) {
-      std::printf(
-          "ok tier %-24s R=%d routings=%zu (partial residency %zu) misses seen %llu, "
-          "hidden %llu\n",
-          (path.substr(path.rfind('/') + 1) + " " + spec).c_str(), mpi.size(), seen.log.size(),
-          partial, (unsigned long long)seen.misses, (unsigned long long)hidden.misses);
+      const std::string hid =
+          spec == "cover" ? ", hidden " + std::to_string(hidden.misses) : std::string();
+      std::printf("ok tier %-34s R=%d routings=%zu (partial residency %zu) misses %llu%s\n",
+                  (path.substr(path.rfind('/') + 1) + " " + what).c_str(), mpi.size(),
+                  seen.log.size(), partial, (unsigned long long)seen.misses, hid.c_str());
     }
   }
 }
@@ -464,7 +475,8 @@ void hang_mid_step(Session& session, const std::string& path) {
 int main(int argc, char** argv) {
   using namespace lynx::dist;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s equal|handshake|tier|die|hang MODEL...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s equal|handshake|tier|tier-allreduce|die|hang MODEL...\n",
+                 argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -478,7 +490,8 @@ int main(int argc, char** argv) {
           check_handshake(session, argv[i]);
           check_placement(session.mpi());
         }
-        if (mode == "tier") check_tier(session, argv[i]);
+        if (mode == "tier") check_tier(session, argv[i], Combine::kGather);
+        if (mode == "tier-allreduce") check_tier(session, argv[i], Combine::kAllReduce);
         if (mode == "die") die_mid_step(session, argv[i]);
         if (mode == "hang") hang_mid_step(session, argv[i]);
       }
