@@ -229,19 +229,21 @@ struct Residency {
   std::vector<float> cost;
 };
 
-// Forwards to `inner` and logs the residency the routing is given; with `hide`, the routing
-// is given none (as before residency was gathered under EP) while the log still gets it.
+// Forwards to `inner` (an MpiExpertExecutor) and logs the residency the routing is given and
+// how many times it was gathered in a message of its own; with `hide`, the routing is given
+// none (as before residency was gathered under EP) while the log still gets it.
 class RecordingExecutor final : public ExpertExecutor {
  public:
   RecordingExecutor(std::unique_ptr<ExpertExecutor> inner, int n, std::vector<Residency>& log,
-                    bool hide)
-      : inner_(std::move(inner)), n_(size_t(n)), log_(log), hide_(hide) {}
+                    int64_t& gathers, bool hide)
+      : inner_(std::move(inner)), n_(size_t(n)), log_(log), gathers_(gathers), hide_(hide) {}
   void run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int il, const LayerWeights& layer,
            float* out) override {
     inner_->run(plan, x, il, layer, out);
   }
   const uint8_t* resident(int il) override {
     const uint8_t* m = inner_->resident(il);
+    gathers_ = dynamic_cast<MpiExpertExecutor&>(*inner_).residency_gathers();
     Residency r;
     r.present = m != nullptr;
     if (m) r.mask.assign(m, m + n_);
@@ -258,6 +260,7 @@ class RecordingExecutor final : public ExpertExecutor {
   std::unique_ptr<ExpertExecutor> inner_;
   size_t n_;
   std::vector<Residency>& log_;
+  int64_t& gathers_;
   bool hide_;
 };
 
@@ -316,6 +319,7 @@ void check_tier(Session& session, const std::string& path, Combine combine) {
       std::vector<Residency> log;
       std::vector<std::vector<float>> logits;
       uint64_t misses = 0;  // every rank's tier, summed
+      int64_t gathers = 0;  // residency gathered in a message of its own
     };
     std::vector<int32_t> forced;
     auto run_ep = [&](bool hide) {
@@ -334,7 +338,7 @@ void check_tier(Session& session, const std::string& path, Combine combine) {
       co.experts = std::make_shared<const ExpertBackend>(
           [ep, n, &r, hide](kernels::ThreadPool& pool, bool int_acts) {
             return std::unique_ptr<ExpertExecutor>(
-                new RecordingExecutor(ep->make(pool, int_acts), n, r.log, hide));
+                new RecordingExecutor(ep->make(pool, int_acts), n, r.log, r.gathers, hide));
           });
       r.logits = workload(*shard, co, forced);
       for (uint64_t m : mpi.allgather(shard->expert_tier()->stats().misses)) r.misses += m;
@@ -360,6 +364,12 @@ void check_tier(Session& session, const std::string& path, Combine combine) {
     if (seen.log.empty() || partial == 0) {
       fail(mpi, what + ": the routing was never given a residency with some experts missing (" +
                     std::to_string(seen.log.size()) + " routings)");
+    }
+    // The combines carry every later layer's residency: only the first step's first layer
+    // needs a message of its own.
+    if (seen.gathers != 1) {
+      fail(mpi, what + ": the residency was gathered alone " + std::to_string(seen.gathers) +
+                    " times (expected once, before the first layer of the first step)");
     }
     if (!same_logits(seen.logits, one, combine)) {
       fail(mpi, what + ": the EP logits differ from one process routed with the same residency");
