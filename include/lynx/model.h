@@ -332,6 +332,7 @@ class Model {
   void pack_weights(const LoadOptions& opts);
   // Decides on the expert tier and makes it (model_tier.cc); true when it is on.
   bool plan_expert_tier(const LoadOptions& opts);
+  void split_fused_experts();
   bool routed_expert(const Weight& w) const;
   gguf::File file_;
   ModelConfig cfg_;

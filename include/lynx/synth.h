@@ -96,6 +96,10 @@ struct SynthOptions {
   float router_std = 1.5f;  // std of router logits at unit-variance input
   std::function<void(size_t done, size_t total)> progress;
   std::string chat_template;  // tokenizer.chat_template when not empty (server tests)
+  // The routed experts' gate and up as one ffn_gate_up_exps tensor (each expert's gate rows,
+  // then its up rows), as llama.cpp's gemma4 converter writes them, instead of two tensors;
+  // for the families that take that layout (gemma4), else an error.
+  bool fused_gate_up = false;
 };
 
 // Writes the model (with a byte-level BPE vocabulary so text round-trips) to `path`.

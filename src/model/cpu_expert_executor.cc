@@ -22,8 +22,9 @@ void ensure(V& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// ExpertMatrices::mat_bytes is the step from one expert to the next (Weight::stride).
 kernels::ExpertMatrices matrices(const Weight& w) {
-  return {w.type, w.data, w.rows, w.cols, w.mat_bytes, w.layout, w.mats};
+  return {w.type, w.data, w.rows, w.cols, w.stride(), w.layout, w.mats};
 }
 
 // y[r] += bias[e] for every grouped row r of expert e ([rows x n] and [N x n]; gpt-oss).

@@ -89,6 +89,15 @@ ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, i
       read_(std::move(read)) {
   if (n_slots < 1) throw Error("expert tier: at least one slot is needed");
   if (n_expert < 1) throw Error("expert tier: the model has no routed experts");
+  for (const TierLayer& l : layers_) {
+    if (l.layer < 0) continue;
+    for (const TierMatrix* m : {&l.gate, &l.up, &l.down}) {
+      if (m->stride < m->mat_bytes) {
+        throw Error("expert tier: layer " + std::to_string(l.layer) +
+                    ": an expert's stride in the file is smaller than its matrix");
+      }
+    }
+  }
   slot_bytes_ = slot_bytes_for(layers_);
   up_off_.assign(layers_.size(), 0);
   down_off_.assign(layers_.size(), 0);
@@ -491,7 +500,7 @@ void ExpertTier::reader_main() {
 
 void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging,
                              uint64_t& bytes, uint64_t& read_ns, uint64_t& repack_ns) {
-  const uint64_t off = m.offset + uint64_t(e) * m.mat_bytes;
+  const uint64_t off = m.offset + uint64_t(e) * m.stride;
   const uint64_t t0 = now();
   const uint8_t* src = nullptr;
   if (read_) {

@@ -30,6 +30,9 @@ struct TierMatrix {
   gguf::TensorType type = gguf::TensorType::F32;
   uint64_t offset = 0;  // file offset of expert 0's matrix
   size_t mat_bytes = 0;
+  // File bytes from one expert's matrix to the next: mat_bytes, or twice that for the gate
+  // and up halves of a fused ffn_gate_up_exps (each expert's gate rows, then its up rows).
+  uint64_t stride = 0;
   int64_t rows = 0, cols = 0;
   kernels::WeightLayout layout = kernels::WeightLayout::kRows;
 };

@@ -313,11 +313,11 @@ void split_qkv(const ModelConfig& c, LayerWeights& l) {
   l.qkv_fused = true;
 }
 
-// Fused experts (ffn_gate_up_exps: per expert F gate rows, then F up rows): copied apart into
-// gate_exps / up_exps owned by the model (the kernels, the repacking and the expert plan read
-// one matrix per expert); a routed layer with neither layout names both.
-void split_gate_up(const Binder& b, const ModelConfig& c, const std::string& p, LayerWeights& l,
-                   bool routed) {
+// Fused experts (ffn_gate_up_exps: per expert F gate rows, then F up rows): gate_exps /
+// up_exps become views of the two halves in the file, each matrix 2F rows after the last
+// (mat_stride), with no copy; split_fused_experts copies them apart at load unless the expert
+// tier reads them from the file. A routed layer with neither layout names both.
+void view_gate_up(const ModelConfig& c, const std::string& p, LayerWeights& l, bool routed) {
   if (!l.gate_up_exps.present()) {
     if (routed && !l.gate_exps.present()) {
       throw Error("missing tensor '" + p + "ffn_gate_exps.weight' (or '" + p +
@@ -331,23 +331,15 @@ void split_gate_up(const Binder& b, const ModelConfig& c, const std::string& p, 
                 "ffn_up_exps: one layout or the other");
   }
   const Weight& f = l.gate_up_exps;
-  const int64_t F = c.n_ff_exp;
-  const size_t half = f.row_bytes * size_t(F);
-  Weight parts[2];
+  const size_t half = f.row_bytes * size_t(c.n_ff_exp);
   for (int part = 0; part < 2; ++part) {
-    const size_t bytes = half * size_t(f.n_mat);
-    auto* dst = reinterpret_cast<uint8_t*>(b.own((bytes + sizeof(float) - 1) / sizeof(float)));
-    for (int64_t e = 0; e < f.n_mat; ++e) {
-      std::memcpy(dst + size_t(e) * half, f.mat(e) + size_t(part) * half, half);
-    }
-    Weight& w = parts[part];
+    Weight& w = part == 0 ? l.gate_exps : l.up_exps;
     w = f;
-    w.data = dst;
-    w.rows = F;
+    w.data = f.data + size_t(part) * half;
+    w.rows = c.n_ff_exp;
     w.mat_bytes = half;
+    w.mat_stride = f.mat_bytes;
   }
-  l.gate_exps = parts[0];
-  l.up_exps = parts[1];
   l.gate_up_exps = {};
   l.gate_up_fused = true;
 }
@@ -375,7 +367,7 @@ LayerWeights bind_layer(const Binder& b, const arch::ArchDesc& a, ModelConfig& c
     const bool bound = bind_group(b, c, g, p, l);
     if (bound && g.optional && g.infer == arch::Dim::kFfShexp) kind.ffn = FfnKind::kMoeShared;
   }
-  split_gate_up(b, c, p, l, kind.ffn != FfnKind::kDense);
+  view_gate_up(c, p, l, kind.ffn != FfnKind::kDense);
   if (l.exp_probs_b) c.gating.select_bias = true;
   return l;
 }
@@ -394,6 +386,7 @@ void release_nextn_blocks(const gguf::File& f, const ModelConfig& c) {
 }
 
 kernels::MatrixRef matrix_ref(const Weight& w) {
+  if (w.mat_stride != 0) throw Error("internal: a strided weight view reached the repacking");
   return {w.type, w.data, w.rows, w.cols, w.n_mat, w.row_bytes, w.mat_bytes, w.layout};
 }
 
@@ -409,6 +402,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->arena_ = std::make_shared<ModelArena>();
   m->bind_weights();
   const bool tier = m->plan_expert_tier(opts);
+  if (!tier) m->split_fused_experts();
   // With the tier the experts are never read through the mapping; the dense weights are
   // read as the packing copies them.
   if (opts.prefetch && !opts.keep_expert && !tier) m->file_.prefetch(opts.progress);
@@ -447,6 +441,26 @@ void Model::bind_weights() {
   const arch::ArchDesc& a = arch::find(c.arch);
   w_->layers.resize(size_t(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) w_->layers[size_t(il)] = bind_layer(b, a, c, il);
+}
+
+// The views of fused gate/up experts (view_gate_up) copied apart into back-to-back matrices
+// owned by the model, as the kernels, the repacking and the expert plan read them; without
+// the tier only (the tier reads each expert's halves from the file into its slots, so a copy
+// of every expert would defeat its memory budget).
+void Model::split_fused_experts() {
+  for (LayerWeights& l : w_->layers) {
+    for (Weight* w : {&l.gate_exps, &l.up_exps}) {
+      if (w->mat_stride == 0) continue;
+      const size_t bytes = w->mat_bytes * size_t(w->n_mat);
+      arena_->vecs.emplace_back((bytes + sizeof(float) - 1) / sizeof(float));
+      auto* dst = reinterpret_cast<uint8_t*>(arena_->vecs.back().data());
+      for (int64_t e = 0; e < w->n_mat; ++e) {
+        std::memcpy(dst + size_t(e) * w->mat_bytes, w->mat(e), w->mat_bytes);
+      }
+      w->data = dst;
+      w->mat_stride = 0;
+    }
+  }
 }
 
 // Stage 3: the matrices that only matmuls read in the layouts the kernels prefer (not MLA's

@@ -40,15 +40,8 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
   }
   const ModelConfig& c = cfg_;
   if (!c.is_moe() || opts.expert_cache == 0) return false;
-  // Experts copied apart from a fused gate/up tensor live in memory, not at file offsets.
-  for (const LayerWeights& l : w_->layers) {
-    if (!l.gate_up_fused) continue;
-    if (opts.expert_cache > 0) {
-      throw Error("the expert tier does not take fused ffn_gate_up_exps experts yet");
-    }
-    tier_summary_ = "experts loaded: gate and up fused in the file, copied apart at load";
-    return false;
-  }
+  const bool fused = std::any_of(w_->layers.begin(), w_->layers.end(),
+                                 [](const LayerWeights& l) { return l.gate_up_fused; });
   // The file's view of each routed layer's experts, and the layout the loader would pack.
   kernels::PackOptions po;
   po.interleave_int = opts.repack;
@@ -63,6 +56,7 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
     m.type = w.type;
     m.offset = uint64_t(w.data - base);
     m.mat_bytes = w.mat_bytes;
+    m.stride = w.stride();  // twice mat_bytes for the halves of a fused ffn_gate_up_exps
     m.rows = w.rows;
     m.cols = w.cols;
     const kernels::MatrixRef ref{w.type,  w.data,      w.rows,      w.cols,
@@ -108,7 +102,8 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
     const size_t reserve = std::max(detected.bytes / 10, size_t(512) << 20);
     if (file + reserve <= detected.bytes) {
       tier_summary_ = "experts loaded: " + what + " (" + gib(double(file)) + ") fits the budget (" +
-                      gib(double(detected.bytes)) + ", " + detected.source + ")";
+                      gib(double(detected.bytes)) + ", " + detected.source + ")" +
+                      (fused ? "; gate and up fused in the file, copied apart" : "");
       return false;
     }
     const size_t used = dense + reserve;
@@ -132,7 +127,10 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
                 (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),
                 gib(double(size_t(n_slots) * slot)).c_str());
   tier_summary_ = std::string("expert tier: ") + buf + why + "; dense weights " +
-                  gib(double(dense)) + " loaded";
+                  gib(double(dense)) + " loaded" +
+                  (fused ? "; gate and up fused in the file, each expert's halves read into "
+                           "its slot"
+                         : "");
   return true;
 }
 

@@ -306,6 +306,15 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
         std::to_string(s.n_vocab));
   }
   const arch::ArchDesc& desc = arch::find(s.arch);
+  // The fused layout is a group synth does not write by default (TensorGroup::synth).
+  const auto gate_up = [](const arch::TensorGroup& g) {
+    return g.trigger && std::strcmp(g.trigger, arch::tensor::kFfnGateUpExps) == 0;
+  };
+  if (o.fused_gate_up) {
+    bool has = false;
+    for (const arch::TensorGroup& g : desc.blocks.ffn_moe) has = has || gate_up(g);
+    if (!has) throw Error("synth: " + s.arch + " has no fused ffn_gate_up_exps layout");
+  }
   if (s.n_nextn < 0 || (s.n_nextn > 0 && desc.nextn.empty())) {
     throw Error("synth: " + s.arch + " cannot have " + std::to_string(s.n_nextn) +
                 " next-token-prediction blocks");
@@ -388,7 +397,10 @@ void write_synth_model(const SynthOptions& o, const std::string& path) {
         nextn ? desc.nextn : std::span<const arch::TensorGroup>{}};
     for (const auto& groups : parts) {
       for (const arch::TensorGroup& g : groups) {
-        if (!g.synth || !arch::group_applies(c, g)) continue;
+        const bool split_gate =
+            g.trigger && std::strcmp(g.trigger, arch::tensor::kFfnGateExps) == 0;
+        const bool write = o.fused_gate_up ? (g.synth && !split_gate) || gate_up(g) : g.synth;
+        if (!write || !arch::group_applies(c, g)) continue;
         if (g.optional && arch::dim(c, g.infer) <= 0) continue;
         for (const arch::TensorSpec& t : g.tensors) write_tensor(sw, o, c, p, t);
       }

@@ -33,8 +33,14 @@ struct Weight {
   // [n_mat] or nullptr: matrix i at mats[i] instead of data + i * mat_bytes (routed experts
   // read into the expert tier's slots, as the tiered executor hands them to the kernels).
   const uint8_t* const* mats = nullptr;
+  // Bytes from one matrix to the next when they are not back to back (0: mat_bytes): the gate
+  // and up halves of a fused ffn_gate_up_exps, viewed in the file. The kernels and the
+  // repacking take only back-to-back matrices, so such views are either copied apart at load
+  // or read only by the expert tier (split_fused_experts, model.cc).
+  size_t mat_stride = 0;
   bool present() const { return data != nullptr; }
-  const uint8_t* mat(int64_t i) const { return mats ? mats[i] : data + i * mat_bytes; }
+  size_t stride() const { return mat_stride ? mat_stride : mat_bytes; }
+  const uint8_t* mat(int64_t i) const { return mats ? mats[i] : data + size_t(i) * stride(); }
 };
 
 struct LayerWeights {
@@ -103,9 +109,9 @@ struct LayerWeights {
   Weight gate_exps, up_exps, down_exps;
   // Experts with gate and up fused in one tensor (ffn_gate_up_exps, [n_embd x 2F x n_expert]:
   // each expert's F gate rows, then its F up rows; llama.cpp's gemma4 converter): bound here,
-  // then copied apart at load into gate_exps / up_exps owned by the model, and cleared;
-  // gate_up_fused remembers it (the expert tier reads experts from the file, so it is not
-  // offered for such files yet).
+  // then gate_exps / up_exps become strided views of its halves in the file (mat_stride 2F
+  // rows) and it is cleared; gate_up_fused remembers it. The load copies the halves apart
+  // into the model unless the expert tier reads the experts from the file.
   Weight gate_up_exps;
   bool gate_up_fused = false;
   // gpt-oss: the router's bias [n_expert] (added to the logits), the experts' biases

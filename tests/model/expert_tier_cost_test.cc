@@ -31,6 +31,7 @@ struct FakeDisk {
     TierMatrix m;
     m.type = gguf::TensorType::F32;
     m.mat_bytes = kMat;
+    m.stride = kMat;
     m.rows = m.cols = 32;
     std::vector<TierLayer> layers{{0, m, m, m}};
     auto read = [this](uint64_t, size_t n, uint8_t* dst) {

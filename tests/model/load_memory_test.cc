@@ -18,6 +18,7 @@
 #include "../scratch.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
+#include "lynx/context.h"
 #include "lynx/gguf.h"
 #include "lynx/model.h"
 #include "lynx/synth.h"
@@ -179,6 +180,68 @@ TEST(LoadMemory, RepackedMatricesLeaveNoResidentPagesInTheFileMapping) {
     ++tested;
   }
   EXPECT_GE(tested, 15);
+}
+
+// Fused gate/up experts (ffn_gate_up_exps) through the expert tier: the loader does not copy
+// the experts apart into the model (gate_exps / up_exps stay strided views of the file), and
+// the tier reads them with pread, not through the mapping: after loading and a few steps,
+// next to none of the fused tensors' pages is mapped into this process (a copy of every
+// expert, as the load without the tier makes, maps them). The experts' share of memory is the
+// tier's slots.
+TEST(LoadMemory, FusedExpertsThroughTheTierAreNotCopied) {
+  const PageMap pm;
+  if (!pm.ok()) GTEST_SKIP() << "/proc/self/pagemap is not readable here";
+  SynthShape s = synth_shape("tiny-gemma4");
+  s.n_layer = 2;
+  s.n_embd = 256;
+  s.n_ff_exp = 256;  // fused: 512 rows of 512 bytes (F16) per expert, 4 MiB per layer
+  SynthOptions o;
+  o.shape = s;
+  o.fused_gate_up = true;
+  const std::string path = test::scratch_path("load_mem_fused.gguf");
+  write_synth_model(o, path);
+  for (const bool tier : {true, false}) {
+    SCOPED_TRACE(tier ? "tier" : "loaded");
+    LoadOptions lo;
+    lo.expert_cache = tier ? int64_t(4) << 20 : 0;
+    const auto m = Model::load(path, lo);
+    ASSERT_EQ(m->expert_tier() != nullptr, tier);
+    {
+      ContextOptions co;
+      co.n_ctx = 16;
+      co.n_threads = 2;
+      Context ctx(*m, co);
+      const int32_t seq = ctx.new_sequence();
+      for (int32_t i = 0; i < 4; ++i) {
+        const std::vector<BatchToken> step = {{300 + i, seq, i, 0, true}};
+        ctx.eval(step);
+      }
+    }
+    size_t fused_pages = 0, present = 0;
+    for (int il = 0; il < s.n_layer; ++il) {
+      const gguf::TensorInfo& t =
+          m->file().tensor("blk." + std::to_string(il) + ".ffn_gate_up_exps.weight");
+      const Pages p = pm.pages(t.data, t.n_bytes);
+      fused_pages += p.total;
+      present += p.present;
+      const Weight& g = m->layer(il).gate_exps;
+      const bool in_file = g.data >= t.data && g.data < t.data + t.n_bytes;
+      EXPECT_EQ(in_file, tier) << "layer " << il;
+      EXPECT_EQ(g.mat_stride, tier ? 2 * g.mat_bytes : 0u);
+    }
+    ASSERT_GE(fused_pages, 2 * 1000u);
+    if (tier) {
+      // Touching a neighbouring tensor may map a few cached pages around it (the kernel's
+      // fault-around, 64 KiB): at most 16 pages at each end of a tensor.
+      EXPECT_LE(present, size_t(32 * s.n_layer))
+          << present << " of " << fused_pages << " pages mapped";
+    } else {
+      EXPECT_GT(present, 0u);  // copied through the mapping (the kernel may reclaim some)
+    }
+    std::printf("%s: %zu of the fused tensors' %zu pages mapped\n", tier ? "tier" : "loaded",
+                present, fused_pages);
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ void register_synth(CLI::App& app) {
   struct Args {
     std::string shape, type = "f16", expert_type, out, chat_template;
     int layers = 0, experts = 0, vocab = 0, nextn = -1;
+    bool fused_gate_up = false;
     uint64_t seed = 1;
     float router_std = 1.5f;
   };
@@ -33,6 +34,9 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--expert-type", args->expert_type,
                   "Routed experts' weight type (default: mxfp4 for the gpt-oss shapes, as the "
                   "released files; else --type)");
+  cmd->add_flag("--fused-gate-up", args->fused_gate_up,
+                "Write the routed experts' gate and up as one ffn_gate_up_exps tensor, as "
+                "llama.cpp's gemma4 converter does (gemma4 shapes)");
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->add_option("--router-std", args->router_std, "Std of router logits")
       ->check(number_in(0, 1e6));
@@ -57,6 +61,7 @@ void register_synth(CLI::App& app) {
     if (args->vocab > 0) o.shape.n_vocab = args->vocab;
     if (args->nextn >= 0) o.shape.n_nextn = args->nextn;
     o.seed = args->seed;
+    o.fused_gate_up = args->fused_gate_up;
     o.router_std = args->router_std;
     if (!args->chat_template.empty()) {
       std::ifstream in(args->chat_template, std::ios::binary);

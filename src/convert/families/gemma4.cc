@@ -13,7 +13,7 @@
 //   ffn_down_exps.scale, layer_scalar -> layer_output_scale;
 // - experts fused per layer outputs first: experts.gate_up_proj [E, 2F, hidden] (gate the
 //   first F rows, up the last F) written as ffn_gate_exps / ffn_up_exps (llama.cpp writes one
-//   ffn_gate_up_exps; the loader takes both, and two tensors keep the expert tier open),
+//   ffn_gate_up_exps; the loader and the expert tier take both),
 //   experts.down_proj [E, hidden, F];
 // - layer_types -> attention.sliding_window_pattern; head_dim / global_head_dim ->
 //   key_length_swa / key_length; head_count_kv per layer: num_key_value_heads for the sliding

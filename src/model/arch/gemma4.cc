@@ -84,8 +84,9 @@ constexpr TensorSpec kMoeDense[] = {
     {tensor::kPostFfwNorm, Dim::kEmbd, Dim::kOne, Dim::kOne, nullptr, &LayerWeights::post_ffw_norm,
      Init::kNorm},
 };
-// The experts' gate and up: two tensors (what synth writes; llama.cpp loads them too) or one
-// fused tensor (what llama.cpp's converter writes), copied apart at load (model.cc).
+// The experts' gate and up: two tensors (what synth writes by default; llama.cpp loads them
+// too) or one fused tensor (what llama.cpp's converter writes), viewed as two strided halves
+// and copied apart at load unless the expert tier reads them (model.cc).
 constexpr TensorSpec kGateUpSplit[] = {
     {tensor::kFfnGateExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::gate_exps},
     {tensor::kFfnUpExps, Dim::kEmbd, Dim::kFfExp, Dim::kExpert, &LayerWeights::up_exps},
