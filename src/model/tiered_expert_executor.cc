@@ -2,6 +2,7 @@
 #include "model/tiered_expert_executor.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/kernels.h"
 #include "kernels/matmul_id.h"
@@ -61,24 +62,28 @@ void TieredExpertExecutor::prefetch_next(int il, const kernels::ActRows& x) {
   int next = il + 1;
   while (next < c.n_layer && !c.layer_routed(next)) ++next;
   if (next >= c.n_layer || tier_.layer(next).layer < 0) return;
-  // gemma4's router reads RMSNorm(x) without the FFN norm: not predicted (yet).
-  if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense ||
-      c.layer_kinds[size_t(next)].ffn == FfnKind::kMoeDense) {
-    return;
-  }
+  // What the experts of il read and what the router of `next` reads are the same RMSNorm(h)
+  // times a weight per dimension: the FFN norm; on gemma4 (kMoeDense) the experts read it
+  // times pre_ffw_norm_2 and the router times router_scale / sqrt(E) (1 without a scale).
   const LayerWeights& cur = model_.layer(il);
   const LayerWeights& nl = model_.layer(next);
-  if (!cur.ffn_norm || !nl.ffn_norm || nl.router.rows != c.n_expert) return;
+  const bool cur_g = c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense;
+  const bool next_g = c.layer_kinds[size_t(next)].ffn == FfnKind::kMoeDense;
+  const float* in = cur_g ? cur.pre_ffw_norm_2 : cur.ffn_norm;
+  const float* out = next_g ? nl.router_scale : nl.ffn_norm;
+  if (!in || (!out && !next_g) || nl.router.rows != c.n_expert) return;
   const int T = x.n_tok, N = c.n_expert, K = c.n_expert_used;
   const int P = std::min(tier_.prefetch_per_token(), N);
   const int64_t E = x.cols;
   if (T <= 0 || nl.router.cols != E) return;
+  const float root = next_g ? 1.f / std::sqrt(float(E)) : 1.f;
   pre_x_.resize(size_t(T) * size_t(E));
   for (int t = 0; t < T; ++t) {
     const float* src = x.x + size_t(t) * size_t(E);
     float* dst = &pre_x_[size_t(t) * size_t(E)];
     for (int64_t i = 0; i < E; ++i) {
-      dst[i] = cur.ffn_norm[i] != 0.f ? src[i] / cur.ffn_norm[i] * nl.ffn_norm[i] : 0.f;
+      const float w = out ? out[i] * root : 1.f;
+      dst[i] = in[i] != 0.f ? src[i] / in[i] * w : 0.f;
     }
   }
   pre_logits_.resize(size_t(T) * size_t(N));

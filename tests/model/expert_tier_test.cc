@@ -142,8 +142,8 @@ TEST(ExpertTier, LogitsBitIdenticalAtEveryPoolSize) {
 // rows, then its F up rows, as llama.cpp's gemma4 converter writes them): the tier reads each
 // expert's two halves from the file (an expert every 2F rows) into its slot, laid out as the
 // loader lays out the copies it splits off without the tier. Logits bit-identical to the fully
-// loaded model at every pool size down to one slot, with and without experts read ahead, in
-// both activation modes, for weight types of different row sizes (tiny-gemma4: 4 layers of 16
+// loaded model at every pool size down to one slot, with and without the read-ahead, in both
+// activation modes, for weight types of different row sizes (tiny-gemma4: 4 layers of 16
 // experts, 64 x 32, written by synth).
 TEST(ExpertTier, FusedGateUpExpertsBitIdentical) {
   const std::vector<int32_t> toks = {3, 77, 501, 12, 260, 9, 140, 33, 480, 5, 301, 64};
@@ -176,14 +176,6 @@ TEST(ExpertTier, FusedGateUpExpertsBitIdentical) {
         EXPECT_EQ(g.mat_stride, 2 * g.mat_bytes);
         EXPECT_EQ(tiered->layer(0).up_exps.data, g.data + g.mat_bytes);
         EXPECT_NE(tiered->expert_tier_summary().find("fused"), std::string::npos);
-        // The executor does not predict gemma4's next router yet (tiered_expert_executor.cc),
-        // so the read-ahead is started here: layer 0's experts, read into free slots before
-        // the first step claims them.
-        if (prefetch > 0) {
-          std::vector<int32_t> first(size_t(full->config().n_expert));
-          for (size_t e = 0; e < first.size(); ++e) first[e] = int32_t(e);
-          EXPECT_GT(tiered->expert_tier()->prefetch(0, first, slots), 0);
-        }
         for (const bool exact : {false, true}) {
           EXPECT_TRUE(same_bits(run(*tiered, toks, exact), want[exact])) << "exact " << exact;
         }
@@ -191,8 +183,13 @@ TEST(ExpertTier, FusedGateUpExpertsBitIdentical) {
         EXPECT_EQ(s.slots, slots);
         EXPECT_GT(s.misses, 0u);
         EXPECT_EQ(s.read_errors, 0u);
-        if (slots == 1) EXPECT_GT(s.evictions, 0u);
-        if (prefetch > 0 && slots > 1) EXPECT_GT(s.prefetch_hits, 0u);
+        if (slots == 1) {
+          EXPECT_GT(s.evictions, 0u);
+        }
+        // The read-ahead predicts gemma4's next router too (into slots no step holds).
+        if (prefetch > 0 && slots == all) {
+          EXPECT_GT(s.prefetches, 0u);
+        }
       }
     }
     // The default (no --expert-cache): on when the file does not fit the budget.
