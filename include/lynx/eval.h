@@ -60,6 +60,12 @@ struct EvalRow {
   double gen_agreement = -1;     // fraction of greedy tokens identical to exact's (-1: not run)
   double code_exact_match = -1;  // fraction of held-out lines whose second half is
                                  // completed exactly (greedy, up to the newline)
+  // The expert tier over the decode steps (docs/offload.md); -1 where the model has none.
+  // The policies run one after another over the same tier, each starting from the slots the
+  // previous one left (a few steps of warm-up against runs of thousands).
+  double tier_misses = -1;           // experts read from the file per decode step
+  double tier_hit_rate = -1;         // claims found resident
+  double disk_bytes_per_token = -1;  // bytes read from the file per decoded token
 };
 
 struct EvalDocument {

@@ -10,6 +10,7 @@
 #include "lynx/batch_loop.h"
 #include "lynx/context.h"
 #include "lynx/scheduler.h"
+#include "model/expert_tier.h"
 #include "util/file.h"
 
 namespace lynx {
@@ -53,6 +54,10 @@ struct ForcedRun {
   double distinct = 0, distinct_exact = 0;
   int64_t steps = 0;
   RoutingStats routing;  // decode steps only
+  // The expert tier's counters over the decode steps (model with a tier only): what each
+  // policy makes the tier read from the file, for fronts of disk bytes against perplexity.
+  uint64_t tier_misses = 0, tier_claims = 0, tier_bytes = 0;
+  int64_t decode_tokens = 0;
 };
 
 RoutingStats sum_stats(const Context& ctx) {
@@ -152,7 +157,16 @@ ForcedRun forced_run(const Model& model, const std::vector<std::vector<int32_t>>
       prefill_stats.add(sum_stats(ctx) - before);
       continue;
     }
+    const ExpertTier* tier = model.expert_tier();
+    const ExpertTierStats t0 = tier ? tier->stats() : ExpertTierStats{};
     const StepReport rep = loop.step();
+    if (tier) {
+      const ExpertTierStats t1 = tier->stats();
+      run.tier_misses += t1.misses - t0.misses;
+      run.tier_claims += t1.misses + t1.hits - t0.misses - t0.hits;
+      run.tier_bytes += t1.bytes_read - t0.bytes_read;
+    }
+    run.decode_tokens += rep.n_decode;
     run.distinct += ctx.last_step().mean_distinct();
     run.distinct_exact += ctx.last_step().mean_distinct_exact();
     ++run.steps;
@@ -191,6 +205,11 @@ EvalRow make_row(const std::string& policy, int B, const ForcedRun& r, const For
   row.distinct = r.steps ? r.distinct / double(r.steps) : 0;
   row.distinct_exact = r.steps ? r.distinct_exact / double(r.steps) : 0;
   row.mass_kept = r.routing.mean_mass_kept();
+  if (r.tier_claims > 0) {
+    row.tier_misses = r.steps ? double(r.tier_misses) / double(r.steps) : 0;
+    row.tier_hit_rate = 1.0 - double(r.tier_misses) / double(r.tier_claims);
+    row.disk_bytes_per_token = r.decode_tokens ? double(r.tier_bytes) / double(r.decode_tokens) : 0;
+  }
   row.frac_changed = r.routing.frac_changed();
   row.d_nll = interval(dn);
   row.d_acc = interval(da);

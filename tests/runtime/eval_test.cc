@@ -138,6 +138,41 @@ TEST(Eval, PrefixTokensAreFedButNotScored) {
   EXPECT_THROW(evaluate_tokens(*m, docs, o), Error);
 }
 
+// With the expert tier, each row says what its policy made the tier read: exact routing keeps
+// the resident model's perplexity, and a batch-aware policy that sees residency reads less.
+TEST(Eval, ExpertTierCounters) {
+  auto resident = Model::load(kModel);
+  auto docs = make_docs(resident->config().n_vocab);
+  size_t slot = 0;
+  for (int il = 0; il < resident->config().n_layer; ++il) {
+    if (resident->config().layer_routed(il))
+      slot = std::max(slot, resident->expert_bytes(il) + 192);
+  }
+  LoadOptions lo;
+  lo.expert_cache = int64_t(slot) * 2 * resident->config().n_layer;  // a quarter of 8 experts
+  lo.expert_miss_cost = 20.f;
+  auto tiered = Model::load(kModel, lo);
+  ASSERT_NE(tiered->expert_tier(), nullptr);
+  EvalOptions o;
+  o.policies = {"topk", "cover:lambda=0.1"};
+  o.batches = {4};
+  o.n_threads = 2;
+  const auto plain = evaluate_tokens(*resident, docs, o);
+  const auto rows = evaluate_tokens(*tiered, docs, o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(plain[0].tier_misses, -1.0);
+  EXPECT_EQ(plain[0].disk_bytes_per_token, -1.0);
+  EXPECT_EQ(rows[0].ppl, plain[0].ppl);  // exact routing: bit-identical through the tier
+  for (const auto& r : rows) {
+    EXPECT_GT(r.tier_misses, 0.0) << r.policy;
+    EXPECT_GT(r.tier_hit_rate, 0.0) << r.policy;
+    EXPECT_LT(r.tier_hit_rate, 1.0) << r.policy;
+    EXPECT_GT(r.disk_bytes_per_token, 0.0) << r.policy;
+  }
+  EXPECT_LT(rows[1].tier_misses, rows[0].tier_misses);
+  EXPECT_LT(rows[1].disk_bytes_per_token, rows[0].disk_bytes_per_token);
+}
+
 TEST(Eval, BadInput) {
   auto m = Model::load(kModel);
   EvalOptions o;

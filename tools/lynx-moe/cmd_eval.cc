@@ -2,6 +2,7 @@
 // with exact routing on the same held-out documents (see lynx/eval.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,11 @@ void write_eval_json(const std::vector<EvalRow>& rows, const EvalReport& rep) {
                  {"d_acc", {r.d_acc.mean, r.d_acc.lo, r.d_acc.hi}},
                  {"gen_agreement", r.gen_agreement},
                  {"code_exact_match", r.code_exact_match}});
+    if (r.tier_misses >= 0) {
+      j.back()["tier_misses_per_step"] = r.tier_misses;
+      j.back()["tier_hit_rate"] = r.tier_hit_rate;
+      j.back()["disk_bytes_per_token"] = r.disk_bytes_per_token;
+    }
   }
   nlohmann::json doc = {
       {"model", c.name}, {"commit", LYNX_GIT_COMMIT}, {"documents", rep.documents}, {"rows", j}};
@@ -58,14 +64,15 @@ void write_eval_csv(const std::vector<EvalRow>& rows) {
   std::printf(
       "policy,batch,tokens,ppl,accuracy,kl,distinct,distinct_exact,mass_kept,"
       "frac_changed,d_nll,d_nll_lo,d_nll_hi,d_acc,d_acc_lo,d_acc_hi,gen_agreement,"
-      "code_exact_match\n");
+      "code_exact_match,tier_misses_per_step,tier_hit_rate,disk_bytes_per_token\n");
   for (const auto& r : rows) {
     std::printf(
         "%s,%d,%lld,%.4f,%.4f,%.5f,%.2f,%.2f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,"
-        "%.5f,%.4f,%.4f\n",
+        "%.5f,%.4f,%.4f,%.2f,%.4f,%.0f\n",
         r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.distinct,
         r.distinct_exact, r.mass_kept, r.frac_changed, r.d_nll.mean, r.d_nll.lo, r.d_nll.hi,
-        r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match);
+        r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.gen_agreement, r.code_exact_match, r.tier_misses,
+        r.tier_hit_rate, r.disk_bytes_per_token);
   }
 }
 
@@ -74,19 +81,29 @@ void write_eval_md(const std::vector<EvalRow>& rows, const EvalReport& rep) {
   std::printf("lynx-moe eval | commit %s | model %s (%d layers, %d/%d experts) | %zu documents\n\n",
               LYNX_GIT_COMMIT, c.name.c_str(), c.n_layer, c.n_expert_used, c.n_expert,
               rep.documents);
+  // The expert tier's columns only where the model has a tier.
+  const bool tier =
+      std::any_of(rows.begin(), rows.end(), [](const EvalRow& r) { return r.tier_misses >= 0; });
   std::printf(
       "| policy | B | tokens | PPL | acc | KL | dNLL/token [95%% CI] | dAcc [95%% CI] "
-      "| experts/layer | exact | mass kept | changed | greedy agree | code EM |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+      "| experts/layer | exact | mass kept | changed | greedy agree | code EM |%s\n",
+      tier ? " tier misses/step | disk KB/token | tier hit rate |" : "");
+  std::printf("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|%s\n",
+              tier ? "---:|---:|---:|" : "");
   for (const auto& r : rows) {
     std::printf(
         "| %s | %d | %lld | %.3f | %.4f | %.5f | %+.4f [%+.4f, %+.4f] | %+.4f [%+.4f, "
-        "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |\n",
+        "%+.4f] | %.2f | %.2f | %.3f | %.3f | %s | %s |",
         r.policy.c_str(), r.batch, (long long)r.tokens, r.ppl, r.accuracy, r.kl, r.d_nll.mean,
         r.d_nll.lo, r.d_nll.hi, r.d_acc.mean, r.d_acc.lo, r.d_acc.hi, r.distinct, r.distinct_exact,
         r.mass_kept, r.frac_changed,
         r.gen_agreement < 0 ? "-" : std::to_string(r.gen_agreement).substr(0, 5).c_str(),
         r.code_exact_match < 0 ? "-" : std::to_string(r.code_exact_match).substr(0, 5).c_str());
+    if (tier) {
+      std::printf(" %.2f | %.1f | %.3f |", r.tier_misses, r.disk_bytes_per_token / 1e3,
+                  r.tier_hit_rate);
+    }
+    std::printf("\n");
   }
 }
 

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Routing policies on the expert tier (docs/offload.md): decode tokens/s, bytes read from the
+# file per token and tier misses per step of each policy, every policy in a process of its own
+# (a fresh, cold tier each, so no policy inherits another's slots), policies interleaved pass by
+# pass, all inside one memory cgroup of SIZE bytes (page cache included). With a routing trace
+# the routers replay recorded logits of a trained model, so that a random-weight file at a
+# real shape routes like a trained one.
+#
+#   sudo bash scripts/offload-policies.sh -M 2G -T trace.lxrt -r "topk;oea:k0=4" \
+#     [-b 1,4,16,32] [-p 2] [-g 16] [-P 32] [-t 2] [-x "extra bench flags"] FILE.gguf
+#
+# Prints a Markdown table: per policy and B, tok/s median (min-max over the passes), the ratio
+# of medians to the first policy's, disk MB per token and tier misses per step (medians).
+# Needs root and a memory cgroup controller (v1 or v2), like scripts/offload-bench.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+limit=2G trace="" policies="topk;lynx" batches=1,4,16,32 passes=2 gen=16 prompt=32 threads=2
+extra=""
+while getopts "M:T:r:b:p:g:P:t:x:" o; do
+  case $o in
+    M) limit=$OPTARG ;;
+    T) trace=$OPTARG ;;
+    r) policies=$OPTARG ;;
+    b) batches=$OPTARG ;;
+    p) passes=$OPTARG ;;
+    g) gen=$OPTARG ;;
+    P) prompt=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    x) extra=$OPTARG ;;
+    *) sed -n 2,14p "$0" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[[ $# -eq 1 ]] || { echo "one model file expected" >&2; exit 2; }
+file=$1
+lynx=${LYNX_MOE:-build/release/bin/lynx-moe}
+command -v jq >/dev/null || { echo "needs jq (scripts/install-deps.sh)" >&2; exit 1; }
+bytes=$(numfmt --from=iec "${limit%B}")
+if [[ -d /sys/fs/cgroup/memory ]]; then
+  cg=/sys/fs/cgroup/memory/lynx-policies-$$
+  mkdir "$cg"
+  echo "$bytes" >"$cg/memory.limit_in_bytes"
+  echo 0 >"$cg/memory.swappiness" 2>/dev/null || true
+elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+  cg=/sys/fs/cgroup/lynx-policies-$$
+  mkdir "$cg"
+  echo "$bytes" >"$cg/memory.max"
+  echo 0 >"$cg/memory.swap.max" 2>/dev/null || true
+else
+  echo "no memory cgroup controller here (run as root with cgroup v1 or v2 memory)" >&2
+  exit 2
+fi
+out=$(mktemp)
+cleanup() {
+  echo $$ >"$(dirname "$cg")/cgroup.procs" 2>/dev/null || true
+  rmdir "$cg" 2>/dev/null || true
+  rm -f "$out"
+}
+trap cleanup EXIT
+echo $$ >"$cg/cgroup.procs"
+IFS=';' read -ra pols <<<"$policies"
+targs=()
+[[ -n $trace ]] && targs=(--routing-trace "$trace")
+for ((pass = 1; pass <= passes; pass++)); do
+  for pol in "${pols[@]}"; do
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    # shellcheck disable=SC2086  # extra bench flags, word-split on purpose
+    if ! "$lynx" bench -m "$file" --batch "$batches" --threads "$threads" --prompt "$prompt" \
+      --gen "$gen" -r 1 --bw-sizes 128 --routing "$pol" "${targs[@]}" $extra -o json \
+      2>/dev/null | jq -r --arg p "$pol" '.rows[] | [$p, .batch, .decode_tps,
+        (.disk_bytes_per_token // 0), (.tier_misses_per_step // 0)] | @tsv' >>"$out"; then
+      echo "pass $pass, $pol: bench failed" >&2
+    fi
+    echo "pass $pass, $pol done" >&2
+  done
+done
+echo "| policy | B | tok/s median (min-max) | / ${pols[0]} | disk MB/token | tier misses/step |"
+echo "|---|--:|--:|--:|--:|--:|"
+awk -F'\t' -v first="${pols[0]}" '
+  function median(s,   a, n, i, j, t) {
+    n = split(s, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  function lo(s,   a, n, i, m) { n = split(s, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] < m) m = a[i]; return m }
+  function hi(s,   a, n, i, m) { n = split(s, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (a[i] > m) m = a[i]; return m }
+  {
+    k = $1 SUBSEP $2
+    if (!(k in tps)) { order[++n] = k }
+    tps[k] = tps[k] " " $3; disk[k] = disk[k] " " $4; miss[k] = miss[k] " " $5
+  }
+  END {
+    for (i = 1; i <= n; i++) {
+      split(order[i], pb, SUBSEP)
+      base = first SUBSEP pb[2]
+      m = median(tps[order[i]])
+      r = (base in tps) ? sprintf("%.2fx", m / median(tps[base])) : "-"
+      printf "| %s | %d | %.2f (%.2f-%.2f) | %s | %.1f | %.1f |\n", pb[1], pb[2], m,
+        lo(tps[order[i]]), hi(tps[order[i]]), r, median(disk[order[i]]) / 1e6, median(miss[order[i]])
+    }
+  }' "$out" | sort -t'|' -k3,3n -s
+for f in memory.max_usage_in_bytes memory.peak; do
+  if [[ -f $cg/$f ]]; then
+    echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2
+  fi
+done
