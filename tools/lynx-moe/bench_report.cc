@@ -111,16 +111,19 @@ void print_tier_md(const Model& model, const nlohmann::json& out) {
   if (!model.expert_tier()) return;
   std::printf(
       "\n%s\n\n| policy | batch | decode tok/s | disk MB / token | misses / step | hit rate | "
-      "prefetched / step | prefetch accuracy | miss cost |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      "prefetched / step | prefetch accuracy | miss cost | wait ms / step | TPOT ms | "
+      "GB/s per reader |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
       model.expert_tier_summary().c_str());
   for (const auto& j : out) {
-    std::printf("| %s | %d | %.2f | %.2f | %.1f | %.3f | %.1f | %.3f | %.1f |\n",
-                j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
-                j["decode_tps"].get<double>(), j["disk_bytes_per_token"].get<double>() / 1e6,
-                j["tier_misses_per_step"].get<double>(), j["tier_hit_rate"].get<double>(),
-                j["tier_prefetches_per_step"].get<double>(),
-                j["tier_prefetch_accuracy"].get<double>(), j["tier_miss_cost"].get<double>());
+    std::printf(
+        "| %s | %d | %.2f | %.2f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
+        j["policy"].get<std::string>().c_str(), j["batch"].get<int>(),
+        j["decode_tps"].get<double>(), j["disk_bytes_per_token"].get<double>() / 1e6,
+        j["tier_misses_per_step"].get<double>(), j["tier_hit_rate"].get<double>(),
+        j["tier_prefetches_per_step"].get<double>(), j["tier_prefetch_accuracy"].get<double>(),
+        j["tier_miss_cost"].get<double>(), j["tier_wait_ms_per_step"].get<double>(),
+        j["tpot_ms"].get<double>(), j["tier_read_gbps"].get<double>());
   }
   std::printf("\n%s\n", expert_tier_line(model).c_str());
 }

@@ -137,7 +137,10 @@ struct Sample {
   double storage_bytes = 0;                 // the process's storage reads per decode step
   double tier_misses = 0, tier_claims = 0;  // expert tier: per decode step
   double tier_prefetches = 0, tier_prefetch_hits = 0;  // expert tier: per decode step
-  double tier_miss_cost = 0;     // expert tier: the routing's miss cost, mean over decode steps
+  double tier_miss_cost = 0;  // expert tier: the routing's miss cost, mean over decode steps
+  // expert tier: seconds per decode step the step waited for reads, and the readers' seconds
+  // in reads (summed over readers), so a row says how much of its TPOT was the disk.
+  double tier_wait_s = 0, tier_read_s = 0;
   std::vector<RankShare> ranks;  // --expert-parallel: each rank's share, summed over
   int gen_steps = 0;             // the gen_steps decode steps
 };
@@ -232,6 +235,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
         s.tier_prefetches += double(t1.prefetches - t0.prefetches);
         s.tier_prefetch_hits += double(t1.prefetch_hits - t0.prefetch_hits);
         s.tier_miss_cost += double(t0.miss_cost);  // the cost the step was routed with
+        s.tier_wait_s += double(t1.wait_ns - t0.wait_ns) * 1e-9;
+        s.tier_read_s += double(t1.read_ns - t0.read_ns) * 1e-9;
       }
       const StepStats& st = ctxs[p]->last_step();
       s.distinct += st.mean_distinct();
@@ -267,6 +272,8 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     s.tier_prefetches /= a.gen;
     s.tier_prefetch_hits /= a.gen;
     s.tier_miss_cost /= a.gen;
+    s.tier_wait_s /= a.gen;
+    s.tier_read_s /= a.gen;
     s.expert_tokens = ctxs[p]->expert_tokens();
     s.gen_steps = a.gen;
   }
@@ -405,7 +412,7 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
   nlohmann::json out = nlohmann::json::array();
   for (const auto& row : rows) {
     std::vector<double> tps, tpot, dist, bytes, pre, route, ems, ebytes, disk, miss, claims, pf,
-        pf_hits, storage, miss_cost;
+        pf_hits, storage, miss_cost, wait, read_s;
     for (const auto& s : row.reps) {
       disk.push_back(s.disk_bytes);
       storage.push_back(s.storage_bytes);
@@ -414,6 +421,8 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
       pf.push_back(s.tier_prefetches);
       pf_hits.push_back(s.tier_prefetch_hits);
       miss_cost.push_back(s.tier_miss_cost);
+      wait.push_back(s.tier_wait_s * 1e3);
+      read_s.push_back(s.tier_read_s);
       ems.push_back(s.expert_s * 1e3);
       ebytes.push_back(s.expert_bytes);
       tps.push_back(row.batch / s.step_s);
@@ -487,6 +496,9 @@ nlohmann::json summarize(const Model& model, const std::vector<Row>& rows,
       out.back()["tier_prefetches_per_step"] = mean(pf);
       out.back()["tier_prefetch_accuracy"] = mean(pf) > 0 ? mean(pf_hits) / mean(pf) : 0.0;
       out.back()["tier_miss_cost"] = mean(miss_cost);  // measured unless --expert-miss-cost
+      out.back()["tier_wait_ms_per_step"] = mean(wait);
+      // One reader's rate while it read: the decode steps' bytes over the readers' seconds.
+      out.back()["tier_read_gbps"] = mean(read_s) > 0 ? mean(disk) / mean(read_s) / 1e9 : 0.0;
     }
     // Tokens per expert of each layer over the last repetition's decode steps (plot.py's
     // heatmaps).
