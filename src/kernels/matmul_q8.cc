@@ -461,6 +461,101 @@ HWY_NOINLINE void RowBlockBuffered(const MatmulQ8Job& j, const Source& src) {
   }
 }
 
+#if HWY_TARGET == HWY_AVX2
+// AVX2, Q8_0 in the kInterleaved16 layout, more than kNT tokens: RowBlockBuffered's loops
+// (token super-groups, chunks of kChunkBlocks blocks) over whole 16-row groups, with the planes
+// read straight from the weights instead of an unpacked L1 copy. Per 32-column block and group
+// of kGroupNT tokens, plane g of both 8-row halves is loaded once, |w| = vpsignb(w, w) once,
+// and each token's broadcast activation serves both halves (vpsignb by w, vpmaddubsw,
+// vpmaddwd by ones, add: DotTokens' integer work, exact, so the order changes no bit). The
+// float sums live in `accbuf` and take one exact FMA per block, row and token, in block order
+// as everywhere else. Against RowBlockBuffered on 8-row blocks this saves the copy's second
+// load of every plane (|w| and w), half the broadcasts, and the spills of DotTokens' eight
+// token sums next to eight float sums (16 of AVX2's 16 registers). The gain on Zen 3:
+// docs/benchmarks.md (issue 31).
+constexpr int kGroupNT = 4;
+
+template <int NT>
+HWY_INLINE void Q8GroupTokens(const MatmulQ8Job& j, const uint8_t* group, const uint8_t* next,
+                              int64_t c0, int64_t c1, int64_t tok, bool prefetch, float* accbuf) {
+  constexpr TensorType kType = TensorType::Q8_0;
+  constexpr int64_t kGroupBlock = kInterleaveRows * BlockBytes<kType>();  // one block, 16 rows
+  const DF df;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = c0; b < c1; ++b) {
+    if (prefetch) {  // the next group, spread over this one's blocks (two kNR-row slices each)
+      PrefetchShare<kType>(next, 2 * b);
+      PrefetchShare<kType>(next, 2 * b + 1);
+    }
+    const uint8_t* gb = group + b * kGroupBlock;
+    // Plane g (columns 4g..4g+3 of the 16 rows, 64 bytes: rows 0-7, then 8-15) after the 16
+    // scales.
+    const uint8_t* pl = gb + kInterleaveRows * kFieldBytes<kType>;
+    const int8_t* xq = j.q + tok * j.ldq + b * 32;
+    __m256i s0[NT], s1[NT];
+    for (int t = 0; t < NT; ++t) s0[t] = s1[t] = _mm256_setzero_si256();
+    HWY_UNROLL(8)
+    for (int g = 0; g < 8; ++g) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pl + 64 * g));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pl + 64 * g + 32));
+      const __m256i a0 = SignBytes(w0, w0), a1 = SignBytes(w1, w1);
+      HWY_UNROLL(4)
+      for (int t = 0; t < NT; ++t) {
+        const __m256i x = _mm256_set1_epi32(LoadI32(xq + t * j.ldq + 4 * g));
+        s0[t] = _mm256_add_epi32(s0[t], _mm256_madd_epi16(MaddUbs(a0, SignBytes(x, w0)), ones));
+        s1[t] = _mm256_add_epi32(s1[t], _mm256_madd_epi16(MaddUbs(a1, SignBytes(x, w1)), ones));
+      }
+    }
+    const VF dw0 = F16ToF32(gb), dw1 = F16ToF32(gb + 2 * kNR);
+    const float* xd = j.d + tok * j.ldb + b;
+    for (int t = 0; t < NT; ++t) {
+      const VF dx = hn::Set(df, xd[t * j.ldb]);
+      float* acc = accbuf + t * kInterleaveRows;
+      hn::Store(FmaExact(df, hn::Mul(dw0, dx), hn::ConvertTo(df, VI{s0[t]}), hn::Load(df, acc)), df,
+                acc);
+      hn::Store(
+          FmaExact(df, hn::Mul(dw1, dx), hn::ConvertTo(df, VI{s1[t]}), hn::Load(df, acc + kNR)), df,
+          acc + kNR);
+    }
+  }
+}
+
+// Rows [j.r0, j.r1) by 16-row groups; a group the range cuts is computed whole and only its
+// rows in the range are stored.
+HWY_NOINLINE void RunGroupsQ8I16(const MatmulQ8Job& j) {
+  static_assert(kNR * 2 == kInterleaveRows);
+  const DF df;
+  HWY_ALIGN float accbuf[kSuperTokens * kInterleaveRows];  // [token][row of the group]
+  for (int64_t row0 = j.r0 - j.r0 % kInterleaveRows; row0 < j.r1; row0 += kInterleaveRows) {
+    const uint8_t* group = j.w + row0 * j.row_bytes;
+    const uint8_t* next = group + kInterleaveRows * j.row_bytes;
+    const int lo = static_cast<int>(std::max<int64_t>(j.r0 - row0, 0));
+    const int hi = static_cast<int>(std::min<int64_t>(j.r1 - row0, kInterleaveRows));
+    for (int s0 = 0; s0 < j.n_tok; s0 += kSuperTokens) {
+      const int ns = std::min(kSuperTokens, j.n_tok - s0);
+      for (int k = 0; k < ns * kInterleaveRows; k += kNR) hn::Store(hn::Zero(df), df, accbuf + k);
+      for (int64_t c0 = 0; c0 < j.n_blocks; c0 += kChunkBlocks) {
+        const int64_t c1 = std::min(j.n_blocks, c0 + kChunkBlocks);
+        for (int t0 = 0; t0 < ns; t0 += kGroupNT) {
+          WithTokenCount<kGroupNT>(std::min(kGroupNT, ns - t0), [&]<int NT>() {
+            Q8GroupTokens<NT>(j, group, next, c0, c1, s0 + t0, s0 == 0 && t0 == 0,
+                              accbuf + t0 * kInterleaveRows);
+          });
+        }
+      }
+      for (int t = 0; t < ns; ++t) {
+        for (int h = 0; h < 2; ++h) {
+          const int l = std::max(lo - h * kNR, 0), r = std::min(hi - h * kNR, kNR);
+          if (l >= r) continue;
+          StoreLanes(DF(), accbuf + t * kInterleaveRows + h * kNR, l, r,
+                     j.y + (s0 + t) * j.ldy + row0 + h * kNR);
+        }
+      }
+    }
+  }
+}
+#endif
+
 template <TensorType kType, class Source>
 void RunRowsQ8(const MatmulQ8Job& j, int64_t r_begin) {
   for (int64_t r = r_begin; r < j.r1; r += kNR) {
@@ -480,6 +575,14 @@ void RunQ8(const MatmulQ8Job& j) {
   } else {
     // kNR divides 16, so the kNR-aligned row blocks from r0's tile each one 16-row group.
     static_assert(kInterleaveRows % kNR == 0);
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (kType == TensorType::Q8_0) {
+      if (j.n_tok > kNT) {
+        RunGroupsQ8I16(j);
+        return;
+      }
+    }
+#endif
     RunRowsQ8<kType, Interleaved16Source>(j, j.r0 - j.r0 % kNR);
   }
 }

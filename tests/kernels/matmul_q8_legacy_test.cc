@@ -21,8 +21,10 @@ namespace {
 using testing::for_each_target;
 using testing::random_floats;
 
-const TensorType kTypes[] = {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                             TensorType::IQ4_NL, TensorType::MXFP4};
+// Q8_0 too: in kInterleaved16 with more than 4 tokens AVX2 has its own kernel for it
+// (RunGroupsQ8I16), which the cases below run through its chunks, super-groups and cut groups.
+const TensorType kTypes[] = {TensorType::Q4_1,   TensorType::Q5_0,  TensorType::Q5_1,
+                             TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q8_0};
 
 uint32_t bits(float f) {
   uint32_t u;
