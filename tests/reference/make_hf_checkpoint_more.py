@@ -1,5 +1,5 @@
 """More tiny Hugging Face checkpoints for the `lynx-moe convert` tests, written by
-make_hf_checkpoint.py's main() (this file keeps that one under its size): each is a golden
+make_hf_checkpoint.py's main() (the hunyuan, glm-dsa and mistral4 group): each is a golden
 fixture's GGUF weights put back into the family's released Hugging Face layout by NumPy code
 written independently of src/convert, so converting it must give the fixture's goldens.
 
@@ -46,8 +46,8 @@ import shutil
 import numpy as np
 
 import gguf_np as G
-from make_hf_checkpoint import (CHAT_TEMPLATE, common_config, deepseek_extra, gguf_kv, hf_tensors, make_tokenizer,
-                                write_checkpoint)
+from hf_files import CHAT_TEMPLATE, make_tokenizer, write_checkpoint
+from hf_layout import common_config, deepseek_extra, gguf_kv, hf_tensors
 
 HUNYUAN_NAMES = {  # GGUF layer tensor -> HF name under model.layers.N.
     "attn_norm.weight": "input_layernorm.weight",
