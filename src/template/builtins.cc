@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <ctime>
+#include <string_view>
 
 #include "template/interp.h"
 
@@ -322,242 +323,334 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   return to_utf8(u.substr(b, e - b));
 }
 
+namespace {
+
+// A filter's handler: the input, the call's arguments, and the name it was called by (aliases
+// such as first / last share one handler and branch on it).
+using FilterFn = Value (*)(Interp& in, const std::string& name, Value v, Args& a);
+
+Value filter_tojson(Interp& in, const std::string&, Value v, Args& a) {
+  // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+  // sort_keys=False), positional in that order.
+  DumpOptions o;
+  o.ensure_ascii = a.get(0, "ensure_ascii", Value::boolean(false)).truthy();
+  const Value ind = a.get(1, "indent", Value::none());
+  if (ind.is_string()) {
+    o.indent_is_string = true;
+    o.indent_str = ind.s;
+  } else if (ind.is_number()) {
+    o.indent = int(std::max<int64_t>(0, need_int(in, ind, "tojson indent")));
+  }
+  const Value sep = a.get(2, "separators", Value::none());
+  if (sep.is_list() && sep.list->size() == 2) {
+    o.custom_separators = true;
+    o.item_sep = need_str(in, (*sep.list)[0], "tojson separators");
+    o.key_sep = need_str(in, (*sep.list)[1], "tojson separators");
+  }
+  o.sort_keys = a.get(3, "sort_keys", Value::boolean(false)).truthy();
+  try {
+    std::string s = dumps(v, o);
+    in.check_size(s.size());
+    return Value::str(std::move(s));
+  } catch (const Error& e) {
+    in.fail(e.what());
+  }
+}
+
+// Strings and their case.
+Value filter_string(Interp&, const std::string&, Value v, Args&) {
+  return v.kind == VK::kString ? v : Value::str(to_str(v));
+}
+Value filter_escape(Interp&, const std::string&, Value v, Args&) {
+  return Value::str(html_escape(to_str(v)));
+}
+Value filter_trim(Interp&, const std::string&, Value v, Args& a) {
+  return Value::str(py_strip(to_str(v), a.get(0, "chars", Value::none()), true, true));
+}
+Value filter_upper(Interp&, const std::string&, Value v, Args&) {
+  return Value::str(upper(to_str(v)));
+}
+Value filter_lower(Interp&, const std::string&, Value v, Args&) {
+  return Value::str(lower(to_str(v)));
+}
+Value filter_capitalize(Interp&, const std::string&, Value v, Args&) {
+  return Value::str(capitalize(to_str(v)));
+}
+Value filter_title(Interp&, const std::string&, Value v, Args&) {
+  return Value::str(title(to_str(v)));
+}
+Value filter_replace(Interp& in, const std::string&, Value v, Args& a) {
+  const Value cnt = a.get(2, "count", Value::none());
+  return Value::str(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")),
+                                cnt.is_none() ? -1 : need_int(in, cnt, "replace"), in));
+}
+Value filter_wordcount(Interp&, const std::string&, Value v, Args&) {
+  int64_t n = 0;
+  bool inword = false;
+  for (unsigned char c : to_str(v)) {
+    const bool w = std::isalnum(c) || c == '_' || c >= 0x80;
+    if (w && !inword) ++n;
+    inword = w;
+  }
+  return Value::integer(n);
+}
+Value filter_indent(Interp&, const std::string&, Value v, Args& a) {
+  return Value::str(do_indent(to_str(v), a.get(0, "width", Value::integer(4)),
+                              a.get(1, "first", Value::boolean(false)).truthy(),
+                              a.get(2, "blank", Value::boolean(false)).truthy()));
+}
+Value filter_center(Interp& in, const std::string&, Value v, Args& a) {
+  const int64_t width = need_int(in, a.get(0, "width", Value::integer(80)), "center");
+  std::string s = to_str(v);
+  const int64_t n = int64_t(to_u32(s).size());
+  if (width <= n) return Value::str(s);
+  in.check_size(size_t(width));
+  const int64_t pad = width - n, left = pad / 2 + (pad & width & 1);
+  return Value::str(std::string(size_t(left), ' ') + s + std::string(size_t(pad - left), ' '));
+}
+
+// Any value.
+Value filter_length(Interp& in, const std::string&, Value v, Args&) {
+  return Value::integer(int64_t(py_len(in, v)));
+}
+Value filter_default(Interp&, const std::string&, Value v, Args& a) {
+  const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
+  if (v.is_undefined() || (boolean && !v.truthy()))
+    return a.get(0, "default_value", Value::str(""));
+  return v;
+}
+Value filter_attr(Interp& in, const std::string&, Value v, Args& a) {
+  return in.getattr(v, need_str(in, a.get(0, "name"), "attr"));
+}
+
+// Numbers.
+Value filter_int(Interp& in, const std::string&, Value v, Args& a) {
+  const Value def = a.get(0, "default", Value::integer(0));
+  if (v.kind == VK::kInt) return v;
+  if (v.kind == VK::kBool) return Value::integer(v.b);
+  // Past 64 bits jinja2 returns a Python big integer; lynx raises rather than wrap.
+  auto from_double = [&](double d) {
+    if (!(d > -9.3e18 && d < 9.3e18) || std::trunc(d) < -9223372036854775807.0 - 1 ||
+        std::trunc(d) >= 9223372036854775807.0)
+      in.int_overflow("int");
+    return Value::integer(int64_t(d));
+  };
+  if (v.kind == VK::kFloat) return std::isfinite(v.f) ? from_double(v.f) : def;
+  if (v.is_string()) {
+    const std::string s = py_strip(v.s, Value::none(), true, true);
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end && *end == 0) {
+      if (errno == ERANGE) in.int_overflow("int");
+      return Value::integer(x);
+    }
+    const double d = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end && *end == 0 && std::isfinite(d)) return from_double(d);
+  }
+  return def;
+}
+Value filter_float(Interp&, const std::string&, Value v, Args& a) {
+  const Value def = a.get(0, "default", Value::real(0));
+  if (v.is_number()) return Value::real(v.as_double());
+  if (v.is_string()) {
+    char* end = nullptr;
+    const std::string s = py_strip(v.s, Value::none(), true, true);
+    const double d = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end && *end == 0) return Value::real(d);
+  }
+  return def;
+}
+Value filter_abs(Interp& in, const std::string&, Value v, Args&) {
+  if (v.kind == VK::kFloat) return Value::real(std::fabs(v.f));
+  const int64_t x = need_int(in, v, "abs");
+  if (x == INT64_MIN) in.int_overflow("abs");
+  return Value::integer(x < 0 ? -x : x);
+}
+Value filter_round(Interp& in, const std::string&, Value v, Args& a) {
+  const int64_t prec = need_int(in, a.get(0, "precision", Value::integer(0)), "round");
+  const std::string method = to_str(a.get(1, "method", Value::str("common")));
+  if (!v.is_number()) in.fail("round expects a number");
+  const double m = std::pow(10.0, double(prec));
+  double x = v.as_double() * m;
+  // Python's round() (method 'common') rounds half to even, as nearbyint does by default.
+  x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+  return Value::real(x / m);
+}
+
+// Sequences.
+Value filter_join(Interp& in, const std::string&, Value v, Args& a) {
+  const std::string sep = to_str(a.get(0, "d", Value::str("")));
+  const Value attr = a.get(1, "attribute", Value::none());
+  std::string out;
+  bool first = true;
+  for (const Value& x : in.iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += to_str(attr.is_none() ? x : attr_path(in, x, to_str(attr)));
+    in.check_size(out.size());
+  }
+  return Value::str(std::move(out));
+}
+Value filter_first_last(Interp& in, const std::string& name, Value v, Args&) {
+  List items = in.iterate(v);
+  if (items.empty()) return Value::undefined(name);
+  return name == "first" ? items.front() : items.back();
+}
+Value filter_list(Interp& in, const std::string&, Value v, Args&) {
+  return Value::new_list(in.iterate(v));
+}
+Value filter_items(Interp& in, const std::string&, Value v, Args&) {
+  return items_of_impl(in, v);
+}
+Value filter_reverse(Interp& in, const std::string&, Value v, Args&) {
+  if (v.is_string()) {
+    std::u32string u = to_u32(v.s);
+    std::reverse(u.begin(), u.end());
+    return Value::str(to_utf8(u));
+  }
+  List items = in.iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::new_list(std::move(items));
+}
+Value filter_map(Interp& in, const std::string&, Value v, Args& a) {
+  List out;
+  const Value attr = a.get(99, "attribute");
+  for (const Value& x : in.iterate(v)) {
+    if (!attr.is_undefined()) {
+      Value r = attr_path(in, x, to_str(attr));
+      if (r.is_undefined() && a.has(99, "default")) r = a.get(99, "default");
+      out.push_back(std::move(r));
+    } else {
+      if (a.pos.empty()) in.fail("map needs a filter name or attribute=");
+      Args fa;
+      fa.pos.assign(a.pos.begin() + 1, a.pos.end());
+      fa.kw = a.kw;
+      out.push_back(apply_filter(in, need_str(in, a.pos[0], "map"), x, fa));
+    }
+  }
+  return Value::new_list(std::move(out));
+}
+Value filter_select(Interp& in, const std::string& name, Value v, Args& a) {
+  return select(in, v, a, false, name == "select");
+}
+Value filter_selectattr(Interp& in, const std::string& name, Value v, Args& a) {
+  return select(in, v, a, true, name == "selectattr");
+}
+Value filter_unique(Interp& in, const std::string&, Value v, Args& a) {
+  const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+  const Value attr = a.get(1, "attribute", Value::none());
+  List out, seen;
+  for (const Value& x : in.iterate(v)) {
+    in.step();
+    Value key = sort_key(attr.is_none() ? x : attr_path(in, x, to_str(attr)), cs);
+    bool dup = false;
+    for (const Value& s : seen) dup = dup || equals(s, key);
+    if (!dup) {
+      seen.push_back(key);
+      out.push_back(x);
+    }
+  }
+  return Value::new_list(std::move(out));
+}
+Value filter_sort_min_max(Interp& in, const std::string& name, Value v, Args& a) {
+  const bool reverse = name == "sort" && a.get(0, "reverse", Value::boolean(false)).truthy();
+  const bool cs = a.get(name == "sort" ? 1 : 0, "case_sensitive", Value::boolean(false)).truthy();
+  const Value attr = a.get(name == "sort" ? 2 : 1, "attribute", Value::none());
+  List items = in.iterate(v);
+  auto key = [&](const Value& x) {
+    return sort_key(attr.is_none() ? x : attr_path(in, x, to_str(attr)), cs);
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    return reverse ? cmp_less(in, key(y), key(x)) : cmp_less(in, key(x), key(y));
+  });
+  if (name == "sort") return Value::new_list(std::move(items));
+  if (items.empty()) return Value::undefined(name);
+  return name == "min" ? items.front() : items.back();
+}
+Value filter_sum(Interp& in, const std::string&, Value v, Args& a) {
+  const Value attr = a.get(0, "attribute", Value::none());
+  Value acc = a.get(1, "start", Value::integer(0));
+  for (const Value& x : in.iterate(v)) {
+    const Value y = attr.is_none() ? x : attr_path(in, x, to_str(attr));
+    if (!acc.is_number() || !y.is_number()) in.fail("sum of non-numbers");
+    int64_t r;
+    if (acc.kind == VK::kFloat || y.kind == VK::kFloat)
+      acc = Value::real(acc.as_double() + y.as_double());
+    else if (__builtin_add_overflow(need_int(in, acc, "sum"), need_int(in, y, "sum"), &r))
+      in.int_overflow("sum");
+    else
+      acc = Value::integer(r);
+  }
+  return acc;
+}
+Value filter_dictsort(Interp& in, const std::string&, Value v, Args& a) {
+  const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+  const bool by_value = to_str(a.get(1, "by", Value::str("key"))) == "value";
+  const bool reverse = a.get(2, "reverse", Value::boolean(false)).truthy();
+  List items = *items_of_impl(in, v).list;
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    const Value kx = sort_key((*x.list)[by_value], cs), ky = sort_key((*y.list)[by_value], cs);
+    return reverse ? cmp_less(in, ky, kx) : cmp_less(in, kx, ky);
+  });
+  return Value::new_list(std::move(items));
+}
+
+// Every filter, by the names Jinja2 gives it: a new filter is a handler and a row.
+struct FilterRow {
+  std::string_view name;
+  FilterFn fn;
+};
+constexpr FilterRow kFilters[] = {
+    {"tojson", filter_tojson},
+    {"safe", filter_string},
+    {"string", filter_string},
+    {"e", filter_escape},
+    {"escape", filter_escape},
+    {"forceescape", filter_escape},
+    {"length", filter_length},
+    {"count", filter_length},
+    {"default", filter_default},
+    {"d", filter_default},
+    {"trim", filter_trim},
+    {"upper", filter_upper},
+    {"lower", filter_lower},
+    {"capitalize", filter_capitalize},
+    {"title", filter_title},
+    {"replace", filter_replace},
+    {"join", filter_join},
+    {"first", filter_first_last},
+    {"last", filter_first_last},
+    {"list", filter_list},
+    {"items", filter_items},
+    {"reverse", filter_reverse},
+    {"int", filter_int},
+    {"float", filter_float},
+    {"abs", filter_abs},
+    {"round", filter_round},
+    {"wordcount", filter_wordcount},
+    {"indent", filter_indent},
+    {"map", filter_map},
+    {"select", filter_select},
+    {"reject", filter_select},
+    {"selectattr", filter_selectattr},
+    {"rejectattr", filter_selectattr},
+    {"unique", filter_unique},
+    {"sort", filter_sort_min_max},
+    {"min", filter_sort_min_max},
+    {"max", filter_sort_min_max},
+    {"sum", filter_sum},
+    {"dictsort", filter_dictsort},
+    {"attr", filter_attr},
+    {"center", filter_center},
+};
+
+}  // namespace
+
 Value apply_filter(Interp& in, const std::string& name, Value v, Args& a) {
   in.step();
-  if (name == "tojson") {
-    // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
-    // sort_keys=False), positional in that order.
-    DumpOptions o;
-    o.ensure_ascii = a.get(0, "ensure_ascii", Value::boolean(false)).truthy();
-    const Value ind = a.get(1, "indent", Value::none());
-    if (ind.is_string()) {
-      o.indent_is_string = true;
-      o.indent_str = ind.s;
-    } else if (ind.is_number()) {
-      o.indent = int(std::max<int64_t>(0, need_int(in, ind, "tojson indent")));
-    }
-    const Value sep = a.get(2, "separators", Value::none());
-    if (sep.is_list() && sep.list->size() == 2) {
-      o.custom_separators = true;
-      o.item_sep = need_str(in, (*sep.list)[0], "tojson separators");
-      o.key_sep = need_str(in, (*sep.list)[1], "tojson separators");
-    }
-    o.sort_keys = a.get(3, "sort_keys", Value::boolean(false)).truthy();
-    try {
-      std::string s = dumps(v, o);
-      in.check_size(s.size());
-      return Value::str(std::move(s));
-    } catch (const Error& e) {
-      in.fail(e.what());
-    }
-  }
-  if (name == "safe" || name == "string") return v.kind == VK::kString ? v : Value::str(to_str(v));
-  if (name == "e" || name == "escape" || name == "forceescape")
-    return Value::str(html_escape(to_str(v)));
-  if (name == "length" || name == "count") return Value::integer(int64_t(py_len(in, v)));
-  if (name == "default" || name == "d") {
-    const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
-    if (v.is_undefined() || (boolean && !v.truthy()))
-      return a.get(0, "default_value", Value::str(""));
-    return v;
-  }
-  if (name == "trim")
-    return Value::str(py_strip(to_str(v), a.get(0, "chars", Value::none()), true, true));
-  if (name == "upper") return Value::str(upper(to_str(v)));
-  if (name == "lower") return Value::str(lower(to_str(v)));
-  if (name == "capitalize") return Value::str(capitalize(to_str(v)));
-  if (name == "title") return Value::str(title(to_str(v)));
-  if (name == "replace") {
-    const Value cnt = a.get(2, "count", Value::none());
-    return Value::str(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")),
-                                  cnt.is_none() ? -1 : need_int(in, cnt, "replace"), in));
-  }
-  if (name == "join") {
-    const std::string sep = to_str(a.get(0, "d", Value::str("")));
-    const Value attr = a.get(1, "attribute", Value::none());
-    std::string out;
-    bool first = true;
-    for (const Value& x : in.iterate(v)) {
-      if (!first) out += sep;
-      first = false;
-      out += to_str(attr.is_none() ? x : attr_path(in, x, to_str(attr)));
-      in.check_size(out.size());
-    }
-    return Value::str(std::move(out));
-  }
-  if (name == "first" || name == "last") {
-    List items = in.iterate(v);
-    if (items.empty()) return Value::undefined(name);
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "list") return Value::new_list(in.iterate(v));
-  if (name == "items") return items_of_impl(in, v);
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::u32string u = to_u32(v.s);
-      std::reverse(u.begin(), u.end());
-      return Value::str(to_utf8(u));
-    }
-    List items = in.iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::new_list(std::move(items));
-  }
-  if (name == "int") {
-    const Value def = a.get(0, "default", Value::integer(0));
-    if (v.kind == VK::kInt) return v;
-    if (v.kind == VK::kBool) return Value::integer(v.b);
-    // Past 64 bits jinja2 returns a Python big integer; lynx raises rather than wrap.
-    auto from_double = [&](double d) {
-      if (!(d > -9.3e18 && d < 9.3e18) || std::trunc(d) < -9223372036854775807.0 - 1 ||
-          std::trunc(d) >= 9223372036854775807.0)
-        in.int_overflow("int");
-      return Value::integer(int64_t(d));
-    };
-    if (v.kind == VK::kFloat) return std::isfinite(v.f) ? from_double(v.f) : def;
-    if (v.is_string()) {
-      const std::string s = py_strip(v.s, Value::none(), true, true);
-      char* end = nullptr;
-      errno = 0;
-      const long long x = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && end && *end == 0) {
-        if (errno == ERANGE) in.int_overflow("int");
-        return Value::integer(x);
-      }
-      const double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == 0 && std::isfinite(d)) return from_double(d);
-    }
-    return def;
-  }
-  if (name == "float") {
-    const Value def = a.get(0, "default", Value::real(0));
-    if (v.is_number()) return Value::real(v.as_double());
-    if (v.is_string()) {
-      char* end = nullptr;
-      const std::string s = py_strip(v.s, Value::none(), true, true);
-      const double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == 0) return Value::real(d);
-    }
-    return def;
-  }
-  if (name == "abs") {
-    if (v.kind == VK::kFloat) return Value::real(std::fabs(v.f));
-    const int64_t x = need_int(in, v, "abs");
-    if (x == INT64_MIN) in.int_overflow("abs");
-    return Value::integer(x < 0 ? -x : x);
-  }
-  if (name == "round") {
-    const int64_t prec = need_int(in, a.get(0, "precision", Value::integer(0)), "round");
-    const std::string method = to_str(a.get(1, "method", Value::str("common")));
-    if (!v.is_number()) in.fail("round expects a number");
-    const double m = std::pow(10.0, double(prec));
-    double x = v.as_double() * m;
-    // Python's round() (method 'common') rounds half to even, as nearbyint does by default.
-    x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
-    return Value::real(x / m);
-  }
-  if (name == "wordcount") {
-    int64_t n = 0;
-    bool inword = false;
-    for (unsigned char c : to_str(v)) {
-      const bool w = std::isalnum(c) || c == '_' || c >= 0x80;
-      if (w && !inword) ++n;
-      inword = w;
-    }
-    return Value::integer(n);
-  }
-  if (name == "indent")
-    return Value::str(do_indent(to_str(v), a.get(0, "width", Value::integer(4)),
-                                a.get(1, "first", Value::boolean(false)).truthy(),
-                                a.get(2, "blank", Value::boolean(false)).truthy()));
-  if (name == "map") {
-    List out;
-    const Value attr = a.get(99, "attribute");
-    for (const Value& x : in.iterate(v)) {
-      if (!attr.is_undefined()) {
-        Value r = attr_path(in, x, to_str(attr));
-        if (r.is_undefined() && a.has(99, "default")) r = a.get(99, "default");
-        out.push_back(std::move(r));
-      } else {
-        if (a.pos.empty()) in.fail("map needs a filter name or attribute=");
-        Args fa;
-        fa.pos.assign(a.pos.begin() + 1, a.pos.end());
-        fa.kw = a.kw;
-        out.push_back(apply_filter(in, need_str(in, a.pos[0], "map"), x, fa));
-      }
-    }
-    return Value::new_list(std::move(out));
-  }
-  if (name == "select" || name == "reject") return select(in, v, a, false, name == "select");
-  if (name == "selectattr" || name == "rejectattr")
-    return select(in, v, a, true, name == "selectattr");
-  if (name == "unique") {
-    const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
-    const Value attr = a.get(1, "attribute", Value::none());
-    List out, seen;
-    for (const Value& x : in.iterate(v)) {
-      in.step();
-      Value key = sort_key(attr.is_none() ? x : attr_path(in, x, to_str(attr)), cs);
-      bool dup = false;
-      for (const Value& s : seen) dup = dup || equals(s, key);
-      if (!dup) {
-        seen.push_back(key);
-        out.push_back(x);
-      }
-    }
-    return Value::new_list(std::move(out));
-  }
-  if (name == "sort" || name == "min" || name == "max") {
-    const bool reverse = name == "sort" && a.get(0, "reverse", Value::boolean(false)).truthy();
-    const bool cs = a.get(name == "sort" ? 1 : 0, "case_sensitive", Value::boolean(false)).truthy();
-    const Value attr = a.get(name == "sort" ? 2 : 1, "attribute", Value::none());
-    List items = in.iterate(v);
-    auto key = [&](const Value& x) {
-      return sort_key(attr.is_none() ? x : attr_path(in, x, to_str(attr)), cs);
-    };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-      return reverse ? cmp_less(in, key(y), key(x)) : cmp_less(in, key(x), key(y));
-    });
-    if (name == "sort") return Value::new_list(std::move(items));
-    if (items.empty()) return Value::undefined(name);
-    return name == "min" ? items.front() : items.back();
-  }
-  if (name == "sum") {
-    const Value attr = a.get(0, "attribute", Value::none());
-    Value acc = a.get(1, "start", Value::integer(0));
-    for (const Value& x : in.iterate(v)) {
-      const Value y = attr.is_none() ? x : attr_path(in, x, to_str(attr));
-      if (!acc.is_number() || !y.is_number()) in.fail("sum of non-numbers");
-      int64_t r;
-      if (acc.kind == VK::kFloat || y.kind == VK::kFloat)
-        acc = Value::real(acc.as_double() + y.as_double());
-      else if (__builtin_add_overflow(need_int(in, acc, "sum"), need_int(in, y, "sum"), &r))
-        in.int_overflow("sum");
-      else
-        acc = Value::integer(r);
-    }
-    return acc;
-  }
-  if (name == "dictsort") {
-    const bool cs = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
-    const bool by_value = to_str(a.get(1, "by", Value::str("key"))) == "value";
-    const bool reverse = a.get(2, "reverse", Value::boolean(false)).truthy();
-    List items = *items_of_impl(in, v).list;
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-      const Value kx = sort_key((*x.list)[by_value], cs), ky = sort_key((*y.list)[by_value], cs);
-      return reverse ? cmp_less(in, ky, kx) : cmp_less(in, kx, ky);
-    });
-    return Value::new_list(std::move(items));
-  }
-  if (name == "attr") return in.getattr(v, need_str(in, a.get(0, "name"), "attr"));
-  if (name == "center") {
-    const int64_t width = need_int(in, a.get(0, "width", Value::integer(80)), "center");
-    std::string s = to_str(v);
-    const int64_t n = int64_t(to_u32(s).size());
-    if (width <= n) return Value::str(s);
-    in.check_size(size_t(width));
-    const int64_t pad = width - n, left = pad / 2 + (pad & width & 1);
-    return Value::str(std::string(size_t(left), ' ') + s + std::string(size_t(pad - left), ' '));
-  }
+  for (const FilterRow& f : kFilters)
+    if (f.name == name) return f.fn(in, name, std::move(v), a);
   in.fail("unknown filter '" + name + "'");
 }
 
