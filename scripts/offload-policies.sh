@@ -10,7 +10,10 @@
 #     [-b 1,4,16,32] [-p 2] [-g 16] [-P 32] [-t 2] [-x "extra bench flags"] FILE.gguf
 #
 # Prints a Markdown table: per policy and B, tok/s median (min-max over the passes), the ratio
-# of medians to the first policy's, disk MB per token and tier misses per step (medians).
+# of medians to the first policy's, disk MB per token, tier misses per step, the step's wait
+# for reads and its TPOT, and the limit: the step's disk bytes at the disk's bandwidth (4
+# O_DIRECT streams of the same file, probed right before each bench run) plus the step's
+# compute (TPOT less the wait), as a share of the TPOT reached (medians over the passes).
 # Needs root and a memory cgroup controller (v1 or v2), like scripts/offload-bench.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,22 +64,38 @@ echo $$ >"$cg/cgroup.procs"
 IFS=';' read -ra pols <<<"$policies"
 targs=()
 [[ -n $trace ]] && targs=(--routing-trace "$trace")
+# The disk's read rate now: 4 streams of 64 MiB with O_DIRECT at spread offsets of the file.
+probe_disk() {
+  local size blocks t0 t1 i
+  size=$(stat -c %s "$file")
+  blocks=$((size / 4194304 - 16))
+  t0=$(date +%s.%N)
+  for i in 0 1 2 3; do
+    dd if="$file" of=/dev/null bs=4M count=16 iflag=direct \
+      skip=$(((RANDOM * 32768 + RANDOM) % blocks)) 2>/dev/null &
+  done
+  wait
+  t1=$(date +%s.%N)
+  echo "$t0 $t1" | awk '{ printf "%.3f", 4 * 64 * 1048576 / ($2 - $1) / 1e9 }'
+}
 for ((pass = 1; pass <= passes; pass++)); do
   for pol in "${pols[@]}"; do
     sync
     echo 3 >/proc/sys/vm/drop_caches
+    bw=$(probe_disk)
     # shellcheck disable=SC2086  # extra bench flags, word-split on purpose
     if ! "$lynx" bench -m "$file" --batch "$batches" --threads "$threads" --prompt "$prompt" \
       --gen "$gen" -r 1 --bw-sizes 128 --routing "$pol" "${targs[@]}" $extra -o json \
-      2>/dev/null | jq -r --arg p "$pol" '.rows[] | [$p, .batch, .decode_tps,
-        (.disk_bytes_per_token // 0), (.tier_misses_per_step // 0)] | @tsv' >>"$out"; then
+      2>/dev/null | jq -r --arg p "$pol" --arg bw "$bw" '.rows[] | [$p, .batch, .decode_tps,
+        (.disk_bytes_per_token // 0), (.tier_misses_per_step // 0),
+        (.tier_wait_ms_per_step // 0), .tpot_ms, ($bw | tonumber)] | @tsv' >>"$out"; then
       echo "pass $pass, $pol: bench failed" >&2
     fi
-    echo "pass $pass, $pol done" >&2
+    echo "pass $pass, $pol done (disk $bw GB/s before it)" >&2
   done
 done
-echo "| policy | B | tok/s median (min-max) | / ${pols[0]} | disk MB/token | tier misses/step |"
-echo "|---|--:|--:|--:|--:|--:|"
+echo "| policy | B | tok/s median (min-max) | / ${pols[0]} | disk MB/token | tier misses/step | wait ms/step | TPOT ms | disk GB/s | limit ms | limit / TPOT |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 awk -F'\t' -v first="${pols[0]}" '
   function median(s,   a, n, i, j, t) {
     n = split(s, a, " ")
@@ -89,6 +108,10 @@ awk -F'\t' -v first="${pols[0]}" '
     k = $1 SUBSEP $2
     if (!(k in tps)) { order[++n] = k }
     tps[k] = tps[k] " " $3; disk[k] = disk[k] " " $4; miss[k] = miss[k] " " $5
+    wait_[k] = wait_[k] " " $6; tpot[k] = tpot[k] " " $7; bw[k] = bw[k] " " $8
+    # this run: the disk bytes of a step at the probed rate, plus the step less its wait
+    lim = ($4 * $2) / ($8 * 1e9) * 1e3 + ($7 - $6)
+    limit[k] = limit[k] " " lim; share[k] = share[k] " " lim / $7
   }
   END {
     for (i = 1; i <= n; i++) {
@@ -96,8 +119,10 @@ awk -F'\t' -v first="${pols[0]}" '
       base = first SUBSEP pb[2]
       m = median(tps[order[i]])
       r = (base in tps) ? sprintf("%.2fx", m / median(tps[base])) : "-"
-      printf "| %s | %d | %.2f (%.2f-%.2f) | %s | %.1f | %.1f |\n", pb[1], pb[2], m,
-        lo(tps[order[i]]), hi(tps[order[i]]), r, median(disk[order[i]]) / 1e6, median(miss[order[i]])
+      k = order[i]
+      printf "| %s | %d | %.2f (%.2f-%.2f) | %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.0f%% |\n",
+        pb[1], pb[2], m, lo(tps[k]), hi(tps[k]), r, median(disk[k]) / 1e6, median(miss[k]),
+        median(wait_[k]), median(tpot[k]), median(bw[k]), median(limit[k]), 100 * median(share[k])
     }
   }' "$out" | sort -t'|' -k3,3n -s
 for f in memory.max_usage_in_bytes memory.peak; do
