@@ -96,6 +96,17 @@ std::string st_bytes(const std::string& dir, const std::string& name) {
   return {};
 }
 
+// `name` converted to F32 in the split MLA layout (attn_k_b / attn_v_b), the layout of the
+// deepseek2 fixtures that the MLA families' checkpoints were made from; returns the file.
+std::string convert_mla_split(const std::string& name) {
+  const std::string out = test::scratch_path(name + "-split.gguf");
+  ConvertOptions o;
+  o.type = "f32";
+  o.mla_split = true;
+  convert_hf(hf(name), out, o);
+  return out;
+}
+
 const char* const kExpertTensors[] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight",
                                       "blk.0.ffn_down_exps.weight", "blk.1.ffn_gate_exps.weight",
                                       "blk.1.ffn_up_exps.weight",   "blk.1.ffn_down_exps.weight"};
@@ -626,11 +637,7 @@ TEST(ConvertHunyuanMoe, EveryTensorAndKeyIsTheFixtures) {
 // glm-dsa plus the indexer's, and the file loads as glm-dsa.
 TEST(ConvertGlmDsa, EveryTensorTheIndexerAndTheKeys) {
   REQUIRE_CHECKPOINTS();
-  const std::string out = test::scratch_path("glm_moe_dsa-split.gguf");
-  ConvertOptions o;
-  o.type = "f32";
-  o.mla_split = true;
-  convert_hf(hf("glm_moe_dsa"), out, o);
+  const std::string out = convert_mla_split("glm_moe_dsa");
   {
     const auto got = gguf::File::open(out);
     const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v3.gguf");
@@ -681,11 +688,7 @@ TEST(ConvertGlmDsa, EveryTensorTheIndexerAndTheKeys) {
 // rope_parameters (YaRN, DeepSeek's attention-scale convention) give llama.cpp's yarn keys.
 TEST(ConvertMistral4, EveryTensorKeysAndTheReleasedYarn) {
   REQUIRE_CHECKPOINTS();
-  const std::string out = test::scratch_path("mistral3-split.gguf");
-  ConvertOptions o;
-  o.type = "f32";
-  o.mla_split = true;
-  convert_hf(hf("mistral3"), out, o);
+  const std::string out = convert_mla_split("mistral3");
   {
     const auto got = gguf::File::open(out);
     const auto want = gguf::File::open(kFixtures + "mla/tiny-deepseek-v2.gguf");
@@ -718,7 +721,8 @@ TEST(ConvertMistral4, EveryTensorKeysAndTheReleasedYarn) {
                                          {"llama_4_scaling_beta", 0.1},
                                          {"partial_rotary_factor", 1.0 / 3}};
   std::ofstream(dir + "/config.json") << c.dump();
-  o.mla_split = false;
+  ConvertOptions o;
+  o.type = "f32";
   convert_hf(dir, out, o);
   {
     const auto got = gguf::File::open(out);

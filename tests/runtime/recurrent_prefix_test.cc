@@ -143,28 +143,42 @@ void expect_same(const Gen& got, const Gen& want) {
       0);
 }
 
-// Two conversations with one system prompt of 40 tokens and different questions of 6: the
-// second takes the first's cached sequence up to its largest snapshot within the shared 40
-// (prompt 46: snapshots planned at 43, 35 and 19, gap 8), and both generate what they generate
-// without the cache.
+// Two conversations with one system prompt of 40 tokens (drawn with `salt`) and different
+// questions of 6: prompts of 46, whose largest planned snapshot within the shared 40 is at 35
+// (snapshots at 43, 35 and 19, gap 8).
+struct TwoConversations {
+  std::vector<int32_t> a, b;
+};
+TwoConversations two_conversations(int n_vocab, int salt) {
+  const auto system = tokens(40, salt, n_vocab);
+  return {join(system, tokens(6, salt + 16, n_vocab)), join(system, tokens(6, salt + 26, n_vocab))};
+}
+
+// The first conversation found nothing cached, the second the shared part up to the snapshot
+// at 35, and both generated (6 tokens) what they generate without the cache.
+void expect_second_reused_first(const Model& m, const TwoConversations& p, const Gen& a,
+                                const Gen& b) {
+  EXPECT_EQ(a.cached, 0);
+  EXPECT_EQ(b.cached, 35);
+  expect_same(a, alone(m, p.a, 6));
+  expect_same(b, alone(m, p.b, 6));
+}
+
+// Two conversations one after the other: the second takes the first's cached sequence up to
+// its largest snapshot within the shared system prompt.
 TEST(RecurrentPrefixCache, SharedSystemPromptReusedUpToASnapshot) {
   auto m = Model::load(kModel);
-  const int V = m->config().n_vocab;
-  const auto system = tokens(40, 4, V);
-  const auto a_prompt = join(system, tokens(6, 20, V)), b_prompt = join(system, tokens(6, 30, V));
+  const TwoConversations p = two_conversations(m->config().n_vocab, 4);
   Context ctx(*m, options());
   Scheduler s(ctx, cached_options(size_t(64) << 20));
   Gen a, b, again;
-  s.submit(request(a_prompt, 6, a));
+  s.submit(request(p.a, 6, a));
   s.run_until_idle();
-  s.submit(request(b_prompt, 6, b));
+  s.submit(request(p.b, 6, b));
   s.run_until_idle();
-  EXPECT_EQ(a.cached, 0);
-  EXPECT_EQ(b.cached, 35);
-  expect_same(a, alone(*m, a_prompt, 6));
-  expect_same(b, alone(*m, b_prompt, 6));
+  expect_second_reused_first(*m, p, a, b);
   // The same prompt again: all but the last 3 tokens (the snapshot at 43).
-  s.submit(request(a_prompt, 6, again));
+  s.submit(request(p.a, 6, again));
   s.run_until_idle();
   EXPECT_EQ(again.cached, 43);
   expect_same(again, a);
@@ -176,19 +190,14 @@ TEST(RecurrentPrefixCache, SharedSystemPromptReusedUpToASnapshot) {
 // pass a snapshot in the shared part and copies the running sequence there.
 TEST(RecurrentPrefixCache, RunningRequestsShareAPrefixAtASnapshot) {
   auto m = Model::load(kModel);
-  const int V = m->config().n_vocab;
-  const auto system = tokens(40, 5, V);
-  const auto a_prompt = join(system, tokens(6, 21, V)), b_prompt = join(system, tokens(6, 31, V));
+  const TwoConversations p = two_conversations(m->config().n_vocab, 5);
   Context ctx(*m, options());
   Scheduler s(ctx, cached_options(size_t(64) << 20));
   Gen a, b;
-  s.submit(request(a_prompt, 6, a));
-  s.submit(request(b_prompt, 6, b));
+  s.submit(request(p.a, 6, a));
+  s.submit(request(p.b, 6, b));
   s.run_until_idle();
-  EXPECT_EQ(a.cached, 0);
-  EXPECT_EQ(b.cached, 35);
-  expect_same(a, alone(*m, a_prompt, 6));
-  expect_same(b, alone(*m, b_prompt, 6));
+  expect_second_reused_first(*m, p, a, b);
 }
 
 // A bound smaller than two entries: entries go with their snapshots (the context holds what
