@@ -504,6 +504,9 @@ HWY_INLINE void Q8GroupTokens(const MatmulQ8Job& j, const uint8_t* group, const 
         const __m256i x = _mm256_set1_epi32(LoadI32(xq + t * j.ldq + 4 * g));
         s0[t] = _mm256_add_epi32(s0[t], _mm256_madd_epi16(MaddUbs(a0, SignBytes(x, w0)), ones));
         s1[t] = _mm256_add_epi32(s1[t], _mm256_madd_epi16(MaddUbs(a1, SignBytes(x, w1)), ones));
+        // Keeps the running sums running: without this GCC reassociates the fully unrolled
+        // adds into all 64 products of the block first (spilled to the stack), then a tree.
+        asm("" : "+x"(s0[t]), "+x"(s1[t]));
       }
     }
     const VF dw0 = F16ToF32(gb), dw1 = F16ToF32(gb + 2 * kNR);
