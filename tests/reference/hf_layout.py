@@ -228,6 +228,20 @@ def deepseek_extra(g, arch):
     return c
 
 
+def deepseek_style_moe_fields(k):
+    """The MoE fields GLM-4.5 and dots.llm1 name as DeepSeek-V3 does, in their config.json order
+    (k reads the fixture's GGUF key under its architecture)."""
+    return {
+        "moe_intermediate_size": k("expert_feed_forward_length"),
+        "n_routed_experts": k("expert_count"),
+        "num_experts_per_tok": k("expert_used_count"),
+        "n_shared_experts": k("expert_shared_count"),
+        "first_k_dense_replace": k("leading_dense_block_count"),
+        "routed_scaling_factor": float(k("expert_weights_scale")),
+        "norm_topk_prob": bool(k("expert_weights_norm")),
+    }
+
+
 def glm4moe_extra(g, arch):
     k = lambda name, d=None: gguf_kv(g, arch, name, d)  # noqa: E731
     nextn = k("nextn_predict_layers", 0)
@@ -239,13 +253,7 @@ def glm4moe_extra(g, arch):
         "partial_rotary_factor": k("rope.dimension_count") / head,
         "attention_bias": True,
         "use_qk_norm": "blk.0.attn_q_norm.weight" in g.tensors,
-        "moe_intermediate_size": k("expert_feed_forward_length"),
-        "n_routed_experts": k("expert_count"),
-        "num_experts_per_tok": k("expert_used_count"),
-        "n_shared_experts": k("expert_shared_count"),
-        "first_k_dense_replace": k("leading_dense_block_count"),
-        "routed_scaling_factor": float(k("expert_weights_scale")),
-        "norm_topk_prob": bool(k("expert_weights_norm")),
+        **deepseek_style_moe_fields(k),
         "n_group": 1,
         "topk_group": 1,
         "rope_scaling": None,
@@ -260,13 +268,7 @@ def dots1_extra(g, arch):
         "architectures": ["Dots1ForCausalLM"],
         "head_dim": k("attention.key_length"),
         "attention_bias": False,
-        "moe_intermediate_size": k("expert_feed_forward_length"),
-        "n_routed_experts": k("expert_count"),
-        "num_experts_per_tok": k("expert_used_count"),
-        "n_shared_experts": k("expert_shared_count"),
-        "first_k_dense_replace": k("leading_dense_block_count"),
-        "routed_scaling_factor": float(k("expert_weights_scale")),
-        "norm_topk_prob": bool(k("expert_weights_norm")),
+        **deepseek_style_moe_fields(k),
         "scoring_func": "noaux_tc",
         "n_group": None,
         "topk_group": None,
