@@ -291,6 +291,15 @@ struct LoadOptions {
   // (docs/offload.md). 0: no read-ahead (the default until its speed is measured on a quiet
   // machine: it cuts the misses but can raise the bytes read).
   int expert_prefetch = 0;
+  // Experts the tier reads into slots at load and never evicts (docs/offload.md "Pinned
+  // experts"): expert_pin_uses(config) returns, for each of the model's layers, how often
+  // each expert was used ([n_layer][n_expert], an empty row: none for that layer; e.g. the
+  // top-k counts of a routing trace, which `--expert-pin TRACE` reads), throwing lynx::Error
+  // when its data does not fit the model. Each routed layer pins its most used experts (uses
+  // > 0), up to expert_pin_share of the slots divided evenly among the routed layers; the
+  // other slots work as without pins. Empty (the default): nothing pinned. Only with a tier.
+  std::function<std::vector<std::vector<uint32_t>>(const ModelConfig&)> expert_pin_uses;
+  float expert_pin_share = 0.5f;  // in (0, 1]
   // Replaces the tier's file reads: reads n bytes at file offset `off` into dst, throwing
   // lynx::Error on failure (fault injection in tests). Empty: pread on the file.
   std::function<void(uint64_t off, size_t n, uint8_t* dst)> expert_read;
@@ -332,6 +341,9 @@ class Model {
   void pack_weights(const LoadOptions& opts);
   // Decides on the expert tier and makes it (model_tier.cc); true when it is on.
   bool plan_expert_tier(const LoadOptions& opts);
+  // Pins the experts of LoadOptions::expert_pin_uses in the tier (model_tier.cc); returns how
+  // many.
+  int pin_experts(const LoadOptions& opts, int n_slots);
   void split_fused_experts();
   bool routed_expert(const Weight& w) const;
   gguf::File file_;

@@ -190,7 +190,7 @@ void ExpertTier::place(int il, const std::vector<int32_t>& want, std::vector<int
     const Slot& x = slots_[size_t(s)];
     // A slot still being read stays out even when its claimer gave up (a failed step
     // releases its claims while other reads of the step may be in flight).
-    if (x.pins > 0 || x.state == Slot::kReading) continue;
+    if (x.pins > 0 || x.state == Slot::kReading || x.fixed) continue;
     if (x.layer < 0) {
       empty.push_back({0.0, s});
       continue;
@@ -222,7 +222,7 @@ void ExpertTier::place(int il, const std::vector<int32_t>& want, std::vector<int
   for (; o < order.size() && k < kept.size() && use_of(order[o]) - 1 > kept[k].first; ++o, ++k) {
     assign(order[o], kept[k].second, false);
   }
-  const int min_transient = std::clamp(kMinTransient, 1, std::max(1, n_slots_ / 2));
+  const int min_transient = std::clamp(kMinTransient, 1, std::max(1, (n_slots_ - n_fixed_) / 2));
   for (; o < order.size(); ++o) {
     if (it < transient.size()) {
       assign(order[o], transient[it++].second, true);
@@ -349,7 +349,7 @@ int ExpertTier::prefetch(int il, std::span<const int32_t> experts, int max_reads
     std::vector<std::pair<double, int>> spare;
     for (int s = 0; s < n_slots_; ++s) {
       const Slot& x = slots_[size_t(s)];
-      if (x.pins > 0 || x.state == Slot::kReading) continue;
+      if (x.pins > 0 || x.state == Slot::kReading || x.fixed) continue;
       if (x.layer < 0) {
         spare.push_back({-1.0, s});
       } else if (x.transient) {
@@ -383,6 +383,60 @@ int ExpertTier::prefetch(int il, std::span<const int32_t> experts, int max_reads
   }
   if (queued > 0) work_cv_.notify_all();
   return queued;
+}
+
+void ExpertTier::pin(std::span<const std::vector<int32_t>> experts) {
+  std::vector<int> read;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t bytes0 = stats_.bytes_read, read0 = stats_.read_ns, repack0 = stats_.repack_ns;
+    for (size_t il = 0; il < experts.size() && il < layers_.size(); ++il) {
+      if (experts[il].empty()) continue;
+      if (layers_[il].layer < 0) {
+        throw Error("expert tier: layer " + std::to_string(il) + " has no routed experts to pin");
+      }
+      for (const int32_t e : experts[il]) {
+        if (e < 0 || e >= n_expert_) throw Error("expert tier: pinned expert id out of range");
+        if (!held_.empty() && !held_[il * size_t(n_expert_) + size_t(e)]) continue;
+        if (where_[il * size_t(n_expert_) + size_t(e)] >= 0) continue;
+        int s = 0;
+        while (s < n_slots_ && slots_[size_t(s)].layer >= 0) ++s;
+        // One slot at least stays for the steps' other experts.
+        if (s >= n_slots_ || n_fixed_ + 1 >= n_slots_) {
+          throw Error("expert tier: " + std::to_string(n_fixed_ + 1) +
+                      " pinned experts leave no slot of " + std::to_string(n_slots_) +
+                      " for the others");
+        }
+        Slot& x = slots_[size_t(s)];
+        x.layer = int(il);
+        x.expert = e;
+        x.fixed = true;
+        x.pins = 1;  // until read: a failed read then stays kFailed, for the error below
+        ++n_fixed_;
+        where_[il * size_t(n_expert_) + size_t(e)] = s;
+        queue_read(s);
+        read.push_back(s);
+      }
+    }
+    work_cv_.notify_all();
+    cv_.wait(lk, [&] {
+      return std::all_of(read.begin(), read.end(),
+                         [&](int s) { return slots_[size_t(s)].state != Slot::kReading; });
+    });
+    stats_.pinned = n_fixed_;
+    stats_.pin_bytes += stats_.bytes_read - bytes0;
+    stats_.bytes_read = bytes0;
+    stats_.read_ns = read0;
+    stats_.repack_ns = repack0;
+    for (const int s : read) {
+      Slot& x = slots_[size_t(s)];
+      x.pins = 0;
+      if (x.state == Slot::kFailed) {
+        throw Error("expert tier: reading pinned expert " + std::to_string(x.expert) +
+                    " of layer " + std::to_string(x.layer) + ": " + x.error);
+      }
+    }
+  }
 }
 
 void ExpertTier::release(std::span<const Claim> claims) {

@@ -73,6 +73,10 @@ struct ExpertTierStats {
   uint64_t read_errors = 0;
   uint64_t prefetches = 0;     // reads started by prefetch() (their bytes are in bytes_read)
   uint64_t prefetch_hits = 0;  // prefetched experts a claim found (read or being read)
+  // Experts pinned at load (pin()): their slots are never evicted. Their reads are counted
+  // here, not in bytes_read / read_ns / repack_ns, which count the steps' reads only.
+  int pinned = 0;
+  uint64_t pin_bytes = 0;
   int slots = 0;
   size_t slot_bytes = 0;
   int resident = 0;                 // slots holding an expert now
@@ -117,6 +121,11 @@ class ExpertTier {
   // pinned: a claim that comes for the expert finds it read or being read (a hit), and an
   // expert no claim wants is the first to go. Returns how many reads were queued.
   int prefetch(int il, std::span<const int32_t> experts, int max_reads);
+  // Reads experts[il] of each layer il into empty slots that are never evicted afterwards
+  // (LoadOptions::expert_pin_uses: the experts a routing trace uses most), and waits for the
+  // reads. Called once, before any step; at least one slot stays unpinned. Throws lynx::Error
+  // when a read fails or more experts are asked than that leaves room for.
+  void pin(std::span<const std::vector<int32_t>> experts);
   // Unpins the claims (their experts stay resident until evicted).
   void release(std::span<const Claim> claims);
   // The slot's matrices (valid while the claim is held).
@@ -152,6 +161,7 @@ class ExpertTier {
     bool queued = false;      // in queue_, no reader has taken it yet
     bool rejoined = false;    // pinned by a claim while a reader had it: retry a failed read
     bool prefetched = false;  // read by prefetch(), no claim has found it yet
+    bool fixed = false;       // pinned at load (pin()): never evicted
   };
   // Empties a slot holding nothing usable (a failed or cancelled read). Under mu_.
   void empty_slot(Slot& x);
@@ -201,6 +211,7 @@ class ExpertTier {
   std::vector<Use> use_;        // [layer * n_expert + expert]
   double half_life_ = 1;        // in claims (one per routed layer and step)
   int n_transient_ = 0;         // slots holding an expert with transient set
+  int n_fixed_ = 0;             // slots pinned at load (pin())
   uint64_t clock_ = 0;
   // The readers' rate: bytes and nanoseconds of the reads made, each sum decayed by
   // kReadDecay per read, so the rate follows the disk as it changes.

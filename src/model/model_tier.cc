@@ -2,6 +2,8 @@
 // the expert tier, and the tier's size (docs/offload.md).
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <numeric>
 #include <string>
 
 #include "kernels/weight_pack.h"
@@ -32,7 +34,49 @@ bool Model::routed_expert(const Weight& w) const {
   return false;
 }
 
+int Model::pin_experts(const LoadOptions& opts, int n_slots) {
+  if (!opts.expert_pin_uses) return 0;
+  const ModelConfig& c = cfg_;
+  const std::vector<std::vector<uint32_t>> uses = opts.expert_pin_uses(c);
+  if (uses.size() != size_t(c.n_layer)) {
+    throw Error("expert pinning: uses for " + std::to_string(uses.size()) +
+                " layers, the model has " + std::to_string(c.n_layer));
+  }
+  int routed = 0;
+  for (int il = 0; il < c.n_layer; ++il) routed += c.layer_routed(il);
+  // Each routed layer gets the same share of the slots: the trace's hottest layer must not
+  // take the slots the others' steps need.
+  const int per_layer = int(double(opts.expert_pin_share) * n_slots / std::max(1, routed));
+  std::vector<std::vector<int32_t>> pick(size_t(c.n_layer));
+  int total = 0;
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::vector<uint32_t>& u = uses[size_t(il)];
+    if (!c.layer_routed(il) || u.empty()) continue;
+    if (u.size() != size_t(c.n_expert)) {
+      throw Error("expert pinning: layer " + std::to_string(il) + " has uses of " +
+                  std::to_string(u.size()) + " experts, the model " + std::to_string(c.n_expert));
+    }
+    std::vector<int32_t> order(u.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return u[size_t(a)] > u[size_t(b)]; });
+    for (const int32_t e : order) {
+      // At least one slot stays unpinned, so a step can always move on.
+      if (int(pick[size_t(il)].size()) >= per_layer || u[size_t(e)] == 0 || total + 1 >= n_slots) {
+        break;
+      }
+      pick[size_t(il)].push_back(e);
+      ++total;
+    }
+  }
+  tier_->pin(pick);
+  return tier_->stats().pinned;
+}
+
 bool Model::plan_expert_tier(const LoadOptions& opts) {
+  if (opts.expert_pin_uses && !(opts.expert_pin_share > 0.f && opts.expert_pin_share <= 1.f)) {
+    throw Error("expert pin share must be in (0, 1], got " + std::to_string(opts.expert_pin_share));
+  }
   if (opts.expert_miss_cost != 0.f &&
       !(opts.expert_miss_cost >= 1.f && opts.expert_miss_cost <= 1e6f)) {
     throw Error("expert miss cost must be 0 (measured) or in [1, 1e6], got " +
@@ -122,10 +166,16 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
                                        opts.expert_readers, opts.expert_read, cost);
   tier_->set_prefetch(std::clamp(opts.expert_prefetch, 0, c.n_expert));
   if (opts.keep_expert) tier_->set_held(std::move(held));
-  char buf[256];
+  const int pinned = pin_experts(opts, int(n_slots));
+  char buf[512];
   std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%) in %s of slots; ",
                 (long long)n_slots, (long long)total, 100.0 * double(n_slots) / double(total),
                 gib(double(size_t(n_slots) * slot)).c_str());
+  if (pinned > 0) {
+    std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf),
+                  "%d experts pinned from a routing trace (%.1f MB read at load); ", pinned,
+                  double(tier_->stats().pin_bytes) / 1e6);
+  }
   tier_summary_ = std::string("expert tier: ") + buf + why + "; dense weights " +
                   gib(double(dense)) + " loaded" +
                   (fused ? "; gate and up fused in the file, each expert's halves read into "

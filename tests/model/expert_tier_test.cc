@@ -419,6 +419,96 @@ TEST(ExpertTier, PrefetchPredictsTheNextLayerOfATrainedModel) {
 }
 
 // By default the tier is on exactly when the file does not fit the budget.
+// Pinning (LoadOptions::expert_pin_uses): each routed layer's most used experts, up to the
+// share of the slots, are read at load into slots that are never evicted; the other slots
+// churn as before, and the logits stay the fully loaded model's bits.
+TEST(ExpertTier, PinnedExpertsStayResident) {
+  const std::string path = std::string(LYNX_SOURCE_DIR) + "/models/lynx-moe-64x8.gguf";
+  const auto full = Model::load(path, resident());
+  const ModelConfig& c = full->config();
+  int routed = 0;
+  for (int il = 0; il < c.n_layer; ++il) routed += c.layer_routed(il);
+  ASSERT_GT(routed, 0);
+  // 4 slots per routed layer, half of them pinned: experts 40 and 9 of each layer (the most
+  // used, then the next; the others used less or never).
+  LoadOptions o = tier_of(*full, 4 * routed);
+  o.expert_prefetch = 0;
+  o.expert_pin_share = 0.5f;
+  o.expert_pin_uses = [](const ModelConfig& m) {
+    std::vector<std::vector<uint32_t>> u(size_t(m.n_layer));
+    for (int il = 0; il < m.n_layer; ++il) {
+      if (!m.layer_routed(il)) continue;
+      u[size_t(il)].assign(size_t(m.n_expert), 0);
+      u[size_t(il)][40] = 9;
+      u[size_t(il)][9] = 7;
+      u[size_t(il)][20] = 3;
+    }
+    return u;
+  };
+  const auto m = Model::load(path, o);
+  ExpertTier& tier = *m->expert_tier();
+  ExpertTierStats s = tier.stats();
+  EXPECT_EQ(s.pinned, 2 * routed);
+  EXPECT_GT(s.pin_bytes, 0u);
+  EXPECT_EQ(s.bytes_read, 0u);  // load reads are counted apart from the steps'
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_NE(m->expert_tier_summary().find(std::to_string(2 * routed) + " experts pinned"),
+            std::string::npos)
+      << m->expert_tier_summary();
+  auto pinned_resident = [&] {
+    std::vector<uint8_t> res;
+    for (int il = 0; il < c.n_layer; ++il) {
+      if (!c.layer_routed(il)) continue;
+      tier.resident(il, res);
+      if (!res[40] || !res[9] || res[20]) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(pinned_resident());
+  const std::vector<int32_t> toks = {300, 1200, 45, 877, 2048, 15, 999, 3000, 64, 1500,
+                                     7,   2222, 31, 640, 1800, 90, 420, 2600, 11, 3500};
+  for (const bool exact : {false, true}) {
+    EXPECT_TRUE(same_bits(run(*m, toks, exact), run(*full, toks, exact)));
+  }
+  s = tier.stats();
+  EXPECT_GT(s.evictions, 100u);  // the unpinned slots churned
+  EXPECT_TRUE(pinned_resident());
+  EXPECT_EQ(s.pinned, 2 * routed);
+  EXPECT_EQ(s.read_errors, 0u);
+}
+
+// Uses that do not fit the model, or a share out of range, fail the load with a message.
+TEST(ExpertTier, PinUsesThatDoNotFitAreRefused) {
+  const MoeFixture fx = moe_fixtures().front();
+  const auto full = Model::load(fx.file, resident());
+  auto message = [&](const LoadOptions& o) {
+    try {
+      Model::load(fx.file, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  LoadOptions o = tier_of(*full, 8);
+  o.expert_pin_uses = [](const ModelConfig& m) {
+    std::vector<std::vector<uint32_t>> u(size_t(m.n_layer));
+    for (int il = 0; il < m.n_layer; ++il) {
+      if (m.layer_routed(il)) u[size_t(il)].assign(size_t(m.n_expert) + 1, 1);
+    }
+    return u;
+  };
+  EXPECT_NE(message(o).find("uses of " + std::to_string(full->config().n_expert + 1) +
+                            " experts, the model " + std::to_string(full->config().n_expert)),
+            std::string::npos)
+      << message(o);
+  o.expert_pin_uses = [](const ModelConfig&) -> std::vector<std::vector<uint32_t>> {
+    throw Error("routing trace 'x' records 3 experts per layer");
+  };
+  EXPECT_NE(message(o).find("records 3 experts"), std::string::npos);
+  o.expert_pin_share = 1.5f;
+  EXPECT_NE(message(o).find("pin share"), std::string::npos) << message(o);
+}
+
 TEST(ExpertTier, OnWhenTheFileDoesNotFitTheBudget) {
   const MoeFixture fx = moe_fixtures().front();
   const size_t size = std::filesystem::file_size(fx.file);

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "analysis/trace_uses.h"
 #include "kernels/matmul_bf16.h"
 #include "lynx/error.h"
 #include "model/expert_tier.h"
@@ -268,6 +269,14 @@ void add_tier_flags(CLI::App* cmd, TierFlags* f) {
                   "onto resident experts by it. Default: measured as the tier runs, RAM's read "
                   "rate over the readers' (20 until 8 reads were timed)")
       ->check(CLI::Range(1.0, 1e6));
+  cmd->add_option("--expert-pin", f->pin,
+                  "Routing trace (generate --record-trace): the expert tier reads the experts "
+                  "its exact top-k uses most at load, into slots never evicted "
+                  "(docs/offload.md)");
+  cmd->add_option("--expert-pin-share", f->pin_share,
+                  "Share of the tier's slots --expert-pin may pin, split evenly among the "
+                  "routed layers (default 0.5)")
+      ->check(CLI::Range(0.01, 1.0));
 }
 
 void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
@@ -281,6 +290,16 @@ void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
   opts.expert_readers = f.readers;
   opts.expert_miss_cost = f.miss_cost;
   opts.expert_prefetch = f.prefetch;
+  opts.expert_pin_share = f.pin_share;
+  if (!f.pin.empty()) {
+    opts.expert_pin_uses = [path = f.pin](const ModelConfig& c) {
+      try {
+        return analysis::trace_topk_uses(path, c);
+      } catch (const Error& e) {
+        throw Error(std::string("--expert-pin: ") + e.what());
+      }
+    };
+  }
 }
 
 std::string expert_tier_line(const Model& model) {
@@ -380,6 +399,11 @@ std::unique_ptr<Model> load_model(const std::string& path, bool repack, bool rep
   };
   auto m = Model::load(path, opts);
   if (m->expert_tier()) std::fprintf(stderr, "%s\n", m->expert_tier_summary().c_str());
+  if (!tier.pin.empty() && !m->expert_tier()) {
+    std::fprintf(stderr,
+                 "note: --expert-pin: every expert is loaded (no expert tier): nothing "
+                 "to pin\n");
+  }
   if (m->config().arch == "glm-dsa") {
     // GLM-5's DeepSeek sparse attention: its indexer is not run (src/model/arch/deepseek2.cc).
     const int64_t top_k = m->file().get_int("glm-dsa.attention.indexer.top_k", 2048);
