@@ -5,7 +5,13 @@
 // When U0 offers a token fewer than k candidates, its remaining slots take its next best
 // experts overall (its exact top-k members not chosen yet), so every token keeps exactly k.
 // Prefill and exact tokens keep exact top-k and do not contribute to U0.
+// window=W (ours, not the paper's): a substitute replaces one of the token's dropped exact
+// choices only when its key is at most W below that choice's (pairing the best substitute with
+// the best dropped choice, and so on); otherwise the token keeps its own choice. The experts a
+// token then reads beyond U0 cost a read each, so W trades reads against how far a substitute
+// may be from what it replaces (on the expert tier, where a read is a disk read).
 #include <algorithm>
+#include <cmath>
 
 #include "routing/gating.h"
 #include "routing/policies.h"
@@ -15,8 +21,11 @@ namespace {
 
 class OeaPolicy final : public RoutingPolicy {
  public:
-  explicit OeaPolicy(int k0) : k0_(k0) {}
-  std::string spec() const override { return "oea:k0=" + std::to_string(k0_); }
+  OeaPolicy(int k0, float window) : k0_(k0), window_(window) {}
+  std::string spec() const override {
+    return "oea:k0=" + std::to_string(k0_) +
+           (std::isinf(window_) ? "" : ",window=" + fmt_float(window_));
+  }
   void check(const GatingConfig& g) const override { check_at_most_k(spec(), "k0", k0_, g); }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
@@ -51,6 +60,7 @@ class OeaPolicy final : public RoutingPolicy {
       }
       std::sort(chosen_.begin(), chosen_.end(),
                 [key](int32_t a, int32_t b) { return logit_before(key, a, b); });
+      if (!std::isinf(window_)) keep_close_choices(key, ids, k);
       keep_group_limit(g, key, ids, k, chosen_.data());
       if (std::equal(chosen_.begin(), chosen_.end(), ids)) continue;
       const RowGate& rg = gates_[t];
@@ -61,7 +71,36 @@ class OeaPolicy final : public RoutingPolicy {
   }
 
  private:
+  // window: chosen_ (sorted by key) holds the token's kept exact choices and its substitutes;
+  // a substitute more than window_ below the exact choice it stands for gives its place back.
+  void keep_close_choices(const float* key, const int32_t* ids, int k) {
+    auto in = [](const std::vector<int32_t>& v, int32_t e) {
+      return std::find(v.begin(), v.end(), e) != v.end();
+    };
+    dropped_.clear();
+    subs_.clear();
+    for (int j = 0; j < k; ++j) {
+      if (!in(chosen_, ids[j])) dropped_.push_back(ids[j]);  // ids: exact, best first
+    }
+    for (int32_t e : chosen_) {
+      if (std::find(ids, ids + k, e) == ids + k) subs_.push_back(e);  // best first
+    }
+    bool changed = false;
+    for (size_t i = 0; i < subs_.size() && i < dropped_.size(); ++i) {
+      if (key[dropped_[i]] - key[subs_[i]] > window_) {
+        *std::find(chosen_.begin(), chosen_.end(), subs_[i]) = dropped_[i];
+        changed = true;
+      }
+    }
+    if (changed) {
+      std::sort(chosen_.begin(), chosen_.end(),
+                [key](int32_t a, int32_t b) { return logit_before(key, a, b); });
+    }
+  }
+
   int k0_;
+  float window_;
+  std::vector<int32_t> dropped_, subs_;
   std::vector<uint8_t> in_u0_;
   std::vector<int32_t> u0_, chosen_;
   std::vector<RowGate> gates_;
@@ -72,7 +111,8 @@ class OeaPolicy final : public RoutingPolicy {
 std::unique_ptr<RoutingPolicy> make_oea_policy(SpecOptions& o) {
   const int k0 = o.get_int("k0", 0, 1, 1 << 16);
   if (k0 == 0) throw Error("routing spec 'oea': needs k0=K0 (experts each token keeps, < k)");
-  return std::make_unique<OeaPolicy>(k0);
+  const double w = o.get_number("window", INFINITY, 0, 1e6);
+  return std::make_unique<OeaPolicy>(k0, float(w));
 }
 
 }  // namespace lynx::routing

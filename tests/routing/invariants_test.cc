@@ -25,6 +25,7 @@ const std::vector<std::string> kSpecs = {
     "lynx:alpha=3,beta=2.5",
     "oea:k0=1",
     "oea:k0=2",
+    "oea:k0=2,window=1",
     "budget:m=1",
     "budget:m=12",
     "ser:kmin=1,t=0.3",

@@ -71,6 +71,25 @@ TEST(PeersHand, OeaK0Two) {
   EXPECT_EQ(distinct(s), 5);
 }
 
+// window (ours): a substitute stands in for a dropped exact choice only when its logit is at
+// most W below it (best substitute for the best dropped choice). k0 = 1 as above: t1 drops e2
+// (2.6) and e5 (2.2) for e0 (0.1) and e4 (-0.5): at W = 2.6 e0 replaces e2 (2.5 below) but e4
+// is 2.7 below e5, so t1 keeps e5; t2 drops e3 (0.9) and e2 (0.8) for e0 (0.0, 0.9 below) and
+// e1 (-0.5, 1.3 below): both within 2.6, within 1 only e0. W = 0 is exact top-k.
+TEST(PeersHand, OeaWindowKeepsFarChoices) {
+  test::Step wide = run("oea:k0=1,window=2.6");
+  EXPECT_EQ(wide.ids, (std::vector<int32_t>{0, 4, 1, 1, 5, 0, 4, 0, 1}));
+  EXPECT_EQ(distinct(wide), 4);
+  expect_weights(wide, 1, softmax_over(1, {1, 5, 0}));
+  test::Step narrow = run("oea:k0=1,window=1");
+  EXPECT_EQ(narrow.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 5, 4, 2, 0}));
+  EXPECT_EQ(distinct(narrow), 5);
+  EXPECT_EQ(run("oea:k0=1,window=0").ids, run("topk").ids);
+  EXPECT_EQ(run("oea:k0=1,window=1000").ids, run("oea:k0=1").ids);
+  EXPECT_EQ(make_routing_policy("oea:window=1.5,k0=2")->spec(), "oea:k0=2,window=1.5");
+  EXPECT_THROW(make_routing_policy("oea:k0=2,window=-1"), Error);
+}
+
 // One token: U0 = {e0} offers too few experts, so the fallback takes t0's next best overall.
 TEST(PeersHand, OeaFallsBackToNextBestOverall) {
   test::Step s = run("oea:k0=1", true, 1);
