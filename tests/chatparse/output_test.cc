@@ -690,7 +690,9 @@ TEST(Streaming, ArgumentsComeInPieces) {
         if (!t.id.empty()) {
           ++headers;
           EXPECT_EQ(assembled, "");
-          if (held) EXPECT_EQ(i, text.size() - 2) << "sent when the object closes";
+          if (held) {
+            EXPECT_EQ(i, text.size() - 2) << "sent when the object closes";
+          }
         } else {
           ++pieces;
           assembled += t.arguments;
