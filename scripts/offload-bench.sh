@@ -25,34 +25,14 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 bytes=$(numfmt --from=iec "${limit%B}")
-if [[ -d /sys/fs/cgroup/memory ]]; then
-  cg=/sys/fs/cgroup/memory/lynx-offload-$$
-  mkdir "$cg"
-  echo "$bytes" >"$cg/memory.limit_in_bytes"
-  echo 0 >"$cg/memory.swappiness" 2>/dev/null || true
-elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-  cg=/sys/fs/cgroup/lynx-offload-$$
-  mkdir "$cg"
-  echo "$bytes" >"$cg/memory.max"
-  echo 0 >"$cg/memory.swap.max" 2>/dev/null || true
-else
-  echo "no memory cgroup controller here (run as root on a machine with cgroup v1 or v2 memory)" >&2
-  exit 2
-fi
-cleanup() {
-  echo $$ >"$(dirname "$cg")/cgroup.procs" 2>/dev/null || true
-  rmdir "$cg" 2>/dev/null || true
-}
-trap cleanup EXIT
+# shellcheck source=scripts/memory-cgroup.sh
+source scripts/memory-cgroup.sh
+trap memory_cgroup_leave EXIT
 sync
 echo 3 >/proc/sys/vm/drop_caches
-echo $$ >"$cg/cgroup.procs"
+memory_cgroup lynx-offload "$bytes"
 echo "memory cgroup $cg: limit $limit ($bytes bytes)" >&2
 BW_SIZES=128 IK_RTR=0 LYNX_ARGS="--bw-sizes 128 ${LYNX_ARGS:-}" \
   LYNX2_ARGS="--bw-sizes 128 ${LYNX2_ARGS:---no-repack --expert-cache 0}" \
   bash scripts/compare-llamacpp.sh "${args[@]}"
-for f in memory.max_usage_in_bytes memory.peak; do
-  if [[ -f $cg/$f ]]; then
-    echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2
-  fi
-done
+memory_cgroup_peak

@@ -39,28 +39,15 @@ file=$1
 lynx=${LYNX_MOE:-build/release/bin/lynx-moe}
 command -v jq >/dev/null || { echo "needs jq (scripts/install-deps.sh)" >&2; exit 1; }
 bytes=$(numfmt --from=iec "${limit%B}")
-if [[ -d /sys/fs/cgroup/memory ]]; then
-  cg=/sys/fs/cgroup/memory/lynx-policies-$$
-  mkdir "$cg"
-  echo "$bytes" >"$cg/memory.limit_in_bytes"
-  echo 0 >"$cg/memory.swappiness" 2>/dev/null || true
-elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-  cg=/sys/fs/cgroup/lynx-policies-$$
-  mkdir "$cg"
-  echo "$bytes" >"$cg/memory.max"
-  echo 0 >"$cg/memory.swap.max" 2>/dev/null || true
-else
-  echo "no memory cgroup controller here (run as root with cgroup v1 or v2 memory)" >&2
-  exit 2
-fi
 out=$(mktemp)
+# shellcheck source=scripts/memory-cgroup.sh
+source scripts/memory-cgroup.sh
 cleanup() {
-  echo $$ >"$(dirname "$cg")/cgroup.procs" 2>/dev/null || true
-  rmdir "$cg" 2>/dev/null || true
+  memory_cgroup_leave
   rm -f "$out"
 }
 trap cleanup EXIT
-echo $$ >"$cg/cgroup.procs"
+memory_cgroup lynx-policies "$bytes"
 IFS=';' read -ra pols <<<"$policies"
 targs=()
 [[ -n $trace ]] && targs=(--routing-trace "$trace")
@@ -125,8 +112,4 @@ awk -F'\t' -v first="${pols[0]}" '
         median(wait_[k]), median(tpot[k]), median(bw[k]), median(limit[k]), 100 * median(share[k])
     }
   }' "$out" | sort -t'|' -k3,3n -s
-for f in memory.max_usage_in_bytes memory.peak; do
-  if [[ -f $cg/$f ]]; then
-    echo "peak memory of the cgroup: $(numfmt --to=iec "$(cat "$cg/$f")")" >&2
-  fi
-done
+memory_cgroup_peak
