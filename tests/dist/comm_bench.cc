@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
         cnt[size_t(r)] = (rows / R + (r < rows % R ? 1 : 0)) * E * 4 + head + extra;
       }
       for (int r = 1; r < R; ++r) dsp[size_t(r)] = dsp[size_t(r) - 1] + cnt[size_t(r) - 1];
-      std::vector<char> mine(size_t(cnt[size_t(rank)])), all(size_t(dsp.back() + cnt.back()));
+      std::vector<char> mine(static_cast<size_t>(cnt[size_t(rank)]));
+      std::vector<char> all(static_cast<size_t>(dsp.back() + cnt.back()));
       us.push_back(median_us(iters, MPI_COMM_WORLD, [&] {
         MPI_Allgatherv(mine.data(), cnt[size_t(rank)], MPI_BYTE, all.data(), cnt.data(), dsp.data(),
                        MPI_BYTE, MPI_COMM_WORLD);
