@@ -340,7 +340,7 @@ void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, in
         matmul_rows_bf16(pa->k, pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, pa->x->n_tok, pa->y,
                          pa->ldy, &pa->pool->scratch(tid));
       },
-      32);
+      32, chunks_per_thread_for(x.n_tok));
 }
 
 namespace ref {

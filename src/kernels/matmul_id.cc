@@ -52,7 +52,7 @@ void matmul_id(ThreadPool& pool, const ExpertPlan& plan, std::span<const MatIdJo
           b += r1 - r0;
         }
       },
-      16);
+      16, chunks_per_thread_for(plan.n_tokens));
 }
 
 namespace {
@@ -83,7 +83,8 @@ void mix_id(ThreadPool& pool, const ExpertPlan& plan, const float* y, int64_t co
   pool.parallel_for(
       plan.n_tokens,
       [&](int64_t t0, int64_t t1, int) { mix_tokens(plan, y, cols, out, int(t0), int(t1)); },
-      std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)));
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)),
+      chunks_per_thread_for(plan.n_tokens));
 }
 
 }  // namespace lynx::kernels

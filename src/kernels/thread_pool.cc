@@ -50,10 +50,6 @@ T wait_change(const std::atomic<T>& a, T old) {
 
 }  // namespace
 
-// Chunks per thread: more than one, so that when a thread is descheduled (a busy machine)
-// the others take over its share; few, so that each chunk stays a long contiguous stream.
-constexpr int64_t kChunksPerThread = 4;
-
 // The claim word packs (epoch, chunk count, next chunk) so that a worker can only claim a
 // chunk of the job it was woken for: a late worker's claim on a finished or newer job fails.
 constexpr uint64_t pack_claim(uint32_t epoch, uint32_t n_chunks, uint32_t next) {
@@ -168,7 +164,11 @@ void ThreadPool::release_scratch() {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-                              int64_t grain) {
+                              int64_t grain, int chunks_per_thread) {
+  if (chunks_per_thread < 1 || chunks_per_thread > 64) {
+    throw Error("ThreadPool::parallel_for: chunks per thread must be in [1, 64], got " +
+                std::to_string(chunks_per_thread));
+  }
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   Impl& p = *impl_;
@@ -182,7 +182,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         "ThreadPool::parallel_for: called while the pool is running (nested or concurrent)");
   }
   const auto n_chunks =
-      static_cast<uint32_t>(std::min<int64_t>(units, p.n_threads * kChunksPerThread));
+      static_cast<uint32_t>(std::min<int64_t>({units, int64_t{p.n_threads} * chunks_per_thread,
+                                               int64_t{0xFFFF}}));  // 16 bits in pack_claim
   p.fn = &fn;
   p.n = n;
   p.grain = grain;
@@ -231,7 +232,7 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
         matmul_rows(pa->t, pa->w, pa->cols, r0, r1, pa->x, pa->ldx, pa->n_tok, pa->y, pa->ldy,
                     pa->layout, &pa->pool->scratch(tid));
       },
-      kGrain);
+      kGrain, chunks_per_thread_for(n_tok));
 }
 
 void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t cols,
@@ -254,7 +255,7 @@ void matmul(ThreadPool& pool, TensorType t, const void* w, int64_t rows, int64_t
         matmul_rows_q8(pa->t, pa->w, pa->cols, r0, r1, *pa->x, 0, n_tok, pa->y, pa->ldy, pa->layout,
                        &pa->pool->scratch(tid));
       },
-      kMatmulGrain);
+      kMatmulGrain, chunks_per_thread_for(act_type_is_q8k(t) ? x.k.n_tok : x.n_tok));
 }
 
 void quantize_acts(ThreadPool& pool, const float* x, int64_t ldx, int n_tok, int64_t cols,

@@ -18,14 +18,24 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const;
-  // Splits [0, n) into balanced contiguous chunks aligned to `grain` elements (a few per
-  // thread) and runs fn(begin, end, thread_id) on each; returns when all are done.
-  // thread_id is in [0, size()) and unique among concurrently running chunks (per-thread
-  // scratch is safe). Threads claim chunks dynamically, so a worker that starts late on a
-  // busy machine does not hold the others up; the chunk boundaries themselves depend only on
-  // n, grain and size(). Not reentrant: a nested or concurrent call throws lynx::Error.
+  // Chunks per thread of parallel_for: more than one, so that when a thread is descheduled
+  // (a busy machine) the others take over its share; few, so that each chunk stays a long
+  // contiguous stream and a short call pays few claims.
+  static constexpr int kChunksPerThread = 4;
+  // For the long products of a step over many tokens (chunks_per_thread_for): a call ends
+  // when its last chunk does, so with 4 chunks per thread the other thread waited for up to
+  // an eighth of every GEMM (experts' chunks differ in tokens; docs/benchmarks.md, issue 31).
+  static constexpr int kFineChunksPerThread = 32;
+
+  // Splits [0, n) into balanced contiguous chunks aligned to `grain` elements (up to
+  // chunks_per_thread per thread, in [1, 64]) and runs fn(begin, end, thread_id) on each;
+  // returns when all are done. thread_id is in [0, size()) and unique among concurrently
+  // running chunks (per-thread scratch is safe). Threads claim chunks dynamically, so a
+  // worker that starts late on a busy machine does not hold the others up; the chunk
+  // boundaries themselves depend only on n, grain, chunks_per_thread and size(). Not
+  // reentrant: a nested or concurrent call throws lynx::Error.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-                    int64_t grain = 1);
+                    int64_t grain = 1, int chunks_per_thread = kChunksPerThread);
 
   // The working memory of worker `thread_id` (scratch.h) for the row kernels its chunks call:
   // thread_id is unique among running chunks, so no two share one. It grows to what the
@@ -38,6 +48,15 @@ class ThreadPool {
   struct Impl;
   Impl* impl_;
 };
+
+// The chunks per thread for a product over a step of n_tok tokens: kFineChunksPerThread
+// from kFineChunkTokens tokens on (prefill), else ThreadPool::kChunksPerThread (decode keeps
+// its few long chunks).
+constexpr int kFineChunkTokens = 64;
+constexpr int chunks_per_thread_for(int64_t n_tok) {
+  return n_tok >= kFineChunkTokens ? ThreadPool::kFineChunksPerThread
+                                   : ThreadPool::kChunksPerThread;
+}
 
 // y[j*ldy + r] = W[r] . x[j*ldx]  for all rows r of W (rows x cols, stored in `layout`),
 // split across the pool. Bit-identical to a single matmul_rows call over all rows, for any

@@ -64,6 +64,40 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnceInBalancedChunks) {
   }
 }
 
+// chunks_per_thread sets how many chunks a call is cut into (the fine setting of long
+// prefill products), still covering every index once in balanced, grain-aligned chunks.
+TEST(ThreadPool, ChunksPerThreadSetsTheChunkCount) {
+  ThreadPool pool(2);
+  for (int cpt : {1, ThreadPool::kChunksPerThread, ThreadPool::kFineChunksPerThread, 64}) {
+    for (int64_t n : {5, 100, 4096, 98304}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::mutex mu;
+      std::vector<std::pair<int64_t, int64_t>> chunks;
+      pool.parallel_for(
+          n,
+          [&](int64_t b, int64_t e, int) {
+            ASSERT_EQ(b % 16, 0);
+            for (int64_t i = b; i < e; ++i) hits[i]++;
+            std::lock_guard<std::mutex> lock(mu);
+            chunks.emplace_back(b, e);
+          },
+          16, cpt);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "cpt=" << cpt << " n=" << n;
+      const int64_t units = (n + 15) / 16;
+      EXPECT_EQ(int64_t(chunks.size()), std::min<int64_t>(units, 2 * cpt)) << "n=" << n;
+    }
+  }
+  EXPECT_EQ(chunks_per_thread_for(1), ThreadPool::kChunksPerThread);
+  EXPECT_EQ(chunks_per_thread_for(kFineChunkTokens - 1), ThreadPool::kChunksPerThread);
+  EXPECT_EQ(chunks_per_thread_for(512), ThreadPool::kFineChunksPerThread);
+  EXPECT_THROW(pool.parallel_for(
+                   10, [](int64_t, int64_t, int) {}, 1, 0),
+               Error);
+  EXPECT_THROW(pool.parallel_for(
+                   10, [](int64_t, int64_t, int) {}, 1, 65),
+               Error);
+}
+
 // A worker that wakes late (descheduled) must not run a finished job's chunks or stall the
 // caller: the caller takes over unclaimed chunks.
 TEST(ThreadPool, CallerTakesOverWhenWorkersAreSlow) {
