@@ -261,7 +261,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   // no transpose (F16 / Q8_0 caches: the blocked kernel, see f32_cache).
   group_by_sequence(batch, group, !f32_cache, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
-  cp.pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e, int tid) {
+  const auto run_jobs = [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
     for (int64_t job = b; job < e; ++job) {
       const AttnTile& tile = B.attn_tiles[size_t(job / n_kv)];
@@ -320,7 +320,10 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
         }
       }
     }
-  });
+  };
+  // A prefill's later query tiles see more keys (causal): fine chunks keep the costliest
+  // ones from ending the call on one thread.
+  cp.pool.parallel_for(n_tiles * n_kv, run_jobs, 1, kernels::chunks_per_thread_for(T));
   if (L.wgate.present()) {  // step35: head h's output times sigmoid(W_g xn)[h]
     ensure(B.attn_gate, size_t(T) * H);
     project(cp, L.wgate, xn, B.attn_gate.data(), obs);
