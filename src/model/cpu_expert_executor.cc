@@ -59,16 +59,22 @@ void activate(ExpertAct act, const float* gate, const float* up, float* out, int
 
 void CpuExpertExecutor::run(const kernels::ExpertPlan& plan, kernels::ActRows& x, int /*il*/,
                             const LayerWeights& layer, float* out) {
-  kernels::mix_id(pool_, plan, rows(plan, x, layer), x.cols, out);
+  kernels::mix_id(pool_, plan, rows(plan, x, layer, plan.active, true), x.cols, out);
 }
 
 const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                                      const LayerWeights& layer) {
-  return rows(plan, x, layer, plan.active);
+  return rows(plan, x, layer, plan.active, false);
 }
 
 const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
                                      const LayerWeights& layer, std::span<const int32_t> experts) {
+  return rows(plan, x, layer, experts, false);
+}
+
+const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::ActRows& x,
+                                     const LayerWeights& layer, std::span<const int32_t> experts,
+                                     bool down_over_hidden) {
   const Weight &wg = layer.gate_exps, &wu = layer.up_exps, &wd = layer.down_exps;
   const int64_t E = x.cols, F = wg.rows;
   const int rows = plan.rows();
@@ -78,9 +84,17 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   const bool bf_gate = kernels::has_bf16_path(wg.type, wg.layout, bf16_);
   const bool bf_up = kernels::has_bf16_path(wu.type, wu.layout, bf16_);
   const bool bf_down = kernels::has_bf16_path(wd.type, wd.layout, bf16_);
-  ensure(gate_, size_t(rows) * F);
-  ensure(up_, size_t(rows) * F);
-  ensure(down_, size_t(rows) * E);
+  // gate then up in one buffer. On the integer path the down product reads only the quantized
+  // hidden rows, so when the caller mixes the down rows at once (run(), not the expert tier's
+  // parts) they take gate/up's memory: a fresh context's 512-token prefill of the
+  // Qwen3-30B-A3B shape then touches 25 MB fewer new pages (docs/benchmarks.md, issue 31).
+  const bool down_in_hidden = down_over_hidden && int_down;
+  const size_t n_hidden = size_t(rows) * size_t(F);
+  ensure(hidden_, down_in_hidden ? std::max(2 * n_hidden, size_t(rows) * size_t(E)) : 2 * n_hidden);
+  float* const gate = hidden_.data();
+  float* const up = gate + n_hidden;
+  if (!down_in_hidden) ensure(down_, size_t(rows) * E);
+  float* const down = down_in_hidden ? hidden_.data() : down_.data();
   // The grouped rows computed here (every row when `experts` is the whole plan).
   wave_rows_.clear();
   for (const int32_t e : experts) {
@@ -144,14 +158,14 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
   report(wg, xin_.data(), E);
   report(wu, xin_.data(), E);
   const kernels::MatIdJob gate_up[2] = {
-      {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate_.data(),
+      {matrices(wg), xin_.data(), int_gate ? &xq_rows_ : nullptr, gate,
        bf_gate ? &xb_rows_ : nullptr, bf16_},
-      {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up_.data(),
-       bf_up ? &xb_rows_ : nullptr, bf16_},
+      {matrices(wu), xin_.data(), int_up ? &xq_rows_ : nullptr, up, bf_up ? &xb_rows_ : nullptr,
+       bf16_},
   };
   kernels::matmul_id(pool_, plan, gate_up, experts);
-  add_expert_bias(plan, experts, layer.gate_exps_b, gate_.data(), F);
-  add_expert_bias(plan, experts, layer.up_exps_b, up_.data(), F);
+  add_expert_bias(plan, experts, layer.gate_exps_b, gate, F);
+  add_expert_bias(plan, experts, layer.up_exps_b, up, F);
 
   // (rows, F) SwiGLU in place in gate, quantized for the down projection on the integer path.
   if (int_down) {
@@ -169,24 +183,24 @@ const float* CpuExpertExecutor::rows(const kernels::ExpertPlan& plan, kernels::A
           int64_t i = i0 + 1;
           while (i < i1 && wave_rows_[size_t(i)] == wave_rows_[size_t(i - 1)] + 1) ++i;
           const int r0 = wave_rows_[size_t(i0)], r1 = r0 + int(i - i0);
-          activate(layer.expert_act, &gate_[size_t(r0) * F], &up_[size_t(r0) * F],
-                   &gate_[size_t(r0) * F], int64_t(r1 - r0) * F, layer.expert_limit);
+          activate(layer.expert_act, gate + size_t(r0) * F, up + size_t(r0) * F,
+                   gate + size_t(r0) * F, int64_t(r1 - r0) * F, layer.expert_limit);
           if (int_down) {
-            kernels::quantize_acts_rows_for(wd.type, gate_.data(), F, r0, r1, xq_hidden_);
+            kernels::quantize_acts_rows_for(wd.type, gate, F, r0, r1, xq_hidden_);
           }
           i0 = i;
         }
       },
       std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
-  if (!int_down && bf_down) round_wave(gate_.data(), F, xb_hidden_);
+  if (!int_down && bf_down) round_wave(gate, F, xb_hidden_);
 
   // (rows, E) down; run() then mixes them into (T, E).
-  report(wd, gate_.data(), F);
-  const kernels::MatIdJob down[1] = {{matrices(wd), gate_.data(), int_down ? &xq_hidden_ : nullptr,
-                                      down_.data(), bf_down ? &xb_hidden_ : nullptr, bf16_}};
-  kernels::matmul_id(pool_, plan, down, experts);
-  add_expert_bias(plan, experts, layer.down_exps_b, down_.data(), E);  // before the routing weight
-  return down_.data();
+  report(wd, gate, F);
+  const kernels::MatIdJob down_job[1] = {{matrices(wd), gate, int_down ? &xq_hidden_ : nullptr,
+                                          down, bf_down ? &xb_hidden_ : nullptr, bf16_}};
+  kernels::matmul_id(pool_, plan, down_job, experts);
+  add_expert_bias(plan, experts, layer.down_exps_b, down, E);  // before the routing weight
+  return down;
 }
 
 }  // namespace lynx

@@ -40,13 +40,18 @@ class CpuExpertExecutor final : public ExpertExecutor {
   void set_activation_hook(const Context::ActivationHook* h) override { act_hook_ = h; }
 
  private:
+  // rows() for `experts`; down_over_hidden: the caller mixes the result before the next call
+  // (run()), so on the integer path the down rows may overwrite gate/up.
+  const float* rows(const kernels::ExpertPlan& plan, kernels::ActRows& x, const LayerWeights& layer,
+                    std::span<const int32_t> experts, bool down_over_hidden);
+
   kernels::ThreadPool& pool_;
   bool int_acts_;
   kernels::Bf16Kernel bf16_;
   const Context::ActivationHook* act_hook_ = nullptr;  // owned by the Context
   // Grouped rows (plan order), grown to the largest plan seen and reused.
   ScratchFloats xin_;                      // [rows x E] F32 input rows (float path)
-  ScratchFloats gate_, up_;                // [rows x F]
+  ScratchFloats hidden_;                   // [2 x rows x F]: gate, then up (see rows())
   ScratchFloats down_;                     // [rows x E]
   std::vector<int32_t> wave_rows_;         // the grouped rows of the experts computed
   std::vector<int32_t> hook_counts_;       // [N] rows per expert for one expert's hook call
