@@ -12,6 +12,7 @@ PKGS=(
   libcpp-httplib-dev    # HTTP server
   libboost-dev          # Boost.Beast's HTTP/1.1 request parser (header-only)
   libcli11-dev          # command-line flags
+  liburing-dev          # io_uring reads of the expert tier (--expert-io uring)
   openmpi-bin libopenmpi-dev  # expert parallelism over MPI (src/dist, optional at build)
   clang libclang-rt-14-dev  # libFuzzer target for the GGUF reader
   python3 python3-numpy # independent reference forward pass (tests/reference)

@@ -241,6 +241,9 @@ struct Weight;
 struct LayerWeights;
 struct ModelWeights;
 
+// How the expert tier reads experts from the file (LoadOptions::expert_io).
+enum class ExpertIo : uint8_t { kThreads, kUring };
+
 struct LoadOptions {
   // Called while the file is read ahead (bytes done, total).
   std::function<void(size_t, size_t)> progress;
@@ -278,7 +281,13 @@ struct LoadOptions {
   // the file's size. Not with keep_expert (expert parallelism loads its shard whole).
   size_t mem_budget = 0;
   int64_t expert_cache = -1;
-  int expert_readers = 4;  // reader threads of the tier
+  int expert_readers = 4;  // reader threads of the tier (expert_io kThreads)
+  // How the tier reads (docs/offload.md "Reads"): kThreads, expert_readers threads each
+  // with one pread at a time; kUring, one thread keeping up to expert_queue_depth matrix
+  // reads in flight through io_uring (liburing), falling back to kThreads with a line on
+  // stderr where the kernel refuses io_uring or the build has no liburing.
+  ExpertIo expert_io = ExpertIo::kThreads;
+  int expert_queue_depth = 16;
   // What streaming an expert that is not in a slot costs, in units of a resident expert's
   // stream (RoutingInput::cost): RAM's read rate over the disk's. 0 (default): measured as
   // the tier runs (RAM probed once, the readers' rate averaged over their reads; 20, this
@@ -303,6 +312,13 @@ struct LoadOptions {
   // Replaces the tier's file reads: reads n bytes at file offset `off` into dst, throwing
   // lynx::Error on failure (fault injection in tests). Empty: pread on the file.
   std::function<void(uint64_t off, size_t n, uint8_t* dst)> expert_read;
+  // Sees the result of every read the tier makes from the file, with either backend: a read
+  // of n bytes at `off` returned `res` (bytes, or -errno); returns the result the tier goes
+  // on with (fault injection in tests: -EIO, a short count). Empty: the results as they are.
+  std::function<int64_t(uint64_t off, size_t n, int64_t res)> expert_read_result;
+  // Tests: > 0 makes io_uring's set-up fail with -expert_uring_init_error (e.g. ENOSYS, as
+  // under a seccomp filter), to see the fall-back to threads.
+  int expert_uring_init_error = 0;
 };
 
 class ExpertTier;  // src/model/expert_tier.h

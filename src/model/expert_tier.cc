@@ -18,8 +18,6 @@
 namespace lynx {
 namespace {
 
-constexpr size_t kAlign = 4096;  // O_DIRECT: offsets, lengths and buffers in whole blocks
-
 size_t align64(size_t n) {
   return (n + 63) / 64 * 64;
 }
@@ -28,42 +26,6 @@ uint64_t now_ns() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch())
                       .count());
-}
-
-}  // namespace
-
-// A buffer aligned for O_DIRECT, grown on demand.
-struct ExpertTier::Staging {
-  uint8_t* p = nullptr;
-  size_t n = 0;
-  ~Staging() { std::free(p); }
-  uint8_t* get(size_t bytes) {
-    if (bytes > n) {
-      std::free(p);
-      p = static_cast<uint8_t*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
-      if (!p) throw Error("expert tier: cannot allocate a read buffer of " + std::to_string(bytes));
-      n = bytes;
-    }
-    return p;
-  }
-};
-
-namespace {
-
-// Reads [off, off + n) of fd into buf (which has room for it), looping over short reads.
-// Returns the bytes read (less than n only at the end of the file).
-size_t pread_all(int fd, uint8_t* buf, size_t n, uint64_t off) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, buf + got, n - got, off_t(off + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw Error(std::strerror(errno));
-    }
-    if (r == 0) break;
-    got += size_t(r);
-  }
-  return got;
 }
 
 }  // namespace
@@ -79,14 +41,12 @@ size_t ExpertTier::slot_bytes_for(std::span<const TierLayer> layers) {
 }
 
 ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert,
-                       int n_slots, int readers, TierReadFn read, MissCostOptions cost,
-                       TierClock clock)
+                       int n_slots, ExpertIoOptions io, MissCostOptions cost, TierClock clock)
     : layers_(std::move(layers)),
       n_expert_(n_expert),
       n_slots_(n_slots),
       cost_(cost),
-      time_(std::move(clock)),
-      read_(std::move(read)) {
+      time_(std::move(clock)) {
   if (n_slots < 1) throw Error("expert tier: at least one slot is needed");
   if (n_expert < 1) throw Error("expert tier: the model has no routed experts");
   for (const TierLayer& l : layers_) {
@@ -106,7 +66,7 @@ ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, i
     down_off_[il] = up_off_[il] + align64(layers_[il].up.mat_bytes);
   }
   pool_ = std::make_unique<kernels::PackedWeights>(size_t(n_slots) * slot_bytes_);
-  if (!read_) {
+  if (!io.read) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     direct_ = fd_ >= 0;
     if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // tmpfs: no O_DIRECT
@@ -131,7 +91,7 @@ ExpertTier::ExpertTier(const std::string& path, std::vector<TierLayer> layers, i
     std::memset(pool_->data(), 0, n);
     cost_.ram_bytes_per_s = measure_read_rate(pool_->data(), n);
   }
-  for (int i = 0; i < std::max(1, readers); ++i) readers_.emplace_back([this] { reader_main(); });
+  reader_ = make_expert_reader(*this, ExpertFile{fd_, direct_}, io, &io_note_);
 }
 
 ExpertTier::~ExpertTier() {
@@ -140,7 +100,7 @@ ExpertTier::~ExpertTier() {
     stop_ = true;
   }
   work_cv_.notify_all();
-  for (std::thread& t : readers_) t.join();
+  reader_.reset();
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -499,98 +459,57 @@ ExpertTierStats ExpertTier::stats() const {
 
 // ---- Reads ----
 
-void ExpertTier::reader_main() {
-  Staging staging;
-  for (;;) {
-    int s = -1, il = -1, e = -1;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      s = queue_.front();
-      queue_.pop_front();
-      slots_[size_t(s)].queued = false;
-      slots_[size_t(s)].rejoined = false;
-      il = slots_[size_t(s)].layer;
-      e = slots_[size_t(s)].expert;
-    }
-    std::string error;
-    uint64_t bytes = 0, read_ns = 0, repack_ns = 0;
-    try {
-      const TierLayer& l = layers_[size_t(il)];
-      uint8_t* dst = pool_->data() + size_t(s) * slot_bytes_;
-      read_matrix(l.gate, e, dst, staging, bytes, read_ns, repack_ns);
-      read_matrix(l.up, e, dst + up_off_[size_t(il)], staging, bytes, read_ns, repack_ns);
-      read_matrix(l.down, e, dst + down_off_[size_t(il)], staging, bytes, read_ns, repack_ns);
-    } catch (const std::exception& ex) {
-      error = ex.what();
-    }
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      Slot& x = slots_[size_t(s)];
-      if (error.empty()) {
-        x.state = Slot::kReady;
-      } else if (x.rejoined) {
-        queue_read(s);  // a claim came while this read ran: it gets a read of its own
-      } else if (x.pins == 0) {
-        empty_slot(x);  // the step that wanted it has failed and gone
-      } else {
-        x.state = Slot::kFailed;
-        x.error = error;
-      }
-      stats_.bytes_read += bytes;
-      stats_.read_ns += read_ns;
-      stats_.repack_ns += repack_ns;
-      stats_.read_errors += !error.empty();
-      if (error.empty() && bytes > 0) {
-        rate_bytes_ = rate_bytes_ * kReadDecay + double(bytes);
-        rate_ns_ = rate_ns_ * kReadDecay + double(std::max<uint64_t>(read_ns, 1));
-        ++timed_reads_;
-      }
-    }
-    cv_.notify_all();
+bool ExpertTier::take(size_t max, bool wait, std::vector<ExpertRead>& out) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (wait) work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+  if (stop_) return false;
+  for (; max > 0 && !queue_.empty(); --max) {
+    const int s = queue_.front();
+    queue_.pop_front();
+    Slot& x = slots_[size_t(s)];
+    x.queued = false;
+    x.rejoined = false;
+    const size_t il = size_t(x.layer);
+    const TierLayer& l = layers_[il];
+    uint8_t* dst = pool_->data() + size_t(s) * slot_bytes_;
+    ExpertRead r;
+    r.slot = s;
+    r.parts[0] = {&l.gate, l.gate.offset + uint64_t(x.expert) * l.gate.stride, dst};
+    r.parts[1] = {&l.up, l.up.offset + uint64_t(x.expert) * l.up.stride, dst + up_off_[il]};
+    r.parts[2] = {&l.down, l.down.offset + uint64_t(x.expert) * l.down.stride, dst + down_off_[il]};
+    out.push_back(r);
   }
+  return true;
 }
 
-void ExpertTier::read_matrix(const TierMatrix& m, int e, uint8_t* dst, Staging& staging,
-                             uint64_t& bytes, uint64_t& read_ns, uint64_t& repack_ns) {
-  const uint64_t off = m.offset + uint64_t(e) * m.stride;
-  const uint64_t t0 = now();
-  const uint8_t* src = nullptr;
-  if (read_) {
-    uint8_t* buf = staging.get(m.mat_bytes);
-    read_(off, m.mat_bytes, buf);
-    src = buf;
-    bytes += m.mat_bytes;
-  } else {
-    const uint64_t a0 = direct_ ? off / kAlign * kAlign : off;
-    const uint64_t a1 =
-        direct_ ? (off + m.mat_bytes + kAlign - 1) / kAlign * kAlign : off + m.mat_bytes;
-    uint8_t* buf = staging.get(size_t(a1 - a0));
-    const size_t got = pread_all(fd_, buf, size_t(a1 - a0), a0);
-    if (got < size_t(off + m.mat_bytes - a0)) {
-      throw Error("the file ends at byte " + std::to_string(a0 + got) + ", before the expert's " +
-                  std::to_string(off + m.mat_bytes) + " (truncated or replaced?)");
+void ExpertTier::finish(const ExpertRead& r, const std::string& error,
+                        const ExpertReadCounts& counts) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Slot& x = slots_[size_t(r.slot)];
+    if (error.empty()) {
+      x.state = Slot::kReady;
+    } else if (x.rejoined) {
+      queue_read(r.slot);  // a claim came while this read ran: it gets a read of its own
+    } else if (x.pins == 0) {
+      empty_slot(x);  // the step that wanted it has failed and gone
+    } else {
+      x.state = Slot::kFailed;
+      x.error = error;
     }
-    // Buffered reads (no O_DIRECT here): drop the pages, so the page cache does not hold the
-    // experts a second time against the memory budget.
-    if (!direct_) ::posix_fadvise(fd_, off_t(a0), off_t(a1 - a0), POSIX_FADV_DONTNEED);
-    src = buf + (off - a0);
-    bytes += a1 - a0;
+    stats_.bytes_read += counts.bytes;
+    stats_.read_ns += counts.read_ns;
+    stats_.repack_ns += counts.repack_ns;
+    stats_.read_errors += !error.empty();
+    if (error.empty() && counts.bytes > 0) {
+      rate_bytes_ = rate_bytes_ * kReadDecay + double(counts.bytes);
+      rate_ns_ = rate_ns_ * kReadDecay + double(std::max<uint64_t>(counts.read_ns, 1));
+      ++timed_reads_;
+    }
   }
-  const uint64_t t1 = now();
-  read_ns += t1 - t0;
-  switch (m.layout) {
-    case kernels::WeightLayout::kInterleaved16:
-      kernels::interleave16_into(m.type, src, dst, m.cols, 0, m.rows / kernels::kInterleaveRows);
-      break;
-    case kernels::WeightLayout::kPanel16:
-      kernels::panel16_into(m.type, src, dst, m.cols, 0, m.rows / kernels::kPanelRows);
-      break;
-    default:
-      std::memcpy(dst, src, m.mat_bytes);
-  }
-  repack_ns += now() - t1;
+  cv_.notify_all();
+  // A read queued again (rejoined) needs a backend to take it.
+  if (!error.empty()) work_cv_.notify_all();
 }
 
 }  // namespace lynx

@@ -4,8 +4,8 @@
 // bytes the resident loader would have packed, so products are bit-identical). A step claims
 // the slots of the experts its plan needs: resident ones are pinned (hits), the others take
 // the unpinned slots whose experts are used least (a use count per expert, resident or not,
-// halved every few steps) and are read by a pool of reader threads with direct I/O (misses),
-// while the step computes what is already there.
+// halved every few steps) and are read with direct I/O by a read backend (expert_reader.h:
+// reader threads or io_uring) (misses), while the step computes what is already there.
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -22,28 +22,15 @@
 #include "kernels/kernels.h"
 #include "kernels/weight_pack.h"
 #include "lynx/model.h"
+#include "model/expert_reader.h"
 
 namespace lynx {
 
-// Where one expert matrix of a layer is in the file and how its slot copy is laid out.
-struct TierMatrix {
-  gguf::TensorType type = gguf::TensorType::F32;
-  uint64_t offset = 0;  // file offset of expert 0's matrix
-  size_t mat_bytes = 0;
-  // File bytes from one expert's matrix to the next: mat_bytes, or twice that for the gate
-  // and up halves of a fused ffn_gate_up_exps (each expert's gate rows, then its up rows).
-  uint64_t stride = 0;
-  int64_t rows = 0, cols = 0;
-  kernels::WeightLayout layout = kernels::WeightLayout::kRows;
-};
 struct TierLayer {
   int layer = -1;  // -1: a layer without routed experts
   TierMatrix gate, up, down;
 };
 
-// Reads n bytes at file offset `off` into dst; throws lynx::Error on failure (a short read
-// included). The default reads `path` with O_DIRECT where the file system allows it.
-using TierReadFn = std::function<void(uint64_t off, size_t n, uint8_t* dst)>;
 // Nanoseconds of a monotonic clock; empty: std::chrono::steady_clock. The tier times its reads
 // and waits with it (tests pass a clock their reader advances, so the rates are exact).
 using TierClock = std::function<uint64_t()>;
@@ -86,12 +73,13 @@ struct ExpertTierStats {
   double ram_bytes_per_s = 0;       // what the cost divides by it (0: fixed cost, not measured)
 };
 
-class ExpertTier {
+class ExpertTier : private ExpertReadSource {
  public:
   // `layers` [n_layer] (routed layers with layer >= 0), n_expert experts each, `n_slots`
-  // slots (at least 1), `readers` reader threads. `read` empty: read `path` directly.
+  // slots (at least 1), read from `path` by the backend `io` names (io.read set: through it,
+  // and `path` is not opened).
   ExpertTier(const std::string& path, std::vector<TierLayer> layers, int n_expert, int n_slots,
-             int readers, TierReadFn read = {}, MissCostOptions cost = {}, TierClock clock = {});
+             ExpertIoOptions io, MissCostOptions cost = {}, TierClock clock = {});
   ~ExpertTier();
   ExpertTier(const ExpertTier&) = delete;
   ExpertTier& operator=(const ExpertTier&) = delete;
@@ -150,6 +138,11 @@ class ExpertTier {
   // RAM read rate over the readers' (a decayed average over the reads made), clamped to
   // [1, max_cost], and MissCostOptions::initial until min_reads reads were timed.
   float miss_cost() const;
+  // The read backend running ("4 reader threads", "io_uring, queue depth 16") and, when
+  // io_uring was asked for and could not run, the line that said why (else empty).
+  std::string io_describe() const { return reader_->describe(); }
+  ExpertIo io_kind() const { return reader_->kind(); }
+  const std::string& io_fallback() const { return io_note_; }
 
  private:
   struct Slot {
@@ -174,16 +167,14 @@ class ExpertTier {
     uint64_t at = 0;
   };
   double uses(const Use& u) const;
-  uint64_t now() const;
   float miss_cost_locked() const;
   bool cost_measured_locked() const;
-  struct Staging;  // an aligned read buffer per reader thread
   const uint8_t* slot_ptr(int slot) const { return pool_->data() + size_t(slot) * slot_bytes_; }
-  void reader_main();
-  // Reads expert e's matrix of m into dst in the slot's layout; adds the bytes read and the
-  // nanoseconds spent in the read and in the repack.
-  void read_matrix(const TierMatrix& m, int expert, uint8_t* dst, Staging& staging, uint64_t& bytes,
-                   uint64_t& read_ns, uint64_t& repack_ns);
+  // ExpertReadSource: the backend takes queued slots and hands their reads back.
+  bool take(size_t max, bool wait, std::vector<ExpertRead>& out) override;
+  void finish(const ExpertRead& r, const std::string& error,
+              const ExpertReadCounts& counts) override;
+  uint64_t now() const override;
   void place(int il, const std::vector<int32_t>& want, std::vector<int>& free);
   static constexpr int kMinTransient = 16;
   static constexpr double kReadDecay = 1.0 - 1.0 / 32;
@@ -198,7 +189,6 @@ class ExpertTier {
   std::vector<uint8_t> held_;
   size_t slot_bytes_ = 0;
   std::unique_ptr<kernels::PackedWeights> pool_;
-  TierReadFn read_;
   int fd_ = -1;
   bool direct_ = false;
 
@@ -219,7 +209,9 @@ class ExpertTier {
   int timed_reads_ = 0;
   ExpertTierStats stats_;
   bool stop_ = false;
-  std::vector<std::thread> readers_;
+  std::string io_note_;
+  // Last: its threads start once everything above is set up, and end first (~ExpertTier).
+  std::unique_ptr<ExpertReader> reader_;
 };
 
 }  // namespace lynx

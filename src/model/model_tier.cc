@@ -162,8 +162,15 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
   n_slots = std::clamp<int64_t>(n_slots, 1, std::max<int64_t>(1, total));
   MissCostOptions cost;
   cost.fixed = opts.expert_miss_cost;
+  ExpertIoOptions io;
+  io.backend = opts.expert_io;
+  io.readers = opts.expert_readers;
+  io.queue_depth = opts.expert_queue_depth;
+  io.read = opts.expert_read;
+  io.result = opts.expert_read_result;
+  io.uring_init_error = opts.expert_uring_init_error;
   tier_ = std::make_shared<ExpertTier>(file_.path(), std::move(layers), c.n_expert, int(n_slots),
-                                       opts.expert_readers, opts.expert_read, cost);
+                                       std::move(io), cost);
   tier_->set_prefetch(std::clamp(opts.expert_prefetch, 0, c.n_expert));
   if (opts.keep_expert) tier_->set_held(std::move(held));
   const int pinned = pin_experts(opts, int(n_slots));
@@ -177,7 +184,8 @@ bool Model::plan_expert_tier(const LoadOptions& opts) {
                   double(tier_->stats().pin_bytes) / 1e6);
   }
   tier_summary_ = std::string("expert tier: ") + buf + why + "; dense weights " +
-                  gib(double(dense)) + " loaded" +
+                  gib(double(dense)) + " loaded; reads: " + tier_->io_describe() +
+                  (tier_->io_fallback().empty() ? "" : " (io_uring unavailable)") +
                   (fused ? "; gate and up fused in the file, each expert's halves read into "
                            "its slot"
                          : "");

@@ -38,7 +38,10 @@ struct FakeDisk {
       std::memset(dst, 0, n);
       clock += uint64_t(double(n) * ns_per_byte.load());
     };
-    tier = std::make_unique<ExpertTier>("", std::move(layers), kExperts, 1, 1, read, cost,
+    ExpertIoOptions io;
+    io.readers = 1;
+    io.read = read;
+    tier = std::make_unique<ExpertTier>("", std::move(layers), kExperts, 1, std::move(io), cost,
                                         [this] { return clock.load(); });
   }
   // Claims `n` experts not read before, one at a time, and waits for each read.

@@ -258,6 +258,16 @@ void add_tier_flags(CLI::App* cmd, TierFlags* f) {
                   "the file does not fit --mem-budget");
   cmd->add_option("--expert-readers", f->readers, "Reader threads of the expert tier (default 4)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--expert-io", f->io,
+                  "How the expert tier reads: threads (--expert-readers threads, one pread each "
+                  "at a time) or uring (one thread, up to --expert-queue-depth reads in flight "
+                  "through io_uring; falls back to threads, saying so, where io_uring is "
+                  "unavailable). Default threads (docs/offload.md \"Reads\")")
+      ->check(CLI::IsMember({"threads", "uring"}));
+  cmd->add_option("--expert-queue-depth", f->queue_depth,
+                  "Matrix reads the io_uring backend keeps in flight, each with a staging "
+                  "buffer of one matrix (default 16)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--expert-prefetch", f->prefetch,
                   "Experts per token the expert tier reads ahead for the next layer, ranked by "
                   "that layer's router on the current layer's input (k / 2 is a good start); 0: "
@@ -288,6 +298,8 @@ void apply_tier_flags(const TierFlags& f, LoadOptions& opts) {
                      "--mem-budget: " + e.what());
   }
   opts.expert_readers = f.readers;
+  opts.expert_io = f.io == "uring" ? ExpertIo::kUring : ExpertIo::kThreads;
+  opts.expert_queue_depth = f.queue_depth;
   opts.expert_miss_cost = f.miss_cost;
   opts.expert_prefetch = f.prefetch;
   opts.expert_pin_share = f.pin_share;

@@ -78,12 +78,15 @@ std::vector<char*> long_cache_type_flags(int argc, char** argv);
 // LoadOptions::repack_float.
 // The expert tier (docs/offload.md): --mem-budget SIZE (default: the memory cgroup's room or
 // MemAvailable) and --expert-cache SIZE (slots; 0 = every expert loaded; default: a tier
-// only when the file does not fit the budget), --expert-readers N, --expert-miss-cost X,
+// only when the file does not fit the budget), --expert-readers N, --expert-io threads|uring,
+// --expert-queue-depth N, --expert-miss-cost X,
 // --expert-pin TRACE and --expert-pin-share F.
 struct TierFlags {
   std::string mem_budget, expert_cache;
   int readers = 4;
-  float miss_cost = 0.f;  // 0: measured (LoadOptions::expert_miss_cost)
+  std::string io = "threads";  // --expert-io (LoadOptions::expert_io)
+  int queue_depth = 16;        // --expert-queue-depth
+  float miss_cost = 0.f;       // 0: measured (LoadOptions::expert_miss_cost)
   int prefetch = 0;
   std::string pin;         // --expert-pin TRACE (LoadOptions::expert_pin_uses)
   float pin_share = 0.5f;  // --expert-pin-share F
