@@ -79,7 +79,7 @@ int run(int argc, char** argv) {
     }
     for (Backend& be : backends) {
       ExpertTier& tier = *be.model->expert_tier();
-      const uint64_t bytes0 = tier.stats().bytes_read;
+      const lynx::ExpertTierStats s0 = tier.stats();
       const auto t0 = std::chrono::steady_clock::now();
       for (const auto& step : plan) {
         for (size_t l = 0; l < routed.size(); ++l) {
@@ -93,11 +93,13 @@ int run(int argc, char** argv) {
         }
       }
       const double s = lynx::bench::seconds_since(t0);
-      const double gb = double(tier.stats().bytes_read - bytes0) / 1e9;
+      const lynx::ExpertTierStats s1 = tier.stats();
+      const double gb = double(s1.bytes_read - s0.bytes_read) / 1e9;
+      const double lay = double(s1.repack_ns - s0.repack_ns) * 1e-9;
       be.gbps.push_back(gb / s);
       be.ms_per_step.push_back(s * 1e3 / steps);
-      std::printf("round %d %-8s %.3f GB in %.3f s: %.2f GB/s, %.1f ms/step\n", r + 1,
-                  be.name.c_str(), gb, s, gb / s, s * 1e3 / steps);
+      std::printf("round %d %-8s %.3f GB in %.3f s: %.2f GB/s, %.1f ms/step (%.3f s laying out)\n",
+                  r + 1, be.name.c_str(), gb, s, gb / s, s * 1e3 / steps, lay);
       std::fflush(stdout);
     }
   }
