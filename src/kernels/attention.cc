@@ -26,6 +26,7 @@
 // Order matters: foreach_target.h re-includes this file once per target.
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #include "hwy/contrib/math/math-inl.h"
@@ -115,25 +116,26 @@ HWY_INLINE void ScoreBlock(const float* const* krow, const float* pk, const floa
   }
 }
 
+// Vector registers of the target: 16 on AVX2 and older x86, 32 elsewhere (AVX-512, NEON,
+// SVE). A block's accumulators, its query vectors and a broadcast must fit, or the compiler
+// spills the accumulators to the stack inside the innermost loop.
+constexpr bool kFewRegs =
+    HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3;
+// Query vectors per score block: NK * NR accumulators + NR + 1 registers.
+template <int NK>
+constexpr int kScoreNR = kFewRegs ? (NK >= 8 ? 1 : 2) : (NK >= 8 ? 2 : 4);
+
 template <int NK>
 HWY_INLINE void ScoreKeys(const float* const* krow, const float* pk, const float* qt, int64_t rp,
                           int hd, float scale, const float* lo, const float* hi, float* s) {
+  constexpr int NR = kScoreNR<NK>;
   const int64_t nv = rp / kN;
   int64_t b = 0;
-  for (; b + 4 <= nv; b += 4) ScoreBlock<NK, 4>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
-  switch (nv - b) {
-    case 3:
-      ScoreBlock<NK, 3>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
-      break;
-    case 2:
-      ScoreBlock<NK, 2>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
-      break;
-    case 1:
-      ScoreBlock<NK, 1>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
-      break;
-    default:
-      break;
+  for (; b + NR <= nv; b += NR) ScoreBlock<NK, NR>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
+  if constexpr (NR > 1) {
+    for (; b + 2 <= nv; b += 2) ScoreBlock<NK, 2>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
   }
+  for (; b < nv; ++b) ScoreBlock<NK, 1>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
 }
 
 // o[r0..r0+4) columns [d0, d0 + NC kN) = o * corr + sum_j p[j][r] vt[j].
@@ -214,10 +216,29 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   const float* krow[kKeys];
   float pk[kKeys];
   const VF ninf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
+  // Bytes of one head vector in the cache, for the prefetch of the next tile's rows: at
+  // decode the rows come from DRAM, and without it each row waits on its own misses (half the
+  // kernel's time at 8k context, docs/benchmarks.md).
+  const int64_t k_bytes = int64_t(a.k_type == TensorType::F32   ? hd * 4
+                                  : a.k_type == TensorType::F16 ? hd * 2
+                                                                : (hd + 31) / 32 * kQ8Bytes);
+  const int64_t v_bytes = int64_t(a.v_type == TensorType::F32   ? hdv * 4
+                                  : a.v_type == TensorType::F16 ? hdv * 2
+                                                                : (hdv + 31) / 32 * kQ8Bytes);
   for (int32_t kb = kmin; kb <= kmax; kb += kKeys) {
     const int nk = int(std::min<int64_t>(kKeys, int64_t(kmax) + 1 - kb));
     for (int j = 0; j < nk; ++j) {
       const int32_t p = kb + j;
+      // The next tile's row j, one tile ahead: spread over the tile's rows rather than
+      // issued at once, so the misses stay within what the core keeps in flight.
+      if (p + kKeys <= kmax) {
+        const int64_t prow = a.ring > 0 ? (p + kKeys) % a.ring : p + kKeys;
+        const uint8_t* kr = kbase + prow * a.k_stride;
+        const uint8_t* vr = vbase + prow * a.v_stride;
+        for (int64_t off = 0; off < k_bytes; off += 64) hwy::Prefetch(kr + off);
+        if (vr != kr)
+          for (int64_t off = 0; off < v_bytes; off += 64) hwy::Prefetch(vr + off);
+      }
       const int64_t row = a.ring > 0 ? p % a.ring : p;
       const uint8_t* kr = kbase + row * a.k_stride;
       if (decode_k) {
@@ -231,6 +252,12 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
       std::fill(vt + j * hdp + hdv, vt + (j + 1) * hdp, 0.f);
     }
     int j = 0;
+    // One query vector (decode: a token's heads): eight keys at a time keep eight
+    // independent FMA chains, enough to cover the FMA latency.
+    if (rp == kN) {
+      for (; j + 8 <= nk; j += 8)
+        ScoreKeys<8>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
+    }
     for (; j + 4 <= nk; j += 4)
       ScoreKeys<4>(krow + j, pk + j, qt, rp, hd, a.scale, lo, hi, s + j * rp);
     switch (nk - j) {
@@ -265,23 +292,16 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
       hn::StoreU(hn::MulAdd(hn::LoadU(df, l + c), cr, sum), df, l + c);
       hn::StoreU(cr, df, corr + c);
     }
+    // 4 rows x NC value vectors of accumulators, + NC values + 1 broadcast in registers.
+    constexpr int kPvNC = kFewRegs ? 2 : 4;
     const int64_t nv = hdp / kN;
     for (int64_t r0 = 0; r0 < rp; r0 += 4) {
       int64_t c = 0;
-      for (; c + 4 <= nv; c += 4) PvBlock<4>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-      switch (nv - c) {
-        case 3:
-          PvBlock<3>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-          break;
-        case 2:
-          PvBlock<2>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-          break;
-        case 1:
-          PvBlock<1>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-          break;
-        default:
-          break;
+      for (; c + kPvNC <= nv; c += kPvNC) PvBlock<kPvNC>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+      if constexpr (kPvNC > 2) {
+        for (; c + 2 <= nv; c += 2) PvBlock<2>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
       }
+      for (; c < nv; ++c) PvBlock<1>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
     }
   }
   for (int64_t r = 0; r < R; ++r) {
