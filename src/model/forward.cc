@@ -133,11 +133,9 @@ void rope_table(float base, int rd, std::span<const float> ff, const RopeYarn& y
 
 // The step's tokens grouped by sequence into attention tiles (B.attn_tok / attn_pos hold the
 // batch rows and positions, sequence by sequence in batch order): a sequence with one token
-// is one unblocked tile (a blocked one when `block_single`: caches that the blocked kernel
-// decodes per key tile); one with several is cut into tiles of attention_tile_tokens, the
-// latest (longest key range) first so the pool's chunks end on short ones.
-void group_by_sequence(std::span<const BatchToken> batch, int group, bool block_single,
-                       StepBuffers& B) {
+// is one tile; one with several is cut into tiles of attention_tile_tokens, the latest
+// (longest key range) first so the pool's chunks end on short ones.
+void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers& B) {
   const int T = int(batch.size());
   B.attn_tok.clear();
   B.attn_pos.clear();
@@ -158,11 +156,7 @@ void group_by_sequence(std::span<const BatchToken> batch, int group, bool block_
            batch[size_t(B.attn_tok[size_t(e)])].seq == batch[size_t(B.attn_tok[size_t(b)])].seq) {
       ++e;
     }
-    if (e - b == 1) {
-      B.attn_tiles.push_back({b, e, block_single});
-    } else {
-      for (int x = e; x > b; x -= tile) B.attn_tiles.push_back({std::max(b, x - tile), x, true});
-    }
+    for (int x = e; x > b; x -= tile) B.attn_tiles.push_back({std::max(b, x - tile), x});
     b = e;
   }
 }
@@ -248,18 +242,12 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       kernels::kv_cache_store(kv.v_type, v + h * hd, &sl.v[row * kr.v_row + h * kr.v_head], hd);
     }
   }
-  // F32 caches keep the per-head dot/axpy loop for decode tokens (today's arithmetic); F16 and
-  // Q8_0 caches take the blocked kernel for them too, which decodes each key tile once for the
-  // group's heads.
-  const bool f32_cache = kv.k_type == gguf::TensorType::F32 && kv.v_type == gguf::TensorType::F32;
-
   const float scale = c.kq_scale > 0 ? c.kq_scale : c.yarn.kq_mul / std::sqrt(float(hd));
   const int group = H / n_kv;
-  // Jobs per (query tile, KV head): a sequence with several tokens in the step (prefill) takes
-  // the blocked kernel over tiles of its tokens; a sequence with one token (decode) keeps the
-  // per-head dot/axpy loop over an F32 cache, which reads each K/V row once per head but needs
-  // no transpose (F16 / Q8_0 caches: the blocked kernel, see f32_cache).
-  group_by_sequence(batch, group, !f32_cache, B);
+  // Jobs per (query tile, KV head), every tile through the blocked kernel: a decode token's
+  // tile reads each K/V row once for the group's heads (a per-head dot/axpy loop read it once
+  // per head, 0.27x ik_llama.cpp's decode at 8k context; docs/benchmarks.md).
+  group_by_sequence(batch, group, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   const auto run_jobs = [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
@@ -269,56 +257,27 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       const int32_t seq_id = batch[size_t(B.attn_tok[size_t(tile.begin)])].seq;
       const SequenceLayer& sl = kv.layer(seq_id, il);
       const Sequence& seq = kv.sequence(seq_id);
-      const size_t head = size_t(kvh) * hd;
-      if (tile.blocked) {
-        kernels::AttentionGroup a;
-        a.q = &B.q[size_t(kvh) * group * hd];
-        a.q_stride = Q;
-        a.out = &B.attn[size_t(kvh) * group * hd];
-        a.out_stride = Q;
-        a.tok = &B.attn_tok[size_t(tile.begin)];
-        a.pos = &B.attn_pos[size_t(tile.begin)];
-        a.n_tok = tile.end - tile.begin;
-        a.n_head = group;
-        a.hd = hd;
-        a.k = &sl.k[size_t(kvh) * kr.k_head];
-        a.v = &sl.v[size_t(kvh) * kr.v_head];
-        a.k_stride = int64_t(kr.k_row);
-        a.v_stride = int64_t(kr.v_row);
-        a.k_type = kv.k_type;
-        a.v_type = kv.v_type;
-        a.ring = window > 0 ? seq.ring : 0;
-        a.window = window;
-        a.scale = scale;
-        a.sinks = L.attn_sinks ? L.attn_sinks + size_t(kvh) * group : nullptr;
-        kernels::attention_group(a, sc);
-        continue;
-      }
-      ensure(sc, size_t(kv.n_ctx));
-      const int t = B.attn_tok[size_t(tile.begin)];
-      const BatchToken& bt = batch[size_t(t)];
-      // Causal, and within the layer's window: positions j0..pos, scores sc[0..n).
-      const int j0 = window_start(bt.pos, window), n = bt.pos + 1 - j0;
-      const auto* keys = reinterpret_cast<const float*>(sl.k.data());
-      const auto* values = reinterpret_cast<const float*>(sl.v.data());
-      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        const float* q = &B.q[size_t(t) * Q + size_t(h) * hd];
-        for (int j = 0; j < n; ++j) {
-          const size_t row = cache_row(seq, window, j0 + j);
-          sc[size_t(j)] = kernels::dot(q, &keys[row * KV + head], hd) * scale;
-        }
-        if (L.attn_sinks) {
-          softmax_with_sink(sc.data(), n, L.attn_sinks[h]);
-        } else {
-          kernels::softmax_inplace(sc.data(), n);
-        }
-        float* out = &B.attn[size_t(t) * Q + size_t(h) * hd];
-        std::fill(out, out + hd, 0.f);
-        for (int j = 0; j < n; ++j) {
-          const size_t row = cache_row(seq, window, j0 + j);
-          kernels::axpy(sc[size_t(j)], &values[row * KV + head], out, hd);
-        }
-      }
+      kernels::AttentionGroup a;
+      a.q = &B.q[size_t(kvh) * group * hd];
+      a.q_stride = Q;
+      a.out = &B.attn[size_t(kvh) * group * hd];
+      a.out_stride = Q;
+      a.tok = &B.attn_tok[size_t(tile.begin)];
+      a.pos = &B.attn_pos[size_t(tile.begin)];
+      a.n_tok = tile.end - tile.begin;
+      a.n_head = group;
+      a.hd = hd;
+      a.k = &sl.k[size_t(kvh) * kr.k_head];
+      a.v = &sl.v[size_t(kvh) * kr.v_head];
+      a.k_stride = int64_t(kr.k_row);
+      a.v_stride = int64_t(kr.v_row);
+      a.k_type = kv.k_type;
+      a.v_type = kv.v_type;
+      a.ring = window > 0 ? seq.ring : 0;
+      a.window = window;
+      a.scale = scale;
+      a.sinks = L.attn_sinks ? L.attn_sinks + size_t(kvh) * group : nullptr;
+      kernels::attention_group(a, sc);
     }
   };
   // A prefill's later query tiles see more keys (causal): fine chunks keep the costliest
@@ -394,7 +353,7 @@ void delta_net(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   }
 
   // The step's tokens by sequence, in batch order within each (B.attn_tok), and the runs.
-  group_by_sequence(batch, 1, false, B);
+  group_by_sequence(batch, 1, B);
   std::vector<std::pair<int, int>> runs;  // [begin, end) of attn_tok
   for (int b = 0; b < T;) {
     int e = b;
@@ -463,7 +422,7 @@ void project_mat(const Compute& cp, const Weight& w, int64_t i, MatIn& in, float
   obs.weights_read(w.mat_bytes);
 }
 
-// MLA's attention over an F16 / Q8_0 cache: the absorbed form is attention with one KV head
+// MLA's attention over the latent cache: the absorbed form is attention with one KV head
 // of dims kv_lora + rope whose values are the first kv_lora dims of its keys, which the
 // blocked kernel runs (each latent tile decoded once for kMlaHeads heads). In: B.mla_q
 // [H x T x R] and the rope part of B.q; out: B.mla_o [H x T x R].
@@ -483,7 +442,7 @@ void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<cons
     }
   }
   const int chunk = std::min(H, kMlaHeads), n_chunks = (H + chunk - 1) / chunk;
-  group_by_sequence(batch, chunk, true, B);
+  group_by_sequence(batch, chunk, B);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   cp.pool.parallel_for(n_tiles * n_chunks, [&](int64_t b, int64_t e, int tid) {
     for (int64_t job = b; job < e; ++job) {
@@ -586,31 +545,7 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
   }
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
-  if (kv.k_type != gguf::TensorType::F32) {
-    mla_blocked(cp, c, il, batch, kv, B, scale);
-  } else {
-    cp.pool.parallel_for(int64_t(T) * H, [&](int64_t b, int64_t e, int tid) {
-      std::vector<float>& sc = B.scores[size_t(tid)];
-      ensure(sc, size_t(kv.n_ctx));
-      for (int64_t job = b; job < e; ++job) {
-        const int t = int(job / H), h = int(job % H);
-        const BatchToken& bt = batch[size_t(t)];
-        const SequenceLayer& sl = kv.layer(bt.seq, il);
-        const auto* keys = reinterpret_cast<const float*>(sl.k.data());
-        const float* ql = &B.mla_q[(size_t(h) * T + size_t(t)) * R];
-        const float* qr = &B.q[size_t(t) * Q + size_t(h) * hd + nope];
-        const int n = bt.pos + 1;  // causal: positions 0..pos
-        for (int j = 0; j < n; ++j) {
-          const float* row = &keys[size_t(j) * CK];
-          sc[size_t(j)] = (kernels::dot(ql, row, R) + kernels::dot(qr, row + R, rd)) * scale;
-        }
-        kernels::softmax_inplace(sc.data(), n);
-        float* out = &B.mla_o[(size_t(h) * T + size_t(t)) * R];
-        std::fill(out, out + R, 0.f);
-        for (int j = 0; j < n; ++j) kernels::axpy(sc[size_t(j)], &keys[size_t(j) * CK], out, R);
-      }
-    });
-  }
+  mla_blocked(cp, c, il, batch, kv, B, scale);
   // The value up-projection per head, into the heads' slots of the output projection's input.
   for (int h = 0; h < H; ++h) {
     MatIn o{&B.mla_o[size_t(h) * T * R], T, R, &B.xq_head};

@@ -81,11 +81,10 @@ struct KvCache {
   const Sequence& sequence(int32_t seq) const { return seqs[size_t(seq)]; }
 };
 
-// A run of attn_tok entries [begin, end) of one sequence that attention processes together:
-// blocked (several tokens, kernels/attention.h) or one decode token.
+// A run of attn_tok entries [begin, end) of one sequence that attention processes together
+// (the blocked kernel, kernels/attention.h).
 struct AttnTile {
   int begin = 0, end = 0;
-  bool blocked = false;
 };
 
 // Per-step scratch, grown to the largest batch seen and reused (no allocation per step in
@@ -112,7 +111,7 @@ struct StepBuffers {
   // absorbed q [H x T x kv_lora], attention output in the latent [H x T x kv_lora], and one
   // head's value output [T x v].
   ScratchFloats mla_qa, mla_nope, mla_q, mla_o, mla_v;
-  // MLA over a quantized cache (the blocked kernel): per token and head the query [q_lat;
+  // MLA through the blocked kernel: per token and head the query [q_lat;
   // q_rope] [T x H x (kv_lora + rope)] and the latent output [T x H x kv_lora].
   ScratchFloats mla_qcat, mla_ocat;
   kernels::QuantizedActs xq_head;
