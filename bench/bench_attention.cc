@@ -2,9 +2,12 @@
 // ctx - 1 over a KV cache of ctx rows, every KV head's group of query heads through the
 // blocked kernel (kernels/attention.h), per cache type and context length. Prints
 // microseconds per (token, layer), GFLOPS (2 * (hd + hd_v) flops per key per query head) and
-// the cache's read rate. Asserts nothing.
+// the cache's read rate. Asserts nothing. The cache is laid out as the engine lays it out
+// (head-major, in transparent huge pages), or as it was before (--interleaved-rows,
+// --small-pages).
 //   build/release/bin/bench_attention [--ctx 512,8192,32768] [--types f32,f16,q8_0]
-//       [--heads 32] [--kv-heads 4] [--hd 128] [--passes 5] [--simd AVX2]
+//       [--heads 32] [--kv-heads 4] [--hd 128] [--passes 5] [--interleaved-rows]
+//       [--small-pages] [--simd AVX2]
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -25,7 +28,6 @@ struct Shape {
   std::vector<int> ctx = {512, 8192, 32768};
   std::vector<std::string> types = {"f32", "f16", "q8_0"};
   int heads = 32, kv_heads = 4, hd = 128, passes = 5;
-  int splits = 1;  // key ranges per (sequence, KV head), merged as flash decoding does
 };
 
 TensorType parse_type(const std::string& s) {
@@ -38,7 +40,7 @@ TensorType parse_type(const std::string& s) {
 int run(int argc, char** argv) {
   Shape s;
   std::string simd;
-  bool small_pages = false;
+  bool small_pages = false, interleaved = false;
   CLI::App app{"bench_attention: decode attention per layer, one thread"};
   app.add_option("--ctx", s.ctx, "context lengths")->delimiter(',');
   app.add_option("--types", s.types, "KV cache types (f32, f16, q8_0)")->delimiter(',');
@@ -46,8 +48,8 @@ int run(int argc, char** argv) {
   app.add_option("--kv-heads", s.kv_heads, "KV heads");
   app.add_option("--hd", s.hd, "head dims");
   app.add_option("--passes", s.passes, "passes (best reported)");
-  app.add_option("--splits", s.splits, "key ranges per KV head, merged");
   app.add_flag("--small-pages", small_pages, "the cache in 4 KiB pages");
+  app.add_flag("--interleaved-rows", interleaved, "each position's KV heads side by side");
   lynx::bench::add_simd_option(app, simd);
   CLI11_PARSE(app, argc, argv);
   lynx::bench::apply_simd_option(simd);
@@ -78,12 +80,18 @@ int run(int argc, char** argv) {
       }
       uint8_t* kd = small_pages ? ks.data() : k.data();
       uint8_t* vd = small_pages ? vs.data() : v.data();
+      // Head-major as the engine lays the cache out (model/forward.h, kv_head_offset), or
+      // with --interleaved-rows one row of every KV head per position.
+      auto offset = [&](int h, int p) {
+        return interleaved ? size_t(p) * row_bytes + size_t(h) * head
+                           : (size_t(h) * size_t(ctx) + size_t(p)) * head;
+      };
       for (int p = 0; p < ctx; ++p) {
         for (int h = 0; h < s.kv_heads; ++h) {
           for (float& x : row) x = nd(rng);
-          lk::kv_cache_store(t, row.data(), kd + size_t(p) * row_bytes + size_t(h) * head, s.hd);
+          lk::kv_cache_store(t, row.data(), kd + offset(h, p), s.hd);
           for (float& x : row) x = nd(rng);
-          lk::kv_cache_store(t, row.data(), vd + size_t(p) * row_bytes + size_t(h) * head, s.hd);
+          lk::kv_cache_store(t, row.data(), vd + offset(h, p), s.hd);
         }
       }
       const int32_t tok = 0, pos = ctx - 1;
@@ -101,9 +109,9 @@ int run(int argc, char** argv) {
           a.n_tok = 1;
           a.n_head = G;
           a.hd = s.hd;
-          a.k = kd + size_t(h) * head;
-          a.v = vd + size_t(h) * head;
-          a.k_stride = a.v_stride = int64_t(row_bytes);
+          a.k = kd + offset(h, 0);
+          a.v = vd + offset(h, 0);
+          a.k_stride = a.v_stride = int64_t(interleaved ? row_bytes : head);
           a.k_type = a.v_type = t;
           a.scale = 0.088f;
           lk::attention_group(a, scratch);

@@ -91,8 +91,8 @@ void Context::free_sequence(int32_t seq) {
   s.len = 0;
   // Release the cache memory: a finished request must not keep its KV cache alive.
   for (auto& l : s.layers) {
-    std::vector<uint8_t>().swap(l.k);
-    std::vector<uint8_t>().swap(l.v);
+    decltype(l.k)().swap(l.k);
+    decltype(l.v)().swap(l.v);
     // A recurrent state slot goes too: the next sequence in this slot starts from zeros.
     std::vector<float>().swap(l.conv);
     std::vector<float>().swap(l.state);
@@ -275,6 +275,24 @@ void set_cache_format(const ModelConfig& c, const ContextOptions& o, KvCache& kv
   }
 }
 
+// Copies rows [from_row, from_row + n) of one layer's K and V buffers to rows [to_row, ...)
+// of another's, head by head (the buffers are head-major, kv_head_offset; each buffer's row
+// count is its size / the row's bytes).
+void copy_kv_rows(const KvRows& r, const SequenceLayer& from, SequenceLayer& to, size_t from_row,
+                  size_t to_row, size_t n) {
+  if (n == 0) return;
+  auto copy = [&](const auto& src, auto& dst, size_t head, size_t row) {
+    if (row == 0) return;  // no values (MLA)
+    const size_t heads = row / head, src_rows = src.size() / row, dst_rows = dst.size() / row;
+    for (size_t h = 0; h < heads; ++h) {
+      std::copy_n(&src[kv_head_offset(head, src_rows, int(h), from_row)], n * head,
+                  &dst[kv_head_offset(head, dst_rows, int(h), to_row)]);
+    }
+  };
+  copy(from.k, to.k, r.k_head, r.k_row);
+  copy(from.v, to.v, r.v_head, r.v_row);
+}
+
 int positive_threads(int n) {
   return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
 }
@@ -370,25 +388,27 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
                      : 0;
   for (size_t il = 0; il < s.layers.size(); ++il) {
     SequenceLayer& l = s.layers[il];
-    const size_t kd = kv.rows[il].k_row, vd = kv.rows[il].v_row;
+    const KvRows& r = kv.rows[il];
     if (c.layer_recurrent(int(il))) {  // the state slot, zeros before the first position
       if (l.state.empty()) {
         l.conv.assign(size_t(c.delta_net.conv_floats()), 0.f);
         l.state.assign(size_t(c.delta_net.state_floats()), 0.f);
       }
     } else if (c.layer_kinds[il].window == 0) {
-      if (cap > s.cap) {
-        l.k.resize(size_t(cap) * kd);
-        l.v.resize(size_t(cap) * vd);
+      if (cap > s.cap) {  // every held row to the same row of the larger buffer
+        SequenceLayer grown;
+        grown.k.resize(size_t(cap) * r.k_row);
+        grown.v.resize(size_t(cap) * r.v_row);
+        copy_kv_rows(r, l, grown, 0, 0, s.len);
+        l.k = std::move(grown.k);
+        l.v = std::move(grown.v);
       }
     } else if (ring > s.ring) {
       SequenceLayer grown;
-      grown.k.resize(size_t(ring) * kd);
-      grown.v.resize(size_t(ring) * vd);
+      grown.k.resize(size_t(ring) * r.k_row);
+      grown.v.resize(size_t(ring) * r.v_row);
       for (int32_t p = s.ring_from; p < s.len && s.ring > 0; ++p) {
-        const size_t from = size_t(p % s.ring), to = size_t(p % ring);
-        std::copy_n(&l.k[from * kd], kd, &grown.k[to * kd]);
-        std::copy_n(&l.v[from * vd], vd, &grown.v[to * vd]);
+        copy_kv_rows(r, l, grown, size_t(p % s.ring), size_t(p % ring), 1);
       }
       l = std::move(grown);
     }
@@ -498,10 +518,9 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
         to.state = from.state;
       }
     } else if (c.layer_kinds[il].window == 0) {
-      to.k.assign(from.k.begin(), from.k.begin() + long(size_t(len) * kd));
-      to.v.assign(from.v.begin(), from.v.begin() + long(size_t(len) * vd));
-      to.k.resize(size_t(cap) * kd);
-      to.v.resize(size_t(cap) * vd);
+      to.k.assign(size_t(cap) * kd, 0);
+      to.v.assign(size_t(cap) * vd, 0);
+      copy_kv_rows(impl_->kv.rows[il], from, to, 0, 0, len);
     } else {
       to.k = from.k;
       to.v = from.v;

@@ -237,9 +237,12 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
     SequenceLayer& sl = kv.layer(batch[size_t(t)].seq, il);
     const size_t row = cache_row(kv.sequence(batch[size_t(t)].seq), window, pos);
     const float* v = &B.v[size_t(t) * KV];
+    const size_t k_rows = sl.k.size() / kr.k_row, v_rows = sl.v.size() / kr.v_row;
     for (int h = 0; h < n_kv; ++h) {
-      kernels::kv_cache_store(kv.k_type, k + h * hd, &sl.k[row * kr.k_row + h * kr.k_head], hd);
-      kernels::kv_cache_store(kv.v_type, v + h * hd, &sl.v[row * kr.v_row + h * kr.v_head], hd);
+      kernels::kv_cache_store(kv.k_type, k + h * hd,
+                              &sl.k[kv_head_offset(kr.k_head, k_rows, h, row)], hd);
+      kernels::kv_cache_store(kv.v_type, v + h * hd,
+                              &sl.v[kv_head_offset(kr.v_head, v_rows, h, row)], hd);
     }
   }
   const float scale = c.kq_scale > 0 ? c.kq_scale : c.yarn.kq_mul / std::sqrt(float(hd));
@@ -267,10 +270,10 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
       a.n_tok = tile.end - tile.begin;
       a.n_head = group;
       a.hd = hd;
-      a.k = &sl.k[size_t(kvh) * kr.k_head];
-      a.v = &sl.v[size_t(kvh) * kr.v_head];
-      a.k_stride = int64_t(kr.k_row);
-      a.v_stride = int64_t(kr.v_row);
+      a.k = &sl.k[kv_head_offset(kr.k_head, sl.k.size() / kr.k_row, kvh, 0)];
+      a.v = &sl.v[kv_head_offset(kr.v_head, sl.v.size() / kr.v_row, kvh, 0)];
+      a.k_stride = int64_t(kr.k_head);
+      a.v_stride = int64_t(kr.v_head);
       a.k_type = kv.k_type;
       a.v_type = kv.v_type;
       a.ring = window > 0 ? seq.ring : 0;

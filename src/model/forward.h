@@ -18,9 +18,10 @@
 
 namespace lynx {
 
-// KV cache of one sequence: per layer, [cap x KvRows::k_row] keys and [cap x KvRows::v_row]
-// values (grown on demand up to the context limit); a row is one head
-// vector per KV head in the cache's element type (KvCache::k_type, v_type). For MLA the key
+// KV cache of one sequence: per layer, cap rows of keys and of values (grown on demand up to
+// the context limit); a row is one head vector per KV head in the cache's element type
+// (KvCache::k_type, v_type), stored head-major: [KV heads x cap x head vector], so that one KV
+// head's keys are one contiguous block (kv_head_offset). For MLA the key
 // row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
 // part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
 // of `ring` rows instead: position p in row p % ring.
@@ -29,8 +30,10 @@ namespace lynx {
 // oldest first, and `state`, per value head the head_k x head_v delta-rule matrix. Both hold
 // the sequence after its last position `len - 1` (zeros before the first), so they cannot be
 // cut back to an earlier position, except to a length kept in a StateSnapshot.
+// The K/V buffers are in transparent huge pages from 4 MiB on: decode attention reads every row
+// each step, and with 4 KiB pages its TLB misses cost up to 2x (docs/benchmarks.md).
 struct SequenceLayer {
-  std::vector<uint8_t> k, v;
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> k, v;
   std::vector<float> conv, state;
 };
 // The recurrent layers' slots of a sequence at length `len` (Context::snapshot_sequence):
@@ -66,6 +69,14 @@ inline size_t cache_row(const Sequence& s, int window, int32_t pos) {
 struct KvRows {
   size_t k_head = 0, v_head = 0, k_row = 0, v_row = 0;
 };
+
+// Byte offset of KV head h's vector in row `row` of a layer's K (or V) buffer of `rows` rows
+// (its capacity: the buffer's size / the row's bytes), head vectors of head_bytes. Head-major,
+// because decode attention reads one KV head's rows per job: interleaved rows made it read
+// head_bytes out of every row's bytes, 20-50% slower from DRAM (docs/benchmarks.md).
+inline size_t kv_head_offset(size_t head_bytes, size_t rows, int h, size_t row) {
+  return (size_t(h) * rows + row) * head_bytes;
+}
 
 // The KV cache of every sequence (index: sequence id); no sequence holds more than n_ctx
 // positions.

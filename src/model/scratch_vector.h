@@ -22,24 +22,18 @@
 
 namespace lynx {
 
+// Buffers of kHugeBytes or more 2 MiB aligned and advised as transparent huge pages; smaller
+// ones from std::allocator. Elements are value-initialised as std::allocator does.
 template <class T>
-struct DefaultInitAllocator : std::allocator<T> {
+struct HugePageAllocator : std::allocator<T> {
   static constexpr size_t kHugePage = size_t{2} << 20;
   static constexpr size_t kHugeBytes = size_t{4} << 20;
 
   template <class U>
   struct rebind {
-    using other = DefaultInitAllocator<U>;
+    using other = HugePageAllocator<U>;
   };
   using std::allocator<T>::allocator;
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
 
   T* allocate(size_t n) {
     if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::allocate(n);
@@ -57,6 +51,25 @@ struct DefaultInitAllocator : std::allocator<T> {
     } else {
       std::free(p);
     }
+  }
+};
+
+// HugePageAllocator whose resize leaves new elements default-initialised (floats: not
+// written).
+template <class T>
+struct DefaultInitAllocator : HugePageAllocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using HugePageAllocator<T>::HugePageAllocator;
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
 
