@@ -138,9 +138,24 @@ HWY_INLINE void ScoreKeys(const float* const* krow, const float* pk, const float
   for (; b < nv; ++b) ScoreBlock<NK, 1>(krow, pk, qt, rp, hd, b * kN, scale, lo, hi, s);
 }
 
-// o[r0..r0+4) columns [d0, d0 + NC kN) = o * corr + sum_j p[j][r] vt[j].
-template <int NC>
-HWY_INLINE void PvBlock(const float* p, int64_t rp, const float* vt, int64_t hdp, int nk,
+// Key j's value vector at dims [d, d + kN): from the decoded tile vt, or straight from an F16
+// cache row, which saves storing the tile and loading it back (F16 decode at 8k context 17-25%
+// faster; F32 rows read in place were slower than through the tile: docs/benchmarks.md).
+struct ValuesFromTile {
+  const float* vt;
+  int64_t hdp;
+  HWY_INLINE VF operator()(int j, int64_t d) const { return hn::LoadU(DF(), vt + j * hdp + d); }
+};
+struct ValuesFromF16 {
+  const uint8_t* const* rows;
+  HWY_INLINE VF operator()(int j, int64_t d) const {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(rows[j]) + d));
+  }
+};
+// o[r0..r0+4) columns [d0, d0 + NC kN) = o * corr + sum_j p[j][r] value(j).
+template <int NC, class Values>
+HWY_INLINE void PvBlock(const float* p, int64_t rp, const Values& values, int64_t hdp, int nk,
                         const float* corr, int64_t r0, int64_t d0, float* o) {
   const DF df;
   VF acc[4][NC];
@@ -152,7 +167,7 @@ HWY_INLINE void PvBlock(const float* p, int64_t rp, const float* vt, int64_t hdp
   }
   for (int j = 0; j < nk; ++j) {
     VF vv[NC];
-    for (int c = 0; c < NC; ++c) vv[c] = hn::LoadU(df, vt + j * hdp + d0 + c * kN);
+    for (int c = 0; c < NC; ++c) vv[c] = values(j, d0 + c * kN);
     for (int i = 0; i < 4; ++i) {
       const VF pj = hn::Set(df, p[j * rp + r0 + i]);
       for (int c = 0; c < NC; ++c) acc[i][c] = hn::MulAdd(pj, vv[c], acc[i][c]);
@@ -160,6 +175,23 @@ HWY_INLINE void PvBlock(const float* p, int64_t rp, const float* vt, int64_t hdp
   }
   for (int i = 0; i < 4; ++i) {
     for (int c = 0; c < NC; ++c) hn::StoreU(acc[i][c], df, o + (r0 + i) * hdp + d0 + c * kN);
+  }
+}
+
+// Every 4-row block of o over every value vector (the PV product of one key tile).
+template <class Values>
+HWY_INLINE void PvTile(const float* p, int64_t rp, const Values& values, int64_t hdp, int nk,
+                       const float* corr, float* o) {
+  // 4 rows x NC value vectors of accumulators, + NC values + 1 broadcast in registers.
+  constexpr int kPvNC = kFewRegs ? 2 : 4;
+  const int64_t nv = hdp / kN;
+  for (int64_t r0 = 0; r0 < rp; r0 += 4) {
+    int64_t c = 0;
+    for (; c + kPvNC <= nv; c += kPvNC) PvBlock<kPvNC>(p, rp, values, hdp, nk, corr, r0, c * kN, o);
+    if constexpr (kPvNC > 2) {
+      for (; c + 2 <= nv; c += 2) PvBlock<2>(p, rp, values, hdp, nk, corr, r0, c * kN, o);
+    }
+    for (; c < nv; ++c) PvBlock<1>(p, rp, values, hdp, nk, corr, r0, c * kN, o);
   }
 }
 
@@ -214,7 +246,11 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
   const auto* kbase = static_cast<const uint8_t*>(a.k);
   const auto* vbase = static_cast<const uint8_t*>(a.v);
   const float* krow[kKeys];
+  const uint8_t* vrow[kKeys];
   float pk[kKeys];
+  // F16 values of whole vectors are read in place by the PV product (no reads past a head's
+  // end); the others through the decoded tile vt.
+  const bool direct_v = a.v_type == TensorType::F16 && hdv == hdp;
   const VF ninf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
   // Bytes of one head vector in the cache, for the prefetch of the next tile's rows: at
   // decode the rows come from DRAM, and without it each row waits on its own misses (half the
@@ -248,8 +284,11 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
         krow[j] = reinterpret_cast<const float*>(kr);
       }
       pk[j] = float(p);
-      DecodeKvRow(a.v_type, vbase + row * a.v_stride, vt + j * hdp, hdv);
-      std::fill(vt + j * hdp + hdv, vt + (j + 1) * hdp, 0.f);
+      vrow[j] = vbase + row * a.v_stride;
+      if (!direct_v) {
+        DecodeKvRow(a.v_type, vrow[j], vt + j * hdp, hdv);
+        std::fill(vt + j * hdp + hdv, vt + (j + 1) * hdp, 0.f);
+      }
     }
     int j = 0;
     // One query vector (decode: a token's heads): eight keys at a time keep eight
@@ -292,16 +331,10 @@ void AttentionGroupT(const AttentionGroup& a, std::vector<float>& scratch) {
       hn::StoreU(hn::MulAdd(hn::LoadU(df, l + c), cr, sum), df, l + c);
       hn::StoreU(cr, df, corr + c);
     }
-    // 4 rows x NC value vectors of accumulators, + NC values + 1 broadcast in registers.
-    constexpr int kPvNC = kFewRegs ? 2 : 4;
-    const int64_t nv = hdp / kN;
-    for (int64_t r0 = 0; r0 < rp; r0 += 4) {
-      int64_t c = 0;
-      for (; c + kPvNC <= nv; c += kPvNC) PvBlock<kPvNC>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-      if constexpr (kPvNC > 2) {
-        for (; c + 2 <= nv; c += 2) PvBlock<2>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
-      }
-      for (; c < nv; ++c) PvBlock<1>(s, rp, vt, hdp, nk, corr, r0, c * kN, o);
+    if (direct_v) {
+      PvTile(s, rp, ValuesFromF16{vrow}, hdp, nk, corr, o);
+    } else {
+      PvTile(s, rp, ValuesFromTile{vt, hdp}, hdp, nk, corr, o);
     }
   }
   for (int64_t r = 0; r < R; ++r) {
