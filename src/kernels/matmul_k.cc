@@ -32,6 +32,20 @@ struct BlockK {
   int sub_len = 16;
   bool has_min = false;
 };
+
+// One 256-value block of Q8_K activations by types::encode_q8_k (the scalar twin, and every
+// target's path for a block with a NaN or an infinity): quants, scale, 16-value group sums.
+inline void encode_acts_block_k(const float* v, int8_t* q, float* d, int32_t* gsum) {
+  uint8_t blk[292];
+  types::encode_q8_k(v, blk, 1);
+  *d = types::load_f32(blk);
+  std::memcpy(q, blk + 4, 256);
+  for (int g = 0; g < 16; ++g) {
+    int16_t s;
+    std::memcpy(&s, blk + 260 + 2 * g, 2);
+    gsum[g] = s;
+  }
+}
 }  // namespace lynx::kernels
 #endif
 
@@ -99,6 +113,67 @@ void RowKT(const int16_t* ls, const BlockK* blocks, const QuantizedActsK& x, int
   }
 }
 
+// Rows [t0, t1) of Q8_K activations: encode_acts_block_k's operations lane by lane (the value
+// of largest magnitude, the first one when several tie; iscale = -127 / it; q = min(127,
+// nearest-even(iscale x)); exact integer group sums; d = 1 / iscale), so every target gives its
+// bits. It was scalar: ~140 CPU ms of a 512-token Q4_K_M prefill (docs/benchmarks.md, issue 31).
+HWY_NOINLINE void QuantizeActsKT(const float* x, int64_t ldx, int t0, int t1, int64_t cols,
+                                 int8_t* q, float* d, int32_t* gsum) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t nb = cols / 256;
+  for (int t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + t * ldx + b * 256;
+      int8_t* qb = q + t * cols + b * 256;
+      float* db = d + t * nb + b;
+      int32_t* gs = gsum + (t * nb + b) * 16;
+      auto mx = hn::Zero(df);
+      auto finite = hn::Eq(mx, mx);  // all true
+      for (int64_t k = 0; k < 256; k += n) {
+        const auto vk = hn::LoadU(df, v + k);
+        mx = hn::Max(mx, hn::Abs(vk));
+        finite = hn::And(finite, hn::IsFinite(vk));
+      }
+      if (!hn::AllTrue(df, finite)) {
+        encode_acts_block_k(v, qb, db, gs);
+        continue;
+      }
+      const float amax = hn::GetLane(hn::MaxOfLanes(df, mx));
+      if (amax == 0.0f) {  // encode_q8_k's zero block
+        std::memset(qb, 0, 256);
+        *db = 0.0f;
+        for (int g = 0; g < 16; ++g) gs[g] = 0;
+        continue;
+      }
+      float max = amax;
+      for (int64_t k = 0; k < 256; k += n) {
+        const intptr_t i =
+            hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::LoadU(df, v + k)), hn::Set(df, amax)));
+        if (i >= 0) {
+          max = v[k + i];
+          break;
+        }
+      }
+      const float iscale = -127.0f / max;
+      const auto vs = hn::Set(df, iscale);
+      const auto v127 = hn::Set(di, 127);
+      for (int g = 0; g < 16; ++g) {
+        auto sum = hn::Zero(di);
+        for (int64_t k = 16 * g; k < 16 * g + 16; k += n) {
+          const auto qi = hn::Min(hn::NearestInt(hn::Mul(hn::LoadU(df, v + k), vs)), v127);
+          sum = hn::Add(sum, qi);
+          hn::StoreU(hn::DemoteTo(di8, qi), di8, qb + k);
+        }
+        gs[g] = hn::GetLane(hn::SumOfLanes(di, sum));
+      }
+      *db = 1 / iscale;
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lynx::kernels
 HWY_AFTER_NAMESPACE();
@@ -107,6 +182,7 @@ HWY_AFTER_NAMESPACE();
 namespace lynx::kernels {
 
 HWY_EXPORT(RowKT);
+HWY_EXPORT(QuantizeActsKT);
 
 namespace {
 
@@ -222,29 +298,17 @@ void quantize_acts_k(const float* x, int64_t ldx, int n_tok, int64_t cols, Quant
   quantize_acts_k_rows(x, ldx, 0, n_tok, out);
 }
 
-void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out) {
-  if (t0 < 0 || t1 < t0 || t1 > out.n_tok) {
-    throw Error("quantize_acts_k_rows: rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
-                ") outside the " + std::to_string(out.n_tok) + " rows of the output");
-  }
-  const int64_t nb = out.n_blocks(), cols = out.cols;
+namespace {
+
+// The pair forms of the group sums that the kernels read (gpair, spair), from gsum.
+void pair_group_sums(int t0, int t1, QuantizedActsK& out) {
+  const int64_t nb = out.n_blocks();
   auto pair = [](int32_t lo, int32_t hi) {
     return int32_t((uint32_t(lo) & 0xFFFFu) | (uint32_t(hi) << 16));
   };
-  uint8_t blk[292];
   for (int t = t0; t < t1; ++t) {
     for (int64_t b = 0; b < nb; ++b) {
-      types::encode_q8_k(x + t * ldx + b * 256, blk, 1);
-      out.d[size_t(t * nb + b)] = types::load_f32(blk);
-      for (int e = 0; e < 256; ++e) {
-        out.q[size_t(t * cols + b * 256 + e)] = static_cast<int8_t>(blk[4 + e]);
-      }
-      int32_t* gs = &out.gsum[size_t((t * nb + b) * 16)];
-      for (int g = 0; g < 16; ++g) {
-        int16_t s;
-        std::memcpy(&s, blk + 260 + 2 * g, 2);
-        gs[g] = s;
-      }
+      const int32_t* gs = &out.gsum[size_t((t * nb + b) * 16)];
       for (int k = 0; k < 8; ++k)
         out.gpair[size_t((t * nb + b) * 8 + k)] = pair(gs[2 * k], gs[2 * k + 1]);
       for (int k = 0; k < 4; ++k) {
@@ -254,6 +318,37 @@ void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, Quantized
     }
   }
 }
+
+}  // namespace
+
+void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out) {
+  if (t0 < 0 || t1 < t0 || t1 > out.n_tok) {
+    throw Error("quantize_acts_k_rows: rows [" + std::to_string(t0) + ", " + std::to_string(t1) +
+                ") outside the " + std::to_string(out.n_tok) + " rows of the output");
+  }
+  if (t0 == t1) return;
+  HWY_DYNAMIC_DISPATCH(QuantizeActsKT)
+  (x, ldx, t0, t1, out.cols, out.q.data(), out.d.data(), out.gsum.data());
+  pair_group_sums(t0, t1, out);
+}
+
+namespace ref {
+
+void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out) {
+  if (t0 < 0 || t1 < t0 || t1 > out.n_tok) {
+    throw Error("ref::quantize_acts_k_rows: rows outside the output");
+  }
+  const int64_t nb = out.n_blocks(), cols = out.cols;
+  for (int t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      encode_acts_block_k(x + t * ldx + b * 256, &out.q[size_t(t * cols + b * 256)],
+                          &out.d[size_t(t * nb + b)], &out.gsum[size_t((t * nb + b) * 16)]);
+    }
+  }
+  pair_group_sums(t0, t1, out);
+}
+
+}  // namespace ref
 
 bool has_k_int_path(TensorType t) {
   const TypeTraits* tr = type_row(t);

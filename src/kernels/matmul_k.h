@@ -53,6 +53,8 @@ void matmul_rows_k_i16(TensorType t, const void* w, int64_t cols, int64_t r0, in
                        const QuantizedActsK& x, int t0, int n_tok, float* y, int64_t ldy);
 
 namespace ref {
+// The activation quantizer's scalar twin (types::encode_q8_k per block).
+void quantize_acts_k_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActsK& out);
 // The scalar twin: the same arithmetic element by element, on the levels of the type's one
 // scalar reading of a block (levels_<type>, types/layout.h, which the float decode shares and
 // the reference fixtures check); kInterleaved16 weights are read in place by their own

@@ -63,6 +63,47 @@ TEST(MatmulK, ActivationQuantizerIsGgmlsQ8K) {
   EXPECT_THROW(quantize_acts_k(x.data(), 100, 1, 100, q), Error);
 }
 
+// The SIMD activation quantizer against its scalar twin (types::encode_q8_k) on every target:
+// random rows at several scales, a zero block, magnitudes that tie between signs (the first
+// one sets the sign of the scale), values at rounding ties, and blocks with a NaN or an inf.
+TEST(MatmulK, ActivationQuantizerSimdEqualsScalarTwinOnEveryTarget) {
+  const int64_t cols = 768;
+  const int n_tok = 11;
+  std::vector<float> x = random_floats(size_t(n_tok * cols), 9, 3.0f);
+  for (int64_t c = 0; c < cols; ++c) x[size_t(cols + c)] *= 1e-6f;    // tiny values
+  std::fill(x.begin() + 2 * cols, x.begin() + 2 * cols + 256, 0.0f);  // a zero block
+  x[size_t(3 * cols + 7)] = 50.0f;  // ties of |x|: +50 first, then -50
+  x[size_t(3 * cols + 200)] = -50.0f;
+  x[size_t(3 * cols + 256 + 3)] = -40.0f;  // -40 first, then +40
+  x[size_t(3 * cols + 256 + 9)] = 40.0f;
+  for (int64_t c = 0; c < 256; ++c) {  // max 127 (iscale -1): x + 0.5 are rounding ties
+    x[size_t(4 * cols + c)] = float(c % 64) - 31.5f;
+  }
+  x[size_t(4 * cols)] = -127.0f;
+  x[size_t(5 * cols + 17)] = std::nanf("");
+  x[size_t(6 * cols + 300)] = INFINITY;
+  x[size_t(7 * cols + 600)] = -INFINITY;
+  QuantizedActsK twin, simd;
+  twin.resize(n_tok, cols);
+  ref::quantize_acts_k_rows(x.data(), cols, 0, n_tok, twin);
+  testing::for_each_target([&] {
+    simd.resize(n_tok, cols);
+    quantize_acts_k_rows(x.data(), cols, 0, 4, simd);  // two calls: row ranges
+    quantize_acts_k_rows(x.data(), cols, 4, n_tok, simd);
+    ASSERT_EQ(simd.q, twin.q);
+    ASSERT_EQ(simd.gsum, twin.gsum);
+    ASSERT_EQ(simd.gpair, twin.gpair);
+    ASSERT_EQ(simd.spair, twin.spair);
+    for (size_t i = 0; i < twin.d.size(); ++i) {
+      ASSERT_TRUE((std::isnan(twin.d[i]) && std::isnan(simd.d[i])) ||
+                  bits(twin.d[i]) == bits(simd.d[i]))
+          << "block " << i;
+    }
+  });
+  EXPECT_LT(twin.d[size_t(3 * 3)], 0.0f);  // the +50 came first: d = 1 / (-127 / 50) < 0
+  EXPECT_GT(twin.d[size_t(3 * 3 + 1)], 0.0f);
+}
+
 TEST(MatmulK, SimdEqualsScalarTwinOnEveryTargetAndIsNearTheFloatProduct) {
   for (TensorType t : kTypes) {
     SCOPED_TRACE(gguf::tensor_type_name(t));
