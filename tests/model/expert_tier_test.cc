@@ -218,52 +218,6 @@ TEST(ExpertTier, FailedReadsFailTheStepOnly) {
   ::close(fd);
 }
 
-// The file truncated under a running model: the reads past its new end fail with a message
-// that says so (never a SIGBUS: the tier reads with pread, not through the mapping).
-TEST(ExpertTier, TruncatedFileIsAClearError) {
-  const MoeFixture fx = moe_fixtures().front();
-  const std::string copy = test::scratch_path("tier_truncated.gguf");
-  std::filesystem::copy_file(fx.file, copy, std::filesystem::copy_options::overwrite_existing);
-  const auto full = Model::load(copy, resident());
-  const auto m = Model::load(copy, tier_of(*full, 1));
-  // Cut inside the expert tensor that ends last, if nothing the model reads through the
-  // mapping (token_embd) lies beyond it.
-  const gguf::File& f = m->file();
-  uint64_t cut = 0, beyond = 0;
-  for (const gguf::TensorInfo& t : f.tensors()) {
-    const uint64_t end = f.data_offset() + t.offset + t.n_bytes;
-    if (t.name.find("_exps.weight") != std::string::npos) {
-      cut = std::max(cut, end - t.n_bytes / 2);
-    } else if (t.name == "token_embd.weight") {
-      beyond = std::max(beyond, end);
-    }
-  }
-  if (beyond > cut) GTEST_SKIP() << "token_embd lies after the experts in this file";
-  std::filesystem::resize_file(copy, cut);
-  try {
-    run(*m, fx.tokens, false);
-    ADD_FAILURE() << "the step did not fail";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
-  }
-}
-
-// Two contexts on one model step at the same time through a pool smaller than one step's
-// experts: each gets the loaded model's logits (claims wait for slots, never deadlock).
-TEST(ExpertTier, ContextsShareThePool) {
-  const MoeFixture fx = moe_fixtures().front();
-  const auto full = Model::load(fx.file, resident());
-  const std::vector<float> want = run(*full, fx.tokens, false);
-  const auto m = Model::load(fx.file, tier_of(*full, 2));
-  std::vector<float> got[2];
-  std::thread t0([&] { got[0] = run(*m, fx.tokens, false); });
-  std::thread t1([&] { got[1] = run(*m, fx.tokens, false); });
-  t0.join();
-  t1.join();
-  EXPECT_TRUE(same_bits(got[0], want));
-  EXPECT_TRUE(same_bits(got[1], want));
-}
-
 // ExpertTier::prefetch by hand: reads what is asked, up to max_reads, into empty slots and
 // never over a kept expert; a claim then finds the experts (hits, counted as prefetch hits).
 TEST(ExpertTier, PrefetchFillsSpareSlotsOnly) {
