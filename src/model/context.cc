@@ -30,6 +30,7 @@ struct Context::Impl {
   Sequence& sequence(int32_t seq);
   void validate(std::span<const BatchToken> batch);
   void reserve_cache(Sequence& s, int32_t need, int32_t chunk);
+  void reserve_rows(const KvRows& r, SequenceLayer& l, int32_t len, int32_t cap) const;
   void eval(std::span<const BatchToken> batch);
   // The snapshot of `s` at length `len`, or nullptr.
   static const StateSnapshot* find_snapshot(const Sequence& s, int32_t len);
@@ -91,8 +92,8 @@ void Context::free_sequence(int32_t seq) {
   s.len = 0;
   // Release the cache memory: a finished request must not keep its KV cache alive.
   for (auto& l : s.layers) {
-    decltype(l.k)().swap(l.k);
-    decltype(l.v)().swap(l.v);
+    l.k.reset();
+    l.v.reset();
     // A recurrent state slot goes too: the next sequence in this slot starts from zeros.
     std::vector<float>().swap(l.conv);
     std::vector<float>().swap(l.state);
@@ -371,6 +372,28 @@ void Context::Impl::validate(std::span<const BatchToken> batch) {
   }
 }
 
+// A full-attention layer's buffers with room for cap rows, rows [0, len) kept. The first
+// call reserves the context limit's rows, so later ones only advise huge pages; where that
+// much address space is refused (RLIMIT_AS, strict overcommit), cap rows are reserved and a
+// larger cap copies the held rows to a new buffer, as a growing vector would.
+void Context::Impl::reserve_rows(const KvRows& r, SequenceLayer& l, int32_t len,
+                                 int32_t cap) const {
+  constexpr size_t kHugeBytes = size_t{4} << 20;
+  if (l.k.size() < size_t(cap) * r.k_row || l.v.size() < size_t(cap) * r.v_row) {
+    SequenceLayer grown;
+    const auto reserve = [&](int32_t rows) {
+      return grown.k.try_reserve(size_t(rows) * r.k_row) &&
+             grown.v.try_reserve(size_t(rows) * r.v_row);
+    };
+    if (!reserve(kv.n_ctx) && !reserve(cap)) throw std::bad_alloc();
+    copy_kv_rows(r, l, grown, 0, 0, size_t(len));
+    l.k = std::move(grown.k);
+    l.v = std::move(grown.v);
+  }
+  if (size_t(cap) * r.k_row >= kHugeBytes) l.k.advise_huge_pages();
+  if (size_t(cap) * r.v_row >= kHugeBytes) l.v.advise_huge_pages();
+}
+
 // Room for positions up to need - 1, `chunk` of them written by this step. Full-attention
 // layers grow to hold every position; sliding-window layers keep a ring of the largest window
 // - 1 plus max(chunk, kRollback) rows (all of a step's keys are written before any is read,
@@ -395,18 +418,11 @@ void Context::Impl::reserve_cache(Sequence& s, int32_t need, int32_t chunk) {
         l.state.assign(size_t(c.delta_net.state_floats()), 0.f);
       }
     } else if (c.layer_kinds[il].window == 0) {
-      if (cap > s.cap) {  // every held row to the same row of the larger buffer
-        SequenceLayer grown;
-        grown.k.resize(size_t(cap) * r.k_row);
-        grown.v.resize(size_t(cap) * r.v_row);
-        copy_kv_rows(r, l, grown, 0, 0, s.len);
-        l.k = std::move(grown.k);
-        l.v = std::move(grown.v);
-      }
+      reserve_rows(r, l, s.len, cap);
     } else if (ring > s.ring) {
       SequenceLayer grown;
-      grown.k.resize(size_t(ring) * r.k_row);
-      grown.v.resize(size_t(ring) * r.v_row);
+      grown.k.reserve(size_t(ring) * r.k_row);
+      grown.v.reserve(size_t(ring) * r.v_row);
       for (int32_t p = s.ring_from; p < s.len && s.ring > 0; ++p) {
         copy_kv_rows(r, l, grown, size_t(p % s.ring), size_t(p % ring), 1);
       }
@@ -467,12 +483,21 @@ size_t Context::kv_cache_bytes() const {
 
 size_t Context::sequence_cache_bytes(int32_t seq) const {
   if (seq < 0 || size_t(seq) >= impl_->kv.seqs.size()) return 0;
+  // Full-attention layers count their cap rows (the buffer reserves more, backed only where
+  // written); rings and recurrent states their whole size.
+  const Sequence& s = impl_->kv.seqs[size_t(seq)];
+  const ModelConfig& c = impl_->model.config();
   size_t n = 0;
-  for (const SequenceLayer& l : impl_->kv.seqs[size_t(seq)].layers) {
-    n += l.k.size() + l.v.size() + (l.conv.size() + l.state.size()) * sizeof(float);
+  for (size_t il = 0; il < s.layers.size(); ++il) {
+    const SequenceLayer& l = s.layers[il];
+    const KvRows& r = impl_->kv.rows[il];
+    n += !c.layer_recurrent(int(il)) && c.layer_kinds[il].window == 0
+             ? size_t(s.cap) * (r.k_row + r.v_row)
+             : l.k.size() + l.v.size();
+    n += (l.conv.size() + l.state.size()) * sizeof(float);
   }
   // Shared snapshots count in every sequence that holds them: a bound over these bytes holds.
-  for (const StateSnapshot& snap : impl_->kv.seqs[size_t(seq)].snapshots) {
+  for (const StateSnapshot& snap : s.snapshots) {
     n += snap.data->size() * sizeof(float);
   }
   return n;
@@ -511,15 +536,13 @@ int32_t Context::copy_sequence(int32_t src, int32_t len) {
   for (size_t il = 0; il < d.layers.size(); ++il) {
     const SequenceLayer& from = s.layers[il];
     SequenceLayer& to = d.layers[il];
-    const size_t kd = impl_->kv.rows[il].k_row, vd = impl_->kv.rows[il].v_row;
     if (c.layer_recurrent(int(il))) {
       if (len == s.len && !s.state_lost) {  // else restored from the snapshot below
         to.conv = from.conv;
         to.state = from.state;
       }
     } else if (c.layer_kinds[il].window == 0) {
-      to.k.assign(size_t(cap) * kd, 0);
-      to.v.assign(size_t(cap) * vd, 0);
+      impl_->reserve_rows(impl_->kv.rows[il], to, 0, cap);
       copy_kv_rows(impl_->kv.rows[il], from, to, 0, 0, len);
     } else {
       to.k = from.k;

@@ -13,16 +13,19 @@
 #include "lynx/context.h"
 #include "lynx/model.h"
 #include "model/expert_executor.h"
+#include "model/kv_buffer.h"
 #include "model/scratch_vector.h"
 #include "model/step_observer.h"
 
 namespace lynx {
 
-// KV cache of one sequence: per layer, cap rows of keys and of values (grown on demand up to
-// the context limit); a row is one head vector per KV head in the cache's element type
-// (KvCache::k_type, v_type), stored head-major: [KV heads x cap x head vector], so that one KV
-// head's keys are one contiguous block (kv_head_offset). For MLA the key
-// row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
+// KV cache of one sequence: per layer, rows of keys and of values; a row is one head vector per
+// KV head in the cache's element type (KvCache::k_type, v_type), stored head-major: [KV heads x
+// rows x head vector], so that one KV head's keys are one contiguous block (kv_head_offset).
+// A full-attention layer's buffers reserve the context limit's rows (KvBuffer: address space,
+// backed where written), so a row never moves as the sequence grows; `cap` counts the rows the
+// sequence may have written (doubling as it grows), which is what its memory is counted by. For MLA
+// the key row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
 // part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
 // of `ring` rows instead: position p in row p % ring.
 // A Gated DeltaNet layer (AttnKind::kDeltaNet) has no KV rows but a recurrent state slot:
@@ -30,10 +33,11 @@ namespace lynx {
 // oldest first, and `state`, per value head the head_k x head_v delta-rule matrix. Both hold
 // the sequence after its last position `len - 1` (zeros before the first), so they cannot be
 // cut back to an earlier position, except to a length kept in a StateSnapshot.
-// The K/V buffers are in transparent huge pages from 4 MiB on: decode attention reads every row
-// each step, and with 4 KiB pages its TLB misses cost up to 2x (docs/benchmarks.md).
+// The K/V buffers take transparent huge pages once cap rows are 4 MiB or more: decode attention
+// reads every row each step, and with 4 KiB pages its TLB misses cost up to 2x
+// (docs/benchmarks.md). Not before, since each head's last 2 MiB page is backed whole.
 struct SequenceLayer {
-  std::vector<uint8_t, HugePageAllocator<uint8_t>> k, v;
+  KvBuffer k, v;
   std::vector<float> conv, state;
 };
 // The recurrent layers' slots of a sequence at length `len` (Context::snapshot_sequence):
