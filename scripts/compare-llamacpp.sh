@@ -6,7 +6,10 @@
 # MoE batch). Per file and pass the engines run one after the other over all batch sizes, their
 # order rotating pass by pass; the ratios are taken within a pass (what the machine's drift
 # between passes does not move) and reported as the median and the range over passes. Beside
-# it: prompt tokens/s of one 512-token prompt, and the machine's best read bandwidth measured in
+# it: prompt tokens/s of one 512-token prompt (lynx-moe with bench --warmup, an untimed prefill
+# of the same prompt in the same context first, as a serving process has done; the peers' -q
+# run comes after their decode runs in the same process, in a fresh context), and the
+# machine's best read bandwidth measured in
 # the same run (a probe at the start of every pass over several buffer sizes, plus each lynx-moe
 # run's own probe; the peak over all of them) as the limit: tokens/s if the weight bytes that
 # lynx-moe reads per step (its bench counts them for these very sequences) streamed at that
@@ -30,7 +33,9 @@
 #
 # BW_SIZES sets the buffers (MiB) of the bandwidth probe (default 256,512,1024,2048; smaller
 # inside a memory cgroup, scripts/offload-bench.sh); IK_RTR=0 runs ik_llama.cpp without -rtr
-# (the weights then stay in the file mapping, as llama.cpp's do).
+# (the weights then stay in the file mapping, as llama.cpp's do). PEER_CACHE_TYPE=f16|q8_0 sets
+# the peers' K and V cache type (-ctk/-ctv; their default is f16), to match LYNX_ARGS's
+# --cache-type-k/--cache-type-v.
 #
 # -w sets OMP_WAIT_POLICY for the peers (OpenMP threads; default passive): with the default
 # active policy their barriers spin, and on a machine whose cores are shared with other work a
@@ -144,7 +149,7 @@ run_engine() {  # engine file pass
       fi
       # shellcheck disable=SC2086
       if "$lynx" bench -m "$f" --batch 1 --threads "$threads" --prompt "$prefill" --gen 1 -r 1 \
-        --prompt-file "$work/prompts" --bandwidth 1 $args -o json >"$out" 2>"$work/err"; then
+        --prompt-file "$work/prompts" --bandwidth 1 --warmup $args -o json >"$out" 2>"$work/err"; then
         jq -r --arg f "$f" --arg e "$e" --arg p "$pass" '.rows[] | "\($f) \($e) \($p) prefill \(.prefill_tps)"' \
           "$out" >>"$raw"
       fi
@@ -152,6 +157,8 @@ run_engine() {  # engine file pass
     ik | llama)
       local rtr=""
       [[ $e == ik && ${IK_RTR:-1} != 0 ]] && rtr=--rtr
+      [[ -n ${PEER_CACHE_TYPE:-} ]] && rtr+=" --cache-type $PEER_CACHE_TYPE"
+      # shellcheck disable=SC2086  # $rtr: the peer's extra flags, word-split on purpose
       if OMP_WAIT_POLICY=$omp_wait LD_LIBRARY_PATH="$(cat "$work/lib-$e")" "$work/peer-$e" -m "$f" -f "$work/prompts" \
         -b "$batches" -p "$prompt" -g "$gen" -t "$threads" -q "$prefill" $rtr \
         >"$out" 2>"$work/err"; then

@@ -38,6 +38,7 @@ struct Options {
   std::vector<int> tokens;  // --tokens, for --logits
   int prompt = 32, gen = 32, threads = 2, long_prompt = 0;
   bool rtr = false;
+  std::string cache_type;  // --cache-type: K and V cache element type (f16, q8_0); "" default
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -80,7 +81,11 @@ Options parse(int argc, char** argv) {
       o.threads = to_int(next(), "-t");
     else if (a == "--rtr")
       o.rtr = true;
-    else if (a == "--logits")
+    else if (a == "--cache-type") {
+      o.cache_type = next();
+      if (o.cache_type != "f16" && o.cache_type != "q8_0" && o.cache_type != "f32")
+        fail("--cache-type must be f32, f16 or q8_0");
+    } else if (a == "--logits")
       o.logits_out = next();
     else if (a == "--tokens") {
       std::string list = next();
@@ -159,6 +164,12 @@ Result run(llama_model* model, const Options& o,
   cp.n_batch = cp.n_ubatch = uint32_t(std::max(B * P, 32));
   cp.n_seq_max = uint32_t(B);
   cp.n_threads = cp.n_threads_batch = o.threads;
+  if (!o.cache_type.empty()) {  // as -ctk T -ctv T
+    const ggml_type t = o.cache_type == "q8_0"  ? GGML_TYPE_Q8_0
+                        : o.cache_type == "f16" ? GGML_TYPE_F16
+                                                : GGML_TYPE_F32;
+    cp.type_k = cp.type_v = t;
+  }
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) fail("cannot create a context");
 

@@ -118,6 +118,28 @@ TEST(BenchCli, PromptFileLinesAreTheSequences) {
   std::remove(diff.c_str());
 }
 
+// --warmup runs each cell's prompts once, untimed, in the same context before the measured
+// ones: the measured steps route the same sequences alike (the warm-up's sequences are gone),
+// and the prefill is still timed.
+TEST(BenchCli, WarmupLeavesTheMeasuredStepsAlone) {
+  const std::string diff = write_prompts("warm", {"5 6 7 8", "100 200 300 400", "11 52 93 14"});
+  const auto cold = bench_rows(diff);
+  const CliRun r = run_cli("bench -m " + kModel + " --batch 1,3 --prompt 4 --gen 3 -r 1" +
+                           " --bandwidth 50 -o json --warmup --prompt-file " + diff);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto warm = nlohmann::json::parse(r.out.substr(r.out.find("{\n")))["rows"];
+  ASSERT_EQ(warm.size(), cold.size());
+  for (size_t i = 0; i < warm.size(); ++i) {
+    EXPECT_EQ(warm[i]["batch"], cold[i]["batch"]);
+    EXPECT_DOUBLE_EQ(warm[i]["distinct_experts"].get<double>(),
+                     cold[i]["distinct_experts"].get<double>());
+    EXPECT_DOUBLE_EQ(warm[i]["expert_bytes_per_step"].get<double>(),
+                     cold[i]["expert_bytes_per_step"].get<double>());
+    EXPECT_GT(warm[i]["prefill_tps"].get<double>(), 0.0);
+  }
+  std::remove(diff.c_str());
+}
+
 TEST(BenchCli, BadPromptFileFailsWithAMessage) {
   const std::string few = write_prompts("few", {"1 2 3 4"});
   const std::string shrt = write_prompts("short", {"1 2", "3 4"});
