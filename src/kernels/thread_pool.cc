@@ -18,12 +18,14 @@
 namespace lynx::kernels {
 namespace {
 
-// Polling budget before sleeping: ~10 us of pause instructions bridges the gap between
-// back-to-back calls of one decode step; then yields, which let other runnable threads
-// proceed when the machine is oversubscribed (more pool threads than free cores), before
-// finally sleeping on the futex so an idle engine burns no CPU.
-constexpr int kPauseIters = 256;
-constexpr int kYieldIters = 64;
+// Polling budget before sleeping on the futex (so an idle engine burns no CPU): 2,048 pause
+// instructions, ~45 us on Zen 3 (~100 us where a pause takes ~140 cycles), bridge the gaps
+// between the calls of one step. No sched_yield: under EEVDF (Linux 6.6+) a yielding thread
+// hands its core to any runnable task for a whole slice, even one at nice 19, so a step's
+// next call waited milliseconds whenever anything else was runnable. With a build at nice 19
+// beside it, 256 pauses then 64 yields decoded at 0.65-0.9x of this (docs/benchmarks.md,
+// "The thread pool's wait").
+constexpr int kPauseIters = 2048;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,14 +36,10 @@ inline void cpu_relax() {
 // Waits until `a` differs from `old` and returns the new value.
 template <class T>
 T wait_change(const std::atomic<T>& a, T old) {
-  for (int i = 0; i < kPauseIters + kYieldIters; ++i) {
+  for (int i = 0; i < kPauseIters; ++i) {
     const T v = a.load(std::memory_order_acquire);
     if (v != old) return v;
-    if (i < kPauseIters) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
-    }
+    cpu_relax();
   }
   T v;
   while ((v = a.load(std::memory_order_acquire)) == old) a.wait(old, std::memory_order_acquire);
