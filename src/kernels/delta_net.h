@@ -2,11 +2,11 @@
 // Qwen3-Next's linear attention, Hugging Face's torch_recurrent_gated_delta_rule and
 // torch_causal_conv1d_update) on one sequence's state, as plain arrays: the causal depthwise
 // conv with its window of past inputs, and the delta rule on one value head's state matrix.
-// The recurrent form is exact for prefill too: a prompt runs token by token through the same
-// state, so a prompt prefilled in chunks, or one token at a time, gives the same numbers.
-// delta_rule_chunked is the chunked form for long runs of one sequence's tokens (prefill):
-// the same quantities summed in another order, so within float rounding of the recurrence,
-// not bit for bit.
+// The recurrent form runs a prompt token by token through the same state, so a prompt split
+// any way gives the same numbers. delta_rule_chunked is the chunked form for runs of one
+// sequence's tokens (prefill; the forward pass takes it from ContextOptions::
+// delta_rule_chunk_min tokens): the same quantities summed in another order, so within float
+// rounding of the recurrence, not bit for bit.
 #pragma once
 #include <cstddef>
 #include <cstdint>
