@@ -43,6 +43,7 @@ struct Context::Impl {
   bool int_acts;  // !ContextOptions::exact_activations
   // The BF16 fast mode's kernel (ContextOptions::bf16_activations and bf16_kernel); kNone: off.
   kernels::Bf16Kernel bf16;
+  int delta_chunk_min;  // ContextOptions::delta_rule_chunk_min
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
@@ -318,6 +319,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       int_acts(!o.exact_activations),
       bf16(o.bf16_activations ? kernels::bf16_kernel_by_name(o.bf16_kernel)
                               : kernels::Bf16Kernel::kNone),
+      delta_chunk_min(std::max(0, o.delta_rule_chunk_min)),
       experts(make_executor(m, o, pool, int_acts, bf16)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
@@ -448,15 +450,15 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
     }
   }
   for (const auto& [seq, nc] : need) reserve_cache(sequence(seq), nc.first, nc.second);
-  const ForwardOperands op{
-      model,
-      {pool, int_acts, bf16 != kernels::Bf16Kernel::kNone ? &buf.b16 : nullptr, bf16},
-      {*policy, router_override},
-      *experts,
-      kv,
-      buf,
-      logits,
-      observer};
+  const ForwardOperands op{model,
+                           {pool, int_acts, bf16 != kernels::Bf16Kernel::kNone ? &buf.b16 : nullptr,
+                            bf16, delta_chunk_min},
+                           {*policy, router_override},
+                           *experts,
+                           kv,
+                           buf,
+                           logits,
+                           observer};
   try {
     forward(op, batch);
   } catch (...) {

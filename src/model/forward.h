@@ -151,6 +151,9 @@ struct Compute {
   // BF16/F16 products; nullptr: off. bf16_kernel: the kernel it runs on (not kNone when on).
   kernels::Bf16Acts* bf16 = nullptr;
   kernels::Bf16Kernel bf16_kernel = kernels::Bf16Kernel::kNone;
+  // Gated DeltaNet: a sequence's run of at least this many tokens in one step takes the
+  // chunked delta rule (ContextOptions::delta_rule_chunk_min); 0: always token by token.
+  int delta_chunk_min = 0;
 };
 
 // How MoE layers choose their experts: the policy and, for benchmarks replaying traces, a

@@ -140,6 +140,81 @@ TEST(Qwen3Next, GoldensPrefillChunksAndDecode) {
   }
 }
 
+// The chunked delta rule (kernels::delta_rule_chunked) for every run of a step, however short
+// (delta_rule_chunk_min = 1): one prefill, chunks of 5, 4 and 3, a snapshot taken after a run
+// that ends mid-chunk and the sequence truncated back to it, and a prefill chunk beside another
+// sequence's decode token, all within the goldens' tolerance.
+TEST(Qwen3Next, GoldensThroughTheChunkedDeltaRule) {
+  ContextOptions o = exact_ctx();
+  o.delta_rule_chunk_min = 1;
+  for (const char* name : {kNext, kNextQ8, k35}) {
+    auto m = load(name);
+    const auto toks = tokens();
+    const int V = m->config().n_vocab, n = int(toks.size());
+    const auto want = golden(name, size_t(n) * V);
+    expect_rows(testing_util::prefill_logits(*m, toks, o), want, 0, V,
+                std::string(name) + " one prefill");
+    Context ctx(*m, o);
+    const int32_t s = ctx.new_sequence();
+    expect_rows(step(ctx, s, toks, 0, 5), want, 0, V, std::string(name) + " chunk 1");
+    ctx.snapshot_sequence(s);
+    expect_rows(step(ctx, s, toks, 5, 9), want, 5, V, std::string(name) + " chunk 2");
+    expect_rows(step(ctx, s, toks, 9, n), want, 9, V, std::string(name) + " chunk 3");
+    ctx.truncate_sequence(s, 5);
+    expect_rows(step(ctx, s, toks, 5, n), want, 5, V, std::string(name) + " after truncation");
+    const int32_t other = ctx.new_sequence();
+    step(ctx, other, toks, 0, 1);
+    std::vector<BatchToken> mixed = {{toks[1], other, 1, kTokenDecode, true}};
+    const int32_t third = ctx.new_sequence();
+    for (int i = 0; i < n; ++i) mixed.push_back({toks[size_t(i)], third, i, kTokenPrefill, true});
+    ctx.eval(mixed);
+    EXPECT_LT(rel_err(ctx.logits(0), &want[size_t(V)], size_t(V)), kTol) << name;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_LT(rel_err(ctx.logits(1 + i), &want[size_t(i) * V], size_t(V)), kTol)
+          << name << " beside a decode token, position " << i;
+    }
+  }
+}
+
+// A prompt longer than the chunks (200 tokens: 3 chunks of 64 and 8) at the default threshold
+// against the same prompt token by token (the recurrence): every position within the goldens'
+// tolerance; so is a sequence prefilled to 100 tokens (64 + 36: its state left mid-chunk),
+// snapshotted, continued by 100 at once, truncated back to 100 and continued in runs of 50.
+TEST(Qwen3Next, LongPrefillChunkedMatchesTokenByToken) {
+  for (const char* name : {kNext, k35}) {
+    auto m = load(name);
+    const int V = m->config().n_vocab, n = 200;
+    std::vector<int32_t> toks(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) toks[size_t(i)] = int32_t((i * 37 + 11) % V);
+    ContextOptions rec = exact_ctx();
+    rec.n_ctx = 256;
+    rec.delta_rule_chunk_min = 0;
+    ContextOptions chunked = rec;
+    chunked.delta_rule_chunk_min = ContextOptions{}.delta_rule_chunk_min;
+    ASSERT_GT(chunked.delta_rule_chunk_min, 0);
+    ASSERT_LE(chunked.delta_rule_chunk_min, 50);
+    std::vector<float> want;
+    {
+      Context ctx(*m, rec);
+      const int32_t s = ctx.new_sequence();
+      for (int i = 0; i < n; ++i) {
+        const auto row = step(ctx, s, toks, i, i + 1);
+        want.insert(want.end(), row.begin(), row.end());
+      }
+    }
+    Context ctx(*m, chunked);
+    const int32_t whole = ctx.new_sequence();
+    expect_rows(step(ctx, whole, toks, 0, n), want, 0, V, std::string(name) + " one prefill");
+    const int32_t s = ctx.new_sequence();
+    expect_rows(step(ctx, s, toks, 0, 100), want, 0, V, std::string(name) + " first 100");
+    ctx.snapshot_sequence(s);
+    expect_rows(step(ctx, s, toks, 100, n), want, 100, V, std::string(name) + " next 100");
+    ctx.truncate_sequence(s, 100);
+    expect_rows(step(ctx, s, toks, 100, 150), want, 100, V, std::string(name) + " truncated");
+    expect_rows(step(ctx, s, toks, 150, n), want, 150, V, std::string(name) + " last 50");
+  }
+}
+
 // Distinct sequences in the same steps keep their own states: sequence A fed token by token
 // beside B fed the tokens reversed (B first in the batch), then A's second half as a prefill
 // chunk in the same step as B's next decode token; both match their own single-sequence runs.
