@@ -49,12 +49,13 @@ struct ContextOptions {
   // The kernel of that mode: "" (or "auto") the best this machine has, else "amx",
   // "avx512bf16" or "none" (lynx::Error when this machine cannot run it).
   std::string bf16_kernel;
-  // Gated DeltaNet layers (qwen3next, qwen35moe): a sequence's run of at least this many
-  // tokens in one step (a prefill chunk) runs the chunked delta rule, whose matrix products
-  // are faster than the token-by-token recurrence there but sum in another order (within
-  // float rounding of it, not bit for bit: docs/models.md); shorter runs and decode run the
-  // recurrence. 0: always the recurrence (every prefill split gives the same numbers).
-  int delta_rule_chunk_min = 4;
+  // Gated DeltaNet layers (qwen3next, qwen35moe): 0 (default) runs the token-by-token
+  // recurrence everywhere, so every split of a prompt gives the same bits (the prefix cache's
+  // reuse is exact); N > 0 sends a sequence's run of N or more tokens in one step (a prefill
+  // chunk) to the chunked delta rule, 2x less CPU for the rule itself but summed in another
+  // order, within float rounding of the recurrence (docs/models.md). N = 4 is where it starts
+  // to pay; end to end it saved ~1.3% of a 512-token qwen3-next prefill (docs/benchmarks.md).
+  int delta_rule_chunk_min = 0;
   // Element types of the KV cache (llama.cpp's -ctk / -ctv): F32 (default: today's arithmetic,
   // bit for bit), F16 (half the bytes) or Q8_0 (blocks of 32 values with one fp16 scale, as
   // GGUF's Q8_0: 34 bytes per 32 values, ~0.27x of F32). Each token's keys and values are

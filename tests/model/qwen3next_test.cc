@@ -190,9 +190,7 @@ TEST(Qwen3Next, LongPrefillChunkedMatchesTokenByToken) {
     rec.n_ctx = 256;
     rec.delta_rule_chunk_min = 0;
     ContextOptions chunked = rec;
-    chunked.delta_rule_chunk_min = ContextOptions{}.delta_rule_chunk_min;
-    ASSERT_GT(chunked.delta_rule_chunk_min, 0);
-    ASSERT_LE(chunked.delta_rule_chunk_min, 50);
+    chunked.delta_rule_chunk_min = 4;
     std::vector<float> want;
     {
       Context ctx(*m, rec);

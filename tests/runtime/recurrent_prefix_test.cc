@@ -32,10 +32,10 @@ std::vector<int32_t> join(std::vector<int32_t> a, const std::vector<int32_t>& b)
   return a;
 }
 
-// The recurrence for every run (delta_rule_chunk_min = 0): these tests hold reuse to the bit,
-// which needs every split of a prompt to sum alike; the chunked delta rule (the default for
-// runs of 4 tokens and more) sums each split's runs in its own order, within float rounding of
-// this (tests/model/qwen3next_test.cc: GoldensThroughTheChunkedDeltaRule and
+// The recurrence for every run (delta_rule_chunk_min = 0, the default, named here because
+// these tests hold reuse to the bit, which needs every split of a prompt to sum alike); the
+// chunked delta rule sums each split's runs in its own order, within float rounding of this
+// (tests/model/qwen3next_test.cc: GoldensThroughTheChunkedDeltaRule and
 // LongPrefillChunkedMatchesTokenByToken check its snapshots and truncation).
 ContextOptions options() {
   ContextOptions co;
