@@ -145,7 +145,19 @@ def metrics(port):
 
 
 def check_metrics(port):
-    m = metrics(port)
+    # A request's last token reaches the client while the engine thread finishes its step: the
+    # ranks' counters (read live from the executor) already hold that step, the engine's
+    # routing counters are added just after sched.step() returns. So a scrape right after a
+    # response may see one step between the two; read again (up to 2 s) until they agree.
+    for _ in range(20):
+        m = metrics(port)
+        routed = sum(v for (name, labels), v in m.items()
+                     if name == "lynx_ep_rank_routed_tokens_total")
+        assignments = sum(v for (name, _), v in m.items()
+                          if name == "lynx_routing_assignments_total")
+        if routed == assignments:
+            break
+        time.sleep(0.1)
     per_rank = {}
     for (name, labels), v in m.items():
         r = re.search(r'rank="(\d+)"', labels)
