@@ -32,22 +32,31 @@ namespace {
 
 class OeaPolicy final : public RoutingPolicy {
  public:
-  OeaPolicy(int k0, float window, float mass, bool mass_resident, float rescue)
-      : k0_(k0), window_(window), mass_(mass), mass_resident_(mass_resident), rescue_(rescue) {}
+  OeaPolicy(std::vector<int> k0, float window, float mass, bool mass_resident, float rescue)
+      : k0_(std::move(k0)),
+        window_(window),
+        mass_(mass),
+        mass_resident_(mass_resident),
+        rescue_(rescue) {}
   std::string spec() const override {
-    return "oea:k0=" + std::to_string(k0_) +
-           (std::isinf(window_) ? "" : ",window=" + fmt_float(window_)) +
+    std::string k0;
+    for (size_t i = 0; i < k0_.size(); ++i) k0 += (i ? "/" : "") + std::to_string(k0_[i]);
+    return "oea:k0=" + k0 + (std::isinf(window_) ? "" : ",window=" + fmt_float(window_)) +
            (mass_ > 0.f ? ",mass=" + fmt_float(mass_) : "") +
            (mass_resident_ ? ",mass-resident=1" : "") +
            (rescue_ > 0.f ? ",rescue=" + fmt_float(rescue_) : "");
   }
-  void check(const GatingConfig& g) const override { check_at_most_k(spec(), "k0", k0_, g); }
+  void check(const GatingConfig& g) const override {
+    check_at_most_k(spec(), "k0", *std::max_element(k0_.begin(), k0_.end()), g);
+  }
 
   void route(const RoutingInput& in, RoutingOutput& out) override {
     route_topk_keep_gates(in, out, gates_);
     const GatingConfig& g = *in.gating;
     const int n = g.n_expert, k = g.n_expert_used;
-    const int k0 = std::min(k0_, k);
+    // One k0 per MoE layer (K0/K1/...; the last holds for later layers): layers differ in
+    // how much a moved choice costs.
+    const int k0 = std::min(k0_[size_t(std::clamp(in.layer, 0, int(k0_.size()) - 1))], k);
     if (k0 >= k || mass_ >= 1.f) return;  // nothing to piggyback: exact top-k
     in_u0_.assign(n, 0);
     for (int t = 0; t < in.n_tokens; ++t) {
@@ -165,7 +174,7 @@ class OeaPolicy final : public RoutingPolicy {
     }
   }
 
-  int k0_;
+  std::vector<int> k0_;  // per MoE layer
   float window_;
   float mass_;  // 0: off
   bool mass_resident_;
@@ -182,15 +191,21 @@ class OeaPolicy final : public RoutingPolicy {
 std::unique_ptr<RoutingPolicy> make_oea_policy(SpecOptions& o) {
   const double mass = o.get_number("mass", 0, 0, 1);
   // With mass=P, k0 is the minimum prefix and defaults to the top-1.
-  const int k0 = o.get_int("k0", mass > 0 ? 1 : 0, 1, 1 << 16);
-  if (k0 == 0) {
+  std::vector<int> k0;
+  for (double v : o.get_number_list("k0", 1, 1 << 16, 1024)) {
+    if (v != std::floor(v)) throw Error("routing spec 'oea': option 'k0' is not an integer");
+    k0.push_back(int(v));
+  }
+  if (k0.empty() && mass > 0) k0.push_back(1);
+  if (k0.empty()) {
     throw Error("routing spec 'oea': needs k0=K0 (experts each token keeps, < k) or mass=P");
   }
   const double w = o.get_number("window", INFINITY, 0, 1e6);
   const bool mass_resident = o.get_bool("mass-resident", false);
   if (mass_resident && mass == 0) throw Error("routing spec 'oea': mass-resident needs mass=P");
   const double rescue = o.get_number("rescue", 0, 0, 1e6);
-  return std::make_unique<OeaPolicy>(k0, float(w), float(mass), mass_resident, float(rescue));
+  return std::make_unique<OeaPolicy>(std::move(k0), float(w), float(mass), mass_resident,
+                                     float(rescue));
 }
 
 }  // namespace lynx::routing

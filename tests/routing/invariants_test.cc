@@ -31,6 +31,7 @@ const std::vector<std::string> kSpecs = {
     "oea:mass=0.7,mass-resident",
     "oea:mass=0.5,mass-resident,rescue=0.02",
     "oea:k0=2,rescue=0.3",
+    "oea:k0=1/3/2",
     "budget:m=1",
     "budget:m=12",
     "ser:kmin=1,t=0.3",

@@ -163,6 +163,27 @@ TEST(PeersHand, OeaRescueReadsAChoiceSeveralTokensShare) {
   EXPECT_EQ(make_routing_policy("oea:rescue=0.5,k0=1")->spec(), "oea:k0=1,rescue=0.5");
 }
 
+// k0 per MoE layer (K0/K1/...; the last holds for later layers): layer 0 routes as k0 = 1,
+// layers 1 and later as k0 = 2.
+TEST(PeersHand, OeaK0PerLayer) {
+  auto at_layer = [](const std::string& spec, int layer) {
+    test::Step s(kZ, 3, GatingConfig{8, 3, GatingFunc::kSoftmax, true, 1.f});
+    RoutingInput in = s.in();
+    in.layer = layer;
+    auto out = s.out();
+    make_routing_policy(spec)->route(in, out);
+    return s.ids;
+  };
+  EXPECT_EQ(at_layer("oea:k0=1/2", 0), run("oea:k0=1").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/2", 1), run("oea:k0=2").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/2", 5), run("oea:k0=2").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/3", 1), run("topk").ids);  // k0 = k: exact
+  EXPECT_EQ(make_routing_policy("oea:k0=1/2")->spec(), "oea:k0=1/2");
+  GatingConfig g{8, 3, GatingFunc::kSoftmax, true, 1.f};
+  EXPECT_THROW(make_routing_policy("oea:k0=1/4", g), Error);  // above k in one layer
+  EXPECT_THROW(make_routing_policy("oea:k0=1/2.5"), Error);
+}
+
 // One token: U0 = {e0} offers too few experts, so the fallback takes t0's next best overall.
 TEST(PeersHand, OeaFallsBackToNextBestOverall) {
   test::Step s = run("oea:k0=1", true, 1);
