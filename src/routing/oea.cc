@@ -15,12 +15,15 @@
 // rest may move. A fixed k0 moves the same number of choices from a token whose router is sure
 // (its later choices carry next to no weight) as from one whose router is not (its 5th choice
 // may carry a sixth of the mass); the mass prefix moves many choices of the first and few of
-// the second, so the reads saved cost less perplexity (docs/offload.md, "Mass-aware oea").
+// the second. Measured on the tier it lands on the front of a fixed k0, not past it
+// (docs/offload.md, "Mass-aware and per-layer oea on the tier"); kept as an option to compare.
 // mass-resident (with mass=P; ours): the token's resident choices, which it keeps anyway (they
 // are in U0), count toward P first, so the prefix adds only the non-resident choices (in exact
 // order) still needed to reach P: a token whose slots hold much of its mass reads less.
 // rescue=L (ours): a dropped choice that several tokens share is read after all when the mass
 // it keeps for them, summed, reaches L times its read cost (see rescue()).
+// k0=K0/K1/... (ours): one k0 per MoE layer. What moved the tier's front: layers differ in what
+// a moved choice costs, so the reads are better spent on the layers that mind most.
 #include <algorithm>
 #include <cmath>
 
