@@ -90,6 +90,100 @@ TEST(PeersHand, OeaWindowKeepsFarChoices) {
   EXPECT_THROW(make_routing_policy("oea:k0=2,window=-1"), Error);
 }
 
+// mass=P (ours): a token keeps the shortest prefix of its exact top-3 (at least k0) whose
+// probability reaches P of the top-3's; shares of the top-3 mass, best first:
+//   t0 0.412 0.338 0.250;  t1 0.472 0.316 0.212;  t2 0.415 0.307 0.278.
+// P = 0.45: t0 keeps e0 e4, t1 keeps e1 alone, t2 keeps e4 e3; U0 = {0, 1, 3, 4}. t0's top-3
+// lies in U0; t1 fills with e0 (0.1) and e3 (0.0) instead of e2 and e5, t2 takes e0 (0.0)
+// instead of e2: 4 experts, between k0 = 1 (3) and k0 = 2 (5).
+TEST(PeersHand, OeaMassKeepsAPrefixByProbability) {
+  test::Step s = run("oea:mass=0.45");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 0, 3, 4, 3, 0}));
+  EXPECT_EQ(distinct(s), 4);
+  expect_weights(s, 0, softmax_over(0, {0, 4, 1}));
+  expect_weights(s, 1, softmax_over(1, {1, 0, 3}));
+  expect_weights(s, 2, softmax_over(2, {4, 3, 0}));
+  // P = 0.4: every top-1 reaches it, as k0 = 1; k0 stays a minimum; P = 1 is exact top-k.
+  EXPECT_EQ(run("oea:mass=0.4").ids, run("oea:k0=1").ids);
+  EXPECT_EQ(run("oea:k0=2,mass=0.45").ids, run("oea:k0=2").ids);
+  EXPECT_EQ(run("oea:mass=1").ids, run("topk").ids);
+  EXPECT_EQ(run("oea:mass=1").weights, run("topk").weights);
+  // Exact tokens keep exact top-k: t1 asks for it and stays e1 e2 e5.
+  test::Step f(kZ, 3, GatingConfig{8, 3, GatingFunc::kSoftmax, true, 1.f});
+  f.flags = {kTokenDecode, kTokenExact, kTokenDecode};
+  auto fout = f.out();
+  make_routing_policy("oea:mass=0.45")->route(f.in(), fout);
+  EXPECT_EQ(std::vector<int32_t>(f.ids.begin() + 3, f.ids.begin() + 6),
+            (std::vector<int32_t>{1, 2, 5}));
+  EXPECT_EQ(make_routing_policy("oea:mass=0.45")->spec(), "oea:k0=1,mass=0.45");
+  EXPECT_THROW(make_routing_policy("oea:mass=1.5"), Error);
+}
+
+// mass-resident: a token's resident choices count toward P first. P = 0.6, e2 resident:
+// without the option t0 keeps e0 e4, t1 e1 e2, t2 e4 e3 (U0 = {0..4}); with it t2's e4 (0.415)
+// and resident e2 (0.278) reach 0.6, so t2 no longer keeps e3 (0.307): U0 = {0, 1, 2, 4},
+// t2 takes e0 (0.0) for e3, and the batch reads 4 experts instead of 5.
+TEST(PeersHand, OeaMassResidentCountsResidentChoicesFirst) {
+  auto with_e2_resident = [](const std::string& spec) {
+    test::Step s(kZ, 3, GatingConfig{8, 3, GatingFunc::kSoftmax, true, 1.f});
+    s.resident = {0, 0, 1, 0, 0, 0, 0, 0};
+    auto out = s.out();
+    make_routing_policy(spec)->route(s.in(), out);
+    return s;
+  };
+  test::Step plain = with_e2_resident("oea:mass=0.6");
+  EXPECT_EQ(plain.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 3, 2}));
+  EXPECT_EQ(distinct(plain), 5);
+  test::Step res = with_e2_resident("oea:mass=0.6,mass-resident");
+  EXPECT_EQ(res.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 2, 0}));
+  EXPECT_EQ(distinct(res), 4);
+  expect_weights(res, 2, softmax_over(2, {4, 2, 0}));
+  // No residency: the same as mass alone; P = 1 stays exact.
+  EXPECT_EQ(run("oea:mass=0.6,mass-resident").ids, run("oea:mass=0.6").ids);
+  EXPECT_EQ(with_e2_resident("oea:mass=1,mass-resident").ids, run("topk").ids);
+  EXPECT_EQ(make_routing_policy("oea:mass-resident,mass=0.6")->spec(),
+            "oea:k0=1,mass=0.6,mass-resident=1");
+  EXPECT_THROW(make_routing_policy("oea:k0=2,mass-resident"), Error);
+}
+
+// rescue=L (ours): k0 = 1 drops e2 for t1 (share 0.316 of its top-3 mass) and t2 (0.278),
+// e3 for t2 (0.307), e5 for t1 (0.212). e2 carries 0.594 of a token's mass in all: at L = 0.5 it
+// joins U0 = {0, 1, 2, 4}, t1 -> {e1, e2, e0}, t2 -> {e4, e2, e0}; at L = 0.3 e3 joins too;
+// at L = 0.6 nothing does. With a read cost of 20 for e2, L = 0.5 needs 10: e2 stays out.
+TEST(PeersHand, OeaRescueReadsAChoiceSeveralTokensShare) {
+  test::Step s = run("oea:k0=1,rescue=0.5");
+  EXPECT_EQ(s.ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 2, 0}));
+  EXPECT_EQ(distinct(s), 4);
+  expect_weights(s, 1, softmax_over(1, {1, 2, 0}));
+  EXPECT_EQ(run("oea:k0=1,rescue=0.3").ids, (std::vector<int32_t>{0, 4, 1, 1, 2, 0, 4, 3, 2}));
+  EXPECT_EQ(run("oea:k0=1,rescue=0.6").ids, run("oea:k0=1").ids);
+  std::vector<float> cost(8, 1.f);
+  cost[2] = 20.f;
+  EXPECT_EQ(run("oea:k0=1,rescue=0.5", true, 3, cost).ids, run("oea:k0=1").ids);
+  EXPECT_EQ(make_routing_policy("oea:rescue=0.5,k0=1")->spec(), "oea:k0=1,rescue=0.5");
+}
+
+// k0 per MoE layer (K0/K1/...; the last holds for later layers): layer 0 routes as k0 = 1,
+// layers 1 and later as k0 = 2.
+TEST(PeersHand, OeaK0PerLayer) {
+  auto at_layer = [](const std::string& spec, int layer) {
+    test::Step s(kZ, 3, GatingConfig{8, 3, GatingFunc::kSoftmax, true, 1.f});
+    RoutingInput in = s.in();
+    in.layer = layer;
+    auto out = s.out();
+    make_routing_policy(spec)->route(in, out);
+    return s.ids;
+  };
+  EXPECT_EQ(at_layer("oea:k0=1/2", 0), run("oea:k0=1").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/2", 1), run("oea:k0=2").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/2", 5), run("oea:k0=2").ids);
+  EXPECT_EQ(at_layer("oea:k0=1/3", 1), run("topk").ids);  // k0 = k: exact
+  EXPECT_EQ(make_routing_policy("oea:k0=1/2")->spec(), "oea:k0=1/2");
+  GatingConfig g{8, 3, GatingFunc::kSoftmax, true, 1.f};
+  EXPECT_THROW(make_routing_policy("oea:k0=1/4", g), Error);  // above k in one layer
+  EXPECT_THROW(make_routing_policy("oea:k0=1/2.5"), Error);
+}
+
 // One token: U0 = {e0} offers too few experts, so the fallback takes t0's next best overall.
 TEST(PeersHand, OeaFallsBackToNextBestOverall) {
   test::Step s = run("oea:k0=1", true, 1);
