@@ -24,9 +24,9 @@ namespace lynx {
 // rows x head vector], so that one KV head's keys are one contiguous block (kv_head_offset).
 // A full-attention layer's buffers reserve the context limit's rows (KvBuffer: address space,
 // backed where written), so a row never moves as the sequence grows; `cap` counts the rows the
-// sequence may have written (doubling as it grows), which is what its memory is counted by. For MLA
-// the key row is one vector of cache_k_dim elements, each token's normed latent and its roped rope
-// part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
+// sequence may have written (doubling as it grows), which is what its memory is counted by.
+// For MLA the key row is one vector of cache_k_dim elements, each token's normed latent and
+// its roped rope part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
 // of `ring` rows instead: position p in row p % ring.
 // A Gated DeltaNet layer (AttnKind::kDeltaNet) has no KV rows but a recurrent state slot:
 // `conv`, the raw q/k/v channels of the last conv_kernel - 1 positions [(K-1) x conv_dim],

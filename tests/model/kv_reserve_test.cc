@@ -74,12 +74,12 @@ Outcome run(const Model& m, int n_ctx, TensorType kv_type) {
   return r;
 }
 
-// The process's resident memory in KiB (VmRSS of /proc/self/status).
-size_t rss_kib() {
+// A field of /proc/self/status in KiB ("VmRSS:" resident memory, "VmSize:" address space).
+size_t status_kib(const std::string& field) {
   std::ifstream f("/proc/self/status");
   std::string key;
   while (f >> key) {
-    if (key == "VmRSS:") {
+    if (key == field) {
       size_t kib = 0;
       f >> kib;
       return kib;
@@ -123,14 +123,14 @@ TEST(KvReserve, ReservationIsNotBacked) {
   co.n_threads = 2;
   co.n_ctx = 1 << 22;
   Context ctx(*m, co);
-  const size_t before = rss_kib();
+  const size_t before = status_kib("VmRSS:");
   for (int s = 0; s < 64; ++s) {
     const int32_t seq = ctx.new_sequence();
     std::vector<BatchToken> b;
     for (int i = 0; i < 8; ++i) b.push_back({int32_t(i + 1), seq, i, kTokenPrefill, i == 7});
     ctx.eval(b);
   }
-  const size_t grown_kib = rss_kib() - before;
+  const size_t grown_kib = status_kib("VmRSS:") - before;
   const ModelConfig& c = m->config();
   const size_t reserved = size_t(co.n_ctx) * c.n_layer * 2 * c.n_head_kv * c.head_dim * 4 * 64;
   std::printf("64 sequences: %zu KiB more resident, %zu GiB reserved\n", grown_kib, reserved >> 30);
@@ -154,17 +154,7 @@ TEST(KvReserve, LimitedAddressSpaceFallsBackToGrowingBuffers) {
     // Room for the model, the threads and small buffers, not for 2^24 positions' rows.
     rlimit lim{};
     getrlimit(RLIMIT_AS, &lim);
-    std::ifstream f("/proc/self/status");
-    std::string key;
-    size_t vm_kib = 0;
-    while (f >> key) {
-      if (key == "VmSize:") {
-        f >> vm_kib;
-        break;
-      }
-      f.ignore(1 << 16, '\n');
-    }
-    lim.rlim_cur = (vm_kib << 10) + (size_t{512} << 20);
+    lim.rlim_cur = (status_kib("VmSize:") << 10) + (size_t{512} << 20);
     if (setrlimit(RLIMIT_AS, &lim) != 0) std::_Exit(3);
     const Outcome got = run(*m, 1 << 24, TensorType::F16);
     std::_Exit(got.logits == expect.logits && got.cache_bytes == expect.cache_bytes ? 0 : 1);

@@ -210,10 +210,9 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
           prompts[size_t(b)].push_back(int32_t(rng() % uint64_t(V)));
       }
     }
-    const auto loop_prompt = [&](int b) { return prompts[size_t(b)]; };
     for (int b = 0; b < B; ++b) {
       LoopSequence ls;
-      ls.prompt = loop_prompt(b);
+      ls.prompt = prompts[size_t(b)];
       // The prompt's logits give the first token, each of the a.gen decode steps the next.
       ls.on_logits = [decoded = -1, gen = a.gen](std::span<const float> logits) mutable {
         return ++decoded == gen ? kEndSequence : argmax(logits);
@@ -228,7 +227,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
       BatchLoop warm(ctx, BatchLoopOptions{a.prompt, false});
       for (int b = 0; b < B; ++b) {
         LoopSequence ls;
-        ls.prompt = loop_prompt(b);
+        ls.prompt = prompts[size_t(b)];
         ls.on_logits = [](std::span<const float>) { return kEndSequence; };
         warm.add(std::move(ls));
       }
