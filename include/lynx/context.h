@@ -88,6 +88,10 @@ struct LayerStepStats {
   int distinct_experts = 0;  // experts the policy activated (weight > 0)
   int distinct_exact = 0;    // experts exact top-k would have activated
   size_t expert_bytes = 0;   // expert weight bytes streamed in this layer
+  // Token-expert assignments the routed experts computed. The policy routes every row of the
+  // step; the last layer computes only the rows that return logits (a prefill chunk's last
+  // token), so there this is below tokens x k, and distinct_experts counts what ran.
+  int64_t assignments = 0;
 };
 
 struct StepStats {

@@ -81,6 +81,26 @@ void add_residual(ThreadPool& pool, StepBuffers& B, int T, int E) {
   });
 }
 
+// Moves rows keep[i] of the matrix m (rows of w) to row i (keep ascending, so a row is read
+// before it is overwritten); nothing when keep is empty.
+template <typename V>
+void compact_rows(V* m, size_t w, std::span<const int> keep) {
+  for (size_t i = 0; i < keep.size(); ++i) {
+    if (size_t(keep[i]) != i) std::memmove(m + i * w, m + size_t(keep[i]) * w, w * sizeof(V));
+  }
+}
+
+// B.x rows keep[i] += B.tmp rows i for the n = keep.size() kept rows; add_residual when keep
+// is empty (n = T).
+void add_rows(ThreadPool& pool, StepBuffers& B, int n, int E, std::span<const int> keep) {
+  if (keep.empty()) return add_residual(pool, B, n, E);
+  for_tokens(pool, n, [&](int i) {
+    float* x = &B.x[size_t(keep[size_t(i)]) * E];
+    const float* y = &B.tmp[size_t(i) * E];
+    for (int j = 0; j < E; ++j) x[j] += y[j];
+  });
+}
+
 void add_bias(const float* b, float* y, int T, int n) {
   if (!b) return;
   for (int t = 0; t < T; ++t) {
@@ -134,14 +154,16 @@ void rope_table(float base, int rd, std::span<const float> ff, const RopeYarn& y
 // The step's tokens grouped by sequence into attention tiles (B.attn_tok / attn_pos hold the
 // batch rows and positions, sequence by sequence in batch order): a sequence with one token
 // is one tile; one with several is cut into tiles of attention_tile_tokens, the latest
-// (longest key range) first so the pool's chunks end on short ones.
-void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers& B) {
-  const int T = int(batch.size());
+// (longest key range) first so the pool's chunks end on short ones. `rows`, when not empty,
+// are the only batch rows that attend (the last layer's rows that return logits).
+void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers& B,
+                       std::span<const int> rows = {}) {
+  const int T = rows.empty() ? int(batch.size()) : int(rows.size());
   B.attn_tok.clear();
   B.attn_pos.clear();
   B.attn_tiles.clear();
   B.attn_order.resize(size_t(T));
-  for (int t = 0; t < T; ++t) B.attn_order[size_t(t)] = t;
+  for (int t = 0; t < T; ++t) B.attn_order[size_t(t)] = rows.empty() ? t : rows[size_t(t)];
   std::stable_sort(B.attn_order.begin(), B.attn_order.end(), [&](int32_t x, int32_t y) {
     return batch[size_t(x)].seq < batch[size_t(y)].seq;
   });
@@ -165,9 +187,12 @@ void group_by_sequence(std::span<const BatchToken> batch, int group, StepBuffers
 // the cache at their positions.
 // The layer's geometry is its own (ModelConfig::layer_head_dim: gemma4's full layers are
 // wider, with fewer K/V heads, a rope of their own and, without attn_v, values that are the
-// K projection).
+// K projection). `keep`, when not empty: only those rows attend and go through the output
+// projection (the last layer's rows that return logits, as in feed_forward); every row's K/V
+// still goes into the cache.
 void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
-               std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs) {
+               std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B, StepObserver& obs,
+               std::span<const int> keep = {}) {
   const int T = int(batch.size());
   const int hd = c.layer_head_dim(il), n_kv = c.layer_n_head_kv(il), H = c.layer_n_head(il);
   const int E = c.n_embd, Q = H * hd, KV = n_kv * hd;
@@ -250,7 +275,7 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   // Jobs per (query tile, KV head), every tile through the blocked kernel: a decode token's
   // tile reads each K/V row once for the group's heads (a per-head dot/axpy loop read it once
   // per head, 0.27x ik_llama.cpp's decode at 8k context; docs/benchmarks.md).
-  group_by_sequence(batch, group, B);
+  group_by_sequence(batch, group, B, keep);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   const auto run_jobs = [&](int64_t b, int64_t e, int tid) {
     std::vector<float>& sc = B.scores[size_t(tid)];
@@ -285,7 +310,8 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   };
   // A prefill's later query tiles see more keys (causal): fine chunks keep the costliest
   // ones from ending the call on one thread.
-  cp.pool.parallel_for(n_tiles * n_kv, run_jobs, 1, kernels::chunks_per_thread_for(T));
+  const int n = keep.empty() ? T : int(keep.size());
+  cp.pool.parallel_for(n_tiles * n_kv, run_jobs, 1, kernels::chunks_per_thread_for(n));
   if (L.wgate.present()) {  // step35: head h's output times sigmoid(W_g xn)[h]
     ensure(B.attn_gate, size_t(T) * H);
     project(cp, L.wgate, xn, B.attn_gate.data(), obs);
@@ -300,16 +326,17 @@ void attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, i
   if (c.attn_q_gate) {
     for (size_t i = 0; i < size_t(T) * Q; ++i) B.attn[i] *= 1.f / (1.f + std::exp(-B.gate[i]));
   }
-  MatIn attn{B.attn.data(), T, Q, &B.xq_mid};
+  compact_rows(B.attn.data(), size_t(Q), keep);
+  MatIn attn{B.attn.data(), n, Q, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
-  add_bias(L.bo, B.tmp.data(), T, E);
+  add_bias(L.bo, B.tmp.data(), n, E);
   if (L.post_attn_norm) {  // gemma's sandwich norm on the block's output
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < n; ++t) {
       float* r = &B.tmp[size_t(t) * E];
       kernels::rmsnorm(r, L.post_attn_norm, r, E, c.rms_eps);
     }
   }
-  add_residual(cp.pool, B, T, E);
+  add_rows(cp.pool, B, n, E, keep);
 }
 
 // Gated DeltaNet block of layer il (qwen3next, qwen35moe; kernels/delta_net.h):
@@ -456,9 +483,11 @@ void project_mat(const Compute& cp, const Weight& w, int64_t i, MatIn& in, float
 // MLA's attention over the latent cache: the absorbed form is attention with one KV head
 // of dims kv_lora + rope whose values are the first kv_lora dims of its keys, which the
 // blocked kernel runs (each latent tile decoded once for kMlaHeads heads). In: B.mla_q
-// [H x T x R] and the rope part of B.q; out: B.mla_o [H x T x R].
+// [H x T x R] and the rope part of B.q; out: B.mla_o [H x T x R]. With `keep` (the last
+// layer's rows that return logits) only those rows attend, and head h's row i of B.mla_o is
+// kept row i's.
 void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<const BatchToken> batch,
-                 KvCache& kv, StepBuffers& B, float scale) {
+                 KvCache& kv, StepBuffers& B, float scale, std::span<const int> keep) {
   constexpr int kMlaHeads = 8;  // heads per job: decode of one sequence still splits
   const int T = int(batch.size()), H = c.n_head;
   const int R = c.kv_lora_rank, nope = c.qk_nope_dim, rd = c.qk_rope_dim;
@@ -473,7 +502,7 @@ void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<cons
     }
   }
   const int chunk = std::min(H, kMlaHeads), n_chunks = (H + chunk - 1) / chunk;
-  group_by_sequence(batch, chunk, B);
+  group_by_sequence(batch, chunk, B, keep);
   const int64_t n_tiles = int64_t(B.attn_tiles.size());
   cp.pool.parallel_for(n_tiles * n_chunks, [&](int64_t b, int64_t e, int tid) {
     for (int64_t job = b; job < e; ++job) {
@@ -498,10 +527,12 @@ void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<cons
       kernels::attention_group(a, B.scores[size_t(tid)]);
     }
   });
+  const int n = keep.empty() ? T : int(keep.size());
   for (int h = 0; h < H; ++h) {
-    for (int t = 0; t < T; ++t) {
-      std::memcpy(&B.mla_o[(size_t(h) * T + size_t(t)) * R],
-                  &B.mla_ocat[(size_t(t) * H + size_t(h)) * R], sizeof(float) * R);
+    for (int i = 0; i < n; ++i) {
+      const size_t t = keep.empty() ? size_t(i) : size_t(keep[size_t(i)]);
+      std::memcpy(&B.mla_o[(size_t(h) * T + size_t(i)) * R], &B.mla_ocat[(t * H + size_t(h)) * R],
+                  sizeof(float) * R);
     }
   }
 }
@@ -515,7 +546,7 @@ void mla_blocked(const Compute& cp, const ModelConfig& c, int il, std::span<cons
 // W_vb,h c (the NumPy reference computes that form).
 void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                    std::span<const BatchToken> batch, KvCache& kv, StepBuffers& B,
-                   StepObserver& obs) {
+                   StepObserver& obs, std::span<const int> keep = {}) {
   const int T = int(batch.size()), E = c.n_embd, H = c.n_head;
   const int R = c.kv_lora_rank, nope = c.qk_nope_dim, rd = c.qk_rope_dim, vd = c.v_head_dim;
   const int hd = nope + rd, Q = H * hd, CK = R + rd;
@@ -576,19 +607,25 @@ void mla_attention(const Compute& cp, const ModelConfig& c, const LayerWeights& 
   }
 
   const float scale = c.yarn.kq_mul / std::sqrt(float(hd));
-  mla_blocked(cp, c, il, batch, kv, B, scale);
-  // The value up-projection per head, into the heads' slots of the output projection's input.
+  mla_blocked(cp, c, il, batch, kv, B, scale, keep);
+  // The value up-projection per head, into the heads' slots of the output projection's input
+  // (the kept rows only, as mla_blocked left them).
+  const int n = keep.empty() ? T : int(keep.size());
   for (int h = 0; h < H; ++h) {
-    MatIn o{&B.mla_o[size_t(h) * T * R], T, R, &B.xq_head};
+    MatIn o{&B.mla_o[size_t(h) * T * R], n, R, &B.xq_head};
     project_mat(cp, L.wv_b, h, o, B.mla_v.data(), obs);
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < n; ++t) {
       std::memcpy(&B.attn[(size_t(t) * H + size_t(h)) * vd], &B.mla_v[size_t(t) * vd],
                   sizeof(float) * vd);
     }
   }
-  MatIn attn{B.attn.data(), T, H * vd, &B.xq_mid};
+  MatIn attn{B.attn.data(), n, H * vd, &B.xq_mid};
   project(cp, L.wo, attn, B.tmp.data(), obs);
-  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  if (keep.empty()) {
+    for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  } else {
+    add_rows(cp.pool, B, n, E, keep);
+  }
 }
 
 // Dense FFN over all T rows of `in`: out = down(act(gate in) * up in), act SiLU (SwiGLU) or
@@ -693,10 +730,18 @@ void moe_dense_ffn(const Compute& cp, const ModelConfig& c, const LayerWeights& 
 }
 
 // Feed-forward block of layer il: B.x += FFN(norm(B.x)), MoE (router, policy, routed
-// experts through the executor, shared expert) or dense.
+// experts through the executor, shared expert) or dense. `keep`, when not empty, lists the
+// rows (ascending) whose result anything reads after this block: the last layer's rows that
+// return logits. Only those run through the experts and the dense and shared FFNs, the other
+// rows of B.x are left as they are. The router and the policy still see every row, so a
+// batch-aware policy chooses what it would for the whole batch, and each kept row computes
+// exactly what it did (every kernel computes a token's row the same way whatever the other
+// rows are). A 512-token prompt then runs one token through the last layer's FFN instead of
+// 512, as llama.cpp and ik_llama.cpp do: a few percent of a deep model's prefill, most of a
+// 2-layer file's FFN work (docs/benchmarks.md).
 void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                   std::span<const BatchToken> batch, const Router& router, ExpertExecutor& experts,
-                  StepBuffers& B, StepObserver& obs) {
+                  StepBuffers& B, StepObserver& obs, std::span<const int> keep = {}) {
   const int T = int(batch.size()), E = c.n_embd;
   if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense) {
     moe_dense_ffn(cp, c, L, il, batch, router, experts, B, obs);
@@ -707,31 +752,40 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
     kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
   });
   MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  const int n = keep.empty() ? T : int(keep.size());
+  auto row = [&](int i) { return keep.empty() ? i : keep[size_t(i)]; };  // B.x row of result i
   if (!c.layer_routed(il)) {
-    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.tmp.data(), B, obs, c.dense_act,
+    compact_rows(B.xn.data(), size_t(E), keep);
+    MatIn xk{B.xn.data(), n, E, &B.xq_in};
+    dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xk, B.tmp.data(), B, obs, c.dense_act,
               c.layer_swiglu_ffn(il));
-    add_residual(cp.pool, B, T, E);
+    add_rows(cp.pool, B, n, E, keep);
     return;
   }
 
   const uint8_t* resident = experts.resident(il);
   const float* cost = experts.cost(il);  // after resident(il): the same snapshot
   route(cp, c, L, il, batch, router, xn, B, obs, resident, cost);
+  const int K = c.n_expert_used;
+  compact_rows(B.xn.data(), size_t(E), keep);
+  compact_rows(B.ids.data(), size_t(K), keep);
+  compact_rows(B.weights.data(), size_t(K), keep);
+  MatIn xk{B.xn.data(), n, E, &B.xq_in};
   obs.experts_begin();
-  B.plan.build(B.ids.data(), B.weights.data(), T, c.n_expert_used, c.n_expert);
-  experts.run(B.plan, xn, il, L, B.tmp.data());
-  add_residual(cp.pool, B, T, E);
+  B.plan.build(B.ids.data(), B.weights.data(), n, K, c.n_expert);
+  experts.run(B.plan, xk, il, L, B.tmp.data());
+  add_rows(cp.pool, B, n, E, keep);
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
 
   if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeShared) {
-    dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xn, B.tmp.data(), B, obs, DenseAct::kSilu,
+    dense_ffn(cp, L.gate_shexp, L.up_shexp, L.down_shexp, xk, B.tmp.data(), B, obs, DenseAct::kSilu,
               c.layer_swiglu_ffn(il));
-    for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < n; ++i) {
       float g = 1.f;
       if (L.shexp_gate) {  // qwen2moe: the shared expert scaled by sigmoid(gate . x)
-        g = 1.f / (1.f + std::exp(-kernels::dot(L.shexp_gate, &B.xn[size_t(t) * E], E)));
+        g = 1.f / (1.f + std::exp(-kernels::dot(L.shexp_gate, &B.xn[size_t(i) * E], E)));
       }
-      kernels::axpy(g, &B.tmp[size_t(t) * E], &B.x[size_t(t) * E], E);
+      kernels::axpy(g, &B.tmp[size_t(i) * E], &B.x[size_t(row(i)) * E], E);
     }
   }
 }
@@ -822,16 +876,29 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
     op.observer.weights_read(emb.row_bytes);
   }
 
+  // The rows the last layer's FFN must finish (feed_forward's `keep`): those that return
+  // logits (at least one: a prompt chunk before the last returns none, and its last row then
+  // keeps the layer's products running as in any step), unless that is every row, or an
+  // activation hook (imatrix) wants every row's inputs to every product.
+  std::vector<int>& keep = B.keep_rows;
+  keep.clear();
+  for (int t = 0; t < T; ++t) {
+    if (batch[size_t(t)].logits) keep.push_back(t);
+  }
+  if (keep.empty() && T > 0) keep.push_back(T - 1);
+  if (int(keep.size()) == T || op.observer.has_activation_hook()) keep.clear();
+
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = op.model.layer(il);
+    const std::span<const int> last = il == c.n_layer - 1 ? keep : std::span<const int>();
     if (c.layer_kinds[size_t(il)].attn == AttnKind::kMla) {
-      mla_attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+      mla_attention(op.compute, c, L, il, batch, op.kv, B, op.observer, last);
     } else if (c.layer_kinds[size_t(il)].attn == AttnKind::kDeltaNet) {
       delta_net(op.compute, c, L, il, batch, op.kv, B, op.observer);
     } else {
-      attention(op.compute, c, L, il, batch, op.kv, B, op.observer);
+      attention(op.compute, c, L, il, batch, op.kv, B, op.observer, last);
     }
-    feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer);
+    feed_forward(op.compute, c, L, il, batch, op.router, op.experts, B, op.observer, last);
     if (L.out_scale) {  // gemma4's layer_scalar: the whole hidden state scaled
       for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] *= L.out_scale[0];
     }

@@ -26,16 +26,15 @@ namespace lynx {
 // backed where written), so a row never moves as the sequence grows; `cap` counts the rows the
 // sequence may have written (doubling as it grows), which is what its memory is counted by.
 // For MLA the key row is one vector of cache_k_dim elements, each token's normed latent and
-// its roped rope part, and there are no values. A sliding-window layer (LayerKind::window > 0) keeps a ring
-// of `ring` rows instead: position p in row p % ring.
-// A Gated DeltaNet layer (AttnKind::kDeltaNet) has no KV rows but a recurrent state slot:
-// `conv`, the raw q/k/v channels of the last conv_kernel - 1 positions [(K-1) x conv_dim],
-// oldest first, and `state`, per value head the head_k x head_v delta-rule matrix. Both hold
-// the sequence after its last position `len - 1` (zeros before the first), so they cannot be
-// cut back to an earlier position, except to a length kept in a StateSnapshot.
-// The K/V buffers take transparent huge pages once cap rows are 4 MiB or more: decode attention
-// reads every row each step, and with 4 KiB pages its TLB misses cost up to 2x
-// (docs/benchmarks.md). Not before, since each head's last 2 MiB page is backed whole.
+// its roped rope part, and there are no values. A sliding-window layer (LayerKind::window > 0)
+// keeps a ring of `ring` rows instead: position p in row p % ring. A Gated DeltaNet layer
+// (AttnKind::kDeltaNet) has no KV rows but a recurrent state slot: `conv`, the raw q/k/v channels
+// of the last conv_kernel - 1 positions [(K-1) x conv_dim], oldest first, and `state`, per value
+// head the head_k x head_v delta-rule matrix. Both hold the sequence after its last position `len -
+// 1` (zeros before the first), so they cannot be cut back to an earlier position, except to a
+// length kept in a StateSnapshot. The K/V buffers take transparent huge pages once cap rows are 4
+// MiB or more: decode attention reads every row each step, and with 4 KiB pages its TLB misses cost
+// up to 2x (docs/benchmarks.md). Not before, since each head's last 2 MiB page is backed whole.
 struct SequenceLayer {
   KvBuffer k, v;
   std::vector<float> conv, state;
@@ -118,6 +117,7 @@ struct StepBuffers {
   ScratchFloats attn_gate;                  // [T x n_head] step35: the attention gate
   // Gated attention (ModelConfig::attn_q_gate): the q projection [T x 2Q], its gates [T x Q].
   ScratchFloats qg, gate;
+  std::vector<int> keep_rows;  // the last layer's rows that return logits (forward)
   // Gated DeltaNet: the q/k/v channels [T x conv_dim] (convolved in place), z [T x V], per
   // value head beta and the decay [T x n_v] (from ssm_ba [T x 2 n_v] or ssm_beta / ssm_alpha),
   // the heads' outputs [T x V].

@@ -59,7 +59,12 @@ void StepObserver::routed(const RoutingInput& in, const RoutingOutput& out) {
 
 void StepObserver::experts_done(int il, const kernels::ExpertPlan& plan, size_t bytes_per_expert) {
   int64_t* tokens_of = &expert_tokens_[size_t(il) * size_t(n_expert_)];
-  for (int e = 0; e < plan.n_expert; ++e) tokens_of[e] += plan.count[size_t(e)];
+  int64_t assignments = 0;
+  for (int e = 0; e < plan.n_expert; ++e) {
+    tokens_of[e] += plan.count[size_t(e)];
+    assignments += plan.count[size_t(e)];
+  }
+  step_.layers[size_t(il)].assignments = assignments;
   const size_t bytes = size_t(plan.n_active()) * bytes_per_expert;
   step_.weight_bytes += bytes;
   step_.expert_bytes += bytes;

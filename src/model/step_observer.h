@@ -41,6 +41,7 @@ class StepObserver {
     if (act_hook_) (*act_hook_)(w, x, n_rows, {});
   }
   void set_activation_hook(const Context::ActivationHook* h) { act_hook_ = h; }
+  bool has_activation_hook() const { return act_hook_ != nullptr; }
 
   // ---- What was recorded ----
   const StepStats& last_step() const { return step_; }

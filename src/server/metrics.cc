@@ -113,6 +113,10 @@ void Metrics::step(const StepStats& st, double seconds, const std::vector<Routin
   }
   weight_bytes_ += double(st.weight_bytes);
   expert_bytes_ += double(st.expert_bytes);
+  if (expert_assignments_.size() < st.layers.size()) expert_assignments_.resize(st.layers.size());
+  for (size_t l = 0; l < st.layers.size(); ++l) {
+    expert_assignments_[l] += double(st.layers[l].assignments);
+  }
   routing_ = routing;
 }
 
@@ -240,6 +244,13 @@ void Metrics::render_routing(std::string& o) const {
            last_.layers[l].distinct_experts);
     sample(o, "lynx_step_distinct_experts", L + ",routing=\"exact\"",
            last_.layers[l].distinct_exact);
+  }
+  header(o, "lynx_expert_assignments_total", "counter",
+         "Token-expert assignments the routed experts computed per MoE layer (the last layer "
+         "computes only the rows that return logits).");
+  for (size_t l = 0; l < expert_assignments_.size(); ++l) {
+    sample(o, "lynx_expert_assignments_total", "layer=\"" + std::to_string(l) + "\"",
+           expert_assignments_[l]);
   }
   struct Field {
     const char* name;

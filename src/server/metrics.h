@@ -70,6 +70,7 @@ class Metrics {
   PrefixCacheStats prefix_;
   StepStats last_;  // last step with decode tokens (per-layer distinct experts)
   std::vector<RoutingStats> routing_;
+  std::vector<double> expert_assignments_;  // per layer, summed over steps (assignments)
 };
 
 }  // namespace lynx::server

@@ -3,7 +3,7 @@
 MODE equal:
   1. A greedy completion from the 2-rank server equals the single-process server's.
   2. /metrics has the per-rank lines (rank="0", rank="1"), and they add up: the ranks' routed
-     assignments sum to the engine's (lynx_routing_assignments_total over the layers), each
+     assignments sum to those the engine computed (lynx_expert_assignments_total), each
      rank streamed expert bytes, the busiest rank's share lies in [1/2, 1].
   3. SIGTERM to rank 0 (the graceful stop) stops every rank: mpirun's exit status 0.
 MODE killed: rank 1 SIGKILLed while a long request is in flight: that request is answered
@@ -154,7 +154,7 @@ def check_metrics(port):
         routed = sum(v for (name, labels), v in m.items()
                      if name == "lynx_ep_rank_routed_tokens_total")
         assignments = sum(v for (name, _), v in m.items()
-                          if name == "lynx_routing_assignments_total")
+                          if name == "lynx_expert_assignments_total")
         if routed == assignments:
             break
         time.sleep(0.1)
@@ -170,7 +170,7 @@ def check_metrics(port):
             fail(f"/metrics: {name} should have rank=\"0\" and rank=\"1\": {per_rank.get(name)}")
     routed = sum(per_rank["lynx_ep_rank_routed_tokens_total"].values())
     assignments = sum(v for (name, _), v in m.items()
-                      if name == "lynx_routing_assignments_total")
+                      if name == "lynx_expert_assignments_total")
     if routed != assignments or routed <= 0:
         fail(f"/metrics: the ranks' routed assignments sum to {routed}, the engine routed "
              f"{assignments}")

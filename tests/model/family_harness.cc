@@ -102,12 +102,35 @@ void expect_goldens_at_every_position(const FamilyFixtures& fx, const std::strin
   expect_goldens_at_every_position(fx, *m, name, tol);
 }
 
+namespace {
+// A prefill that asks for the last position's logits only runs only that row through the last
+// layer's attention and FFN (forward.cc): its logits must be the bits of the same row of
+// `pre`, the prefill that asked for every position's.
+void expect_last_row_alone_equal(const Model& m, const std::vector<int32_t>& toks,
+                                 const ContextOptions& o, const std::vector<float>& pre,
+                                 const std::string& what) {
+  Context ctx(m, o);
+  const int32_t s = ctx.new_sequence();
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    batch.push_back({toks[i], s, int32_t(i), kTokenPrefill, i + 1 == toks.size()});
+  }
+  ctx.eval(batch);
+  ASSERT_EQ(ctx.n_logits(), 1);
+  const size_t V = size_t(m.config().n_vocab);
+  const auto got = ctx.logits(0);
+  ASSERT_TRUE(std::equal(got.begin(), got.end(), pre.end() - std::ptrdiff_t(V)))
+      << what << ": the last position's logits of a prefill that asks for no others";
+}
+}  // namespace
+
 void expect_goldens_at_every_position(const FamilyFixtures& fx, const Model& m,
                                       const std::string& golden_name, double tol) {
   const auto toks = fx.tokens();
   const int V = m.config().n_vocab, n = int(toks.size());
   const auto want = fx.golden(golden_name, size_t(n) * V);
   const auto pre = fx.prefill(m);
+  expect_last_row_alone_equal(m, toks, exact_ctx(), pre, golden_name);
   for (int i = 0; i < n; ++i) {
     EXPECT_LT(
         rel_err(std::span(pre).subspan(size_t(i) * V, size_t(V)), &want[size_t(i) * V], size_t(V)),
@@ -139,6 +162,7 @@ void expect_integer_path_near_goldens(const FamilyFixtures& fx, const std::strin
   ContextOptions o = exact_ctx();
   o.exact_activations = false;
   const auto got = fx.prefill(*m, o);
+  expect_last_row_alone_equal(*m, fx.tokens(), o, got, name + " (integer path)");
   for (int i = 0; i < n; ++i) {
     const float* g = &got[size_t(i) * V];
     const float* w = &want[size_t(i) * V];

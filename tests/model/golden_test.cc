@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -329,6 +330,68 @@ TEST(Golden, LynxAtBatchOneEqualsTopk) {
       std::span<const float> want(fx.exact.logits.data() + p * size_t(fx.n_vocab),
                                   size_t(fx.n_vocab));
       EXPECT_LE(nmse(ctx.logits(0), want), kMaxNmse) << "position " << p;
+    }
+  }
+}
+
+// The last layer's FFN runs only the rows that return logits (forward.cc, feed_forward's
+// `keep`). Two sequences prefill together, once with logits at every position and once at
+// the last position of each only: those logits are the same bits, on every fixture, in both
+// activation modes, with exact top-k and with a batch-aware policy (which still sees every
+// row), and a chunk that returns no logits leaves the sequence as it was.
+TEST(Golden, LastLayerRunsOnlyTheRowsThatReturnLogits) {
+  for (const Fixture& fx : load_fixtures()) {
+    auto model = Model::load(fx.file);
+    const size_t V = size_t(fx.n_vocab), n = fx.tokens.size();
+    for (bool exact : {true, false}) {
+      for (const char* policy : {"topk", "lynx"}) {
+        SCOPED_TRACE(fx.name + ", " + mode_name(exact) + ", " + policy);
+        ContextOptions co = golden_options(2, exact);
+        co.record_trace = false;
+        co.routing = policy;
+        // every_row: logits everywhere; else at each sequence's last token only. With
+        // `split`, the first half of each prompt is a chunk that returns no logits.
+        auto run = [&](bool every_row, bool split) {
+          Context ctx(*model, co);
+          const int32_t s0 = ctx.new_sequence(), s1 = ctx.new_sequence();
+          const size_t from = split ? n / 2 : 0;
+          if (split) {
+            std::vector<BatchToken> chunk;
+            for (size_t i = 0; i < from; ++i) {
+              chunk.push_back({fx.tokens[i], s0, int32_t(i), kTokenPrefill, false});
+              chunk.push_back({fx.tokens[n - 1 - i], s1, int32_t(i), kTokenPrefill, false});
+            }
+            ctx.eval(chunk);
+          }
+          std::vector<BatchToken> batch;
+          for (size_t i = from; i < n; ++i) {
+            batch.push_back({fx.tokens[i], s0, int32_t(i), kTokenPrefill, every_row || i == n - 1});
+          }
+          for (size_t i = from; i < n; ++i) {
+            batch.push_back(
+                {fx.tokens[n - 1 - i], s1, int32_t(i), kTokenPrefill, every_row || i == n - 1});
+          }
+          ctx.eval(batch);
+          std::vector<float> last;  // the two sequences' last-position logits
+          for (int r : {every_row ? int(n - from) - 1 : 0, every_row ? ctx.n_logits() - 1 : 1}) {
+            last.insert(last.end(), ctx.logits(r).begin(), ctx.logits(r).end());
+          }
+          // One decode step more reads the cache the prefill wrote.
+          std::vector<BatchToken> step{{fx.tokens[0], s0, int32_t(n), kTokenDecode, true},
+                                       {fx.tokens[1], s1, int32_t(n), kTokenDecode, true}};
+          ctx.eval(step);
+          for (int r : {0, 1}) last.insert(last.end(), ctx.logits(r).begin(), ctx.logits(r).end());
+          return last;
+        };
+        const std::vector<float> all = run(true, false);
+        ASSERT_EQ(all.size(), 4 * V);
+        for (bool split : {false, true}) {
+          const std::vector<float> kept = run(false, split);
+          ASSERT_EQ(kept.size(), all.size());
+          EXPECT_EQ(std::memcmp(kept.data(), all.data(), all.size() * sizeof(float)), 0)
+              << (split ? "after a chunk without logits" : "one chunk");
+        }
+      }
     }
   }
 }
