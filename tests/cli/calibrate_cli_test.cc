@@ -55,7 +55,10 @@ TEST(CalibrateCli, BadInputExitsTwoWithAMessage) {
       {c + "--budget abc" + o, "--budget"},
       {c + "--budget 0.5% --metric kl" + o, "nats"},
       {c + "--budget 0.5% --metric mse" + o, "--metric"},
-      {c + "--budget 0.5% --policy oea" + o, "no per-layer ladder"},
+      {c + "--budget 0.5% --policy budget" + o, "no per-layer ladder"},
+      {c + "--budget 0.5% --policy oea --ladder 1.5" + o, "whole number"},
+      {c + "--budget 0.5% --policy oea --ladder 2" + o, "below k"},  // the 8x2 model: k = 2
+      {c + "--budget 0.5% --policy oea --options mass=2" + o, "--options"},
       {c + "--budget 0.5% --policy nosuch" + o, "nosuch"},
       {c + "--budget 0.5% --policy subst --options weights=twin" + o, "--options"},
       {c + "--budget 0.5% --policy subst --options lambda=0.1" + o, "--options"},
@@ -99,6 +102,33 @@ TEST(CalibrateCli, WritesASpecTheEngineAccepts) {
                          "--routing 'topk;" +
                          spec + "'");
   EXPECT_EQ(e.code(), 0) << e.out;
+}
+
+// oea: one k0 per MoE layer, each a level of the ladder (k = 2 on this model: 2 exact, 1).
+TEST(CalibrateCli, OeaWritesAK0PerLayer) {
+  const std::string kTmp = tmp_dir();
+  const std::string data = make_data();
+  const std::string out = kTmp + "/fit.txt";
+  std::filesystem::remove(out);
+  const auto r = run_cli("calibrate -m " + kModel + " --data " + data +
+                         " --policy oea --options window=0.7 --budget 5% --batch 2 "
+                         "--max-tokens 24 -t 1 -o " +
+                         out);
+  ASSERT_EQ(r.code(), 0) << r.out;
+  EXPECT_NE(r.out.find("| k0 |"), std::string::npos) << r.out;
+  std::ifstream f(out);
+  std::string spec;
+  ASSERT_TRUE(std::getline(f, spec));
+  ASSERT_EQ(spec.rfind("oea:window=0.7,k0=", 0), 0u) << spec;
+  std::stringstream levels(spec.substr(spec.find("k0=") + 3));
+  std::string level;
+  int n = 0;
+  while (std::getline(levels, level, '/')) {
+    EXPECT_TRUE(level == "1" || level == "2") << spec;
+    ++n;
+  }
+  EXPECT_GE(n, 1) << spec;
+  EXPECT_NO_THROW(make_routing_policy(spec));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // against an accuracy budget and writes the spec (docs/evaluation.md, "Calibration").
 //
 // A policy is calibrated through a ladder of strengths per MoE layer (level 0 = the layer
-// routed exactly). The layers are probed one at a time (that layer at each level, every other
+// routed exactly: cover/subst lambda 0, lynx window 0, oea k0 = k). The layers are probed one at a time (that layer at each level, every other
 // layer exact), all in one `evaluate` call on the validation documents at one batch size, so
 // the probes share the exact baseline. Costs (log perplexity ratio, or KL) and savings
 // (distinct experts) are taken as additive over layers: a greedy raises, one step at a time,
@@ -36,6 +36,9 @@ struct Ladder {
   std::string prefix;          // e.g. "cover:tau=0.5,lambda="
   std::vector<double> values;  // level 0 routes a layer exactly
   bool per_k = false;          // values are for k = 8 and scale as 8 / k (below)
+  // oea: values are k0, the choices a token keeps; level 0 is the model's k (exact), so the
+  // levels are set once the model is loaded (k - 1 down to 1 unless --ladder names them).
+  bool k0 = false;
 };
 
 // `options` (cover, subst: more key=val options of the policy, kept fixed) and `values` (a
@@ -50,11 +53,13 @@ Ladder ladder_for(const std::string& policy, double tau, const std::string& opti
            {0, 0.03, 0.06, 0.1, 0.2, 0.4},
            true};
   } else if (policy == "lynx") {
-    if (!options.empty()) throw UsageError("--options: only for cover and subst");
+    if (!options.empty()) throw UsageError("--options: only for cover, subst and oea");
     lad = {"lynx:alpha=3,window=", {0, 2, 1.33, 1, 0.67, 0.5}};
+  } else if (policy == "oea") {
+    lad = {"oea:" + (options.empty() ? "" : options + ",") + "k0=", {}, false, true};
   } else {
     throw UsageError("--policy: '" + policy +
-                     "' has no per-layer ladder to calibrate (supported: cover, subst, lynx)");
+                     "' has no per-layer ladder to calibrate (supported: cover, subst, lynx, oea)");
   }
   if (!values.empty()) {
     lad.values = {0};
@@ -68,6 +73,9 @@ Ladder ladder_for(const std::string& policy, double tau, const std::string& opti
       if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v) || v <= 0) {
         throw UsageError("--ladder: '" + item + "' is not a positive number");
       }
+      if (lad.k0 && v != std::floor(v)) {
+        throw UsageError("--ladder: '" + item + "' is not a whole number of experts (k0)");
+      }
       if (lad.values.size() == 17) throw UsageError("--ladder: at most 16 levels");
       lad.values.push_back(v);
       pos = slash + 1;
@@ -75,7 +83,7 @@ Ladder ladder_for(const std::string& policy, double tau, const std::string& opti
   }
   // Probe the spec once so that a bad --options fails before the model loads.
   try {
-    make_routing_policy(lad.prefix + "0.1");
+    make_routing_policy(lad.prefix + (lad.k0 ? "1" : "0.1"));
   } catch (const Error& e) {
     throw UsageError(std::string("--options: ") + e.what());
   }
@@ -277,6 +285,7 @@ struct CalibrateArgs {
   int batch = 16;
   double tau = 0.5;
   EvalOptions opts;
+  TierFlags tier;  // an expert tier for the probes (--expert-cache ...), as eval takes it
 };
 
 // What the probes and the fit share.
@@ -307,7 +316,7 @@ std::vector<std::vector<Measure>> print_probes(const CalibrateRun& cr,
   std::printf("Per-layer probes (one layer at the level, the others exact):\n\n");
   std::printf(
       "| layer | %s | PPL change | KL | experts saved/layer |\n|---:|---:|---:|---:|---:|\n",
-      a.policy == "lynx" ? "window" : "lambda");
+      a.policy == "lynx" ? "window" : a.policy == "oea" ? "k0" : "lambda");
   for (size_t l = 0; l < L; ++l) {
     for (size_t j = 1; j < J; ++j) {
       probe[l][j] = measure(rows[1 + l * (J - 1) + (j - 1)], base, kl);
@@ -338,6 +347,11 @@ std::string fit_within_budget(const CalibrateRun& cr,
     std::printf("\nround %d: %s: PPL %+.2f%%, KL %.4f, experts %.2f of %.2f (%+.1f%%)\n", round + 1,
                 spec.c_str(), 100 * (vr[1].ppl / vr[0].ppl - 1), vr[1].kl, vr[1].distinct,
                 vr[1].distinct_exact, -100 * m.saved / std::max(1e-9, vr[1].distinct_exact));
+    if (vr[0].tier_misses > 0) {  // with an expert tier: what the fit does to its reads
+      std::printf("         tier misses per step %.2f of exact's %.2f (%+.1f%%)\n",
+                  vr[1].tier_misses, vr[0].tier_misses,
+                  100 * (vr[1].tier_misses / vr[0].tier_misses - 1));
+    }
     if (m.cost <= budget) break;
     if (round + 1 == kRounds) {
       spec = spec_of(lad, std::vector<int>(L, 0));  // nothing fits: exact
@@ -380,7 +394,7 @@ void run_calibrate(const CalibrateArgs& a) {
   if (stat(a.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     throw UsageError("-o: '" + a.output + "' is not a regular file");
   }
-  auto model = load_model(a.model);
+  auto model = load_model(a.model, true, true, a.tier);
   const ModelConfig& c = model->config();
   if (!c.is_moe()) throw UsageError("-m: '" + a.model + "' has no MoE layers to calibrate");
   // Levels are per layer index as the router sees it (RoutingInput::layer); a model whose
@@ -394,6 +408,22 @@ void run_calibrate(const CalibrateArgs& a) {
   Ladder lad = lad0;
   if (lad.per_k) {
     for (double& v : lad.values) v = v * 8.0 / c.gating.n_expert_used;
+  }
+  if (lad.k0) {  // level 0 keeps all k choices (exact); the others fewer
+    const int k = c.gating.n_expert_used;
+    if (lad.values.empty()) {
+      for (int k0 = k; k0 >= 1; --k0) lad.values.push_back(k0);
+    } else {
+      lad.values[0] = k;
+      for (size_t j = 1; j < lad.values.size(); ++j) {
+        if (lad.values[j] >= k) {
+          throw UsageError("--ladder: k0 " + std::to_string(int(lad.values[j])) +
+                           " keeps every choice of this model's k = " + std::to_string(k) +
+                           " (a level must be below k)");
+        }
+      }
+    }
+    if (lad.values.size() < 2) throw UsageError("-m: k = 1 leaves oea nothing to move");
   }
   auto tok = Tokenizer::from_gguf(model->file());
   const auto docs = read_eval_documents(a.data);
@@ -420,13 +450,14 @@ void add_calibrate_flags(CLI::App* cmd, CalibrateArgs& a) {
                   "with --metric kl")
       ->required();
   cmd->add_option("--policy", a.policy,
-                  "Policy to calibrate: cover or subst (lambda per layer) or lynx "
-                  "(window per layer, alpha 3)");
+                  "Policy to calibrate: cover or subst (lambda per layer), lynx (window per "
+                  "layer, alpha 3) or oea (k0 per layer: the choices a token keeps)");
   cmd->add_option("--options", a.options,
-                  "cover/subst: further options kept fixed, e.g. weights=inherit,growth=0.75");
+                  "cover/subst/oea: further options kept fixed, e.g. weights=inherit,growth=0.75 "
+                  "or window=0.7");
   cmd->add_option("--ladder", a.ladder,
                   "Strength levels to probe per layer, '/'-separated (for k = 8; cover/subst "
-                  "scale them by 8/k)");
+                  "scale them by 8/k; oea: the k0 values, default k - 1 down to 1)");
   cmd->add_option("--tau", a.tau, "cover: confidence mass tau, kept fixed")->check(number_in(0, 1));
   cmd->add_option("--metric", a.metric, "ppl or kl");
   cmd->add_option("--batch", a.batch, "Batch size the policy is fitted at")
@@ -438,6 +469,7 @@ void add_calibrate_flags(CLI::App* cmd, CalibrateArgs& a) {
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("-o,--output", a.output, "Write the spec here (one line); stdout gets the log")
       ->required();
+  add_tier_flags(cmd, &a.tier);
 }
 
 }  // namespace
