@@ -56,6 +56,15 @@ struct ContextOptions {
   // order, within float rounding of the recurrence (docs/models.md). N = 4 is where it starts
   // to pay; end to end it saved ~1.3% of a 512-token qwen3-next prefill (docs/benchmarks.md).
   int delta_rule_chunk_min = 0;
+  // MLA layers (deepseek2 files): 0 (default) attends in the absorbed form everywhere (each
+  // head's query moved into the latent space, keys and values the cached latents: R + rope
+  // dims per key), so every split of a prompt gives the same bits; N > 0 sends a sequence's run
+  // of N or more tokens in one step (a prefill chunk) through keys and values decompressed
+  // from the latents (qk_nope + rope and v dims per head: 3-4x fewer multiply-adds per
+  // (query, key) for a decompression per key), within float rounding of the absorbed form.
+  // It pays from about (qk_nope + v) x R / (R + rope + R - qk_nope - rope - v) tokens (171
+  // for DeepSeek's dims), which -1 takes from the model (docs/benchmarks.md).
+  int mla_decompress_min = 0;
   // Element types of the KV cache (llama.cpp's -ctk / -ctv): F32 (default: today's arithmetic,
   // bit for bit), F16 (half the bytes) or Q8_0 (blocks of 32 values with one fp16 scale, as
   // GGUF's Q8_0: 34 bytes per 32 values, ~0.27x of F32). Each token's keys and values are

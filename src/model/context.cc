@@ -44,6 +44,7 @@ struct Context::Impl {
   // The BF16 fast mode's kernel (ContextOptions::bf16_activations and bf16_kernel); kNone: off.
   kernels::Bf16Kernel bf16;
   int delta_chunk_min;  // ContextOptions::delta_rule_chunk_min
+  int mla_decompress_min;  // ContextOptions::mla_decompress_min, -1 resolved
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;
   Context::RouterOverride router_override;
@@ -299,6 +300,19 @@ int positive_threads(int n) {
   return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
 }
 
+// ContextOptions::mla_decompress_min: -1 becomes the run length from which the decompressed
+// form takes fewer multiply-adds. Per key it costs H (nope + v) R to decompress; per (query,
+// key) it saves H (R + rope + R - nope - rope - v) (scores over R + rope dims and sums over R
+// in the absorbed form, nope + rope and v decompressed): it pays once a key serves more than
+// the quotient of queries. 0 (and models without MLA): never.
+int resolve_mla_decompress_min(const ModelConfig& c, int opt) {
+  if (opt >= 0 || !c.mla()) return std::max(0, opt);
+  const int64_t R = c.kv_lora_rank, nope = c.qk_nope_dim, v = c.v_head_dim;
+  const int64_t saved = 2 * R - nope - v;
+  if (saved <= 0) return 0;
+  return int(std::max<int64_t>(2, ((nope + v) * R + saved - 1) / saved));
+}
+
 // The routed-expert step: the caller's (expert parallelism), else this process's kernels,
 // through the expert tier when the model has one.
 std::unique_ptr<ExpertExecutor> make_executor(const Model& m, const ContextOptions& o,
@@ -320,6 +334,7 @@ Context::Impl::Impl(const Model& m, const ContextOptions& o)
       bf16(o.bf16_activations ? kernels::bf16_kernel_by_name(o.bf16_kernel)
                               : kernels::Bf16Kernel::kNone),
       delta_chunk_min(std::max(0, o.delta_rule_chunk_min)),
+      mla_decompress_min(resolve_mla_decompress_min(m.config(), o.mla_decompress_min)),
       experts(make_executor(m, o, pool, int_acts, bf16)),
       observer(m.config().n_layer, m.config().n_expert, o.record_trace) {
   if (o.n_ctx <= 0) throw Error("context size must be positive");
@@ -452,7 +467,7 @@ void Context::Impl::eval(std::span<const BatchToken> batch) {
   for (const auto& [seq, nc] : need) reserve_cache(sequence(seq), nc.first, nc.second);
   const ForwardOperands op{model,
                            {pool, int_acts, bf16 != kernels::Bf16Kernel::kNone ? &buf.b16 : nullptr,
-                            bf16, delta_chunk_min},
+                            bf16, delta_chunk_min, mla_decompress_min},
                            {*policy, router_override},
                            *experts,
                            kv,

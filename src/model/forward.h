@@ -129,6 +129,10 @@ struct StepBuffers {
   // MLA through the blocked kernel: per token and head the query [q_lat;
   // q_rope] [T x H x (kv_lora + rope)] and the latent output [T x H x kv_lora].
   ScratchFloats mla_qcat, mla_ocat;
+  // The decompressed MLA form: one sequence's latents [P x R] and rope keys [P x rope], per
+  // head its keys [H x P x (nope + rope)] and values [H x P x v], a head's key up-projection
+  // transposed [nope x R] and its product [P x nope].
+  ScratchFloats mla_lat, mla_kr, mla_kd, mla_vd, mla_wkt, mla_kn;
   kernels::QuantizedActs xq_head;
   ScratchFloats sh_gate, sh_up;            // shared expert / dense FFN hidden
   ScratchFloats out_in;                    // normed rows needing logits
@@ -154,6 +158,9 @@ struct Compute {
   // Gated DeltaNet: a sequence's run of at least this many tokens in one step takes the
   // chunked delta rule (ContextOptions::delta_rule_chunk_min); 0: always token by token.
   int delta_chunk_min = 0;
+  // MLA: a sequence's run of at least this many tokens in one step attends through
+  // decompressed keys and values (ContextOptions::mla_decompress_min, resolved); 0: never.
+  int mla_decompress_min = 0;
 };
 
 // How MoE layers choose their experts: the policy and, for benchmarks replaying traces, a

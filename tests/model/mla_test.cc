@@ -5,6 +5,7 @@
 // logits; the latent KV cache's size per token; bad files (and bad YaRN values) named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -81,6 +82,66 @@ TEST(Mla, GoldensAtEveryPositionPrefillDecodeAndBatched) {
     EXPECT_EQ(c.layer_kinds[0].ffn, FfnKind::kDense);  // leading_dense_block_count = 1
     EXPECT_EQ(c.layer_kinds[1].ffn, FfnKind::kMoeShared);
     check_goldens(*m, shape);
+  }
+}
+
+// The decompressed form (ContextOptions::mla_decompress_min: runs of at least 2 tokens here,
+// so the fixtures' prompts take it): the goldens at every position by one prefill and by
+// chunks, each chunk's rows within float rounding of the absorbed form's, over F32, F16 and
+// Q8_0 caches; chunks of any length at or above the minimum give the same bits as one
+// prefill; and a prefill that returns only its last logits gives that row's bits.
+TEST(Mla, DecompressedPrefillMatchesGoldensAndTheAbsorbedForm) {
+  const auto toks = tokens();
+  const int n = int(toks.size());
+  for (const char* shape : kShapes) {
+    auto m = Model::load(kDir + shape + ".gguf");
+    const int V = m->config().n_vocab;
+    const auto want = golden(shape, size_t(n) * V);
+    for (gguf::TensorType cache :
+         {gguf::TensorType::F32, gguf::TensorType::F16, gguf::TensorType::Q8_0}) {
+      SCOPED_TRACE(std::string(shape) + " cache " + gguf::tensor_type_name(cache));
+      // Logits at every position, the prompt fed in chunks of `chunk` tokens.
+      auto run = [&](int min, int chunk, bool all_logits) {
+        ContextOptions o = exact_ctx();
+        o.mla_decompress_min = min;
+        o.cache_type_k = o.cache_type_v = cache;
+        Context ctx(*m, o);
+        const int32_t s = ctx.new_sequence();
+        std::vector<float> out;
+        for (int b = 0; b < n; b += chunk) {
+          std::vector<BatchToken> batch;
+          const int e = std::min(n, b + chunk);
+          for (int i = b; i < e; ++i) {
+            batch.push_back({toks[size_t(i)], s, i, kTokenPrefill, all_logits || i == n - 1});
+          }
+          ctx.eval(batch);
+          for (int r = 0; r < ctx.n_logits(); ++r) {
+            out.insert(out.end(), ctx.logits(r).begin(), ctx.logits(r).end());
+          }
+        }
+        return out;
+      };
+      const auto dec = run(2, n, true), abs = run(0, n, true);
+      ASSERT_EQ(dec.size(), size_t(n) * V);
+      const double tol = cache == gguf::TensorType::F32 ? kTol : 1e-2;  // the cache's rounding
+      bool differs = false;
+      for (int i = 0; i < n; ++i) {
+        const std::span<const float> d(dec.data() + size_t(i) * V, size_t(V));
+        if (cache == gguf::TensorType::F32) {
+          EXPECT_LT(rel_err(d, &want[size_t(i) * V], size_t(V)), tol) << "position " << i;
+        }
+        EXPECT_LT(rel_err(d, &abs[size_t(i) * V], size_t(V)), 1e-5) << "position " << i;
+        differs = differs || !std::equal(d.begin(), d.end(), abs.begin() + size_t(i) * V);
+      }
+      if (n > 2) EXPECT_TRUE(differs) << "the decompressed form did not run";
+      for (int chunk : {2, 3, 5}) {
+        EXPECT_TRUE(std::equal(dec.begin(), dec.end(), run(2, chunk, true).begin()))
+            << "chunks of " << chunk;
+      }
+      const auto last = run(2, n, false);
+      ASSERT_EQ(last.size(), size_t(V));
+      EXPECT_TRUE(std::equal(last.begin(), last.end(), dec.end() - V)) << "last logits only";
+    }
   }
 }
 

@@ -39,6 +39,7 @@ struct Args {
   std::string bw_sizes = "256,1024";  // MiB, the buffers of the peak bandwidth probe
   int prompt = 32, gen = 16, reps = 3, ctx = 0;
   int delta_chunk_min = ContextOptions{}.delta_rule_chunk_min;
+  int mla_decompress_min = ContextOptions{}.mla_decompress_min;
   uint64_t seed = 1;
   double bw_gb = 0;  // 0 = measure
   bool exact_acts = false;
@@ -190,6 +191,7 @@ std::vector<Sample> run_cell(const Model& model, const Args& a,
     co.bf16_activations = a.bf16_acts;
     co.bf16_kernel = a.bf16_kernel;
     co.delta_rule_chunk_min = a.delta_chunk_min;
+    co.mla_decompress_min = a.mla_decompress_min;
     a.cache_types.apply(co);
     strip_row_labels(co.routing, &co);  // --bf16-compare's and --kv-compare's rows
     ep_ids[p] = ep.configure(co);
@@ -640,6 +642,11 @@ void register_bench(CLI::App& app) {
                   "Gated DeltaNet: runs of at least this many tokens of a sequence take the "
                   "chunked delta rule (ContextOptions::delta_rule_chunk_min; 0: token by token)")
       ->check(int_in(0, 1 << 20));
+  cmd->add_option("--mla-decompress-min", a->mla_decompress_min,
+                  "MLA: runs of at least this many tokens of a sequence attend through "
+                  "decompressed keys and values (ContextOptions::mla_decompress_min; 0: the "
+                  "absorbed form everywhere, -1: from the model's dims)")
+      ->check(int_in(-1, 1 << 20));
   cmd->add_option("--prompt-file", a->prompt_file,
                   "Prompts as token ids, one sequence per line (first --prompt ids of each; "
                   "at least the largest --batch lines), instead of random ones");
