@@ -43,7 +43,7 @@ struct Context::Impl {
   bool int_acts;  // !ContextOptions::exact_activations
   // The BF16 fast mode's kernel (ContextOptions::bf16_activations and bf16_kernel); kNone: off.
   kernels::Bf16Kernel bf16;
-  int delta_chunk_min;  // ContextOptions::delta_rule_chunk_min
+  int delta_chunk_min;     // ContextOptions::delta_rule_chunk_min
   int mla_decompress_min;  // ContextOptions::mla_decompress_min, -1 resolved
   std::unique_ptr<RoutingPolicy> policy;
   std::string routing_spec;

@@ -2,14 +2,14 @@
 // against an accuracy budget and writes the spec (docs/evaluation.md, "Calibration").
 //
 // A policy is calibrated through a ladder of strengths per MoE layer (level 0 = the layer
-// routed exactly: cover/subst lambda 0, lynx window 0, oea k0 = k). The layers are probed one at a time (that layer at each level, every other
-// layer exact), all in one `evaluate` call on the validation documents at one batch size, so
-// the probes share the exact baseline. Costs (log perplexity ratio, or KL) and savings
-// (distinct experts) are taken as additive over layers: a greedy raises, one step at a time,
-// the layer whose next level (or any higher one) saves the most experts per unit of cost,
-// while the summed cost stays within the budget. The combination is then measured as a whole;
-// when it exceeds the budget (layers interact), the budget given to the greedy shrinks in
-// proportion and the fit repeats, at most kRounds times.
+// routed exactly: cover/subst lambda 0, lynx window 0, oea k0 = k). The layers are probed one at a
+// time (that layer at each level, every other layer exact), all in one `evaluate` call on the
+// validation documents at one batch size, so the probes share the exact baseline. Costs (log
+// perplexity ratio, or KL) and savings (distinct experts) are taken as additive over layers: a
+// greedy raises, one step at a time, the layer whose next level (or any higher one) saves the most
+// experts per unit of cost, while the summed cost stays within the budget. The combination is then
+// measured as a whole; when it exceeds the budget (layers interact), the budget given to the greedy
+// shrinks in proportion and the fit repeats, at most kRounds times.
 #include <unistd.h>
 
 #include <sys/stat.h>
@@ -316,7 +316,9 @@ std::vector<std::vector<Measure>> print_probes(const CalibrateRun& cr,
   std::printf("Per-layer probes (one layer at the level, the others exact):\n\n");
   std::printf(
       "| layer | %s | PPL change | KL | experts saved/layer |\n|---:|---:|---:|---:|---:|\n",
-      a.policy == "lynx" ? "window" : a.policy == "oea" ? "k0" : "lambda");
+      a.policy == "lynx"  ? "window"
+      : a.policy == "oea" ? "k0"
+                          : "lambda");
   for (size_t l = 0; l < L; ++l) {
     for (size_t j = 1; j < J; ++j) {
       probe[l][j] = measure(rows[1 + l * (J - 1) + (j - 1)], base, kl);
