@@ -126,6 +126,44 @@ void SwiGluT(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// gelu_tanh(g) * u. GELU's tanh form 0.5 g (1 + tanh(z)), z = sqrt(2/pi) (g + 0.044715 g^3),
+// is g * sigmoid(2 z): one exp instead of a tanh, through the same overflow-free sigmoid as
+// SwiGlu (a cube that overflows makes z +-inf, whose sigmoid is exactly 1 or 0).
+HWY_INLINE VF GeGlu(VF g, VF u) {
+  const DF df;
+  const VF one = hn::Set(df, 1.0f);
+  const VF inner = hn::MulAdd(hn::Mul(hn::Set(df, 0.044715f), g), hn::Mul(g, g), g);
+  const VF z2 = hn::Mul(hn::Set(df, 2.0f * 0.7978845608028654f), inner);
+  const VF e = hn::Exp(df, hn::Neg(hn::Abs(z2)));
+  const VF num = hn::IfThenElse(hn::Ge(z2, hn::Zero(df)), one, e);
+  return hn::Mul(hn::Mul(g, hn::Div(num, hn::Add(one, e))), u);
+}
+
+void GeGluT(const float* gate, const float* up, float* out, int64_t n) {
+  const DF df;
+  int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
+    hn::StoreU(GeGlu(hn::LoadU(df, gate + i), hn::LoadU(df, up + i)), df, out + i);
+  }
+  if (i < n) {
+    StoreTail(GeGlu(LoadTail(gate + i, n - i, 0.0f), LoadTail(up + i, n - i, 0.0f)), out + i,
+              n - i);
+  }
+}
+
+// x <- cap tanh(x / cap) with Highway's tanh (4 ULP).
+void SoftCapT(float* x, int64_t n, float cap) {
+  const DF df;
+  const VF vcap = hn::Set(df, cap), inv = hn::Set(df, 1.0f / cap);
+  int64_t i = 0;
+  for (; i + kN <= n; i += kN) {
+    hn::StoreU(hn::Mul(vcap, hn::Tanh(df, hn::Mul(hn::LoadU(df, x + i), inv))), df, x + i);
+  }
+  if (i < n)
+    StoreTail(hn::Mul(vcap, hn::Tanh(df, hn::Mul(LoadTail(x + i, n - i, 0.0f), inv))), x + i,
+              n - i);
+}
+
 void AxpyT(float a, const float* x, float* y, int64_t n) {
   const DF df;
   const VF va = hn::Set(df, a);
@@ -170,6 +208,8 @@ HWY_EXPORT(SumT);
 HWY_EXPORT(RmsNormT);
 HWY_EXPORT(SoftmaxT);
 HWY_EXPORT(SwiGluT);
+HWY_EXPORT(GeGluT);
+HWY_EXPORT(SoftCapT);
 HWY_EXPORT(AxpyT);
 HWY_EXPORT(FmaChainsT);
 
@@ -189,6 +229,12 @@ void softmax_inplace(float* x, int64_t n) {
 }
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SwiGluT)(gate, up, out, n);
+}
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(GeGluT)(gate, up, out, n);
+}
+void softcap(float* x, int64_t n, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftCapT)(x, n, cap);
 }
 void axpy(float a, const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyT)(a, x, y, n);

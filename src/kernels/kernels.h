@@ -252,6 +252,11 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
 // out = silu(gate) * up. out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out = gelu(gate) * up with GELU's tanh form (PyTorch's gelu(approximate="tanh"), ggml_gelu;
+// GeGLU: Gemma's MLP and experts). out may alias gate.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+// x <- cap tanh(x / cap) (Gemma's final_logit_softcapping; cap > 0).
+void softcap(float* x, int64_t n, float cap);
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n);
 
@@ -273,6 +278,8 @@ void matmul_rows(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t 
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void softmax_inplace(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+void softcap(float* x, int64_t n, float cap);
 void axpy(float a, const float* x, float* y, int64_t n);
 void quantize_acts_rows(const float* x, int64_t ldx, int t0, int t1, QuantizedActs& out);
 void matmul_rows_q8(TensorType t, const void* w, int64_t cols, int64_t r0, int64_t r1,

@@ -235,6 +235,20 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// In double, with 0.5 (1 + tanh z) written as 1 / (1 + exp(-2z)) (the same function; the
+// tanh form's 1 + tanh z cancels to 0 where the value is still ~1e-20, z < -19).
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double z = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-2.0 * z)) * up[i]);
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(double(x[i]) / cap));
+}
+
 void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }

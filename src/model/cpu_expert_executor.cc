@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "kernels/matmul_id.h"
-#include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
 #include "model/swiglu_limit.h"
 
@@ -49,7 +48,7 @@ void activate(ExpertAct act, const float* gate, const float* up, float* out, int
   } else if (act == ExpertAct::kSwigluOai) {
     swiglu_oai(gate, up, out, n);
   } else if (act == ExpertAct::kGeglu) {
-    geglu(gate, up, out, n);
+    kernels::geglu(gate, up, out, n);
   } else {
     kernels::swiglu(gate, up, out, n);
   }

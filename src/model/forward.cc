@@ -17,7 +17,6 @@
 #include "model/finite.h"
 #include "model/forward.h"
 #include "model/forward_ops.h"
-#include "model/gemma_ops.h"
 #include "model/gpt_oss_ops.h"
 #include "model/swiglu_limit.h"
 #include "model/weights.h"
@@ -483,13 +482,24 @@ void dense_ffn(const Compute& cp, const Weight& gate, const Weight& up, const We
   ensure(B.sh_up, size_t(T) * F);
   project(cp, gate, in, B.sh_gate.data(), obs);
   project(cp, up, in, B.sh_up.data(), obs);
-  if (act == DenseAct::kGeluTanh) {
-    geglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
-  } else if (limit > 0.f) {
-    swiglu_limited(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F, limit);
-  } else {
-    kernels::swiglu(B.sh_gate.data(), B.sh_up.data(), B.sh_gate.data(), int64_t(T) * F);
-  }
+  // Row blocks across the pool: at prefill T * F is millions of values (Gemma 4's dense
+  // GeGLU: 512 x 2,112 per layer), too many for one thread.
+  float* const g = B.sh_gate.data();
+  const float* const u = B.sh_up.data();
+  cp.pool.parallel_for(
+      T,
+      [&](int64_t t0, int64_t t1, int) {
+        const size_t o = size_t(t0) * size_t(F);
+        const int64_t n = (t1 - t0) * F;
+        if (act == DenseAct::kGeluTanh) {
+          kernels::geglu(g + o, u + o, g + o, n);
+        } else if (limit > 0.f) {
+          swiglu_limited(g + o, u + o, g + o, n, limit);
+        } else {
+          kernels::swiglu(g + o, u + o, g + o, n);
+        }
+      },
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)));
   MatIn hidden{B.sh_gate.data(), T, F, &B.xq_mid};
   project(cp, down, hidden, out, obs);
 }
@@ -524,53 +534,64 @@ void route(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int i
 }
 
 // RMS-norms each of the T rows of y (E wide) in place with weights w.
-void norm_rows(float* y, const float* w, int T, int E, float eps) {
-  for (int t = 0; t < T; ++t) kernels::rmsnorm(&y[size_t(t) * E], w, &y[size_t(t) * E], E, eps);
+void norm_rows(ThreadPool& pool, float* y, const float* w, int T, int E, float eps) {
+  for_tokens(pool, T,
+             [&](int t) { kernels::rmsnorm(&y[size_t(t) * E], w, &y[size_t(t) * E], E, eps); });
 }
 
 // gemma4's FFN block of layer il: the dense GeGLU MLP and the routed experts side by side on
 // the same x, B.x += post_ffw_norm(post_ffw_norm_1(MLP(ffn_norm(x))) +
 // post_ffw_norm_2(experts(pre_ffw_norm_2(x)))), the router reading RMSNorm(x) (no weight)
 // times router_scale / sqrt(E) and each chosen weight (after the policy) times its expert's
-// down_exps_scale.
+// down_exps_scale. `keep` as for feed_forward: the router sees every row, the MLP and the
+// experts run the kept rows only.
 void moe_dense_ffn(const Compute& cp, const ModelConfig& c, const LayerWeights& L, int il,
                    std::span<const BatchToken> batch, const Router& router, ExpertExecutor& experts,
-                   StepBuffers& B, StepObserver& obs) {
+                   StepBuffers& B, StepObserver& obs, std::span<const int> keep) {
   const int T = int(batch.size()), E = c.n_embd, K = c.n_expert_used;
-  for (int t = 0; t < T; ++t) {
-    kernels::rmsnorm(&B.x[size_t(t) * E], L.ffn_norm, &B.xn[size_t(t) * E], E, c.rms_eps);
-  }
-  MatIn xn{B.xn.data(), T, E, &B.xq_in};
+  const int n = keep.empty() ? T : int(keep.size());
+  auto row = [&](int i) { return keep.empty() ? i : keep[size_t(i)]; };  // B.x row of result i
+  for_tokens(cp.pool, n, [&](int i) {
+    kernels::rmsnorm(&B.x[size_t(row(i)) * E], L.ffn_norm, &B.xn[size_t(i) * E], E, c.rms_eps);
+  });
+  MatIn xn{B.xn.data(), n, E, &B.xq_in};
   dense_ffn(cp, L.ffn_gate, L.ffn_up, L.ffn_down, xn, B.ffn_out.data(), B, obs, c.dense_act);
-  norm_rows(B.ffn_out.data(), L.post_ffw_norm_1, T, E, c.rms_eps);
+  norm_rows(cp.pool, B.ffn_out.data(), L.post_ffw_norm_1, n, E, c.rms_eps);
 
   const float root = 1.f / std::sqrt(float(E));
-  for (int t = 0; t < T; ++t) {
+  for_tokens(cp.pool, T, [&](int t) {
     float* r = &B.xn[size_t(t) * E];
     kernels::rmsnorm(&B.x[size_t(t) * E], nullptr, r, E, c.rms_eps);
     if (L.router_scale) {
       for (int i = 0; i < E; ++i) r[i] = r[i] * L.router_scale[i] * root;
     }
-  }
+  });
   MatIn xr{B.xn.data(), T, E, &B.xq_in};
   const uint8_t* resident = experts.resident(il);
   const float* cost = experts.cost(il);  // after resident(il): the same snapshot
   route(cp, c, L, il, batch, router, xr, B, obs, resident, cost);
+  compact_rows(B.ids.data(), size_t(K), keep);
+  compact_rows(B.weights.data(), size_t(K), keep);
   if (L.down_exps_scale) {
-    for (size_t i = 0; i < size_t(T) * K; ++i) B.weights[i] *= L.down_exps_scale[B.ids[i]];
+    for (size_t i = 0; i < size_t(n) * K; ++i) B.weights[i] *= L.down_exps_scale[B.ids[i]];
   }
-  for (int t = 0; t < T; ++t) {
-    kernels::rmsnorm(&B.x[size_t(t) * E], L.pre_ffw_norm_2, &B.xn[size_t(t) * E], E, c.rms_eps);
-  }
-  MatIn xe{B.xn.data(), T, E, &B.xq_in};
+  for_tokens(cp.pool, n, [&](int i) {
+    kernels::rmsnorm(&B.x[size_t(row(i)) * E], L.pre_ffw_norm_2, &B.xn[size_t(i) * E], E,
+                     c.rms_eps);
+  });
+  MatIn xe{B.xn.data(), n, E, &B.xq_in};
   obs.experts_begin();
-  B.plan.build(B.ids.data(), B.weights.data(), T, K, c.n_expert);
+  B.plan.build(B.ids.data(), B.weights.data(), n, K, c.n_expert);
   experts.run(B.plan, xe, il, L, B.tmp.data());
   obs.experts_done(il, B.plan, L.gate_exps.mat_bytes + L.up_exps.mat_bytes + L.down_exps.mat_bytes);
-  norm_rows(B.tmp.data(), L.post_ffw_norm_2, T, E, c.rms_eps);
-  for (size_t i = 0; i < size_t(T) * E; ++i) B.tmp[i] += B.ffn_out[i];
-  norm_rows(B.tmp.data(), L.post_ffw_norm, T, E, c.rms_eps);
-  for (size_t i = 0; i < size_t(T) * E; ++i) B.x[i] += B.tmp[i];
+  for_tokens(cp.pool, n, [&](int i) {
+    float* y = &B.tmp[size_t(i) * E];
+    kernels::rmsnorm(y, L.post_ffw_norm_2, y, E, c.rms_eps);
+    const float* d = &B.ffn_out[size_t(i) * E];
+    for (int j = 0; j < E; ++j) y[j] += d[j];
+    kernels::rmsnorm(y, L.post_ffw_norm, y, E, c.rms_eps);
+  });
+  add_rows(cp.pool, B, n, E, keep);
 }
 
 // Feed-forward block of layer il: B.x += FFN(norm(B.x)), MoE (router, policy, routed
@@ -588,7 +609,7 @@ void feed_forward(const Compute& cp, const ModelConfig& c, const LayerWeights& L
                   StepBuffers& B, StepObserver& obs, std::span<const int> keep = {}) {
   const int T = int(batch.size()), E = c.n_embd;
   if (c.layer_kinds[size_t(il)].ffn == FfnKind::kMoeDense) {
-    moe_dense_ffn(cp, c, L, il, batch, router, experts, B, obs);
+    moe_dense_ffn(cp, c, L, il, batch, router, experts, B, obs, keep);
     return;
   }
 
@@ -688,7 +709,16 @@ void output_logits(const Compute& cp, const Model& model, std::span<const BatchT
   ensure(out.values, size_t(out.n) * c.n_vocab);
   MatIn out_in{B.out_in.data(), out.n, E, &B.xq_in};
   project(cp, model.output(), out_in, out.values.data(), obs);
-  if (c.final_softcap > 0) softcap(out.values.data(), int64_t(out.n) * c.n_vocab, c.final_softcap);
+  if (c.final_softcap > 0) {
+    // A row of Gemma's 262,144 logits per token: B rows per decode step, split across the pool.
+    const int64_t V = c.n_vocab;
+    cp.pool.parallel_for(
+        int64_t(out.n) * V,
+        [&](int64_t i0, int64_t i1, int) {
+          kernels::softcap(out.values.data() + i0, i1 - i0, c.final_softcap);
+        },
+        16384);
+  }
   check_finite_rows(
       out.values.data(), out.n, size_t(c.n_vocab), batch,
       [&](int r) { return B.out_rows[size_t(r)]; }, "output logits");

@@ -146,6 +146,40 @@ TEST(Ops, SwigluMatchesReferenceIncludingLargeInputs) {
   });
 }
 
+// GeGLU against the twin in double: only rounding separates them, also where the cube
+// overflows and where the value is ~1e-20 (tests/model/gemma4_test.cc checks the tanh form
+// by hand).
+TEST(Ops, GegluMatchesReferenceIncludingLargeInputs) {
+  for_each_target([] {
+    for (int64_t n : kSizes) {
+      auto g = random_floats(n, 16 + n, 4.0f);
+      const auto u = random_floats(n, 17 + n);
+      if (n > 5) {
+        g[0] = 100.0f;
+        g[1] = -100.0f;  // sigmoid(2z) underflows to 0
+        g[2] = 0.0f;
+        g[3] = 1e20f;  // g^3 overflows
+        g[4] = -1e20f;
+        g[5] = -5.0f;  // sigmoid ~ 5e-8: relative accuracy where the value is tiny
+      }
+      Vec gv(g, 1), uv(u, 0);
+      std::vector<float> out(n), want(n);
+      geglu(gv.data(), uv.data(), out.data(), n);
+      ref::geglu(g.data(), u.data(), want.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isfinite(out[i])) << i;
+        // exp(-2|z|) carries the float rounding of z itself: relative error ~|2z| ulp.
+        const double z2 = std::min(
+            100.0, std::abs(1.5957691216057308 * (g[i] + 0.044715 * double(g[i]) * g[i] * g[i])));
+        const double tol = (3e-6 + 2e-7 * z2) * std::abs(want[i]) + 1e-30;
+        ASSERT_NEAR(out[i], want[i], tol) << n << " " << i;
+      }
+      geglu(gv.data(), uv.data(), gv.data(), n);  // out aliases gate
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(gv.data()[i], out[i]);
+    }
+  });
+}
+
 TEST(Ops, AxpyMatchesReference) {
   for_each_target([] {
     for (int64_t n : kSizes) {
