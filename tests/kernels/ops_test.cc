@@ -180,6 +180,30 @@ TEST(Ops, GegluMatchesReferenceIncludingLargeInputs) {
   });
 }
 
+// cap tanh(x / cap) against the twin in double: Highway's tanh is within 4 ulp.
+TEST(Ops, SoftCapMatchesReference) {
+  for_each_target([] {
+    for (int64_t n : kSizes) {
+      auto x = random_floats(n, 18 + n, 60.0f);
+      if (n > 3) {
+        x[0] = 1e30f;  // saturates at cap
+        x[1] = -1e30f;
+        x[2] = 0.0f;
+        x[3] = 1e-3f;  // ~x itself
+      }
+      std::vector<float> want = x;
+      Vec v(x, 0);
+      v.data()[n] = 42.0f;
+      softcap(v.data(), n, 30.0f);
+      ref::softcap(want.data(), n, 30.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(v.data()[i], want[i], 6e-7f * std::abs(want[i]) + 1e-30f) << n << " " << i;
+      }
+      EXPECT_EQ(v.data()[n], 42.0f) << "wrote past the end";
+    }
+  });
+}
+
 TEST(Ops, AxpyMatchesReference) {
   for_each_target([] {
     for (int64_t n : kSizes) {
