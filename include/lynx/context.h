@@ -180,6 +180,9 @@ class Context {
   // Routing policy: replaced between steps (the server may run several policies' specs).
   void set_routing(const std::string& spec);
   const std::string& routing() const;
+  // ContextOptions::mla_decompress_min as this context runs it: -1 resolved from the model's
+  // dims, 0 when off or the model has no MLA layers.
+  int mla_decompress_min() const;
 
   const StepStats& last_step() const;
   // Cumulative routing statistics per MoE layer since the last reset.

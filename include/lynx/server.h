@@ -38,6 +38,7 @@ struct ServerOptions {
   int max_queue = 64;              // requests waiting for a slot before 429
   int n_threads = 0;               // compute threads of the engine (0 = all cores)
   bool exact_activations = false;  // F32 activations for quantized types too (ContextOptions)
+  int mla_decompress_min = 0;      // ContextOptions::mla_decompress_min
   // KV cache element types (ContextOptions::cache_type_k / _v: F32, F16, Q8_0).
   gguf::TensorType cache_type_k = gguf::TensorType::F32;
   gguf::TensorType cache_type_v = gguf::TensorType::F32;

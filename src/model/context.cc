@@ -220,6 +220,9 @@ void Context::set_routing(const std::string& spec) {
 const std::string& Context::routing() const {
   return impl_->routing_spec;
 }
+int Context::mla_decompress_min() const {
+  return impl_->model.config().mla() ? impl_->mla_decompress_min : 0;
+}
 const StepStats& Context::last_step() const {
   return impl_->observer.last_step();
 }

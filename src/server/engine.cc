@@ -46,6 +46,7 @@ ContextOptions context_options(const ServerOptions& o, const RoutingControl& rc)
   ContextOptions c;
   c.n_threads = o.n_threads;
   c.exact_activations = o.exact_activations;
+  c.mla_decompress_min = o.mla_decompress_min;
   c.cache_type_k = o.cache_type_k;
   c.cache_type_v = o.cache_type_v;
   c.n_ctx = o.n_ctx;

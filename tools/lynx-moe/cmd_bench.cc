@@ -642,11 +642,7 @@ void register_bench(CLI::App& app) {
                   "Gated DeltaNet: runs of at least this many tokens of a sequence take the "
                   "chunked delta rule (ContextOptions::delta_rule_chunk_min; 0: token by token)")
       ->check(int_in(0, 1 << 20));
-  cmd->add_option("--mla-decompress-min", a->mla_decompress_min,
-                  "MLA: runs of at least this many tokens of a sequence attend through "
-                  "decompressed keys and values (ContextOptions::mla_decompress_min; 0: the "
-                  "absorbed form everywhere, -1: from the model's dims)")
-      ->check(int_in(-1, 1 << 20));
+  add_mla_decompress_flag(cmd, &a->mla_decompress_min);
   cmd->add_option("--prompt-file", a->prompt_file,
                   "Prompts as token ids, one sequence per line (first --prompt ids of each; "
                   "at least the largest --batch lines), instead of random ones");

@@ -22,6 +22,7 @@ namespace {
 struct Args {
   std::string model, prompt, prompts_file, routing = "topk", record_trace;
   int n_predict = 32, parallel = 1, threads = 0, ctx = 2048, top_k = 0;
+  int mla_decompress_min = 0;  // ContextOptions::mla_decompress_min
   uint64_t seed = 1;
   float temp = 0.f, top_p = 1.f, min_p = 0.f, typical_p = 1.f;
   float presence_penalty = 0.f, frequency_penalty = 0.f, repeat_penalty = 1.f;
@@ -47,6 +48,7 @@ struct PolicyRun {
   RoutingStats total;
   std::string first_error;  // of a request the scheduler failed (non-finite values, ...)
   int failed = 0;
+  int mla_decompress_min = 0;  // as the context ran it (Context::mla_decompress_min)
 };
 
 PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
@@ -59,6 +61,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   co.routing = spec;
   co.record_trace = trace != nullptr;
   co.exact_activations = a.exact_acts;
+  co.mla_decompress_min = a.mla_decompress_min;
   co.bf16_activations = a.bf16_acts;
   co.bf16_kernel = a.bf16_kernel;
   a.cache_types.apply(co);
@@ -68,6 +71,7 @@ PolicyRun run_policy(const Args& a, const Model& model, const Tokenizer& tok,
   Scheduler sched(ctx, so);
   PolicyRun run;
   run.spec = spec;
+  run.mla_decompress_min = ctx.mla_decompress_min();
   run.texts.resize(prompts.size());
   std::vector<std::unique_ptr<StreamDecoder>> dec;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -264,6 +268,10 @@ void run_generate(Args& a, ExpertParallel& ep) {
       std::fprintf(stderr, "wrote routing trace %s\n", a.record_trace.c_str());
     }
     const PolicyRun& r = runs.back();
+    if (runs.size() == 1 && r.mla_decompress_min > 0) {
+      std::printf("MLA prefill: runs of %d or more tokens attend in the decompressed form\n",
+                  r.mla_decompress_min);
+    }
     if (!a.quiet) {
       std::printf("\n=== routing %s ===\n", spec.c_str());
       for (size_t i = 0; i < prompts.size(); ++i) {
@@ -320,6 +328,7 @@ void add_generate_flags(CLI::App* cmd, Args& a) {
   cmd->add_flag("--ignore-eos", a.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("-q,--quiet", a.quiet, "Print only the summary lines");
   add_exact_acts_flag(cmd, &a.exact_acts);
+  add_mla_decompress_flag(cmd, &a.mla_decompress_min);
   add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
   add_cache_type_flags(cmd, &a.cache_types);
   add_ep_flags(cmd, &a.ep);

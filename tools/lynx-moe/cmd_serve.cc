@@ -103,6 +103,7 @@ void follow_steps(const ServerOptions& o, ExpertParallel& ep) {
   ContextOptions co;
   co.n_threads = o.n_threads;
   co.exact_activations = o.exact_activations;
+  co.mla_decompress_min = o.mla_decompress_min;
   co.cache_type_k = o.cache_type_k;
   co.cache_type_v = o.cache_type_v;
   co.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::max(2, model->config().n_ctx_train);
@@ -179,6 +180,7 @@ void add_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--api-key-file", a.key_file, "Read the API key from the first line of FILE");
   cmd->add_option("-t,--threads", a.o.n_threads, "Compute threads (default: all cores)");
   add_exact_acts_flag(cmd, &a.o.exact_activations);
+  add_mla_decompress_flag(cmd, &a.o.mla_decompress_min);
   add_bf16_acts_flag(cmd, &a.bf16_acts, &a.bf16_kernel);
   add_cache_type_flags(cmd, &a.cache_types);
   cmd->add_option("--http-threads", a.o.http_threads,

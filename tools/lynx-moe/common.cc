@@ -144,6 +144,17 @@ void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations) {
                 "weights then stay in the file's layout (not repacked for the integer kernels)");
 }
 
+void add_mla_decompress_flag(CLI::App* cmd, int* mla_decompress_min) {
+  cmd->add_option("--mla-decompress-min", *mla_decompress_min,
+                  "MLA models (deepseek2 files): a sequence's run of at least N tokens in one "
+                  "step (a prompt chunk) attends through keys and values decompressed from the "
+                  "latents, faster for long prompts; -1: N from the model's dims (171 for "
+                  "DeepSeek's), 0 (default): the absorbed form everywhere. Within float rounding "
+                  "of the absorbed form, not its bits: a prompt split differently (a prefix-cache "
+                  "hit, a shorter last chunk) may then differ in the last bits")
+      ->check(int_in(-1, 1 << 20));
+}
+
 void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16_kernel) {
   cmd->add_flag("--bf16-acts", *bf16_activations,
                 "Fast mode for BF16/F16 weights: round their activations to BF16 and use BF16 "

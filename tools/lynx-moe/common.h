@@ -54,6 +54,9 @@ std::string read_text_file(const std::string& path, const std::string& flag);
 
 // Adds --exact-acts (ContextOptions::exact_activations) to a command that creates a Context.
 void add_exact_acts_flag(CLI::App* cmd, bool* exact_activations);
+// Adds --mla-decompress-min (ContextOptions::mla_decompress_min) to a command that creates a
+// Context.
+void add_mla_decompress_flag(CLI::App* cmd, int* mla_decompress_min);
 // Adds --bf16-acts (ContextOptions::bf16_activations, the BF16 fast mode of BF16/F16 weights)
 // and --bf16-kernel (ContextOptions::bf16_kernel, checked against this CPU).
 void add_bf16_acts_flag(CLI::App* cmd, bool* bf16_activations, std::string* bf16_kernel);
