@@ -738,12 +738,19 @@ void forward(const ForwardOperands& op, std::span<const BatchToken> batch) {
   if (c.alt.n_rot > 0) {
     rope_table(c.alt.rope_base, c.alt.n_rot, c.alt.freq_factors, RopeYarn{}, batch, B.rope_cs_alt);
   }
-  // Embedding rows (only the rows of the batch's tokens are read; token_embd is never
-  // repacked, so its rows are where the file has them).
+  // Embedding rows (only the rows of the batch's tokens are read). An embedding tied to the
+  // output is packed for the output's product (Model::pack_weights), so a row is gathered
+  // from its group first.
   const Weight& emb = op.model.token_embd();
   for (int t = 0; t < T; ++t) {
-    kernels::dequantize_row(emb.type, emb.data + size_t(batch[size_t(t)].token) * emb.row_bytes,
-                            &B.x[size_t(t) * E], E);
+    const int64_t tok = batch[size_t(t)].token;
+    const uint8_t* row = emb.data + size_t(tok) * emb.row_bytes;
+    if (emb.layout != kernels::WeightLayout::kRows) {
+      B.embd_row.resize(emb.row_bytes);
+      kernels::read_row(emb.type, emb.layout, emb.data, emb.cols, tok, B.embd_row.data());
+      row = B.embd_row.data();
+    }
+    kernels::dequantize_row(emb.type, row, &B.x[size_t(t) * E], E);
     if (c.embd_scale > 0) {  // gemma: embeddings times sqrt(n_embd)
       for (int i = 0; i < E; ++i) B.x[size_t(t) * E + i] *= c.embd_scale;
     }

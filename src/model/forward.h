@@ -117,7 +117,8 @@ struct StepBuffers {
   ScratchFloats attn_gate;                  // [T x n_head] step35: the attention gate
   // Gated attention (ModelConfig::attn_q_gate): the q projection [T x 2Q], its gates [T x Q].
   ScratchFloats qg, gate;
-  std::vector<int> keep_rows;  // the last layer's rows that return logits (forward)
+  std::vector<int> keep_rows;     // the last layer's rows that return logits (forward)
+  std::vector<uint8_t> embd_row;  // one embedding row gathered from a packed layout
   // Gated DeltaNet: the q/k/v channels [T x conv_dim] (convolved in place), z [T x V], per
   // value head beta and the decay [T x n_v] (from ssm_ba [T x 2 n_v] or ssm_beta / ssm_alpha),
   // the heads' outputs [T x V].

@@ -465,8 +465,9 @@ void Model::split_fused_experts() {
 
 // Stage 3: the matrices that only matmuls read in the layouts the kernels prefer (not MLA's
 // per-head wk_b / wv_b, which may be F32 copies owned by the model rather than file pages)
-// (kernels/weight_pack.h). token_embd is read by rows (embedding lookup), so it and an output
-// tied to it keep the file's layout.
+// (kernels/weight_pack.h). token_embd alone is only read by rows (embedding lookup) and keeps
+// the file's layout; tied to the output it is packed too, as the output's product reads all of
+// it every step and the lookup reads its rows in any layout (kernels::read_row).
 void Model::pack_weights(const LoadOptions& opts) {
   std::vector<Weight*> weights;
   for (LayerWeights& l : w_->layers) {
@@ -480,7 +481,8 @@ void Model::pack_weights(const LoadOptions& opts) {
       }
     }
   }
-  if (w_->output.data != w_->token_embd.data) weights.push_back(&w_->output);
+  const bool tied = w_->output.data == w_->token_embd.data;
+  weights.push_back(tied ? &w_->token_embd : &w_->output);
   std::vector<kernels::MatrixRef> refs;
   refs.reserve(weights.size());
   for (const Weight* w : weights) refs.push_back(matrix_ref(*w));
@@ -508,6 +510,7 @@ void Model::pack_weights(const LoadOptions& opts) {
     weights[i]->data = refs[i].data;
     weights[i]->layout = refs[i].layout;
   }
+  if (tied) w_->output = w_->token_embd;
 }
 
 }  // namespace lynx

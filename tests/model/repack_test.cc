@@ -81,18 +81,27 @@ TEST(ModelRepack, InterleavesMatmulWeightsOnlyAndLeavesTheFileAlone) {
     EXPECT_EQ(lp.wq.layout, WeightLayout::kInterleaved16);
     EXPECT_EQ(lp.wo.layout, WeightLayout::kInterleaved16);
     EXPECT_EQ(lr.wq.layout, WeightLayout::kRows);
-    EXPECT_EQ(packed->token_embd().layout, WeightLayout::kRows);
-    EXPECT_EQ(packed->output().layout,
-              packed->config().tied_output ? WeightLayout::kRows : WeightLayout::kInterleaved16);
+    // An embedding tied to the output is packed with it (the output's product reads all of
+    // it every step); alone it is only looked up by rows and stays in the file's layout.
+    const bool tied = packed->config().tied_output;
+    EXPECT_EQ(packed->token_embd().layout,
+              tied ? WeightLayout::kInterleaved16 : WeightLayout::kRows);
+    EXPECT_EQ(packed->output().layout, WeightLayout::kInterleaved16);
+    EXPECT_EQ(packed->output().data, tied ? packed->token_embd().data : packed->output().data);
     if (packed->config().is_moe()) {
       EXPECT_EQ(lp.down_exps.layout, WeightLayout::kInterleaved16);
       EXPECT_NE(std::memcmp(lp.down_exps.data, lr.down_exps.data, lp.down_exps.mat_bytes), 0);
     }
     // Same size, other bytes; the row lookups of token_embd see the file's rows.
     EXPECT_NE(std::memcmp(lp.wq.data, lr.wq.data, lp.wq.mat_bytes), 0);
-    EXPECT_EQ(std::memcmp(packed->token_embd().data, plain->token_embd().data,
-                          packed->token_embd().mat_bytes),
-              0);
+    const Weight& ep = packed->token_embd();
+    std::vector<uint8_t> erow(ep.row_bytes);
+    for (int64_t r = 0; r < ep.rows; ++r) {
+      kernels::read_row(ep.type, ep.layout, ep.data, ep.cols, r, erow.data());
+      ASSERT_EQ(std::memcmp(erow.data(), plain->token_embd().data + r * ep.row_bytes, erow.size()),
+                0)
+          << r;
+    }
     // The repacked copy is the model's own; the file (the model's mapping of it, and a fresh
     // map) still has the rows.
     const gguf::TensorInfo& q = packed->file().tensor("blk.0.attn_q.weight");
@@ -146,9 +155,9 @@ TEST(ModelPanels, PanelsMatmulWeightsOnly) {
     const LayerWeights& lr = plain->layer(0);
     EXPECT_EQ(lp.wq.layout, WeightLayout::kPanel16);
     EXPECT_EQ(lr.wq.layout, WeightLayout::kRows);
-    EXPECT_EQ(packed->token_embd().layout, WeightLayout::kRows);
-    EXPECT_EQ(packed->output().layout,
-              packed->config().tied_output ? WeightLayout::kRows : WeightLayout::kPanel16);
+    const bool tied = packed->config().tied_output;
+    EXPECT_EQ(packed->token_embd().layout, tied ? WeightLayout::kPanel16 : WeightLayout::kRows);
+    EXPECT_EQ(packed->output().layout, WeightLayout::kPanel16);
     if (packed->config().is_moe()) {
       EXPECT_EQ(lp.gate_exps.layout, WeightLayout::kPanel16);
       // Routers of fewer than 16 experts (or not a multiple) stay rows.
