@@ -45,16 +45,16 @@ LYNX_TARGET_DPBF16 inline __m512i pair_index() {
   return _mm512_load_si512(idx);
 }
 
-// The 16 pairs (row n: columns c and c + 1) of the panel line at `line`, as BF16.
-template <bool F16>
-LYNX_TARGET_DPBF16 inline __m512i load_pairs(const uint8_t* line, int64_t c, int64_t cols,
-                                             const __m512i idx) {
+// The 16 pairs (row n: columns c and c + 1) of the panel line at `line`, as BF16; kLast: only
+// column c is left (an odd column count), so only its half of the line is read.
+template <bool F16, bool kLast>
+LYNX_TARGET_DPBF16 inline __m512i load_pairs(const uint8_t* line, const __m512i idx) {
   __m512i v;
-  if (c + 2 <= cols) {
+  if constexpr (!kLast) {
     _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
     v = _mm512_loadu_si512(line);
   } else {
-    v = _mm512_maskz_loadu_epi16(0xFFFF, line);  // one column left: never read past it
+    v = _mm512_maskz_loadu_epi16(0xFFFF, line);
   }
   if constexpr (F16) {  // F16 -> F32 exactly, then to BF16 to nearest even
     const __m512 lo = _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_extracti64x4_epi64(0xF, v, 0));
@@ -75,9 +75,12 @@ LYNX_TARGET_DPBF16 void block(const Bf16RowsJob& j, int64_t b0, bool two, int s)
   const __m512i idx = pair_index();
   __m512 a0[NT], a1[NT];
   for (int i = 0; i < NT; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < j.cols; c += 2) {
-    const __m512bh w0 = __m512bh(load_pairs<F16>(p0 + c * 32, c, j.cols, idx));
-    const __m512bh w1 = __m512bh(load_pairs<F16>(p1 + c * 32, c, j.cols, idx));
+  // The odd last column is its own step after the loop: with its masked load inside the
+  // loop, GCC 12 kept a0/a1 in memory and stored all 2 NT accumulators every iteration, which
+  // halved the kernel's rate on a Zen 5 (docs/benchmarks.md).
+  auto step = [&]<bool kLast>(int64_t c) LYNX_TARGET_DPBF16 {
+    const __m512bh w0 = __m512bh(load_pairs<F16, kLast>(p0 + c * 32, idx));
+    const __m512bh w1 = __m512bh(load_pairs<F16, kLast>(p1 + c * 32, idx));
     for (int i = 0; i < NT; ++i) {
       int32_t pair;  // x[c] and x[c + 1] (the padding past cols is zero)
       std::memcpy(&pair, x + i * ldx + c, 4);
@@ -85,7 +88,10 @@ LYNX_TARGET_DPBF16 void block(const Bf16RowsJob& j, int64_t b0, bool two, int s)
       a0[i] = _mm512_dpbf16_ps(a0[i], w0, xb);
       a1[i] = _mm512_dpbf16_ps(a1[i], w1, xb);
     }
-  }
+  };
+  const int64_t cols = j.cols, even = cols & ~int64_t{1};
+  for (int64_t c = 0; c < even; c += 2) step.template operator()<false>(c);
+  if (even < cols) step.template operator()<true>(even);
   // Only the rows in [r0, r1): masked stores (masked-off lanes are never touched).
   auto mask = [&](int64_t p) {
     const int64_t lo = std::max(j.r0, p) - p, hi = std::min(j.r1, p + 16) - p;
