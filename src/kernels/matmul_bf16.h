@@ -47,10 +47,11 @@ void round_acts_bf16_rows(const float* x, int64_t ldx, int t0, int t1, Bf16Acts&
 // the weights' bandwidth, which the F32 panels already reach, so BF16 would only cost accuracy
 // (bench_kernels, 2048 x 2048 BF16, 2 threads, docs/benchmarks.md: the AMX kernel is several
 // times faster from 16 tokens; at 1-4 tokens two runs on the loaded machine disagreed on
-// which path was faster; the VDPBF16PS kernel ties with the F32 panels at 1-2 tokens and is
-// slower from 4 on that machine, so a lower threshold for it gains nothing). The engine's callers
-// (project, matmul_id) apply it per product, so an expert's product in a batch takes the BF16 path
-// only when enough of the batch's rows chose that expert.
+// which path was faster; the VDPBF16PS kernel ties with the F32 panels at 1-2 tokens, and on a
+// Zen 5 is 1.07x faster at 4 tokens and 1.15-1.2x at 6 (768 x 2048 experts): a threshold of 4
+// for it alone would help only the rare expert of a decode batch with 4-7 rows). The engine's
+// callers (project, matmul_id) apply it per product, so an expert's product in a batch takes the
+// BF16 path only when enough of the batch's rows chose that expert.
 constexpr int kBf16MinTokens = 8;
 
 // The BF16 kernels, best first (runtime dispatch): AMX tiles (matmul_bf16.cc) on a CPU with
