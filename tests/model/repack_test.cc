@@ -87,7 +87,7 @@ TEST(ModelRepack, InterleavesMatmulWeightsOnlyAndLeavesTheFileAlone) {
     EXPECT_EQ(packed->token_embd().layout,
               tied ? WeightLayout::kInterleaved16 : WeightLayout::kRows);
     EXPECT_EQ(packed->output().layout, WeightLayout::kInterleaved16);
-    EXPECT_EQ(packed->output().data, tied ? packed->token_embd().data : packed->output().data);
+    if (tied) EXPECT_EQ(packed->output().data, packed->token_embd().data);
     if (packed->config().is_moe()) {
       EXPECT_EQ(lp.down_exps.layout, WeightLayout::kInterleaved16);
       EXPECT_NE(std::memcmp(lp.down_exps.data, lr.down_exps.data, lp.down_exps.mat_bytes), 0);
