@@ -311,13 +311,11 @@ void matmul_rows_bf16(Bf16Kernel k, TensorType t, const void* w, int64_t cols, i
   if (r0 == r1 || n_tok == 0) return;
   const detail::Bf16RowsJob job{
       t == TensorType::F16, static_cast<const uint8_t*>(w), cols, r0, r1, &x, t0, n_tok, y, ldy};
+  Scratch own;
 #if LYNX_BF16_X86
-  if (k == Bf16Kernel::kAmx) {
-    Scratch own;
-    return amx_rows(job, scratch ? *scratch : own);
-  }
+  if (k == Bf16Kernel::kAmx) return amx_rows(job, scratch ? *scratch : own);
 #endif
-  detail::dpbf16_rows(job);
+  detail::dpbf16_rows(job, scratch ? *scratch : own);
 }
 
 void matmul_bf16(Bf16Kernel k, ThreadPool& pool, TensorType t, const void* w, int64_t rows,

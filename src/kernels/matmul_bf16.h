@@ -110,7 +110,7 @@ struct Bf16RowsJob {
   int64_t ldy;
 };
 // The VDPBF16PS kernel (matmul_bf16_avx512.cc); only when the CPU has AVX512_BF16.
-void dpbf16_rows(const Bf16RowsJob& j);
+void dpbf16_rows(const Bf16RowsJob& j, Scratch& scratch);
 }  // namespace detail
 
 }  // namespace lynx::kernels

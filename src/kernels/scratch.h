@@ -20,7 +20,7 @@ namespace lynx::kernels {
 enum class ScratchSlot : uint8_t {
   kDecodedRows,  // matmul_rows_decoded: 16 rows decoded to F32
   kGroupRows,    // matmul_rows on kInterleaved16: one 16-row group back in the rows layout
-  kBf16Panels,   // the AMX BF16 kernel: its weight tiles for the whole row of panels
+  kBf16Panels,   // the BF16 kernels: AMX's weight tiles, VDPBF16PS's panels in the pair layout
   kKLevels,      // matmul_rows_k: a row's unpacked levels
   kKBlocks,      // matmul_rows_k: a row's unpacked block scales
   kCount
