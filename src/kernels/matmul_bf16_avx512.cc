@@ -145,8 +145,8 @@ LYNX_TARGET_DPBF16 void rows(const Bf16RowsJob& j, Scratch& scratch) {
   // stay direct.
   const bool pair_once = F16 && j.n_tok > 2 * kTokBlock;
   const int64_t paired_bytes = (j.cols + 1) / 2 * 64;
-  uint8_t* buf = pair_once ? scratch.get<uint8_t>(ScratchSlot::kBf16Panels, 2 * paired_bytes)
-                           : nullptr;
+  uint8_t* buf =
+      pair_once ? scratch.get<uint8_t>(ScratchSlot::kBf16Panels, 2 * paired_bytes) : nullptr;
   for (int64_t b0 = j.r0 - j.r0 % 16; b0 < j.r1; b0 += 32) {
     const bool two = b0 + 16 < j.r1;
     const uint8_t* p0 = j.w + b0 / 16 * panel_bytes;
