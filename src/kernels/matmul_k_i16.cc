@@ -585,6 +585,172 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
 }
 #endif
 
+#if LYNX_KI_VNNI
+// At 1-4 tokens the levels form costs more than it saves: each block's 64 planes went to a
+// KBlock in memory and came back for a few tokens' products, and that round trip, not the
+// weights' bytes, set the rate (Q4_K at one token: 59-71% of the read bandwidth on a Zen 5).
+// FusedBlock computes the same integer sums straight from the group-block's planes in
+// registers, with vpdpbusd into one int32 accumulator per sub-block and token, then the
+// lane's scale: exact integer sums like BlockSums's, so the float update, and every output
+// bit, stay the same. Measured in docs/benchmarks.md (Q4_K one token: 98-117%).
+template <TensorType kType>
+constexpr bool kFused = kType == TensorType::Q4_K || kType == TensorType::Q5_K ||
+                        kType == TensorType::Q6_K || kType == TensorType::IQ4_XS;
+constexpr int kFusedMaxTokens = kNT;  // every call of the few-token branch
+
+template <TensorType kType, int NT>
+HWY_INLINE void FusedBlock(const MatmulKJob& j, const uint8_t* gb, int sub, int64_t tok, int64_t b,
+                           VF (&acc)[NT]) {
+  const DI di;
+  const DU du;
+  const DF df;
+  const int8_t* xq[NT];
+  const int32_t* gp[NT];
+  const int32_t* sp[NT];
+  for (int t = 0; t < NT; ++t) {
+    const int64_t tb = (tok + t) * j.n_blocks + b;
+    xq[t] = j.q + (tok + t) * j.cols + b * 256;
+    gp[t] = j.gpair + tb * 8;
+    sp[t] = j.spair + tb * 4;
+  }
+  auto X = [&](int t, int p) { return hn::Set(di, LoadI32(xq[t] + 4 * p)); };
+  VI isum[NT], msum[NT];
+  for (int t = 0; t < NT; ++t) isum[t] = msum[t] = hn::Zero(di);
+  const VF d = LoadF16(gb, sub);
+  [[maybe_unused]] VF dmin;
+  if constexpr (kHasMin<kType>) {  // Q4_K, Q5_K: as UnpackBlock reads them
+    dmin = LoadF16(gb + 32, sub);
+    const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
+               s2 = Plane<kType>(gb, sub, 2);
+    VI sc[8], mn[8];
+    for (int q = 0; q < 4; ++q) {
+      sc[q] = hn::And(Byte(s0, q), hn::Set(di, 63));
+      mn[q] = hn::And(Byte(s1, q), hn::Set(di, 63));
+      const VI hi = Byte(s2, q);
+      sc[q + 4] =
+          hn::Or(hn::And(hi, hn::Set(di, 0x0F)), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s0, q))));
+      mn[q + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, q))));
+    }
+    constexpr int kQs = kType == TensorType::Q5_K ? 11 : 3;
+    const auto m4 = hn::Set(du, 0x0F0F0F0Fu), m1 = hn::Set(du, 0x01010101u);
+    for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+      VI da[NT], db[NT];
+      for (int t = 0; t < NT; ++t) da[t] = db[t] = hn::Zero(di);
+      for (int w = 0; w < 8; ++w) {
+        const auto v = Plane<kType>(gb, sub, kQs + 8 * c + w);
+        auto lo = hn::And(v, m4), hi = hn::And(hn::ShiftRight<4>(v), m4);
+        if constexpr (kType == TensorType::Q5_K) {
+          const auto qh = Plane<kType>(gb, sub, 3 + w);
+          lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(qh, 2 * c), m1)));
+          hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(qh, 2 * c + 1), m1)));
+        }
+        for (int t = 0; t < NT; ++t) {
+          da[t] = Dpbusd(da[t], hn::BitCast(di, lo), X(t, 16 * c + w));
+          db[t] = Dpbusd(db[t], hn::BitCast(di, hi), X(t, 16 * c + 8 + w));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        isum[t] =
+            hn::Add(isum[t], hn::Add(hn::Mul(da[t], sc[2 * c]), hn::Mul(db[t], sc[2 * c + 1])));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      VI m = Madd(Pair(mn[0], mn[1]), hn::Set(di, sp[t][0]));
+      for (int q = 1; q < 4; ++q) {
+        m = hn::Add(m, Madd(Pair(mn[2 * q], mn[2 * q + 1]), hn::Set(di, sp[t][q])));
+      }
+      msum[t] = m;
+    }
+  } else if constexpr (kType == TensorType::Q6_K) {
+    VI sc[16];
+    for (int g = 0; g < 16; ++g) {
+      const VI v = hn::BitCast(di, Plane<kType>(gb, sub, 48 + g / 4));
+      sc[g] = hn::ShiftRightSame(hn::ShiftLeftSame(v, 24 - 8 * (g % 4)), 24);
+    }
+    const auto m4 = hn::Set(du, 0x0F0F0F0Fu), m30 = hn::Set(du, 0x30303030u);
+    // Words j0..j0 + 3 of half h fill planes 32h + j0 + {0..3} + 8i: sub-blocks 8h + j0 / 4 + 2i.
+    for (int h = 0; h < 2; ++h) {
+      for (int j0 = 0; j0 < 8; j0 += 4) {
+        VI dot[4][NT];
+        for (auto& di4 : dot) {
+          for (VI& v : di4) v = hn::Zero(di);
+        }
+        for (int jj = 0; jj < 4; ++jj) {
+          const int jw = j0 + jj, p = 32 * h + jw;
+          const auto a = Plane<kType>(gb, sub, 16 * h + jw);
+          const auto bq = Plane<kType>(gb, sub, 16 * h + 8 + jw);
+          const auto hb = Plane<kType>(gb, sub, 32 + 8 * h + jw);
+          const VI lv[4] = {
+              hn::BitCast(di, hn::Or(hn::And(a, m4), hn::And(hn::ShiftLeft<4>(hb), m30))),
+              hn::BitCast(di, hn::Or(hn::And(bq, m4), hn::And(hn::ShiftLeft<2>(hb), m30))),
+              hn::BitCast(di, hn::Or(hn::And(hn::ShiftRight<4>(a), m4), hn::And(hb, m30))),
+              hn::BitCast(di, hn::Or(hn::And(hn::ShiftRight<4>(bq), m4),
+                                     hn::And(hn::ShiftRight<2>(hb), m30)))};
+          for (int i = 0; i < 4; ++i) {
+            for (int t = 0; t < NT; ++t) dot[i][t] = Dpbusd(dot[i][t], lv[i], X(t, p + 8 * i));
+          }
+        }
+        for (int i = 0; i < 4; ++i) {
+          const int g = 8 * h + j0 / 4 + 2 * i;
+          for (int t = 0; t < NT; ++t) isum[t] = hn::Add(isum[t], hn::Mul(dot[i][t], sc[g]));
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      VI corr = Madd(Pair(sc[0], sc[1]), hn::Set(di, gp[t][0]));
+      for (int q = 1; q < 8; ++q) {
+        corr = hn::Add(corr, Madd(Pair(sc[2 * q], sc[2 * q + 1]), hn::Set(di, gp[t][q])));
+      }
+      isum[t] = hn::Sub(isum[t], hn::ShiftLeft<kOffsetShift<kType>>(corr));
+    }
+  } else {  // IQ4_XS: levels biased to unsigned as UnpackIq4Xs's VNNI form
+    const hn::Rebind<uint16_t, DU> d16;
+    const auto sh =
+        hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
+    const auto sl = Plane<kType>(gb, sub, 0);
+    HWY_ALIGN static constexpr uint8_t kGridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                     129, 141, 153, 166, 181, 197, 217, 241};
+    const hn::Repartition<uint8_t, DI> du8;
+    const auto gridu = hn::LoadDup128(du8, kGridU);
+    const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
+    VI sc[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
+      const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
+      sc[ib] = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
+      VI dot[NT];
+      for (int t = 0; t < NT; ++t) dot[t] = hn::Zero(di);
+      for (int w = 0; w < 4; ++w) {
+        const auto v = Plane<kType>(gb, sub, 1 + 4 * ib + w);
+        const VI lv =
+            hn::BitCast(di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(v, m4))));
+        const VI hv = hn::BitCast(
+            di, hn::TableLookupBytes(gridu, hn::BitCast(du8, hn::And(hn::ShiftRight<4>(v), m4))));
+        for (int t = 0; t < NT; ++t) {
+          dot[t] = Dpbusd(dot[t], lv, X(t, 8 * ib + w));
+          dot[t] = Dpbusd(dot[t], hv, X(t, 8 * ib + w + 4));
+        }
+      }
+      for (int t = 0; t < NT; ++t) isum[t] = hn::Add(isum[t], hn::Mul(dot[t], sc[ib]));
+    }
+    for (int t = 0; t < NT; ++t) {
+      VI corr = Madd(Pair(sc[0], sc[1]), hn::Set(di, sp[t][0]));
+      for (int q = 1; q < 4; ++q) {
+        corr = hn::Add(corr, Madd(Pair(sc[2 * q], sc[2 * q + 1]), hn::Set(di, sp[t][q])));
+      }
+      isum[t] = hn::Sub(isum[t], hn::ShiftLeft<7>(corr));
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const VF dx = hn::Set(df, j.d[(tok + t) * j.n_blocks + b]);
+    acc[t] = FmaExact(DF(), hn::Mul(d, dx), hn::ConvertTo(df, isum[t]), acc[t]);
+    if constexpr (kHasMin<kType>) {
+      acc[t] = FmaExact(DF(), hn::Neg(hn::Mul(dmin, dx)), hn::ConvertTo(df, msum[t]), acc[t]);
+    }
+  }
+}
+#endif  // LYNX_KI_VNNI
+
 // Adds block b of NT tokens (from token `tok` of the job) into acc.
 template <TensorType kType, int NT>
 HWY_INLINE void AddBlock(const MatmulKJob& j, const KBlock& k, int64_t tok, int64_t b,
@@ -643,6 +809,12 @@ HWY_NOINLINE void RunSlice(const MatmulKJob& j, const Slice& s) {
         for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
         for (int64_t b = 0; b < j.n_blocks; ++b) {
           Prefetch<kType>(s, b);
+#if LYNX_KI_VNNI
+          if constexpr (kFused<kType> && NT <= kFusedMaxTokens) {
+            FusedBlock<kType, NT>(j, s.group + b * kGroupBlock, s.sub, s0, b, acc);
+            continue;
+          }
+#endif
           UnpackBlock<kType>(s.group + b * kGroupBlock, s.sub, k);
           AddBlock<kType, NT>(j, k, s0, b, acc);
         }
