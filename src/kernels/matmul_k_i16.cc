@@ -586,9 +586,10 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
 #endif
 
 #if LYNX_KI_VNNI
-// At 1-4 tokens the levels form costs more than it saves: each block's 64 planes went to a
-// KBlock in memory and came back for a few tokens' products, and that round trip, not the
-// weights' bytes, set the rate (Q4_K at one token: 59-71% of the read bandwidth on a Zen 5).
+// The levels form (KBlock) stores each block's 64 planes to memory and loads them back per
+// group of tokens; at a few tokens that round trip, not the weights' bytes, set the rate (Q4_K
+// at one token: 59-71% of the read bandwidth on a Zen 5), and on that CPU unpacking again per
+// group costs less than the loads even at 64 tokens for Q4_K and IQ4_XS.
 // FusedBlock computes the same integer sums straight from the group-block's planes in
 // registers, with vpdpbusd into one int32 accumulator per sub-block and token, then the
 // lane's scale: exact integer sums like BlockSums's, so the float update, and every output
@@ -596,7 +597,15 @@ HWY_INLINE void BlockSums(const KBlock& k, const int8_t* xq, const int32_t* gp, 
 template <TensorType kType>
 constexpr bool kFused = kType == TensorType::Q4_K || kType == TensorType::Q5_K ||
                         kType == TensorType::Q6_K || kType == TensorType::IQ4_XS;
-constexpr int kFusedMaxTokens = kNT;  // every call of the few-token branch
+// Tokens up to which a fused type takes this path, in groups of kNT (each group unpacks the
+// planes again, from L1/L2 after the first). Measured on a Zen 5 (768x2048, two threads,
+// against the levels form): Q4_K and IQ4_XS win at every count up to a super-pass (+18-20% and
+// +8-12% at 64 tokens); Q5_K, whose fifth bit costs more per plane, up to 16 (-5-9% at 64);
+// Q6_K only up to 4 (-10-20% at 5-8).
+template <TensorType kType>
+constexpr int kFusedMaxTokens = kType == TensorType::Q6_K   ? kNT
+                                : kType == TensorType::Q5_K ? 16
+                                                            : kSuperTokens;
 
 template <TensorType kType, int NT>
 HWY_INLINE void FusedBlock(const MatmulKJob& j, const uint8_t* gb, int sub, int64_t tok, int64_t b,
@@ -803,23 +812,34 @@ HWY_NOINLINE void RunSlice(const MatmulKJob& j, const Slice& s) {
   HWY_ALIGN float accbuf[kSuperTokens * kNR];  // [token][row]
   for (int s0 = 0; s0 < j.n_tok; s0 += kSuperTokens) {
     const int ns = std::min(kSuperTokens, j.n_tok - s0);
-    if (ns <= kNT) {
-      WithTokenCount<kNT>(ns, [&]<int NT>() {
-        VF acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
-        for (int64_t b = 0; b < j.n_blocks; ++b) {
-          Prefetch<kType>(s, b);
+    // The fused types run up to kFusedMaxTokens as groups of at most kNT, one after the other
+    // over the slice's blocks (the slice's bytes are in L1/L2 for the groups after the first).
+    int few = kNT;
 #if LYNX_KI_VNNI
-          if constexpr (kFused<kType> && NT <= kFusedMaxTokens) {
-            FusedBlock<kType, NT>(j, s.group + b * kGroupBlock, s.sub, s0, b, acc);
-            continue;
-          }
+    if constexpr (kFused<kType>) few = kFusedMaxTokens<kType>;
 #endif
-          UnpackBlock<kType>(s.group + b * kGroupBlock, s.sub, k);
-          AddBlock<kType, NT>(j, k, s0, b, acc);
-        }
-        for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + t * kNR);
-      });
+    if (ns <= few) {
+      const int groups = (ns + kNT - 1) / kNT;
+      for (int gi = 0, g0 = 0; gi < groups; ++gi) {
+        const int gn = ns / groups + (gi < ns % groups ? 1 : 0);
+        WithTokenCount<kNT>(gn, [&]<int NT>() {
+          VF acc[NT];
+          for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
+          for (int64_t b = 0; b < j.n_blocks; ++b) {
+            Prefetch<kType>(s, b);
+#if LYNX_KI_VNNI
+            if constexpr (kFused<kType>) {
+              FusedBlock<kType, NT>(j, s.group + b * kGroupBlock, s.sub, s0 + g0, b, acc);
+              continue;
+            }
+#endif
+            UnpackBlock<kType>(s.group + b * kGroupBlock, s.sub, k);
+            AddBlock<kType, NT>(j, k, s0 + g0, b, acc);
+          }
+          for (int t = 0; t < NT; ++t) hn::Store(acc[t], df, accbuf + (g0 + t) * kNR);
+        });
+        g0 += gn;
+      }
     } else {
       for (int k0 = 0; k0 < ns * kNR; k0 += kNR) hn::Store(hn::Zero(df), df, accbuf + k0);
       for (int64_t b = 0; b < j.n_blocks; ++b) {
