@@ -600,8 +600,8 @@ constexpr bool kFused = kType == TensorType::Q4_K || kType == TensorType::Q5_K |
 // Tokens up to which a fused type takes this path, in groups of kNT (each group unpacks the
 // planes again, from L1/L2 after the first). Measured on a Zen 5 (768x2048, two threads,
 // against the levels form): Q4_K and IQ4_XS win at every count up to a super-pass (+18-20% and
-// +8-12% at 64 tokens); Q5_K, whose fifth bit costs more per plane, up to 16 (-5-9% at 64);
-// Q6_K only up to 4 (-10-20% at 5-8).
+// +8-12% at 64 tokens); Q5_K, whose fifth bit costs more per plane, up to 16 (ahead at 5-8
+// and 24, -5-9% at 64); Q6_K only up to 4 (-3-18% at 5-16).
 template <TensorType kType>
 constexpr int kFusedMaxTokens = kType == TensorType::Q6_K   ? kNT
                                 : kType == TensorType::Q5_K ? 16
