@@ -328,6 +328,22 @@ HWY_INLINE void UnpackQ2Q3(const uint8_t* gb, int sub, KBlock& k) {
   }
 }
 
+// Q4_K/Q5_K: the 8 sub-blocks' 6-bit scales and mins of slice `sub` (planes 0-2), as int32.
+template <TensorType kType>
+HWY_INLINE void ScalesMinsQ4Q5(const uint8_t* gb, int sub, VI (&sc)[8], VI (&mn)[8]) {
+  const DI di;
+  const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
+             s2 = Plane<kType>(gb, sub, 2);
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = hn::And(Byte(s0, j), hn::Set(di, 63));
+    mn[j] = hn::And(Byte(s1, j), hn::Set(di, 63));
+    const VI hi = Byte(s2, j);
+    sc[j + 4] =
+        hn::Or(hn::And(hi, hn::Set(di, 0x0F)), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s0, j))));
+    mn[j + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, j))));
+  }
+}
+
 template <TensorType kType>
 HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   const DI di;
@@ -339,17 +355,8 @@ HWY_INLINE void UnpackBlock(const uint8_t* gb, int sub, KBlock& k) {
   } else if constexpr (kHasMin<kType>) {
     k.d = LoadF16(gb, sub);
     k.dmin = LoadF16(gb + 32, sub);
-    const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
-               s2 = Plane<kType>(gb, sub, 2);
     VI sc[8], mn[8];
-    for (int j = 0; j < 4; ++j) {
-      sc[j] = hn::And(Byte(s0, j), hn::Set(di, 63));
-      mn[j] = hn::And(Byte(s1, j), hn::Set(di, 63));
-      const VI hi = Byte(s2, j);
-      sc[j + 4] =
-          hn::Or(hn::And(hi, hn::Set(di, 0x0F)), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s0, j))));
-      mn[j + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, j))));
-    }
+    ScalesMinsQ4Q5<kType>(gb, sub, sc, mn);
 #if LYNX_INT_X86
     for (int s = 0; s < 8; ++s) k.sc[s] = ScaleLanes<kType>(sc[s]);
     for (int p = 0; p < 4; ++p) k.aux[p] = Pair(mn[2 * p], mn[2 * p + 1]);
@@ -629,17 +636,8 @@ HWY_INLINE void FusedBlock(const MatmulKJob& j, const uint8_t* gb, int sub, int6
   [[maybe_unused]] VF dmin;
   if constexpr (kHasMin<kType>) {  // Q4_K, Q5_K: as UnpackBlock reads them
     dmin = LoadF16(gb + 32, sub);
-    const auto s0 = Plane<kType>(gb, sub, 0), s1 = Plane<kType>(gb, sub, 1),
-               s2 = Plane<kType>(gb, sub, 2);
     VI sc[8], mn[8];
-    for (int q = 0; q < 4; ++q) {
-      sc[q] = hn::And(Byte(s0, q), hn::Set(di, 63));
-      mn[q] = hn::And(Byte(s1, q), hn::Set(di, 63));
-      const VI hi = Byte(s2, q);
-      sc[q + 4] =
-          hn::Or(hn::And(hi, hn::Set(di, 0x0F)), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s0, q))));
-      mn[q + 4] = hn::Or(hn::ShiftRight<4>(hi), hn::ShiftLeft<4>(hn::ShiftRight<6>(Byte(s1, q))));
-    }
+    ScalesMinsQ4Q5<kType>(gb, sub, sc, mn);
     constexpr int kQs = kType == TensorType::Q5_K ? 11 : 3;
     const auto m4 = hn::Set(du, 0x0F0F0F0Fu), m1 = hn::Set(du, 0x01010101u);
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
