@@ -191,23 +191,36 @@ HWY_INLINE VI Byte(hn::Vec<DU> v, int k) {
 // IQ4_XS: d and the scales' high bits (u16) are the fields; plane 0 holds the scales' low
 // nibbles, planes 1..32 the nibbles: sub-block ib's 16 bytes are planes 1 + 4ib.., byte j
 // holding element 32ib + j (low nibble) and 32ib + 16 + j (high); levels kIq4nl[nibble].
+// IQ4_XS: the 8 sub-blocks' signed 6-bit scales of slice `sub` (low nibbles in plane 0, high
+// bits in the u16 field at 32), as int32.
+HWY_INLINE void ScalesIq4Xs(const uint8_t* gb, int sub, VI (&sc)[8]) {
+  const DI di;
+  const DU du;
+  const hn::Rebind<uint16_t, DU> d16;
+  const auto sh =
+      hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
+  const auto sl = Plane<TensorType::IQ4_XS>(gb, sub, 0);
+  for (int ib = 0; ib < 8; ++ib) {
+    const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
+    const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
+    sc[ib] = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
+  }
+}
+
+#if LYNX_KI_VNNI
+// IQ4_NL's grid biased to unsigned (grid + 128: 1..241) for vpdpbusd.
+HWY_ALIGN static constexpr uint8_t kIq4GridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                    129, 141, 153, 166, 181, 197, 217, 241};
+#endif
+
 HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
   constexpr TensorType kType = TensorType::IQ4_XS;
   const DI di;
   const DU du;
   k.d = LoadF16(gb, sub);
-  const hn::Rebind<uint16_t, DU> d16;
-  const auto sh =
-      hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
-  const auto sl = Plane<kType>(gb, sub, 0);
   VI scv[8];
-  for (int ib = 0; ib < 8; ++ib) {
-    const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
-    const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
-    const VI sc = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
-    k.sc[ib] = ScaleLanes<kType>(sc);
-    scv[ib] = sc;
-  }
+  ScalesIq4Xs(gb, sub, scv);
+  for (int ib = 0; ib < 8; ++ib) k.sc[ib] = ScaleLanes<kType>(scv[ib]);
 #if LYNX_KI_VNNI
   // The 128 offset of the biased levels comes back out with the 32-element activation sums.
   for (int p = 0; p < 4 && kVnni<kType>; ++p) k.aux[p] = Pair(scv[2 * p], scv[2 * p + 1]);
@@ -217,11 +230,9 @@ HWY_INLINE void UnpackIq4Xs(const uint8_t* gb, int sub, KBlock& k) {
   HWY_ALIGN static constexpr int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
 #if LYNX_KI_VNNI
-  // Levels biased to unsigned (grid + 128: 1..241) for vpdpbusd.
-  HWY_ALIGN static constexpr uint8_t kGridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                                   129, 141, 153, 166, 181, 197, 217, 241};
+  // Levels biased to unsigned for vpdpbusd.
   const hn::Repartition<uint8_t, DI> du8;
-  const auto gridu = hn::LoadDup128(du8, kGridU);
+  const auto gridu = hn::LoadDup128(du8, kIq4GridU);
   const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
   for (int ib = 0; ib < 8; ++ib) {
     for (int w = 0; w < 4; ++w) {
@@ -711,20 +722,12 @@ HWY_INLINE void FusedBlock(const MatmulKJob& j, const uint8_t* gb, int sub, int6
       isum[t] = hn::Sub(isum[t], hn::ShiftLeft<kOffsetShift<kType>>(corr));
     }
   } else {  // IQ4_XS: levels biased to unsigned as UnpackIq4Xs's VNNI form
-    const hn::Rebind<uint16_t, DU> d16;
-    const auto sh =
-        hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(gb + 32) + sub * kNR));
-    const auto sl = Plane<kType>(gb, sub, 0);
-    HWY_ALIGN static constexpr uint8_t kGridU[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                                     129, 141, 153, 166, 181, 197, 217, 241};
     const hn::Repartition<uint8_t, DI> du8;
-    const auto gridu = hn::LoadDup128(du8, kGridU);
+    const auto gridu = hn::LoadDup128(du8, kIq4GridU);
     const auto m4 = hn::Set(du, 0x0F0F0F0Fu);
     VI sc[8];
+    ScalesIq4Xs(gb, sub, sc);
     for (int ib = 0; ib < 8; ++ib) {
-      const auto lo = hn::And(hn::ShiftRightSame(sl, 4 * ib), hn::Set(du, 0x0Fu));
-      const auto hi = hn::And(hn::ShiftRightSame(sh, 2 * ib), hn::Set(du, 3u));
-      sc[ib] = hn::Sub(hn::BitCast(di, hn::Or(lo, hn::ShiftLeft<4>(hi))), hn::Set(di, 32));
       VI dot[NT];
       for (int t = 0; t < NT; ++t) dot[t] = hn::Zero(di);
       for (int w = 0; w < 4; ++w) {
